@@ -1,0 +1,45 @@
+# gpunex — see README.md. `make devnet` runs a local marketplace; `make test` runs the tests.
+GO      := $(shell .ci/ensure-go)
+BIN     := bin/gpunex
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/gpunex/gpunex/node.Version=$(VERSION)
+# Each fuzzer runs this long in `make test`; run `make fuzz FUZZTIME=5m` for a real session.
+FUZZTIME ?= 5s
+PROVIDERS ?= 3
+
+.PHONY: build devnet test unit fmt-check vet fuzz bench clean
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex
+
+## devnet: a coordinator, $(PROVIDERS) providers with simulated GPUs and a renter, in ./devnet
+devnet: build
+	$(BIN) devnet --dir devnet --providers $(PROVIDERS)
+
+## test: formatting, vet, every test (real libp2p hosts on loopback, the real binary), short fuzzing
+test: fmt-check vet unit fuzz
+
+fmt-check:
+	@out=$$($(dir $(GO))gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 -timeout 20m ./...
+
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) >/tmp/gpunex-fuzz.log 2>&1 || { cat /tmp/gpunex-fuzz.log; exit 1; }; \
+	  done; \
+	done
+
+## bench: the performance figures of the issues (not part of `make test`)
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./protocol/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./node/
+
+clean:
+	rm -rf bin devnet

@@ -1,0 +1,414 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpunex/gpunex/node"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+func rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "gpunex",
+		Short:         "gpunex: a peer-to-peer GPU-compute marketplace node",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
+	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
+		offersCommand(), verifyCommand(), devnetCommand())
+	return root
+}
+
+func defaultHome() string {
+	if h := os.Getenv("GPUNEX_HOME"); h != "" {
+		return h
+	}
+	if d, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(d, ".gpunex")
+	}
+	return ".gpunex"
+}
+
+func home(cmd *cobra.Command) node.Home {
+	h, _ := cmd.Flags().GetString("home")
+	return node.Home{Dir: h}
+}
+
+func client(cmd *cobra.Command) (*node.Client, error) { return node.NewClient(home(cmd)) }
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "gpunex %s\n", node.Version)
+		},
+	}
+}
+
+func initCommand() *cobra.Command {
+	var role string
+	var force bool
+	c := &cobra.Command{
+		Use:   "init --home DIR --role provider|renter|coordinator",
+		Short: "Create a node home: config.toml, identity key, API token, data directory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			h, id, err := node.Init(home(cmd).Dir, node.InitOptions{Role: role, Force: force})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "initialised %s node in %s\npeer ID: %s\nedit %s, then run: gpunex node run --home %s\n",
+				role, h.Dir, id, h.Path(node.ConfigFile), h.Dir)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&role, "role", "", "provider, renter or coordinator")
+	c.Flags().BoolVar(&force, "force", false, "replace an existing identity (the node gets a new peer ID)")
+	c.MarkFlagRequired("role")
+	return c
+}
+
+func nodeCommand() *cobra.Command {
+	c := &cobra.Command{Use: "node", Short: "Run the daemon"}
+	var level string
+	run := &cobra.Command{
+		Use:   "run --home DIR",
+		Short: "Run the node in the foreground (logs to stderr; SIGTERM or SIGINT stops it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runNode(home(cmd), level)
+		},
+	}
+	run.Flags().StringVar(&level, "log-level", "", "override log.level: debug, info, warn, error")
+	c.AddCommand(run)
+	return c
+}
+
+func newLogger(cfg node.LogConfig, override string) (*slog.Logger, error) {
+	lvl := cfg.Level
+	if override != "" {
+		lvl = override
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(lvl)); err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", lvl)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+}
+
+func runNode(h node.Home, level string) error {
+	cfg, err := h.Config()
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.Log, level)
+	if err != nil {
+		return err
+	}
+	key, err := h.Identity()
+	if err != nil {
+		return err
+	}
+	token, err := h.Token()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	n, err := node.New(ctx, cfg, key, node.Deps{DataDir: h.Path(node.DataDir), Logger: log})
+	if err != nil {
+		return err
+	}
+	api, err := n.ServeAPI(cfg.API.Listen, token)
+	if err != nil {
+		n.Close(context.Background())
+		return err
+	}
+	if err := h.WriteAPIAddr(api.Addr()); err != nil {
+		n.Close(context.Background())
+		return err
+	}
+	log.Info("API listening", "addr", "http://"+api.Addr(), "metrics", "http://"+api.Addr()+"/metrics")
+	<-ctx.Done()
+	log.Info("shutting down")
+	h.RemoveAPIAddr()
+	sctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	api.Close(sctx)
+	if err := n.Close(sctx); err != nil {
+		log.Warn("shutdown incomplete", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func statusCommand() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show the running node's status",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			s, err := cl.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), s)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "peer ID:      %s\nrole:         %s\nversion:      %s\npeers:        %d\noffers known: %d\nup since:     %s\naddresses:\n",
+				s.PeerID, s.Role, s.Version, s.Peers, s.OffersKnown, s.StartedAt.Format(time.RFC3339))
+			for _, a := range s.Addrs {
+				fmt.Fprintf(w, "  %s\n", a)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func offerCommand() *cobra.Command {
+	c := &cobra.Command{Use: "offer", Short: "Manage this provider's offer"}
+	var model, usdc string
+	var asJSON bool
+	set := &cobra.Command{
+		Use:   "set-price --model MODEL --usdc PRICE",
+		Short: "Set the price per GPU-hour of one model; the new offer is announced at once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := protocol.ParseUSDC(usdc); err != nil {
+				return err
+			}
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.SetPrice(cmd.Context(), model, usdc)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), v.Offer)
+			}
+			p, _ := protocol.ParseUSDC(usdc)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s now %s USDC per GPU-hour (offer seq %d announced)\n",
+				protocol.NormalizeModel(model), p, v.Offer.Seq)
+			return nil
+		},
+	}
+	set.Flags().StringVar(&model, "model", "", "GPU model, as declared in config.toml")
+	set.Flags().StringVar(&usdc, "usdc", "", "price in USDC per GPU-hour, e.g. 2.10")
+	set.Flags().BoolVar(&asJSON, "json", false, "print the new offer as JSON")
+	set.MarkFlagRequired("model")
+	set.MarkFlagRequired("usdc")
+	show := &cobra.Command{
+		Use:   "show",
+		Short: "Show the offer this provider announces now",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.OwnOffer(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), v.Offer)
+		},
+	}
+	c.AddCommand(set, show)
+	return c
+}
+
+func offersCommand() *cobra.Command {
+	c := &cobra.Command{Use: "offers", Short: "Find and inspect offers on the network"}
+	var model, region, maxPrice string
+	var minGPUs int
+	var asJSON bool
+	search := &cobra.Command{
+		Use:   "search [--model M] [--region R] [--max-price P] [--min-gpus N] [--json]",
+		Short: "List every live, verified offer that matches, cheapest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q := url.Values{}
+			if model != "" {
+				q.Set("model", model)
+			}
+			if region != "" {
+				q.Set("region", region)
+			}
+			if maxPrice != "" {
+				if _, err := protocol.ParseUSDC(maxPrice); err != nil {
+					return fmt.Errorf("--max-price: %w", err)
+				}
+				q.Set("max_price", maxPrice)
+			}
+			if minGPUs > 0 {
+				q.Set("min_gpus", strconv.Itoa(minGPUs))
+			}
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			rows, err := cl.Search(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if rows == nil {
+					rows = []node.OfferRow{}
+				}
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no matching offers")
+				return nil
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
+			fmt.Fprintln(w, "MODEL\tGPUS\tVRAM\tUSDC/GPU-H\tREGION\tEXPIRES\tID")
+			for _, r := range rows {
+				fmt.Fprintf(w, "%s\t%d\t%d GB\t%s\t%s\t%s\t%s\n", r.Model, r.GPUs, r.VRAMGB, r.PriceUSDC, r.Region,
+					r.ExpiresAt.Local().Format("15:04:05"), r.ID)
+			}
+			return w.Flush()
+		},
+	}
+	search.Flags().StringVar(&model, "model", "", "GPU model, e.g. H100-80GB")
+	search.Flags().StringVar(&region, "region", "", "region, e.g. eu-west")
+	search.Flags().StringVar(&maxPrice, "max-price", "", "highest USDC per GPU-hour")
+	search.Flags().IntVar(&minGPUs, "min-gpus", 0, "fewest GPUs of the model")
+	search.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+
+	var raw bool
+	var out string
+	show := &cobra.Command{
+		Use:   "show ID [--raw] [-o FILE]",
+		Short: "Show one offer; --raw writes its signed record exactly as received",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.OfferRecord(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if out != "" {
+				f, err := os.Create(out)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				w = f
+			}
+			if raw {
+				_, err = w.Write(v.Raw)
+				return err
+			}
+			return printJSON(w, v.Offer)
+		},
+	}
+	show.Flags().BoolVar(&raw, "raw", false, "write the signed record (binary libp2p envelope)")
+	show.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
+	c.AddCommand(search, show)
+	return c
+}
+
+func verifyCommand() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check a signed record (signature, format, rules, expiry) and print its content",
+		Long: "Check a signed record and print its content. Exits 0 when it verifies, 1 with the\n" +
+			"reason when it does not. FILE may be - for standard input. Needs no running node.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data []byte
+			var err error
+			if args[0] == "-" {
+				data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
+			} else {
+				data, err = os.ReadFile(args[0])
+			}
+			if err != nil {
+				return err
+			}
+			v, err := protocol.Verify(data, time.Now())
+			if err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "INVALID: %v\n", err)
+				return exitError{1}
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"kind": v.Kind, "signer": v.Signer.String(), "record": v.Record})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "OK: %s record signed by %s\n", v.Kind, v.Signer)
+			return printJSON(cmd.OutOrStdout(), v.Record)
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print kind, signer and record as one JSON object")
+	return c
+}
+
+func devnetCommand() *cobra.Command {
+	var dir string
+	var providers int
+	c := &cobra.Command{
+		Use:   "devnet --dir DIR --providers N",
+		Short: "Run a whole local marketplace: a coordinator, N providers with simulated GPUs, a renter",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if providers < 1 || providers > 64 {
+				return fmt.Errorf("--providers %d: between 1 and 64", providers)
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return node.RunDevnet(ctx, node.DevnetOptions{Dir: dir, Providers: providers, Binary: exe, Out: cmd.OutOrStdout()})
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "devnet", "directory for the nodes' homes and devnet.json")
+	c.Flags().IntVar(&providers, "providers", 3, "number of providers")
+	return c
+}
+
+var _ = strings.TrimSpace

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/node"
+)
+
+// These tests drive the real binary, as a user would.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpunex-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "gpunex")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build gpunex: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// gpunex runs the binary and returns stdout, stderr and the exit code.
+func gpunex(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := gpunex(t, args...)
+	if code != 0 {
+		t.Fatalf("gpunex %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+func TestInitAndVersion(t *testing.T) {
+	if out := mustRun(t, "version"); !strings.HasPrefix(out, "gpunex ") {
+		t.Fatalf("version printed %q", out)
+	}
+	dir := filepath.Join(t.TempDir(), "home")
+	out := mustRun(t, "init", "--home", dir, "--role", "provider")
+	if !strings.Contains(out, "peer ID: 12D3KooW") {
+		t.Fatalf("init output: %s", out)
+	}
+	for name, mode := range map[string]os.FileMode{node.IdentityFile: 0o600, node.TokenFile: 0o600} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Mode().Perm() != mode {
+			t.Fatalf("%s: %v mode %v; want %o", name, err, st.Mode().Perm(), mode)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, node.DataDir)); err != nil || !st.IsDir() {
+		t.Fatal("no data dir")
+	}
+	// The written config loads back and documents itself.
+	if _, err := node.LoadConfig(filepath.Join(dir, node.ConfigFile)); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(dir, node.ConfigFile))
+	if !strings.Contains(string(cfg), "# USDC per GPU-hour") {
+		t.Fatal("config.toml lacks its comments")
+	}
+	// A second init keeps the identity.
+	if _, errOut, code := gpunex(t, "init", "--home", dir, "--role", "renter"); code == 0 || !strings.Contains(errOut, "already initialised") {
+		t.Fatalf("second init: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := gpunex(t, "init", "--home", t.TempDir(), "--role", "miner"); code == 0 || !strings.Contains(errOut, "role") {
+		t.Fatalf("bad role: exit %d, %s", code, errOut)
+	}
+	// Commands that need the daemon say so.
+	if _, errOut, code := gpunex(t, "offers", "search", "--home", dir); code == 0 || !strings.Contains(errOut, "node run") {
+		t.Fatalf("search without daemon: exit %d, %s", code, errOut)
+	}
+}
+
+func TestVerifyRejectsGarbage(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "junk")
+	os.WriteFile(f, []byte("not a record"), 0o644)
+	_, errOut, code := gpunex(t, "verify", f)
+	if code != 1 || !strings.Contains(errOut, "INVALID") {
+		t.Fatalf("verify junk: exit %d, %s", code, errOut)
+	}
+}
+
+type searchRow struct {
+	ID        string    `json:"id"`
+	Provider  string    `json:"provider"`
+	Model     string    `json:"model"`
+	GPUs      int       `json:"gpus"`
+	VRAMGB    int       `json:"vram_gb"`
+	Price     string    `json:"price_usdc_per_gpu_hour"`
+	Region    string    `json:"region"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func searchJSON(t *testing.T, home string, args ...string) []searchRow {
+	t.Helper()
+	out := mustRun(t, append([]string{"offers", "search", "--home", home, "--json"}, args...)...)
+	var rows []searchRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("search --json: %v\n%s", err, out)
+	}
+	return rows
+}
+
+// TestDevnetEndToEnd: devnet up, search, price change, raw record verified, tampered
+// record refused, devnet down, no process left.
+func TestDevnetEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	dev := exec.Command(binary, "devnet", "--dir", dir, "--providers", "3")
+	stdout, _ := dev.StdoutPipe()
+	dev.Stderr = os.Stderr
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Process.Kill()
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			t.Log(sc.Text())
+			if strings.HasPrefix(sc.Text(), "devnet ready") {
+				close(ready)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(120 * time.Second):
+		t.Fatal("devnet not ready in 120 s")
+	}
+	var f node.DevnetFile
+	b, err := os.ReadFile(filepath.Join(dir, "devnet.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Nodes) != 5 {
+		t.Fatalf("devnet.json lists %d nodes; want 5", len(f.Nodes))
+	}
+	names := map[string]node.DevnetNode{}
+	for _, n := range f.Nodes {
+		names[n.Name] = n
+		if !strings.HasPrefix(n.PeerID, "12D3KooW") || !strings.HasPrefix(n.API, "http://127.0.0.1:") || n.Home != filepath.Join(dir, n.Name) {
+			t.Fatalf("devnet.json entry incomplete: %+v", n)
+		}
+	}
+	renter := filepath.Join(dir, "renter-1")
+	rows := searchJSON(t, renter)
+	if len(rows) != 3 {
+		t.Fatalf("renter sees %d offers; want 3", len(rows))
+	}
+	for _, r := range rows {
+		if r.ID == "" || r.Model == "" || r.GPUs < 1 || r.VRAMGB < 1 || r.Price == "" || r.Region == "" || r.ExpiresAt.Before(time.Now()) {
+			t.Fatalf("incomplete row: %+v", r)
+		}
+	}
+	p1 := names["provider-1"]
+	h100 := searchJSON(t, renter, "--model", "H100-80GB")
+	if len(h100) != 1 || h100[0].Provider != p1.PeerID {
+		t.Fatalf("search by model: %+v", h100)
+	}
+	if got := searchJSON(t, renter, "--max-price", "0.10"); len(got) != 0 {
+		t.Fatalf("max-price filter: %+v", got)
+	}
+
+	// Price change: the renter sees it within seconds.
+	mustRun(t, "offer", "set-price", "--home", p1.Home, "--model", "H100-80GB", "--usdc", "1.87")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := searchJSON(t, renter, "--model", "H100-80GB")
+		if len(got) == 1 && got[0].Price == "1.87" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("new price not seen within 5 s: %+v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// The raw record verifies; a tampered copy does not.
+	raw := filepath.Join(dir, "offer.rec")
+	mustRun(t, "offers", "show", h100[0].ID, "--raw", "-o", raw, "--home", renter)
+	out := mustRun(t, "verify", raw)
+	if !strings.Contains(out, "OK: offer record signed by "+p1.PeerID) || !strings.Contains(out, "1870000") {
+		t.Fatalf("verify output: %s", out)
+	}
+	data, _ := os.ReadFile(raw)
+	data[len(data)-70] ^= 0x01
+	bad := filepath.Join(dir, "tampered.rec")
+	os.WriteFile(bad, data, 0o644)
+	if _, errOut, code := gpunex(t, "verify", bad); code == 0 || !strings.Contains(errOut, "INVALID") {
+		t.Fatalf("tampered record: exit %d, %s", code, errOut)
+	}
+
+	// Down: SIGTERM stops everything, no process is left behind.
+	dev.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- dev.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("devnet exit: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("devnet did not stop within 20 s")
+	}
+	for _, n := range f.Nodes {
+		if syscall.Kill(n.PID, 0) == nil {
+			t.Errorf("%s (pid %d) still running", n.Name, n.PID)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "devnet.json")); err == nil {
+		t.Error("devnet.json left behind after stop")
+	}
+}

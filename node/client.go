@@ -1,0 +1,112 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Client talks to a running node's local API. The CLI uses nothing else.
+type Client struct {
+	Base  string // http://127.0.0.1:port
+	token string
+	hc    *http.Client
+}
+
+// ErrNotRunning is returned when the home's daemon is not running.
+var ErrNotRunning = errors.New("node not running")
+
+// NewClient finds the API of the node whose home is h.
+func NewClient(h Home) (*Client, error) {
+	b, err := os.ReadFile(h.Path(APIAddrFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no %s in %s (start it with `gpunex node run --home %s`)", ErrNotRunning, APIAddrFile, h.Dir, h.Dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tok, err := h.Token()
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Base: strings.TrimSpace(string(b)), token: tok, hc: &http.Client{Timeout: 60 * time.Second}}, nil
+}
+
+// Do sends a request and decodes a JSON answer into out (when out is not nil).
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = strings.NewReader(string(b))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %v (is `gpunex node run` still running?)", ErrNotRunning, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s", e.Error)
+		}
+		return fmt.Errorf("API %s %s: %s", method, path, resp.Status)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// Status returns the node's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	return s, c.Do(ctx, http.MethodGet, "/v1/status", nil, &s)
+}
+
+// Search runs an offer search on the node.
+func (c *Client) Search(ctx context.Context, q url.Values) ([]OfferRow, error) {
+	var rows []OfferRow
+	return rows, c.Do(ctx, http.MethodGet, "/v1/offers?"+q.Encode(), nil, &rows)
+}
+
+// OfferRecord fetches the signed record of an offer.
+func (c *Client) OfferRecord(ctx context.Context, id string) (OfferRecordView, error) {
+	var v OfferRecordView
+	return v, c.Do(ctx, http.MethodGet, "/v1/offers/record?id="+url.QueryEscape(id), nil, &v)
+}
+
+// OwnOffer fetches a provider's current offer.
+func (c *Client) OwnOffer(ctx context.Context) (OfferRecordView, error) {
+	var v OfferRecordView
+	return v, c.Do(ctx, http.MethodGet, "/v1/provider/offer", nil, &v)
+}
+
+// SetPrice sets a provider's price for a model.
+func (c *Client) SetPrice(ctx context.Context, model, usdc string) (OfferRecordView, error) {
+	var v OfferRecordView
+	return v, c.Do(ctx, http.MethodPost, "/v1/provider/price", SetPriceRequest{Model: model, USDC: usdc}, &v)
+}

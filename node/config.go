@@ -1,0 +1,243 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Roles a node can take.
+const (
+	RoleProvider    = "provider"
+	RoleRenter      = "renter"
+	RoleCoordinator = "coordinator"
+)
+
+// Roles lists the valid roles.
+var Roles = []string{RoleProvider, RoleRenter, RoleCoordinator}
+
+// Duration is a time.Duration written as text ("10m", "90s") in config.toml.
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: %w (examples: 90s, 10m, 2h)", b, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Config is config.toml. docs/config.md documents every field; Defaults gives each default.
+type Config struct {
+	Role   string       `toml:"role"`
+	Log    LogConfig    `toml:"log"`
+	P2P    P2PConfig    `toml:"p2p"`
+	API    APIConfig    `toml:"api"`
+	Offers OffersConfig `toml:"offers"`
+	// Provider is read only when role is provider.
+	Provider ProviderConfig `toml:"provider"`
+}
+
+// LogConfig sets logging.
+type LogConfig struct {
+	Level  string `toml:"level"`  // debug, info, warn, error
+	Format string `toml:"format"` // text or json
+}
+
+// P2PConfig sets the libp2p host.
+type P2PConfig struct {
+	Listen    []string `toml:"listen"`    // multiaddrs, TCP and QUIC
+	Bootstrap []string `toml:"bootstrap"` // multiaddrs ending in /p2p/<peer ID>: coordinators
+}
+
+// APIConfig sets the local API.
+type APIConfig struct {
+	Listen string `toml:"listen"` // loopback host:port; port 0 picks a free one
+}
+
+// OffersConfig sets how offers are announced and searched.
+type OffersConfig struct {
+	TTL           Duration `toml:"ttl"`            // validity of each announced offer
+	Republish     Duration `toml:"republish"`      // re-announce interval; must be well under ttl
+	SearchTimeout Duration `toml:"search_timeout"` // how long a search queries the DHT
+}
+
+// ProviderConfig declares what a provider sells.
+type ProviderConfig struct {
+	Region       string             `toml:"region"`
+	Availability AvailabilityConfig `toml:"availability"`
+	GPUs         []GPUConfig        `toml:"gpus"`
+}
+
+// AvailabilityConfig is the weekly schedule during which the GPUs are offered.
+type AvailabilityConfig struct {
+	Timezone string   `toml:"timezone"`
+	Windows  []string `toml:"windows"` // empty means 24/7
+}
+
+// GPUConfig declares one GPU model.
+type GPUConfig struct {
+	Model     string `toml:"model"`
+	Count     int    `toml:"count"`
+	VRAMGB    int    `toml:"vram_gb"`
+	PriceUSDC string `toml:"price_usdc"` // per GPU-hour; `gpunex offer set-price` overrides it
+	Simulated bool   `toml:"simulated"`  // no NVIDIA hardware behind it (devnet, tests)
+}
+
+// Defaults returns the configuration a new home starts with.
+func Defaults(role string) Config {
+	c := Config{
+		Role: role,
+		Log:  LogConfig{Level: "info", Format: "text"},
+		P2P: P2PConfig{
+			Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		},
+		API: APIConfig{Listen: "127.0.0.1:0"},
+		Offers: OffersConfig{
+			TTL:           Duration{10 * time.Minute},
+			Republish:     Duration{3 * time.Minute},
+			SearchTimeout: Duration{3 * time.Second},
+		},
+	}
+	if role == RoleProvider {
+		c.Provider = ProviderConfig{
+			Region:       "eu-west",
+			Availability: AvailabilityConfig{Timezone: "UTC"},
+			GPUs:         []GPUConfig{{Model: "L4-24GB", Count: 1, VRAMGB: 24, PriceUSDC: "0.45", Simulated: true}},
+		}
+	}
+	return c
+}
+
+// LoadConfig reads and checks a config file. Fields absent from the file keep their defaults.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	var probe struct {
+		Role string `toml:"role"`
+	}
+	if _, err := toml.Decode(string(b), &probe); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	c := Defaults(probe.Role)
+	c.Provider.GPUs = nil // a provider lists its own GPUs
+	md, err := toml.Decode(string(b), &c)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if undec := md.Undecoded(); len(undec) > 0 {
+		keys := make([]string, len(undec))
+		for i, k := range undec {
+			keys[i] = k.String()
+		}
+		return Config{}, fmt.Errorf("%s: unknown settings: %s (see docs/config.md)", path, strings.Join(keys, ", "))
+	}
+	if err := c.Check(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Check validates the configuration and says what to fix.
+func (c *Config) Check() error {
+	var errs []error
+	if !slices.Contains(Roles, c.Role) {
+		errs = append(errs, fmt.Errorf("role %q: must be one of %s", c.Role, strings.Join(Roles, ", ")))
+	}
+	for _, a := range c.P2P.Listen {
+		if _, err := ma.NewMultiaddr(a); err != nil {
+			errs = append(errs, fmt.Errorf("p2p.listen %q: %v", a, err))
+		}
+	}
+	if _, err := c.BootstrapPeers(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Offers.TTL.Duration < 10*time.Second || c.Offers.TTL.Duration > protocol.MaxOfferTTL {
+		errs = append(errs, fmt.Errorf("offers.ttl %s: must be between 10s and %s", c.Offers.TTL, protocol.MaxOfferTTL))
+	}
+	if c.Offers.Republish.Duration <= 0 || c.Offers.Republish.Duration > c.Offers.TTL.Duration/2 {
+		errs = append(errs, fmt.Errorf("offers.republish %s: must be positive and at most half of offers.ttl (%s)", c.Offers.Republish, c.Offers.TTL))
+	}
+	if c.Offers.SearchTimeout.Duration <= 0 {
+		errs = append(errs, errors.New("offers.search_timeout must be positive"))
+	}
+	if c.Role == RoleProvider {
+		if _, err := c.Provider.Schedule(); err != nil {
+			errs = append(errs, fmt.Errorf("provider.availability: %w", err))
+		}
+		if _, err := c.Provider.Items(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// BootstrapPeers parses p2p.bootstrap.
+func (c *Config) BootstrapPeers() ([]peer.AddrInfo, error) {
+	var out []peer.AddrInfo
+	for _, s := range c.P2P.Bootstrap {
+		ai, err := peer.AddrInfoFromString(s)
+		if err != nil {
+			return nil, fmt.Errorf("p2p.bootstrap %q: %v (expected a multiaddr ending in /p2p/<peer ID>)", s, err)
+		}
+		out = append(out, *ai)
+	}
+	return out, nil
+}
+
+// Schedule parses the availability schedule.
+func (p *ProviderConfig) Schedule() (protocol.Schedule, error) {
+	return protocol.ParseSchedule(p.Availability.Timezone, p.Availability.Windows)
+}
+
+// Items turns the declared GPUs into offer items with their configured prices.
+func (p *ProviderConfig) Items() ([]protocol.OfferGPUs, error) {
+	if len(p.GPUs) == 0 {
+		return nil, errors.New("provider.gpus: a provider declares at least one [[provider.gpus]] entry")
+	}
+	var items []protocol.OfferGPUs
+	seen := map[string]bool{}
+	for i, g := range p.GPUs {
+		price, err := protocol.ParseUSDC(g.PriceUSDC)
+		if err != nil {
+			return nil, fmt.Errorf("provider.gpus[%d].price_usdc: %w", i, err)
+		}
+		it := protocol.OfferGPUs{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, PricePerGPUHour: price}
+		if seen[it.Model] {
+			return nil, fmt.Errorf("provider.gpus[%d]: model %s declared twice; use count", i, it.Model)
+		}
+		seen[it.Model] = true
+		items = append(items, it)
+	}
+	probe := protocol.Offer{Seq: 1, IssuedAt: time.Unix(1, 0), ExpiresAt: time.Unix(2, 0), Region: protocol.NormalizeRegion(p.Region), GPUs: items}
+	if err := probe.Validate(); err != nil {
+		return nil, fmt.Errorf("provider: %w", err)
+	}
+	return items, nil
+}
+
+// Encode writes the config as TOML.
+func (c *Config) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,258 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// DevnetOptions configure RunDevnet.
+type DevnetOptions struct {
+	Dir       string
+	Providers int
+	Binary    string    // the gpunex binary the nodes run
+	Out       io.Writer // progress and summary
+}
+
+// DevnetNode describes one node in devnet.json.
+type DevnetNode struct {
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+	Home   string `json:"home"`
+	PeerID string `json:"peer_id"`
+	API    string `json:"api"`
+	PID    int    `json:"pid"`
+}
+
+// DevnetFile is the content of devnet.json.
+type DevnetFile struct {
+	Nodes []DevnetNode `json:"nodes"`
+}
+
+// The devnet's provider mix: models with their VRAM and a typical price, and regions.
+var devnetGPUs = []GPUConfig{
+	{Model: "H100-80GB", Count: 8, VRAMGB: 80, PriceUSDC: "2.10"},
+	{Model: "A100-80GB", Count: 4, VRAMGB: 80, PriceUSDC: "1.40"},
+	{Model: "L40S-48GB", Count: 4, VRAMGB: 48, PriceUSDC: "0.95"},
+	{Model: "L4-24GB", Count: 2, VRAMGB: 24, PriceUSDC: "0.45"},
+	{Model: "RTX4090-24GB", Count: 2, VRAMGB: 24, PriceUSDC: "0.55"},
+}
+
+var devnetRegions = []string{"eu-west", "us-east", "ap-south"}
+
+type devnetProc struct {
+	DevnetNode
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// RunDevnet starts a coordinator, the providers and a renter as separate processes of the
+// gpunex binary, waits until the renter sees every provider's offer, writes devnet.json,
+// and runs until ctx ends; then it stops every node and waits for each to exit.
+func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(o.Out, format+"\n", a...) }
+	listen := []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}
+	jsonPath := filepath.Join(dir, "devnet.json")
+	os.Remove(jsonPath)
+
+	var procs []*devnetProc
+	defer func() {
+		os.Remove(jsonPath)
+		stopAll(procs, say)
+	}()
+
+	start := func(name string, opts InitOptions) (*devnetProc, error) {
+		h := Home{Dir: filepath.Join(dir, name)}
+		opts.Listen = listen
+		opts.OfferTTL, opts.Republish = "2m", "30s"
+		opts.Force = true // a devnet starts fresh every time
+		if err := os.RemoveAll(h.Path(DataDir)); err != nil {
+			return nil, err
+		}
+		if _, _, err := Init(h.Dir, opts); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		h.RemoveAPIAddr()
+		logf, err := os.Create(h.Path("node.log"))
+		if err != nil {
+			return nil, err
+		}
+		defer logf.Close()
+		cmd := exec.Command(o.Binary, "node", "run", "--home", h.Dir)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		// Own process group (Ctrl-C reaches the devnet, which stops the nodes in order), and
+		// killed with the devnet even if it dies by SIGKILL.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		p := &devnetProc{DevnetNode: DevnetNode{Name: name, Role: opts.Role, Home: h.Dir, PID: cmd.Process.Pid}, cmd: cmd, done: make(chan error, 1)}
+		go func() { p.done <- cmd.Wait() }()
+		procs = append(procs, p)
+		cl, st, err := waitAPI(ctx, h, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s did not start (see %s): %w", name, h.Path("node.log"), err)
+		}
+		p.API, p.PeerID = cl.Base, st.PeerID
+		say("started %-12s %s  %s", name, st.PeerID, cl.Base)
+		return p, nil
+	}
+
+	coord, err := start("coordinator", InitOptions{Role: RoleCoordinator})
+	if err != nil {
+		return err
+	}
+	cl, _ := NewClient(Home{Dir: coord.Home})
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return err
+	}
+	boot := st.Addrs
+	for i := 1; i <= o.Providers; i++ {
+		g := devnetGPUs[(i-1)%len(devnetGPUs)]
+		g.Simulated = true
+		if _, err := start(fmt.Sprintf("provider-%d", i), InitOptions{
+			Role: RoleProvider, Bootstrap: boot, Region: devnetRegions[(i-1)%len(devnetRegions)], GPUs: []GPUConfig{g},
+		}); err != nil {
+			return err
+		}
+	}
+	renter, err := start("renter-1", InitOptions{Role: RoleRenter, Bootstrap: boot})
+	if err != nil {
+		return err
+	}
+
+	say("waiting for the renter to see every offer…")
+	rcl, _ := NewClient(Home{Dir: renter.Home})
+	want := map[string]bool{}
+	for _, p := range procs {
+		if p.Role == RoleProvider {
+			want[p.PeerID] = true
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		rows, err := rcl.Search(ctx, url.Values{})
+		seen := map[string]bool{}
+		for _, r := range rows {
+			if want[r.Provider] {
+				seen[r.Provider] = true
+			}
+		}
+		if err == nil && len(seen) == len(want) {
+			say("the renter sees %d offers from %d providers", len(rows), len(seen))
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the renter sees %d of %d providers after 90 s (logs in %s/*/node.log)", len(seen), len(want), dir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		if err := checkAlive(procs); err != nil {
+			return err
+		}
+	}
+	var f DevnetFile
+	for _, p := range procs {
+		f.Nodes = append(f.Nodes, p.DevnetNode)
+	}
+	if err := writeJSONFile(jsonPath, f); err != nil {
+		return err
+	}
+	say("devnet ready: %s", jsonPath)
+	say("try: gpunex offers search --home %s", renter.Home)
+	say("     gpunex offer set-price --home %s --model %s --usdc 1.99", filepath.Join(dir, "provider-1"), devnetGPUs[0].Model)
+	say("Ctrl-C stops every node.")
+	for {
+		select {
+		case <-ctx.Done():
+			say("stopping the devnet…")
+			return nil
+		case <-time.After(time.Second):
+			if err := checkAlive(procs); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// waitAPI waits until the node's API answers.
+func waitAPI(ctx context.Context, h Home, p *devnetProc) (*Client, Status, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return nil, Status{}, fmt.Errorf("exited: %v", err)
+		case <-ctx.Done():
+			return nil, Status{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		cl, err := NewClient(h)
+		if err != nil {
+			continue
+		}
+		st, err := cl.Status(ctx)
+		if err == nil {
+			return cl, st, nil
+		}
+	}
+	return nil, Status{}, errors.New("API not up after 30 s")
+}
+
+func checkAlive(procs []*devnetProc) error {
+	for _, p := range procs {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("%s exited unexpectedly (%v); see %s", p.Name, err, filepath.Join(p.Home, "node.log"))
+		default:
+		}
+	}
+	return nil
+}
+
+// stopAll sends SIGTERM to every node (renter and providers first, coordinator last) and
+// waits for each; a node still running after 10 s is killed.
+func stopAll(procs []*devnetProc, say func(string, ...any)) {
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := len(procs) - 1; i >= 0; i-- {
+		p := procs[i]
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(deadline)):
+			say("%s did not stop in time: killing it", p.Name)
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+func writeJSONFile(path string, v any) error {
+	var b []byte
+	b, err := jsonIndent(v)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, b, 0o644)
+}

@@ -1,0 +1,252 @@
+package node
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Home is a node's directory: config.toml, identity.key, api.token, data/ and, while the
+// daemon runs, api.addr.
+type Home struct{ Dir string }
+
+// File names inside a home.
+const (
+	ConfigFile   = "config.toml"
+	IdentityFile = "identity.key"
+	TokenFile    = "api.token"
+	APIAddrFile  = "api.addr"
+	DataDir      = "data"
+)
+
+// Path returns the path of a file inside the home.
+func (h Home) Path(name string) string { return filepath.Join(h.Dir, name) }
+
+// InitOptions tune a new home.
+type InitOptions struct {
+	Role string
+	// Overrides, applied to the defaults before config.toml is written (devnet uses them).
+	Listen    []string
+	Bootstrap []string
+	Region    string
+	GPUs      []GPUConfig
+	Windows   []string
+	Timezone  string
+	OfferTTL  string
+	Republish string
+	Force     bool
+}
+
+// ErrHomeExists is returned by Init when the home already holds an identity.
+var ErrHomeExists = errors.New("home already initialised")
+
+// Init creates a home: a commented config.toml with defaults, an Ed25519 identity key and
+// an API token (both 0600), and the data directory.
+func Init(dir string, o InitOptions) (Home, peer.ID, error) {
+	h := Home{Dir: dir}
+	if o.Role == "" {
+		return h, "", fmt.Errorf("a role is required: one of %s", strings.Join(Roles, ", "))
+	}
+	if _, err := os.Stat(h.Path(IdentityFile)); err == nil && !o.Force {
+		return h, "", fmt.Errorf("%w: %s holds %s", ErrHomeExists, dir, IdentityFile)
+	}
+	if err := os.MkdirAll(h.Path(DataDir), 0o700); err != nil {
+		return h, "", fmt.Errorf("create home: %w", err)
+	}
+	c := Defaults(o.Role)
+	if o.Listen != nil {
+		c.P2P.Listen = o.Listen
+	}
+	c.P2P.Bootstrap = o.Bootstrap
+	if o.Region != "" {
+		c.Provider.Region = o.Region
+	}
+	if o.GPUs != nil {
+		c.Provider.GPUs = o.GPUs
+	}
+	if o.Windows != nil {
+		c.Provider.Availability.Windows = o.Windows
+	}
+	if o.Timezone != "" {
+		c.Provider.Availability.Timezone = o.Timezone
+	}
+	if o.OfferTTL != "" {
+		if err := c.Offers.TTL.UnmarshalText([]byte(o.OfferTTL)); err != nil {
+			return h, "", err
+		}
+	}
+	if o.Republish != "" {
+		if err := c.Offers.Republish.UnmarshalText([]byte(o.Republish)); err != nil {
+			return h, "", err
+		}
+	}
+	if err := c.Check(); err != nil {
+		return h, "", err
+	}
+	if err := h.WriteConfig(c); err != nil {
+		return h, "", err
+	}
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		return h, "", err
+	}
+	kb, err := crypto.MarshalPrivateKey(sk)
+	if err != nil {
+		return h, "", err
+	}
+	if err := writeFileAtomic(h.Path(IdentityFile), kb, 0o600); err != nil {
+		return h, "", err
+	}
+	tok := make([]byte, 32)
+	if _, err := rand.Read(tok); err != nil {
+		return h, "", err
+	}
+	if err := writeFileAtomic(h.Path(TokenFile), []byte(hex.EncodeToString(tok)+"\n"), 0o600); err != nil {
+		return h, "", err
+	}
+	id, _ := peer.IDFromPrivateKey(sk)
+	return h, id, nil
+}
+
+// Config loads config.toml.
+func (h Home) Config() (Config, error) { return LoadConfig(h.Path(ConfigFile)) }
+
+// WriteConfig writes config.toml with comments.
+func (h Home) WriteConfig(c Config) error {
+	var b strings.Builder
+	if err := configTemplate.Execute(&b, c); err != nil {
+		return err
+	}
+	// The written file must load back to the same configuration.
+	return writeFileAtomic(h.Path(ConfigFile), []byte(b.String()), 0o644)
+}
+
+// Identity loads the node's private key, refusing a key file others can read.
+func (h Home) Identity() (crypto.PrivKey, error) {
+	p := h.Path(IdentityFile)
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w (run `gpunex init --home %s` first)", err, h.Dir)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("identity: %s is readable by others (mode %o); run chmod 600 on it", p, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	sk, err := crypto.UnmarshalPrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %s is not a libp2p private key: %w", p, err)
+	}
+	return sk, nil
+}
+
+// Token loads the API token.
+func (h Home) Token() (string, error) {
+	b, err := os.ReadFile(h.Path(TokenFile))
+	if err != nil {
+		return "", fmt.Errorf("API token: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if len(t) < 32 {
+		return "", fmt.Errorf("API token in %s is too short", h.Path(TokenFile))
+	}
+	return t, nil
+}
+
+// tokenEqual compares tokens in constant time.
+func tokenEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+var configTemplate = template.Must(template.New("config").Funcs(template.FuncMap{
+	"list": func(xs []string) string {
+		q := make([]string, len(xs))
+		for i, x := range xs {
+			q[i] = fmt.Sprintf("%q", x)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	},
+}).Parse(`# gpunex node configuration. Every setting is described in docs/config.md.
+
+# provider | renter | coordinator
+role = "{{.Role}}"
+
+[log]
+# debug | info | warn | error. Logs go to stderr.
+level = "{{.Log.Level}}"
+# text | json
+format = "{{.Log.Format}}"
+
+[p2p]
+# Multiaddrs the libp2p host listens on (TCP and QUIC).
+listen = {{list .P2P.Listen}}
+# Coordinators to join the network through: multiaddrs ending in /p2p/<peer ID>.
+bootstrap = {{list .P2P.Bootstrap}}
+
+[api]
+# The local JSON API (bearer token in api.token). Loopback only; port 0 picks a free port,
+# written to api.addr while the daemon runs.
+listen = "{{.API.Listen}}"
+
+[offers]
+# How long each announced offer stays valid if its provider goes silent.
+ttl = "{{.Offers.TTL}}"
+# How often a provider re-announces its offer (at most half of ttl).
+republish = "{{.Offers.Republish}}"
+# How long a search waits for DHT answers.
+search_timeout = "{{.Offers.SearchTimeout}}"
+{{if eq .Role "provider"}}
+[provider]
+# Where the GPUs are (free text, lower case): renters filter on it.
+region = "{{.Provider.Region}}"
+
+[provider.availability]
+# IANA time zone of the windows below.
+timezone = "{{.Provider.Availability.Timezone}}"
+# Weekly windows during which the GPUs are offered, e.g. ["mon-fri 08:00-20:00", "sat 10:00-14:00"].
+# Empty means 24/7. Outside the windows the offer is withdrawn.
+windows = {{list .Provider.Availability.Windows}}
+{{range .Provider.GPUs}}
+[[provider.gpus]]
+# GPU model as renters search for it, e.g. H100-80GB, A100-80GB, L40S-48GB, L4-24GB, RTX4090-24GB.
+model = "{{.Model}}"
+count = {{.Count}}
+vram_gb = {{.VRAMGB}}
+# USDC per GPU-hour (up to 6 decimals). ` + "`gpunex offer set-price`" + ` changes it at run time.
+price_usdc = "{{.PriceUSDC}}"
+# true when there is no NVIDIA hardware behind this entry (devnet, tests).
+simulated = {{.Simulated}}
+{{end}}{{end}}`))

@@ -1,0 +1,55 @@
+package node
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are one node's Prometheus metrics, on their own registry so that several nodes
+// can live in one process (tests, benchmarks).
+type Metrics struct {
+	Registry        *prometheus.Registry
+	RecordsAccepted *prometheus.CounterVec
+	RecordsRejected *prometheus.CounterVec
+	OffersKnown     prometheus.Gauge
+	OfferPublishes  prometheus.Counter
+	Searches        prometheus.Histogram
+	APIRequests     *prometheus.CounterVec
+}
+
+func newMetrics(peers func() float64) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		RecordsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_records_accepted_total",
+			Help: "Signed records accepted, by kind and by where they came from (gossip, dht, dht_validator, self).",
+		}, []string{"kind", "source"}),
+		RecordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_records_rejected_total",
+			Help: "Signed records rejected, by kind, source and reason (bad_signature, replay, expired, too_large, malformed, ...).",
+		}, []string{"kind", "source", "reason"}),
+		OffersKnown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpunex_offers_known",
+			Help: "Providers whose live, unwithdrawn offer this node holds.",
+		}),
+		OfferPublishes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpunex_offer_publishes_total",
+			Help: "Offer records this provider signed and announced.",
+		}),
+		Searches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpunex_search_duration_seconds",
+			Help:    "Time to answer an offer search.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		APIRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_api_requests_total",
+			Help: "Local API requests by route and status code.",
+		}, []string{"route", "code"}),
+	}
+	m.Registry.MustRegister(m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.Searches, m.APIRequests,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}

@@ -1,0 +1,229 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// TestOfferNetwork runs 20 nodes (a coordinator, 16 providers, a provider on a fake clock,
+// a renter, and a hostile peer) and checks what a renter sees: every offer by model and by
+// region, a price change, an offer leaving when its window closes and when its provider
+// stops, and never a forged or replayed offer.
+func TestOfferNetwork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	tn := newTestNet(t)
+	const nProviders = 16
+	var providers []*Node
+	for i := 0; i < nProviders; i++ {
+		providers = append(providers, tn.add(providerConfig(i), nil))
+	}
+	// A provider whose availability window closes three minutes from now (in its own
+	// clock, which the test moves).
+	now := time.Now().UTC()
+	start, end := now.Add(-time.Hour).Truncate(time.Minute), now.Add(3*time.Minute).Truncate(time.Minute)
+	window := fmt.Sprintf("%s %s-%s", start.Weekday().String()[:3], start.Format("15:04"), end.Format("15:04"))
+	clock := NewFakeClock(now)
+	wcfg := providerConfig(nProviders)
+	wcfg.Provider.Availability = AvailabilityConfig{Timezone: "UTC", Windows: []string{window}}
+	windowed := tn.add(wcfg, clock)
+	renter := tn.add(testConfig(RoleRenter), nil)
+
+	all := append(append([]*Node{}, providers...), windowed)
+	// Every provider's offer is found by model and by region.
+	for _, m := range testModels {
+		want := map[string]bool{}
+		for i, p := range all {
+			if testModels[i%len(testModels)].model == m.model {
+				want[p.ID().String()] = true
+			}
+		}
+		eventually(t, 20*time.Second, "search by model "+m.model, func() (bool, string) {
+			got := providersIn(search(t, renter, SearchFilter{Model: m.model}))
+			for id := range want {
+				if _, ok := got[id]; !ok {
+					return false, fmt.Sprintf("%d of %d providers", len(got), len(want))
+				}
+			}
+			for id, r := range got {
+				if !want[id] || r.Model != m.model {
+					t.Fatalf("search for %s returned %s (%s)", m.model, id, r.Model)
+				}
+			}
+			return true, ""
+		})
+	}
+	for _, region := range testRegions {
+		rows := search(t, renter, SearchFilter{Region: region})
+		n := 0
+		for i := range all {
+			if testRegions[i%len(testRegions)] == region {
+				n++
+			}
+		}
+		if len(rows) != n {
+			t.Fatalf("search in %s: %d offers; want %d", region, len(rows), n)
+		}
+		for _, r := range rows {
+			if r.Region != region {
+				t.Fatalf("search in %s returned an offer in %s", region, r.Region)
+			}
+		}
+	}
+	// Sorted by price, and filters combine.
+	rows := search(t, renter, SearchFilter{})
+	if len(rows) != len(all) {
+		t.Fatalf("unfiltered search: %d offers; want %d", len(rows), len(all))
+	}
+	for i := 1; i < len(rows); i++ {
+		if rows[i].PriceMicroUSDC < rows[i-1].PriceMicroUSDC {
+			t.Fatalf("not sorted by price: %s before %s", rows[i-1].PriceUSDC, rows[i].PriceUSDC)
+		}
+	}
+	for _, r := range search(t, renter, SearchFilter{MaxPrice: 2_500_000, MinGPUs: 4}) {
+		if r.PriceMicroUSDC > 2_500_000 || r.GPUs < 4 {
+			t.Fatalf("filter ignored: %+v", r)
+		}
+	}
+
+	// A price change reaches the renter.
+	target := providers[3]
+	before, _ := target.book.get(target.ID())
+	oldRaw := before.Raw
+	model := before.Offer.GPUs[0].Model
+	if _, err := target.prov.SetPrice(context.Background(), model, 7_770_000); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "price change seen", func() (bool, string) {
+		r, ok := providersIn(search(t, renter, SearchFilter{Model: model}))[target.ID().String()]
+		return ok && r.PriceUSDC == "7.77", fmt.Sprintf("%+v", r)
+	})
+
+	// A hostile peer gossips a replay of the old offer, a tampered one, and one forged in
+	// another provider's name; it also tries to store a forged offer in the DHT.
+	evil := newEvilPeer(t, tn)
+	victim := providers[5]
+	vso, _ := victim.book.get(victim.ID())
+	forgedOffer := vso.Offer
+	forgedOffer.Seq += 1000
+	forgedOffer.GPUs = append([]protocol.OfferGPUs{}, forgedOffer.GPUs...)
+	forgedOffer.GPUs[0].PricePerGPUHour = 1 // bait
+	forged, err := protocol.Seal(protocol.KindOffer, forgedOffer, evil.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := append([]byte{}, vso.Raw...)
+	tampered[len(tampered)-80] ^= 1
+	rejectedBefore := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("offer", "gossip", "replay"))
+	evil.publish(t, oldRaw)
+	evil.publish(t, forged)
+	evil.publish(t, tampered)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err = evil.dht.PutValue(ctx, protocol.OfferKey(victim.ID()), forged)
+	cancel()
+	t.Logf("hostile DHT put: %v", err)
+	eventually(t, 5*time.Second, "replay counted", func() (bool, string) {
+		v := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("offer", "gossip", "replay"))
+		return v > rejectedBefore, fmt.Sprint(v)
+	})
+	for _, r := range search(t, renter, SearchFilter{}) {
+		if r.PriceMicroUSDC == 1 {
+			t.Fatalf("forged offer shown: %+v", r)
+		}
+		if r.Provider == target.ID().String() && r.PriceUSDC != "7.77" {
+			t.Fatalf("replayed offer shown: %+v", r)
+		}
+	}
+	rejected := 0.0
+	for _, n := range tn.nodes {
+		rejected += testutil.ToFloat64(n.metrics.RecordsRejected.WithLabelValues("offer", "gossip", "wrong_signer")) +
+			testutil.ToFloat64(n.metrics.RecordsRejected.WithLabelValues("offer", "gossip", "bad_signature")) +
+			testutil.ToFloat64(n.metrics.RecordsRejected.WithLabelValues("offer", "dht_validator", "wrong_signer"))
+	}
+	if rejected == 0 {
+		t.Fatal("forged records were not counted as rejected")
+	}
+
+	// The window closes: the offer is withdrawn and leaves the renter's search.
+	for clock.Waiters() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	clock.Advance(end.Sub(now) + time.Second)
+	eventually(t, 5*time.Second, "offer gone after its window closed", func() (bool, string) {
+		_, ok := providersIn(search(t, renter, SearchFilter{}))[windowed.ID().String()]
+		return !ok, "still listed"
+	})
+	if so := windowed.prov.Current(); so.Offer.Withdrawn == "" {
+		t.Fatal("offer outside the window is not marked withdrawn")
+	}
+
+	// A provider stops: its offer disappears.
+	gone := providers[7]
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	gone.Close(ctx)
+	cancel()
+	eventually(t, 5*time.Second, "offer gone after its provider stopped", func() (bool, string) {
+		_, ok := providersIn(search(t, renter, SearchFilter{}))[gone.ID().String()]
+		return !ok, "still listed"
+	})
+}
+
+// evilPeer speaks the gpunex protocols without checking anything.
+type evilPeer struct {
+	key   crypto.PrivKey
+	topic *pubsub.Topic
+	dht   *dht.IpfsDHT
+}
+
+type acceptAll struct{}
+
+func (acceptAll) Validate(string, []byte) error        { return nil }
+func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
+
+func newEvilPeer(t *testing.T, tn *testNet) *evilPeer {
+	h, sk := newHost(t)
+	t.Cleanup(func() { h.Close() })
+	ctx := context.Background()
+	// Connect to everyone so that its gossip reaches the renter directly.
+	for _, n := range tn.nodes {
+		h.Connect(ctx, peer.AddrInfo{ID: n.ID(), Addrs: n.Host().Addrs()})
+	}
+	ps, err := pubsub.NewGossipSub(ctx, h, pubsub.WithFloodPublish(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, err := ps.Join(protocol.OffersTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dht.New(h, dht.Mode(dht.ModeServer), dht.ProtocolPrefix(protocol.DHTProtocolPrefix),
+		dht.Validator(record.NamespacedValidator{protocol.OfferNamespace: acceptAll{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	<-d.RefreshRoutingTable()
+	// Gossip only reaches peers that know the new peer joined the topic.
+	eventually(t, 5*time.Second, "hostile peer in the renter's topic view", func() (bool, string) {
+		return len(topic.ListPeers()) >= len(tn.nodes)/2, fmt.Sprint(len(topic.ListPeers()))
+	})
+	return &evilPeer{sk, topic, d}
+}
+
+func (e *evilPeer) publish(t *testing.T, raw []byte) {
+	if err := e.topic.Publish(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,307 @@
+// Package node is the gpunex daemon: a libp2p host with the private DHT and gossipsub, the
+// provider, renter and coordinator roles, the local API, and the devnet.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Version is the node software version, set at build time with -ldflags.
+var Version = "0.1.0-dev"
+
+// Deps are the node's outside parts. Every field is optional: New builds the real thing
+// from the configuration for each one left empty.
+type Deps struct {
+	Host   host.Host      // the libp2p host; built from cfg.P2P when nil
+	Ledger *ledger.Ledger // opened in DataDir when nil
+	// DataDir is where the ledger lives when Ledger is nil.
+	DataDir string
+	Clock   Clock
+	Logger  *slog.Logger
+}
+
+// Node is a running gpunex daemon.
+type Node struct {
+	cfg     Config
+	key     crypto.PrivKey
+	id      peer.ID
+	log     *slog.Logger
+	clock   Clock
+	host    host.Host
+	dht     *dht.IpfsDHT
+	ps      *pubsub.PubSub
+	topic   *pubsub.Topic
+	sub     *pubsub.Subscription
+	ledger  *ledger.Ledger
+	book    *offerBook
+	metrics *Metrics
+	prov    *provider // nil unless the role is provider
+
+	ownsHost, ownsLedger bool
+	cancel               context.CancelFunc
+	wg                   sync.WaitGroup
+	closeOnce            sync.Once
+}
+
+// New starts a node: host, DHT, gossip, and the role's loops. The caller must Close it.
+func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, err error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	n = &Node{cfg: cfg, key: key, log: d.Logger, clock: d.Clock, host: d.Host, ledger: d.Ledger}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
+	if n.clock == nil {
+		n.clock = SystemClock()
+	}
+	n.id, err = peer.IDFromPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	defer func() {
+		if err != nil {
+			n.Close(context.Background())
+		}
+	}()
+
+	if n.ledger == nil {
+		n.ledger, err = ledger.Open(ledger.Options{Dir: filepath.Clean(d.DataDir), Logger: n.log})
+		if err != nil {
+			return nil, err
+		}
+		n.ownsLedger = true
+	}
+	if n.host == nil {
+		n.host, err = libp2p.New(
+			libp2p.Identity(key),
+			libp2p.ListenAddrStrings(cfg.P2P.Listen...),
+			libp2p.UserAgent("gpunex/"+Version),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("start libp2p host on %v: %w", cfg.P2P.Listen, err)
+		}
+		n.ownsHost = true
+	}
+	if n.host.ID() != n.id {
+		return nil, errors.New("host identity differs from the node key")
+	}
+	n.metrics = newMetrics(func() float64 { return float64(len(n.host.Network().Peers())) })
+	n.book = newOfferBook(n.ledger, n.metrics, n.log.With("subsystem", "offers"), n.clock)
+	if err := n.book.load(); err != nil {
+		return nil, fmt.Errorf("load offers seen: %w", err)
+	}
+
+	boot, err := cfg.BootstrapPeers()
+	if err != nil {
+		return nil, err
+	}
+	n.dht, err = dht.New(n.host,
+		dht.Mode(dht.ModeServer),
+		dht.ProtocolPrefix(protocol.DHTProtocolPrefix),
+		dht.Validator(record.NamespacedValidator{protocol.OfferNamespace: dhtValidator{n.book}}),
+		dht.BootstrapPeers(boot...),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("start DHT: %w", err)
+	}
+	n.ps, err = pubsub.NewGossipSub(runCtx, n.host,
+		pubsub.WithFloodPublish(true),
+		pubsub.WithMaxMessageSize(64<<10),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("start gossipsub: %w", err)
+	}
+	if err := n.ps.RegisterTopicValidator(protocol.OffersTopic, n.validateGossip); err != nil {
+		return nil, err
+	}
+	if n.topic, err = n.ps.Join(protocol.OffersTopic); err != nil {
+		return nil, err
+	}
+	if n.sub, err = n.topic.Subscribe(); err != nil {
+		return nil, err
+	}
+
+	n.goLoop(func() { n.drainGossip(runCtx) })
+	n.goLoop(func() { n.bootstrapLoop(runCtx, boot) })
+	n.goLoop(func() { n.flushLoop(runCtx) })
+	if cfg.Role == RoleProvider {
+		n.prov, err = newProvider(n)
+		if err != nil {
+			return nil, err
+		}
+		n.goLoop(func() { n.prov.run(runCtx) })
+	}
+	n.log.Info("node started", "peer_id", n.id, "role", cfg.Role, "addrs", n.host.Addrs())
+	return n, nil
+}
+
+func (n *Node) goLoop(f func()) {
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); f() }()
+}
+
+// ID returns the node's peer ID.
+func (n *Node) ID() peer.ID { return n.id }
+
+// Host returns the libp2p host.
+func (n *Node) Host() host.Host { return n.host }
+
+// Metrics returns the node's metrics.
+func (n *Node) Metrics() *Metrics { return n.metrics }
+
+// Role returns the node's role.
+func (n *Node) Role() string { return n.cfg.Role }
+
+// Addrs returns the node's full multiaddrs (with /p2p/<id>).
+func (n *Node) Addrs() []string {
+	var out []string
+	for _, a := range n.host.Addrs() {
+		out = append(out, a.String()+"/p2p/"+n.id.String())
+	}
+	return out
+}
+
+// Close withdraws a provider's offer, then stops every loop and closes the DHT, gossip,
+// host and ledger, within ctx's deadline.
+func (n *Node) Close(ctx context.Context) error {
+	var errs []error
+	n.closeOnce.Do(func() {
+		if n.prov != nil {
+			n.prov.withdraw(ctx, "provider shutting down")
+		}
+		if n.cancel != nil {
+			n.cancel()
+		}
+		done := make(chan struct{})
+		go func() { n.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("node loops did not stop in time: %w", ctx.Err()))
+		}
+		if n.book != nil && n.ledger != nil {
+			errs = append(errs, n.book.flush())
+		}
+		if n.sub != nil {
+			n.sub.Cancel()
+		}
+		if n.topic != nil {
+			n.topic.Close()
+		}
+		if n.dht != nil {
+			errs = append(errs, n.dht.Close())
+		}
+		if n.ownsHost && n.host != nil {
+			errs = append(errs, n.host.Close())
+		}
+		if n.ownsLedger && n.ledger != nil {
+			errs = append(errs, n.ledger.Close())
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// validateGossip is the offers topic validator: replays and expired records are ignored,
+// anything else that fails is rejected (and counts against the sender's gossip score).
+func (n *Node) validateGossip(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	_, _, err := n.book.accept(msg.Data, "gossip")
+	switch {
+	case err == nil:
+		return pubsub.ValidationAccept
+	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrExpired):
+		return pubsub.ValidationIgnore
+	default:
+		return pubsub.ValidationReject
+	}
+}
+
+// drainGossip reads the subscription; the validator has already taken each message in.
+func (n *Node) drainGossip(ctx context.Context) {
+	for {
+		if _, err := n.sub.Next(ctx); err != nil {
+			return
+		}
+	}
+}
+
+// bootstrapLoop connects to the bootstrap peers until connected, and again whenever the
+// node finds itself alone; it refreshes the DHT routing table after each reconnection.
+func (n *Node) bootstrapLoop(ctx context.Context, boot []peer.AddrInfo) {
+	if len(boot) == 0 {
+		return
+	}
+	for {
+		if len(n.host.Network().Peers()) == 0 {
+			connected := 0
+			for _, ai := range boot {
+				if ai.ID == n.id {
+					continue
+				}
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := n.host.Connect(cctx, ai)
+				cancel()
+				if err != nil {
+					n.log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+					continue
+				}
+				connected++
+			}
+			if connected > 0 {
+				n.log.Info("joined the network", "bootstrap_peers", connected)
+				select {
+				case <-n.dht.RefreshRoutingTable():
+				case <-ctx.Done():
+					return
+				}
+				if n.prov != nil {
+					// Announce to the network just joined, and once more when the gossip
+					// mesh has formed (its heartbeat is one second).
+					n.prov.poke()
+					time.AfterFunc(3*time.Second, n.prov.poke)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// flushLoop writes the offers seen to the ledger every few seconds.
+func (n *Node) flushLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+			if err := n.book.flush(); err != nil {
+				n.log.Warn("saving offers seen failed", "err", err)
+			}
+		}
+	}
+}
+
+// ErrNotFound is returned when something asked for does not exist.
+var ErrNotFound = errors.New("not found")

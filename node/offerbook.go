@@ -1,0 +1,228 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// offerBook holds the latest verified offer of every provider this node has heard of,
+// whatever the channel (gossip, DHT, its own publisher). It is where the stateful rule
+// lives: an offer older than one already seen from the same provider is a replay.
+type offerBook struct {
+	ledger  *ledger.Ledger
+	metrics *Metrics
+	log     *slog.Logger
+	clock   Clock
+
+	mu      sync.Mutex
+	offers  map[peer.ID]*bookEntry
+	dirty   map[peer.ID]bool
+	changed chan struct{} // closed and replaced on every change
+}
+
+type bookEntry struct {
+	offer      *protocol.SignedOffer
+	receivedAt time.Time
+}
+
+func newOfferBook(l *ledger.Ledger, m *Metrics, log *slog.Logger, clock Clock) *offerBook {
+	return &offerBook{
+		ledger: l, metrics: m, log: log, clock: clock,
+		offers:  map[peer.ID]*bookEntry{},
+		dirty:   map[peer.ID]bool{},
+		changed: make(chan struct{}),
+	}
+}
+
+// load restores the offers seen before a restart, so that replays stay rejected.
+func (b *offerBook) load() error {
+	now := b.clock.Now()
+	seen, err := b.ledger.SeenOffers(now)
+	if err != nil {
+		return err
+	}
+	for _, s := range seen {
+		so, err := protocol.CheckOffer(s.Raw, now)
+		if err != nil {
+			continue // expired since, or from an older version: forget it
+		}
+		b.offers[so.Signer] = &bookEntry{offer: so, receivedAt: time.Time{}}
+	}
+	b.updateGauge(now)
+	return nil
+}
+
+// check applies every rule without storing: the stateless ones of protocol.CheckOffer and
+// the replay rule. Rejections are counted and logged at debug level.
+func (b *offerBook) check(raw []byte, source string) (*protocol.SignedOffer, error) {
+	so, err := protocol.CheckOffer(raw, b.clock.Now())
+	if err == nil {
+		b.mu.Lock()
+		if cur := b.offers[so.Signer]; cur != nil {
+			if so.Offer.Seq < cur.offer.Offer.Seq ||
+				(so.Offer.Seq == cur.offer.Offer.Seq && !bytes.Equal(raw, cur.offer.Raw)) {
+				err = fmt.Errorf("%w: seq %d from %s, already have %d", protocol.ErrReplay, so.Offer.Seq, so.Signer, cur.offer.Offer.Seq)
+			}
+		}
+		b.mu.Unlock()
+	}
+	if err != nil {
+		b.reject(source, err)
+		return nil, err
+	}
+	return so, nil
+}
+
+func (b *offerBook) reject(source string, err error) {
+	b.metrics.RecordsRejected.WithLabelValues(string(protocol.KindOffer), source, protocol.Reason(err)).Inc()
+	b.log.Debug("offer rejected", "source", source, "reason", protocol.Reason(err), "err", err)
+}
+
+// accept checks an offer and stores it when it is newer than the one held. fresh reports
+// whether it changed the book.
+func (b *offerBook) accept(raw []byte, source string) (so *protocol.SignedOffer, fresh bool, err error) {
+	so, err = b.check(raw, source)
+	if err != nil {
+		return nil, false, err
+	}
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cur := b.offers[so.Signer]
+	if cur != nil && cur.offer.Offer.Seq >= so.Offer.Seq {
+		cur.receivedAt = now // the same record again: it is still current
+		return cur.offer, false, nil
+	}
+	b.offers[so.Signer] = &bookEntry{offer: so, receivedAt: now}
+	b.dirty[so.Signer] = true
+	b.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindOffer), source).Inc()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.updateGaugeLocked(now)
+	return so, true, nil
+}
+
+// get returns the held offer of a provider and when it was last received.
+func (b *offerBook) get(p peer.ID) (*protocol.SignedOffer, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e := b.offers[p]; e != nil {
+		return e.offer, e.receivedAt
+	}
+	return nil, time.Time{}
+}
+
+// live returns every held offer that is unexpired and not withdrawn at time now.
+func (b *offerBook) live(now time.Time) []*protocol.SignedOffer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*protocol.SignedOffer, 0, len(b.offers))
+	for _, e := range b.offers {
+		if isLive(e.offer, now) {
+			out = append(out, e.offer)
+		}
+	}
+	return out
+}
+
+func isLive(so *protocol.SignedOffer, now time.Time) bool {
+	return so.Offer.Withdrawn == "" && now.Before(so.Offer.ExpiresAt)
+}
+
+// waitChange returns a channel closed at the next change of the book.
+func (b *offerBook) waitChange() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
+// flush writes changed offers to the ledger in one batch and forgets expired ones.
+func (b *offerBook) flush() error {
+	now := b.clock.Now()
+	b.mu.Lock()
+	batch := make([]ledger.SeenOffer, 0, len(b.dirty))
+	for p := range b.dirty {
+		if e := b.offers[p]; e != nil {
+			batch = append(batch, ledger.SeenOffer{Provider: p, Seq: e.offer.Offer.Seq, ExpiresAt: e.offer.Offer.ExpiresAt, Raw: e.offer.Raw})
+		}
+	}
+	clear(b.dirty)
+	for p, e := range b.offers {
+		if !now.Before(e.offer.Offer.ExpiresAt) {
+			delete(b.offers, p)
+		}
+	}
+	b.updateGaugeLocked(now)
+	b.mu.Unlock()
+	var errs []error
+	if len(batch) > 0 {
+		errs = append(errs, b.ledger.SaveSeenOffers(batch))
+	}
+	_, err := b.ledger.PruneSeenOffers(now)
+	return errors.Join(append(errs, err)...)
+}
+
+func (b *offerBook) updateGauge(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.updateGaugeLocked(now)
+}
+
+func (b *offerBook) updateGaugeLocked(now time.Time) {
+	n := 0
+	for _, e := range b.offers {
+		if isLive(e.offer, now) {
+			n++
+		}
+	}
+	b.metrics.OffersKnown.Set(float64(n))
+}
+
+// dhtValidator validates offer records for the DHT: every stateless rule, the replay rule,
+// and that the record is stored under its own signer's key.
+type dhtValidator struct{ book *offerBook }
+
+func (v dhtValidator) Validate(key string, value []byte) error {
+	owner, err := protocol.ParseOfferKey(key)
+	if err != nil {
+		v.book.reject("dht_validator", err)
+		return err
+	}
+	so, err := v.book.check(value, "dht_validator")
+	if err != nil {
+		return err
+	}
+	if so.Signer != owner {
+		err := fmt.Errorf("%w: offer of %s stored under the key of %s", protocol.ErrWrongSigner, so.Signer, owner)
+		v.book.reject("dht_validator", err)
+		return err
+	}
+	return nil
+}
+
+// Select picks the record with the highest sequence. Values were validated already.
+func (v dhtValidator) Select(key string, values [][]byte) (int, error) {
+	best, bestSeq := -1, uint64(0)
+	for i, raw := range values {
+		seq, err := protocol.PeekOfferSeq(raw)
+		if err != nil {
+			continue
+		}
+		if best < 0 || seq > bestSeq {
+			best, bestSeq = i, seq
+		}
+	}
+	if best < 0 {
+		return 0, errors.New("no valid offer record")
+	}
+	return best, nil
+}

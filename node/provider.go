@@ -1,0 +1,251 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// provider announces this node's offer: on start, on every price change, at every
+// availability-window boundary, every republish interval, and (withdrawn) at shutdown.
+type provider struct {
+	n      *Node
+	sched  protocol.Schedule
+	region string
+	base   []protocol.OfferGPUs // declared in config, with configured prices
+
+	wake     chan struct{}
+	announce chan []byte // latest record for the DHT announcer; holds at most one
+
+	mu      sync.Mutex
+	current *protocol.SignedOffer
+	closed  bool
+}
+
+// ErrUnknownModel is returned when a price is set for a model the provider does not declare.
+var ErrUnknownModel = errors.New("model not declared in [[provider.gpus]]")
+
+func newProvider(n *Node) (*provider, error) {
+	sched, err := n.cfg.Provider.Schedule()
+	if err != nil {
+		return nil, err
+	}
+	items, err := n.cfg.Provider.Items()
+	if err != nil {
+		return nil, err
+	}
+	return &provider{
+		n: n, sched: sched, base: items,
+		region:   protocol.NormalizeRegion(n.cfg.Provider.Region),
+		wake:     make(chan struct{}, 1),
+		announce: make(chan []byte, 1),
+	}, nil
+}
+
+// poke asks the loop to publish now.
+func (p *provider) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *provider) run(ctx context.Context) {
+	go p.announceLoop(ctx)
+	for {
+		if err := p.publish(ctx); err != nil {
+			p.n.log.Warn("publishing offer failed", "err", err)
+		}
+		wait := p.n.cfg.Offers.Republish.Duration
+		now := p.n.clock.Now()
+		if next, ok := p.sched.NextChange(now); ok && next.Sub(now) < wait {
+			wait = next.Sub(now)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-p.n.clock.After(wait):
+		}
+	}
+}
+
+// build makes the offer as it stands at now: declared GPUs with current prices, or a
+// withdrawal outside the availability windows.
+func (p *provider) build(now time.Time, withdrawn string) (protocol.Offer, error) {
+	o := protocol.Offer{
+		Version:      protocol.OfferVersion,
+		Provider:     p.n.id.String(),
+		IssuedAt:     now.UTC().Truncate(time.Millisecond),
+		Region:       p.region,
+		Availability: p.sched.String(),
+		Addrs:        p.n.Addrs(),
+	}
+	o.ExpiresAt = o.IssuedAt.Add(p.n.cfg.Offers.TTL.Duration)
+	if len(o.Addrs) > 16 {
+		o.Addrs = o.Addrs[:16]
+	}
+	if withdrawn == "" && !p.sched.Open(now) {
+		withdrawn = "outside availability window"
+		if next, ok := p.sched.NextChange(now); ok {
+			withdrawn += "; back at " + next.UTC().Format(time.RFC3339)
+		}
+	}
+	if withdrawn != "" {
+		o.Withdrawn = withdrawn
+		return o, nil
+	}
+	prices, err := p.n.ledger.Prices()
+	if err != nil {
+		return o, err
+	}
+	for _, g := range p.base {
+		if v, ok := prices[g.Model]; ok {
+			g.PricePerGPUHour = v
+		}
+		o.GPUs = append(o.GPUs, g)
+	}
+	return o, nil
+}
+
+// publish signs the current offer and announces it over gossip at once and over the DHT in
+// the background.
+func (p *provider) publish(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	return p.publishLocked(ctx, "")
+}
+
+func (p *provider) publishLocked(ctx context.Context, withdrawn string) error {
+	now := p.n.clock.Now()
+	o, err := p.build(now, withdrawn)
+	if err != nil {
+		return err
+	}
+	if o.Seq, err = p.n.ledger.NextOfferSeq(now); err != nil {
+		return err
+	}
+	raw, err := protocol.Seal(protocol.KindOffer, o, p.n.key)
+	if err != nil {
+		return err
+	}
+	so, _, err := p.n.book.accept(raw, "self")
+	if err != nil {
+		return fmt.Errorf("own offer rejected: %w", err)
+	}
+	p.current = so
+	p.n.metrics.OfferPublishes.Inc()
+	if err := p.n.topic.Publish(ctx, raw); err != nil {
+		return fmt.Errorf("gossip offer: %w", err)
+	}
+	select { // replace any announce still pending: only the newest matters
+	case <-p.announce:
+	default:
+	}
+	p.announce <- raw
+	p.n.log.Debug("offer published", "seq", o.Seq, "gpus", len(o.GPUs), "withdrawn", o.Withdrawn)
+	return nil
+}
+
+// announceLoop stores the newest offer in the DHT under the provider's key and announces
+// the provider under the model, region and "all" keys.
+func (p *provider) announceLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case raw := <-p.announce:
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			p.announceDHT(actx, raw)
+			cancel()
+		}
+	}
+}
+
+func (p *provider) announceDHT(ctx context.Context, raw []byte) {
+	// A node that just started may not have DHT peers yet: wait for them (within ctx).
+	for len(p.n.dht.RoutingTable().ListPeers()) == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err := p.n.dht.PutValue(ctx, protocol.OfferKey(p.n.id), raw); err != nil {
+		p.n.log.Debug("DHT put of offer failed", "err", err)
+	}
+	keys := []cid.Cid{protocol.AllOffersKey(), protocol.RegionKey(p.region)}
+	for _, g := range p.base {
+		keys = append(keys, protocol.ModelKey(g.Model))
+	}
+	for _, k := range keys {
+		if err := p.n.dht.Provide(ctx, k, true); err != nil {
+			p.n.log.Debug("DHT provide failed", "key", k, "err", err)
+		}
+	}
+}
+
+// SetPrice changes the price of one declared model and announces the new offer at once.
+func (p *provider) SetPrice(ctx context.Context, model string, price protocol.MicroUSDC) (*protocol.SignedOffer, error) {
+	model = protocol.NormalizeModel(model)
+	known := false
+	for _, g := range p.base {
+		known = known || g.Model == model
+	}
+	if !known {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownModel, model)
+	}
+	if price <= 0 || price > protocol.MaxPricePerGPUHour {
+		return nil, fmt.Errorf("price %s USDC out of range (0, %s]", price, protocol.MaxPricePerGPUHour)
+	}
+	if err := p.n.ledger.SetPrice(model, price); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.publishLocked(ctx, ""); err != nil {
+		return nil, err
+	}
+	return p.current, nil
+}
+
+// Current returns the offer last published.
+func (p *provider) Current() *protocol.SignedOffer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.current
+}
+
+// withdraw publishes a withdrawn offer and stops further publishing. It waits (within ctx)
+// for the DHT to hold the withdrawal so that searches stop finding the old offer.
+func (p *provider) withdraw(ctx context.Context, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	if err := p.publishLocked(ctx, reason); err != nil {
+		p.n.log.Warn("withdrawing offer failed", "err", err)
+		return
+	}
+	// Store the withdrawal in the DHT ourselves, now: the announce loop is about to stop.
+	// The round trips this takes also give gossip the time to send it out.
+	if len(p.n.dht.RoutingTable().ListPeers()) > 0 {
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := p.n.dht.PutValue(dctx, protocol.OfferKey(p.n.id), p.current.Raw); err != nil {
+			p.n.log.Debug("DHT put of withdrawal failed", "err", err)
+		}
+		cancel()
+	}
+	p.n.log.Info("offer withdrawn", "reason", reason)
+}

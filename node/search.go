@@ -1,0 +1,163 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// SearchFilter selects offers. Zero fields match everything.
+type SearchFilter struct {
+	Model    string
+	Region   string
+	MaxPrice protocol.MicroUSDC // per GPU-hour
+	MinGPUs  int
+}
+
+// OfferRow is one GPU model of one provider's live offer, as search shows it.
+type OfferRow struct {
+	ID             string             `json:"id"`
+	Provider       string             `json:"provider"`
+	Model          string             `json:"model"`
+	GPUs           int                `json:"gpus"`
+	VRAMGB         int                `json:"vram_gb"`
+	PriceUSDC      string             `json:"price_usdc_per_gpu_hour"`
+	PriceMicroUSDC protocol.MicroUSDC `json:"price_micro_usdc_per_gpu_hour"`
+	Region         string             `json:"region"`
+	Availability   string             `json:"availability"`
+	Seq            uint64             `json:"seq"`
+	IssuedAt       time.Time          `json:"issued_at"`
+	ExpiresAt      time.Time          `json:"expires_at"`
+}
+
+func (f SearchFilter) match(o *protocol.Offer, g protocol.OfferGPUs) bool {
+	return (f.Model == "" || protocol.NormalizeModel(f.Model) == g.Model) &&
+		(f.Region == "" || protocol.NormalizeRegion(f.Region) == o.Region) &&
+		(f.MaxPrice <= 0 || g.PricePerGPUHour <= f.MaxPrice) &&
+		(f.MinGPUs <= 0 || g.Count >= f.MinGPUs)
+}
+
+// Rows flattens a verified offer into search rows that match the filter.
+func (f SearchFilter) Rows(so *protocol.SignedOffer) []OfferRow {
+	var out []OfferRow
+	for _, g := range so.Offer.GPUs {
+		if !f.match(&so.Offer, g) {
+			continue
+		}
+		out = append(out, OfferRow{
+			ID:             protocol.OfferID(so.Signer, g.Model),
+			Provider:       so.Signer.String(),
+			Model:          g.Model,
+			GPUs:           g.Count,
+			VRAMGB:         g.VRAMGB,
+			PriceUSDC:      g.PricePerGPUHour.String(),
+			PriceMicroUSDC: g.PricePerGPUHour,
+			Region:         so.Offer.Region,
+			Availability:   so.Offer.Availability,
+			Seq:            so.Offer.Seq,
+			IssuedAt:       so.Offer.IssuedAt,
+			ExpiresAt:      so.Offer.ExpiresAt,
+		})
+	}
+	return out
+}
+
+// Search returns every live offer on the network that matches f, verified, cheapest first.
+//
+// It queries the DHT for the providers announced under the most selective key (model,
+// region or all), fetches the offer record of each provider it holds no current record for,
+// and merges them with the offers received over gossip.
+func (n *Node) Search(ctx context.Context, f SearchFilter) ([]OfferRow, error) {
+	start := time.Now()
+	defer func() { n.metrics.Searches.Observe(time.Since(start).Seconds()) }()
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Offers.SearchTimeout.Duration)
+	defer cancel()
+
+	key := protocol.AllOffersKey()
+	switch {
+	case f.Model != "":
+		key = protocol.ModelKey(f.Model)
+	case f.Region != "":
+		key = protocol.RegionKey(f.Region)
+	}
+	if len(n.dht.RoutingTable().ListPeers()) > 0 {
+		stale := n.cfg.Offers.Republish.Duration + n.cfg.Offers.Republish.Duration/2
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for ai := range n.dht.FindProvidersAsync(ctx, key, 0) {
+			if ai.ID == n.id {
+				continue
+			}
+			so, at := n.book.get(ai.ID)
+			if so != nil && time.Since(at) < stale {
+				continue // gossip keeps this one current
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(p peer.ID) {
+				defer func() { <-sem; wg.Done() }()
+				n.fetchOffer(ctx, p)
+			}(ai.ID)
+		}
+		wg.Wait()
+	}
+
+	now := n.clock.Now()
+	var rows []OfferRow
+	for _, so := range n.book.live(now) {
+		rows = append(rows, f.Rows(so)...)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].PriceMicroUSDC != rows[j].PriceMicroUSDC {
+			return rows[i].PriceMicroUSDC < rows[j].PriceMicroUSDC
+		}
+		return rows[i].ID < rows[j].ID
+	})
+	return rows, nil
+}
+
+// fetchOffer reads a provider's offer record from the DHT into the book.
+func (n *Node) fetchOffer(ctx context.Context, p peer.ID) {
+	raw, err := n.dht.GetValue(ctx, protocol.OfferKey(p), dht.Quorum(3))
+	if err != nil && raw == nil {
+		n.log.Debug("offer not found in DHT", "provider", p, "err", err)
+		return
+	}
+	// The DHT validator already applied every rule; accept stores it (or ignores it when
+	// gossip brought a newer one meanwhile).
+	n.book.accept(raw, "dht")
+}
+
+// OfferRecord returns the signed record, as received, of the offer with the given ID.
+func (n *Node) OfferRecord(ctx context.Context, id string) (*protocol.SignedOffer, error) {
+	p, model, err := protocol.ParseOfferID(id)
+	if err != nil {
+		return nil, err
+	}
+	so, _ := n.book.get(p)
+	if so == nil {
+		fctx, cancel := context.WithTimeout(ctx, n.cfg.Offers.SearchTimeout.Duration)
+		n.fetchOffer(fctx, p)
+		cancel()
+		so, _ = n.book.get(p)
+	}
+	if so == nil {
+		return nil, fmt.Errorf("%w: no offer known from %s", ErrNotFound, p)
+	}
+	for _, g := range so.Offer.GPUs {
+		if g.Model == model {
+			return so, nil
+		}
+	}
+	if so.Offer.Withdrawn != "" {
+		return so, nil // the record shows why there is nothing to rent
+	}
+	return nil, fmt.Errorf("%w: provider %s offers no %s", ErrNotFound, p, model)
+}

@@ -1,0 +1,133 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+
+	"github.com/gpunex/gpunex/ledger"
+)
+
+// testNet is an in-process gpunex network on loopback: real libp2p hosts, real DHT and
+// gossipsub, in-memory ledgers.
+type testNet struct {
+	t     testing.TB
+	boot  *Node
+	nodes []*Node
+}
+
+var testModels = []struct {
+	model string
+	vram  int
+}{{"H100-80GB", 80}, {"A100-80GB", 80}, {"L40S-48GB", 48}, {"L4-24GB", 24}}
+
+var testRegions = []string{"eu-west", "us-east", "ap-south"}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newHost(t testing.TB) (host.Host, crypto.PrivKey) {
+	t.Helper()
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := libp2p.New(libp2p.Identity(sk), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, sk
+}
+
+func testConfig(role string) Config {
+	c := Defaults(role)
+	c.P2P.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	c.Offers.TTL = Duration{2 * time.Minute}
+	c.Offers.Republish = Duration{30 * time.Second}
+	c.Offers.SearchTimeout = Duration{5 * time.Second}
+	return c
+}
+
+// providerConfig gives provider i a model and region from the mix.
+func providerConfig(i int) Config {
+	c := testConfig(RoleProvider)
+	m := testModels[i%len(testModels)]
+	c.Provider.Region = testRegions[i%len(testRegions)]
+	c.Provider.GPUs = []GPUConfig{{Model: m.model, Count: 1 + i%8, VRAMGB: m.vram, PriceUSDC: fmt.Sprintf("%d.%02d", 1+i%5, i%100), Simulated: true}}
+	return c
+}
+
+func newTestNet(t testing.TB) *testNet {
+	tn := &testNet{t: t}
+	tn.boot = tn.add(testConfig(RoleCoordinator), nil)
+	return tn
+}
+
+// add starts a node bootstrapped through the coordinator.
+func (tn *testNet) add(cfg Config, clock Clock) *Node {
+	tn.t.Helper()
+	h, sk := newHost(tn.t)
+	l, err := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	if tn.boot != nil {
+		cfg.P2P.Bootstrap = tn.boot.Addrs()[:1]
+	}
+	n, err := New(context.Background(), cfg, sk, Deps{Host: h, Ledger: l, Clock: clock, Logger: quietLogger()})
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	tn.nodes = append(tn.nodes, n)
+	tn.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+		h.Close()
+		l.Close()
+	})
+	return n
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s (last: %s)", what, within, last)
+}
+
+func search(t testing.TB, n *Node, f SearchFilter) []OfferRow {
+	t.Helper()
+	rows, err := n.Search(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func providersIn(rows []OfferRow) map[string]OfferRow {
+	m := map[string]OfferRow{}
+	for _, r := range rows {
+		m[r.Provider] = r
+	}
+	return m
+}
+
+var _ = url.Values{}

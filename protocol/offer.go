@@ -1,0 +1,291 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
+	recordpb "github.com/libp2p/go-libp2p/core/record/pb"
+	"github.com/multiformats/go-multihash"
+	"google.golang.org/protobuf/proto"
+)
+
+// Offer record: a provider's signed statement of the GPUs it rents out, at what price, where.
+// See docs/protocols/offers.md.
+
+const (
+	// OfferVersion is the payload version this code writes and accepts.
+	OfferVersion = 1
+	// MaxOfferSize caps a marshalled offer envelope.
+	MaxOfferSize = 8 << 10
+	// MaxOfferTTL is the longest validity an offer may claim.
+	MaxOfferTTL = 24 * time.Hour
+	// MaxOfferItems caps the number of GPU models in one offer.
+	MaxOfferItems = 16
+	// MaxGPUsPerItem caps the count of one model in one offer.
+	MaxGPUsPerItem = 256
+	// MaxPricePerGPUHour caps a price: 10,000 USDC per GPU-hour.
+	MaxPricePerGPUHour = 10_000 * MicroPerUSDC
+	maxTextLen         = 64
+	maxAddrs           = 16
+	maxAddrLen         = 256
+)
+
+// OffersTopic is the gossipsub topic on which offers are announced.
+const OffersTopic = "/gpunex/offers/1"
+
+// DHTProtocolPrefix makes the gpunex DHT private: it never mixes with the public IPFS DHT.
+const DHTProtocolPrefix = "/gpunex"
+
+// OfferNamespace is the DHT namespace of offer value records.
+const OfferNamespace = "gpunex-offer"
+
+// Offer is the payload of an offer record.
+type Offer struct {
+	Version   int       `json:"version"`
+	Provider  string    `json:"provider"` // peer ID of the signer
+	Seq       uint64    `json:"seq"`      // strictly increasing per provider; highest wins
+	IssuedAt  time.Time `json:"issued_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Region    string    `json:"region"`
+	// Availability is the provider's weekly schedule as text, for renters' information.
+	Availability string `json:"availability"`
+	// Withdrawn, when set, says why the provider offers nothing right now (outside its
+	// availability window, shutting down). A withdrawn offer has no GPUs.
+	Withdrawn string      `json:"withdrawn,omitempty"`
+	GPUs      []OfferGPUs `json:"gpus"`
+	// Addrs are multiaddrs where the provider accepts job negotiation streams.
+	Addrs []string `json:"addrs,omitempty"`
+}
+
+// OfferGPUs is one GPU model in an offer.
+type OfferGPUs struct {
+	Model  string `json:"model"`
+	Count  int    `json:"count"`
+	VRAMGB int    `json:"vram_gb"`
+	// PricePerGPUHour is in micro-USDC per GPU per hour.
+	PricePerGPUHour MicroUSDC `json:"price_micro_usdc_per_gpu_hour"`
+}
+
+// NormalizeModel gives the canonical spelling of a GPU model name: upper case, trimmed.
+// Models are compared in this form everywhere.
+func NormalizeModel(m string) string { return strings.ToUpper(strings.TrimSpace(m)) }
+
+// NormalizeRegion gives the canonical spelling of a region: lower case, trimmed.
+func NormalizeRegion(r string) string { return strings.ToLower(strings.TrimSpace(r)) }
+
+// OfferID names one GPU model of one provider's offer: "<peer ID>/<MODEL>".
+func OfferID(provider peer.ID, model string) string {
+	return provider.String() + "/" + NormalizeModel(model)
+}
+
+// ParseOfferID splits an offer ID into provider and model.
+func ParseOfferID(id string) (peer.ID, string, error) {
+	p, m, ok := strings.Cut(id, "/")
+	if !ok || m == "" {
+		return "", "", fmt.Errorf("offer ID %q: expected <provider peer ID>/<MODEL>", id)
+	}
+	pid, err := peer.Decode(p)
+	if err != nil {
+		return "", "", fmt.Errorf("offer ID %q: bad provider peer ID: %v", id, err)
+	}
+	return pid, NormalizeModel(m), nil
+}
+
+// OfferKey is the DHT key under which a provider's offer record is stored.
+func OfferKey(provider peer.ID) string {
+	return "/" + OfferNamespace + "/" + provider.String()
+}
+
+// ParseOfferKey returns the provider named by an offer DHT key.
+func ParseOfferKey(key string) (peer.ID, error) {
+	rest, ok := strings.CutPrefix(key, "/"+OfferNamespace+"/")
+	if !ok {
+		return "", fmt.Errorf("%w: key %q is not in the %s namespace", ErrInvalid, key, OfferNamespace)
+	}
+	pid, err := peer.Decode(rest)
+	if err != nil {
+		return "", fmt.Errorf("%w: key %q does not name a peer: %v", ErrInvalid, key, err)
+	}
+	return pid, nil
+}
+
+// contentKey derives the DHT content ID under which providers announce themselves for a
+// search dimension ("model/H100-80GB", "region/eu-west", "all").
+func contentKey(name string) cid.Cid {
+	mh, err := multihash.Sum([]byte("gpunex/"+name), multihash.SHA2_256, -1)
+	if err != nil {
+		panic(err) // SHA2-256 is always available
+	}
+	return cid.NewCidV1(cid.Raw, mh)
+}
+
+// ModelKey is the DHT provider-record key for a GPU model.
+func ModelKey(model string) cid.Cid { return contentKey("model/" + NormalizeModel(model)) }
+
+// RegionKey is the DHT provider-record key for a region.
+func RegionKey(region string) cid.Cid { return contentKey("region/" + NormalizeRegion(region)) }
+
+// AllOffersKey is the DHT provider-record key every provider announces under.
+func AllOffersKey() cid.Cid { return contentKey("all") }
+
+// SignedOffer is an offer that passed every stateless check.
+type SignedOffer struct {
+	Offer  Offer
+	Signer peer.ID
+	Raw    []byte
+}
+
+// CheckOffer opens a marshalled offer envelope and applies every stateless rule at time now.
+func CheckOffer(raw []byte, now time.Time) (*SignedOffer, error) {
+	env, err := Open(raw)
+	if err != nil {
+		return nil, err
+	}
+	if env.Kind != KindOffer {
+		return nil, fmt.Errorf("%w: expected an offer, got a %s record", ErrUnknownKind, env.Kind)
+	}
+	o, err := checkOfferEnvelope(env, now)
+	if err != nil {
+		return nil, err
+	}
+	return &SignedOffer{Offer: *o, Signer: env.Signer, Raw: raw}, nil
+}
+
+func checkOfferEnvelope(env *Envelope, now time.Time) (*Offer, error) {
+	var o Offer
+	if err := decodeStrict(env.Payload, &o); err != nil {
+		// A newer version may carry fields this node does not know: say so rather than
+		// calling it malformed.
+		if v, verr := version(env.Payload); verr == nil && v != OfferVersion {
+			return nil, fmt.Errorf("%w: offer version %d (this node understands %d)", ErrUnknownVersion, v, OfferVersion)
+		}
+		return nil, fmt.Errorf("%w: offer payload: %v", ErrMalformed, err)
+	}
+	if o.Version != OfferVersion {
+		return nil, fmt.Errorf("%w: offer version %d (this node understands %d)", ErrUnknownVersion, o.Version, OfferVersion)
+	}
+	if o.Provider != env.signerText {
+		return nil, fmt.Errorf("%w: offer names provider %s but is signed by %s", ErrWrongSigner, o.Provider, env.Signer)
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.IssuedAt.After(now.Add(MaxClockSkew)) {
+		return nil, fmt.Errorf("%w: offer issued at %s", ErrFuture, o.IssuedAt.UTC().Format(time.RFC3339))
+	}
+	if !now.Before(o.ExpiresAt) {
+		return nil, fmt.Errorf("%w: offer expired at %s", ErrExpired, o.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return &o, nil
+}
+
+// Validate applies the offer's own rules, independent of time and signer.
+func (o *Offer) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: offer: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if o.Seq == 0 {
+		return bad("seq must be positive")
+	}
+	if o.IssuedAt.IsZero() || o.ExpiresAt.IsZero() {
+		return bad("issued_at and expires_at are required")
+	}
+	if !o.ExpiresAt.After(o.IssuedAt) {
+		return bad("expires_at must be after issued_at")
+	}
+	if o.ExpiresAt.Sub(o.IssuedAt) > MaxOfferTTL {
+		return bad("validity %s exceeds the %s limit", o.ExpiresAt.Sub(o.IssuedAt), MaxOfferTTL)
+	}
+	if err := checkText("region", o.Region, false); err != nil {
+		return bad("%v", err)
+	}
+	if o.Region != NormalizeRegion(o.Region) {
+		return bad("region %q is not in canonical form %q", o.Region, NormalizeRegion(o.Region))
+	}
+	if len(o.Availability) > 512 {
+		return bad("availability text too long")
+	}
+	if len(o.Withdrawn) > 256 {
+		return bad("withdrawn reason too long")
+	}
+	if o.Withdrawn != "" && len(o.GPUs) > 0 {
+		return bad("a withdrawn offer lists no GPUs")
+	}
+	if o.Withdrawn == "" && len(o.GPUs) == 0 {
+		return bad("an offer lists at least one GPU model, or says why it is withdrawn")
+	}
+	if len(o.GPUs) > MaxOfferItems {
+		return bad("%d GPU models, at most %d", len(o.GPUs), MaxOfferItems)
+	}
+	seen := map[string]bool{}
+	for _, g := range o.GPUs {
+		if err := checkText("model", g.Model, true); err != nil {
+			return bad("%v", err)
+		}
+		if g.Model != NormalizeModel(g.Model) {
+			return bad("model %q is not in canonical form %q", g.Model, NormalizeModel(g.Model))
+		}
+		if seen[g.Model] {
+			return bad("model %s listed twice", g.Model)
+		}
+		seen[g.Model] = true
+		if g.Count < 1 || g.Count > MaxGPUsPerItem {
+			return bad("model %s: count %d out of range 1-%d", g.Model, g.Count, MaxGPUsPerItem)
+		}
+		if g.VRAMGB < 1 || g.VRAMGB > 4096 {
+			return bad("model %s: vram_gb %d out of range 1-4096", g.Model, g.VRAMGB)
+		}
+		if g.PricePerGPUHour <= 0 || g.PricePerGPUHour > MaxPricePerGPUHour {
+			return bad("model %s: price %d micro-USDC out of range", g.Model, g.PricePerGPUHour)
+		}
+	}
+	if len(o.Addrs) > maxAddrs {
+		return bad("%d addresses, at most %d", len(o.Addrs), maxAddrs)
+	}
+	for _, a := range o.Addrs {
+		if len(a) == 0 || len(a) > maxAddrLen {
+			return bad("address length %d out of range", len(a))
+		}
+	}
+	return nil
+}
+
+// checkText accepts 1-64 characters of letters, digits, '-', '_', '.', and (where spaces
+// are allowed) spaces.
+func checkText(field, s string, spaces bool) error {
+	if s == "" || len(s) > maxTextLen {
+		return fmt.Errorf("%s must be 1-%d characters", field, maxTextLen)
+	}
+	for _, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		case c == ' ' && spaces:
+		default:
+			return fmt.Errorf("%s %q: character %q not allowed", field, s, c)
+		}
+	}
+	return nil
+}
+
+// IsNewer reports whether offer a supersedes offer b from the same provider.
+func (o *Offer) IsNewer(than *Offer) bool { return than == nil || o.Seq > than.Seq }
+
+// PeekOfferSeq reads the sequence of an offer envelope WITHOUT checking it. Use it only on
+// records that were verified before (the DHT's Select step).
+func PeekOfferSeq(raw []byte) (uint64, error) {
+	var pbe recordpb.Envelope
+	if err := proto.Unmarshal(raw, &pbe); err != nil {
+		return 0, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
+	}
+	var o struct {
+		Seq uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(pbe.Payload, &o); err != nil {
+		return 0, fmt.Errorf("%w: offer payload: %v", ErrMalformed, err)
+	}
+	return o.Seq, nil
+}

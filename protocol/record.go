@@ -1,0 +1,262 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	cryptopb "github.com/libp2p/go-libp2p/core/crypto/pb"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
+	recordpb "github.com/libp2p/go-libp2p/core/record/pb"
+	"github.com/oasisprotocol/curve25519-voi/primitives/ed25519"
+	"google.golang.org/protobuf/proto"
+)
+
+// Kind names a type of signed record.
+type Kind string
+
+// The record kinds this version understands.
+const (
+	KindOffer Kind = "offer"
+)
+
+// MaxClockSkew is how far in the future a record's issue time may lie before it is rejected.
+const MaxClockSkew = 5 * time.Minute
+
+// Rejection reasons. Every error returned by Open and the Check functions wraps exactly one
+// of them, so callers can count rejections by reason (see Reason).
+var (
+	ErrTooLarge       = errors.New("record too large")
+	ErrMalformed      = errors.New("malformed record")
+	ErrUnknownKind    = errors.New("unknown record kind")
+	ErrBadSignature   = errors.New("bad signature")
+	ErrUnknownVersion = errors.New("unknown record version")
+	ErrInvalid        = errors.New("invalid record")
+	ErrWrongSigner    = errors.New("record signed by another peer")
+	ErrExpired        = errors.New("record expired")
+	ErrFuture         = errors.New("record issued in the future")
+	ErrReplay         = errors.New("replayed record: older sequence than one already seen")
+)
+
+var reasons = []struct {
+	err  error
+	name string
+}{
+	{ErrTooLarge, "too_large"},
+	{ErrMalformed, "malformed"},
+	{ErrUnknownKind, "unknown_kind"},
+	{ErrBadSignature, "bad_signature"},
+	{ErrUnknownVersion, "unknown_version"},
+	{ErrInvalid, "invalid"},
+	{ErrWrongSigner, "wrong_signer"},
+	{ErrExpired, "expired"},
+	{ErrFuture, "future"},
+	{ErrReplay, "replay"},
+}
+
+// Reason returns a short label for a rejection error ("bad_signature", "replay", ...), for
+// metrics. Errors that wrap none of the sentinels are "other".
+func Reason(err error) string {
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return "other"
+}
+
+// kindSpec is what the envelope layer needs to know about one record kind.
+type kindSpec struct {
+	kind    Kind
+	domain  string // signature domain: a signature for one kind never verifies as another
+	codec   []byte // envelope payload type
+	maxSize int    // cap on the whole marshalled envelope
+}
+
+var kindSpecs = []kindSpec{
+	{kind: KindOffer, domain: "/gpunex/record/offer", codec: []byte("/gpunex/offer"), maxSize: MaxOfferSize},
+}
+
+func specFor(k Kind) (kindSpec, bool) {
+	for _, s := range kindSpecs {
+		if s.kind == k {
+			return s, true
+		}
+	}
+	return kindSpec{}, false
+}
+
+func specForCodec(codec []byte) (kindSpec, bool) {
+	for _, s := range kindSpecs {
+		if bytes.Equal(s.codec, codec) {
+			return s, true
+		}
+	}
+	return kindSpec{}, false
+}
+
+// payloadRecord adapts raw JSON bytes to libp2p's record.Record so that record.Seal signs
+// them; decoding is ours (strict JSON), not the libp2p registry's.
+type payloadRecord struct {
+	spec kindSpec
+	data []byte
+}
+
+func (r *payloadRecord) Domain() string                 { return r.spec.domain }
+func (r *payloadRecord) Codec() []byte                  { return r.spec.codec }
+func (r *payloadRecord) MarshalRecord() ([]byte, error) { return r.data, nil }
+func (r *payloadRecord) UnmarshalRecord(b []byte) error { r.data = b; return nil }
+
+var _ record.Record = (*payloadRecord)(nil)
+
+// Seal marshals payload as JSON and signs it into a libp2p signed envelope of the given kind.
+func Seal(kind Kind, payload any, key crypto.PrivKey) ([]byte, error) {
+	spec, ok := specFor(kind)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+	}
+	data, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s record: %w", kind, err)
+	}
+	env, err := record.Seal(&payloadRecord{spec: spec, data: data}, key)
+	if err != nil {
+		return nil, fmt.Errorf("sign %s record: %w", kind, err)
+	}
+	out, err := env.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("encode %s envelope: %w", kind, err)
+	}
+	if len(out) > spec.maxSize {
+		return nil, fmt.Errorf("%w: %s record is %d bytes, the limit is %d", ErrTooLarge, kind, len(out), spec.maxSize)
+	}
+	return out, nil
+}
+
+// Envelope is a signed record whose signature has been checked, but whose payload has not
+// been validated yet.
+type Envelope struct {
+	Kind    Kind
+	Signer  peer.ID
+	Payload []byte // JSON, exactly as signed
+
+	signerText string // Signer.String()
+	Raw        []byte // the whole envelope, exactly as received
+}
+
+// maxEnvelopeSize is the largest cap of any kind: bigger input is refused before parsing.
+func maxEnvelopeSize() int {
+	m := 0
+	for _, s := range kindSpecs {
+		m = max(m, s.maxSize)
+	}
+	return m
+}
+
+// Open parses a marshalled envelope, finds its kind, enforces that kind's size cap and
+// checks the signature. It does not look at the payload.
+func Open(raw []byte) (*Envelope, error) {
+	if len(raw) > maxEnvelopeSize() {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(raw))
+	}
+	var pbe recordpb.Envelope
+	if err := proto.Unmarshal(raw, &pbe); err != nil {
+		return nil, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
+	}
+	spec, ok := specForCodec(pbe.PayloadType)
+	if !ok {
+		return nil, fmt.Errorf("%w: payload type %q", ErrUnknownKind, truncate(pbe.PayloadType, 40))
+	}
+	if len(raw) > spec.maxSize {
+		return nil, fmt.Errorf("%w: %s record is %d bytes, the limit is %d", ErrTooLarge, spec.kind, len(raw), spec.maxSize)
+	}
+	if pbe.PublicKey == nil || len(pbe.Signature) == 0 {
+		return nil, fmt.Errorf("%w: envelope lacks a key or a signature", ErrMalformed)
+	}
+	if pbe.PublicKey.GetType() != cryptopb.KeyType_Ed25519 || len(pbe.PublicKey.Data) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("%w: only Ed25519 keys are accepted", ErrMalformed)
+	}
+	s, err := signerFor(pbe.PublicKey.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: public key: %v", ErrMalformed, err)
+	}
+	if !s.verify(signedBytes(spec.domain, pbe.PayloadType, pbe.Payload), pbe.Signature) {
+		return nil, fmt.Errorf("%w: %s record", ErrBadSignature, spec.kind)
+	}
+	return &Envelope{Kind: spec.kind, Signer: s.id, signerText: s.str, Payload: pbe.Payload, Raw: raw}, nil
+}
+
+// signedBytes is what libp2p's envelope signs: domain, payload type and payload, each
+// prefixed with its length as an unsigned varint.
+func signedBytes(domain string, payloadType, payload []byte) []byte {
+	b := make([]byte, 0, len(domain)+len(payloadType)+len(payload)+3*binary.MaxVarintLen64)
+	b = binary.AppendUvarint(b, uint64(len(domain)))
+	b = append(b, domain...)
+	b = binary.AppendUvarint(b, uint64(len(payloadType)))
+	b = append(b, payloadType...)
+	b = binary.AppendUvarint(b, uint64(len(payload)))
+	return append(b, payload...)
+}
+
+// decodeStrict decodes JSON into v, refusing unknown fields and trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// version reads only the "version" field of a JSON payload.
+func version(data []byte) (int, error) {
+	var v struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return 0, err
+	}
+	return v.Version, nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// Verified is a record that passed every stateless check: signature, size, format, version,
+// the kind's own rules and expiry.
+type Verified struct {
+	Kind   Kind
+	Signer peer.ID
+	Raw    []byte
+	Record any // *Offer, ...
+}
+
+// Verify opens any signed record and applies the stateless rules of its kind at time now.
+// It is what `gpunex verify` runs.
+func Verify(raw []byte, now time.Time) (*Verified, error) {
+	env, err := Open(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch env.Kind {
+	case KindOffer:
+		o, err := checkOfferEnvelope(env, now)
+		if err != nil {
+			return nil, err
+		}
+		return &Verified{Kind: env.Kind, Signer: env.Signer, Raw: raw, Record: o}, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownKind, env.Kind)
+}
