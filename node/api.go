@@ -56,12 +56,8 @@ type APIServer struct {
 // ServeAPI starts the local API on listen (a loopback host:port) and returns once it
 // accepts connections.
 func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return nil, fmt.Errorf("api.listen %q: %w", listen, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("api.listen %q: the API listens on loopback only (127.0.0.1 or ::1)", listen)
+	if err := checkLoopback(listen); err != nil {
+		return nil, fmt.Errorf("api.listen: %w", err)
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -217,7 +213,7 @@ func (a *APIServer) setPrice(r *http.Request) (any, error) {
 		return nil, badRequest(err)
 	}
 	so, err := a.n.prov.SetPrice(r.Context(), req.Model, price)
-	if errors.Is(err, ErrUnknownModel) {
+	if errors.Is(err, ErrUnknownModel) || errors.Is(err, ErrBadPrice) {
 		return nil, badRequest(err)
 	}
 	if err != nil {

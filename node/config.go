@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"log/slog"
+	"net"
+
 	"github.com/BurntSushi/toml"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -166,6 +169,16 @@ func (c *Config) Check() error {
 			errs = append(errs, fmt.Errorf("p2p.listen %q: %v", a, err))
 		}
 	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		errs = append(errs, fmt.Errorf("log.level %q: use debug, info, warn or error", c.Log.Level))
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		errs = append(errs, fmt.Errorf("log.format %q: use text or json", c.Log.Format))
+	}
+	if err := checkLoopback(c.API.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("api.listen: %w", err))
+	}
 	if _, err := c.BootstrapPeers(); err != nil {
 		errs = append(errs, err)
 	}
@@ -219,7 +232,7 @@ func (p *ProviderConfig) Items() ([]protocol.OfferGPUs, error) {
 		if err != nil {
 			return nil, fmt.Errorf("provider.gpus[%d].price_usdc: %w", i, err)
 		}
-		it := protocol.OfferGPUs{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, PricePerGPUHour: price}
+		it := protocol.OfferGPUs{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, PricePerGPUHour: price, Simulated: g.Simulated}
 		if seen[it.Model] {
 			return nil, fmt.Errorf("provider.gpus[%d]: model %s declared twice; use count", i, it.Model)
 		}
@@ -240,4 +253,16 @@ func (c *Config) Encode() ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// checkLoopback accepts a host:port whose host is a loopback address: the API is local.
+func checkLoopback(listen string) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("%q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%q: the API listens on loopback only (127.0.0.1 or ::1)", listen)
+	}
+	return nil
 }

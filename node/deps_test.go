@@ -29,6 +29,7 @@ func TestImportBoundaries(t *testing.T) {
 		"github.com/libp2p/go-libp2p/core/",
 		"github.com/ipfs/go-cid",
 		"github.com/multiformats/go-multihash",
+		"github.com/multiformats/go-multiaddr",
 		"github.com/oasisprotocol/curve25519-voi/",
 		"google.golang.org/protobuf/",
 	}

@@ -94,9 +94,7 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		defer logf.Close()
 		cmd := exec.Command(o.Binary, "node", "run", "--home", h.Dir)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		// Own process group (Ctrl-C reaches the devnet, which stops the nodes in order), and
-		// killed with the devnet even if it dies by SIGKILL.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = devnetProcAttr()
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

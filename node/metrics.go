@@ -22,11 +22,11 @@ func newMetrics(peers func() float64) *Metrics {
 		Registry: prometheus.NewRegistry(),
 		RecordsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpunex_records_accepted_total",
-			Help: "Signed records accepted, by kind and by where they came from (gossip, dht, dht_validator, self).",
+			Help: "Signed records newly accepted into the node's book, by kind and by where they came from (gossip, dht, stream, sync, self).",
 		}, []string{"kind", "source"}),
 		RecordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpunex_records_rejected_total",
-			Help: "Signed records rejected, by kind, source and reason (bad_signature, replay, expired, too_large, malformed, ...).",
+			Help: "Signed records rejected, by kind, source (gossip, dht, dht_validator, stream, sync) and reason (bad_signature, replay, superseded, expired, too_large, malformed, ...).",
 		}, []string{"kind", "source", "reason"}),
 		OffersKnown: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpunex_offers_known",

@@ -98,6 +98,17 @@ func TestOfferNetwork(t *testing.T) {
 		}
 	}
 
+	// A renter that joins now, after every offer was gossiped, has them all at once: it
+	// pulls the catalogue from its peers on joining (before any search, before any republish).
+	late := tn.add(testConfig(RoleRenter), nil)
+	eventually(t, 10*time.Second, "late renter synced", func() (bool, string) {
+		n := len(late.book.live(time.Now()))
+		return n == len(all), fmt.Sprintf("%d of %d offers", n, len(all))
+	})
+	if v := testutil.ToFloat64(late.metrics.RecordsAccepted.WithLabelValues("offer", "sync")); v < float64(len(all)) {
+		t.Fatalf("late renter accepted %v offers by sync; want %d", v, len(all))
+	}
+
 	// A price change reaches the renter.
 	target := providers[3]
 	before, _ := target.book.get(target.ID())

@@ -140,6 +140,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	if n.sub, err = n.topic.Subscribe(); err != nil {
 		return nil, err
 	}
+	n.host.SetStreamHandler(protocol.OfferSyncProtocol, n.handleSyncStream)
 
 	n.goLoop(func() { n.drainGossip(runCtx) })
 	n.goLoop(func() { n.bootstrapLoop(runCtx, boot) })
@@ -149,6 +150,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		if err != nil {
 			return nil, err
 		}
+		n.host.SetStreamHandler(protocol.OfferProtocol, n.handleOfferStream)
 		n.goLoop(func() { n.prov.run(runCtx) })
 	}
 	n.log.Info("node started", "peer_id", n.id, "role", cfg.Role, "addrs", n.host.Addrs())
@@ -268,6 +270,7 @@ func (n *Node) bootstrapLoop(ctx context.Context, boot []peer.AddrInfo) {
 			}
 			if connected > 0 {
 				n.log.Info("joined the network", "bootstrap_peers", connected)
+				n.syncOffers(ctx)
 				select {
 				case <-n.dht.RefreshRoutingTable():
 				case <-ctx.Done():

@@ -31,6 +31,9 @@ type provider struct {
 // ErrUnknownModel is returned when a price is set for a model the provider does not declare.
 var ErrUnknownModel = errors.New("model not declared in [[provider.gpus]]")
 
+// ErrBadPrice is returned for a price out of range.
+var ErrBadPrice = errors.New("price out of range")
+
 func newProvider(n *Node) (*provider, error) {
 	sched, err := n.cfg.Provider.Schedule()
 	if err != nil {
@@ -144,30 +147,46 @@ func (p *provider) publishLocked(ctx context.Context, withdrawn string) error {
 	}
 	p.current = so
 	p.n.metrics.OfferPublishes.Inc()
-	if err := p.n.topic.Publish(ctx, raw); err != nil {
-		return fmt.Errorf("gossip offer: %w", err)
-	}
 	select { // replace any announce still pending: only the newest matters
 	case <-p.announce:
 	default:
 	}
 	p.announce <- raw
+	if err := p.n.topic.Publish(ctx, raw); err != nil {
+		return fmt.Errorf("gossip offer: %w", err)
+	}
 	p.n.log.Debug("offer published", "seq", o.Seq, "gpus", len(o.GPUs), "withdrawn", o.Withdrawn)
 	return nil
 }
 
 // announceLoop stores the newest offer in the DHT under the provider's key and announces
 // the provider under the model, region and "all" keys.
+//
+// The closest peers to a key change as the network grows: when the routing table has grown
+// by a quarter since the last announcement, the loop announces again, so that records sit
+// with the peers that searches will ask.
 func (p *provider) announceLoop(ctx context.Context) {
+	var last []byte
+	lastSize := 0
 	for {
+		var raw []byte
 		select {
 		case <-ctx.Done():
 			return
-		case raw := <-p.announce:
-			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			p.announceDHT(actx, raw)
-			cancel()
+		case raw = <-p.announce:
+		case <-time.After(10 * time.Second):
+			if size := p.n.dht.RoutingTable().Size(); last == nil || size < lastSize+lastSize/4+1 {
+				continue
+			}
+			if cur := p.Current(); cur != nil {
+				raw = cur.Raw
+			}
 		}
+		lastSize = p.n.dht.RoutingTable().Size()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		p.announceDHT(actx, raw)
+		cancel()
+		last = raw
 	}
 }
 
@@ -205,13 +224,16 @@ func (p *provider) SetPrice(ctx context.Context, model string, price protocol.Mi
 		return nil, fmt.Errorf("%w: %s", ErrUnknownModel, model)
 	}
 	if price <= 0 || price > protocol.MaxPricePerGPUHour {
-		return nil, fmt.Errorf("price %s USDC out of range (0, %s]", price, protocol.MaxPricePerGPUHour)
+		return nil, fmt.Errorf("%w: %s USDC per GPU-hour; it must be above 0 and at most %s", ErrBadPrice, price, protocol.MaxPricePerGPUHour)
 	}
 	if err := p.n.ledger.SetPrice(model, price); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("the provider is shutting down; the new price applies at its next start")
+	}
 	if err := p.publishLocked(ctx, ""); err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ type OfferRow struct {
 	PriceMicroUSDC protocol.MicroUSDC `json:"price_micro_usdc_per_gpu_hour"`
 	Region         string             `json:"region"`
 	Availability   string             `json:"availability"`
+	Simulated      bool               `json:"simulated"`
 	Seq            uint64             `json:"seq"`
 	IssuedAt       time.Time          `json:"issued_at"`
 	ExpiresAt      time.Time          `json:"expires_at"`
@@ -61,6 +62,7 @@ func (f SearchFilter) Rows(so *protocol.SignedOffer) []OfferRow {
 			PriceMicroUSDC: g.PricePerGPUHour,
 			Region:         so.Offer.Region,
 			Availability:   so.Offer.Availability,
+			Simulated:      g.Simulated,
 			Seq:            so.Offer.Seq,
 			IssuedAt:       so.Offer.IssuedAt,
 			ExpiresAt:      so.Offer.ExpiresAt,
@@ -75,6 +77,19 @@ func (f SearchFilter) Rows(so *protocol.SignedOffer) []OfferRow {
 // region or all), fetches the offer record of each provider it holds no current record for,
 // and merges them with the offers received over gossip.
 func (n *Node) Search(ctx context.Context, f SearchFilter) ([]OfferRow, error) {
+	rows, _, err := n.search(ctx, f)
+	return rows, err
+}
+
+// searchStats says where a search's offers came from.
+type searchStats struct {
+	found, fetched, failed int
+	sync, dht              time.Duration
+}
+
+func (n *Node) search(ctx context.Context, f SearchFilter) ([]OfferRow, searchStats, error) {
+	var st searchStats
+	var mu sync.Mutex
 	start := time.Now()
 	defer func() { n.metrics.Searches.Observe(time.Since(start).Seconds()) }()
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Offers.SearchTimeout.Duration)
@@ -89,24 +104,43 @@ func (n *Node) Search(ctx context.Context, f SearchFilter) ([]OfferRow, error) {
 	}
 	if len(n.dht.RoutingTable().ListPeers()) > 0 {
 		stale := n.cfg.Offers.Republish.Duration + n.cfg.Offers.Republish.Duration/2
+		if n.clock.Now().Sub(n.book.lastSynced()) > stale {
+			// Gossip may have missed offers (this node just joined, or was away): catch up
+			// from peers first, so that the DHT phase only fetches what they lacked.
+			t := time.Now()
+			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+			n.syncOffers(sctx)
+			scancel()
+			st.sync = time.Since(t)
+		}
+		t := time.Now()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)
 		for ai := range n.dht.FindProvidersAsync(ctx, key, 0) {
 			if ai.ID == n.id {
 				continue
 			}
+			st.found++
 			so, at := n.book.get(ai.ID)
-			if so != nil && time.Since(at) < stale {
+			if so != nil && n.clock.Now().Sub(at) < stale {
 				continue // gossip keeps this one current
 			}
 			wg.Add(1)
 			sem <- struct{}{}
-			go func(p peer.ID) {
+			go func(ai peer.AddrInfo) {
 				defer func() { <-sem; wg.Done() }()
-				n.fetchOffer(ctx, p)
-			}(ai.ID)
+				ok := n.fetchOffer(ctx, ai)
+				mu.Lock()
+				if ok {
+					st.fetched++
+				} else {
+					st.failed++
+				}
+				mu.Unlock()
+			}(ai)
 		}
 		wg.Wait()
+		st.dht = time.Since(t)
 	}
 
 	now := n.clock.Now()
@@ -120,19 +154,29 @@ func (n *Node) Search(ctx context.Context, f SearchFilter) ([]OfferRow, error) {
 		}
 		return rows[i].ID < rows[j].ID
 	})
-	return rows, nil
+	n.log.Debug("search", "dht_providers", st.found, "fetched", st.fetched, "fetch_failed", st.failed, "sync", st.sync, "dht", st.dht, "rows", len(rows), "took", time.Since(start))
+	return rows, st, nil
 }
 
-// fetchOffer reads a provider's offer record from the DHT into the book.
-func (n *Node) fetchOffer(ctx context.Context, p peer.ID) {
-	raw, err := n.dht.GetValue(ctx, protocol.OfferKey(p), dht.Quorum(3))
+// fetchOffer gets a provider's offer record into the book: from the provider itself over
+// the offer stream, or else from the DHT value record.
+func (n *Node) fetchOffer(ctx context.Context, ai peer.AddrInfo) bool {
+	if raw, err := n.fetchOfferDirect(ctx, ai); err == nil {
+		if _, _, err := n.book.accept(raw, "stream"); err == nil {
+			return true
+		}
+	} else {
+		n.log.Debug("offer stream failed; trying the DHT", "provider", ai.ID, "err", err)
+	}
+	raw, err := n.dht.GetValue(ctx, protocol.OfferKey(ai.ID), dht.Quorum(3))
 	if err != nil && raw == nil {
-		n.log.Debug("offer not found in DHT", "provider", p, "err", err)
-		return
+		n.log.Debug("offer not found in DHT", "provider", ai.ID, "err", err)
+		return false
 	}
 	// The DHT validator already applied every rule; accept stores it (or ignores it when
 	// gossip brought a newer one meanwhile).
-	n.book.accept(raw, "dht")
+	_, _, err = n.book.accept(raw, "dht")
+	return err == nil
 }
 
 // OfferRecord returns the signed record, as received, of the offer with the given ID.
@@ -144,7 +188,7 @@ func (n *Node) OfferRecord(ctx context.Context, id string) (*protocol.SignedOffe
 	so, _ := n.book.get(p)
 	if so == nil {
 		fctx, cancel := context.WithTimeout(ctx, n.cfg.Offers.SearchTimeout.Duration)
-		n.fetchOffer(fctx, p)
+		n.fetchOffer(fctx, peer.AddrInfo{ID: p})
 		cancel()
 		so, _ = n.book.get(p)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
 	recordpb "github.com/libp2p/go-libp2p/core/record/pb"
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/multiformats/go-multihash"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,6 +33,8 @@ const (
 	maxTextLen         = 64
 	maxAddrs           = 16
 	maxAddrLen         = 256
+	// maxAvailabilityLen fits the text of MaxScheduleWindows windows and a zone name.
+	maxAvailabilityLen = 1536
 )
 
 // OffersTopic is the gossipsub topic on which offers are announced.
@@ -68,6 +71,9 @@ type OfferGPUs struct {
 	VRAMGB int    `json:"vram_gb"`
 	// PricePerGPUHour is in micro-USDC per GPU per hour.
 	PricePerGPUHour MicroUSDC `json:"price_micro_usdc_per_gpu_hour"`
+	// Simulated marks GPUs with no NVIDIA hardware behind them (devnets, tests): renters
+	// see it, so nobody rents one by mistake.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // NormalizeModel gives the canonical spelling of a GPU model name: upper case, trimmed.
@@ -206,7 +212,7 @@ func (o *Offer) Validate() error {
 	if o.Region != NormalizeRegion(o.Region) {
 		return bad("region %q is not in canonical form %q", o.Region, NormalizeRegion(o.Region))
 	}
-	if len(o.Availability) > 512 {
+	if len(o.Availability) > maxAvailabilityLen {
 		return bad("availability text too long")
 	}
 	if len(o.Withdrawn) > 256 {
@@ -250,6 +256,9 @@ func (o *Offer) Validate() error {
 		if len(a) == 0 || len(a) > maxAddrLen {
 			return bad("address length %d out of range", len(a))
 		}
+		if _, err := ma.NewMultiaddr(a); err != nil {
+			return bad("address %q is not a multiaddr", a)
+		}
 	}
 	return nil
 }
@@ -289,3 +298,20 @@ func PeekOfferSeq(raw []byte) (uint64, error) {
 	}
 	return o.Seq, nil
 }
+
+// OfferProtocol is the stream protocol on which a provider answers with its current signed
+// offer record: the client opens a stream and reads; the provider writes the marshalled
+// envelope (at most MaxOfferSize bytes) and closes. Searches use it to get an offer straight
+// from a provider found in the DHT, and fall back to the DHT value record.
+const OfferProtocol = "/gpunex/offer/1.0.0"
+
+// OfferSyncProtocol is the stream protocol on which any node hands over every live offer
+// record it holds, so that a node that just joined has the whole catalogue at once rather
+// than after the next republish. The client opens a stream and closes its write side; the
+// server writes each marshalled envelope prefixed by its length as an unsigned varint, at
+// most MaxSyncOffers records, and closes. The client verifies every record as if it came
+// from gossip.
+const OfferSyncProtocol = "/gpunex/offer-sync/1.0.0"
+
+// MaxSyncOffers caps the records in one sync answer.
+const MaxSyncOffers = 100_000

@@ -301,11 +301,23 @@ func offersCommand() *cobra.Command {
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
 			fmt.Fprintln(w, "MODEL\tGPUS\tVRAM\tUSDC/GPU-H\tREGION\tEXPIRES\tID")
+			sim := false
 			for _, r := range rows {
-				fmt.Fprintf(w, "%s\t%d\t%d GB\t%s\t%s\t%s\t%s\n", r.Model, r.GPUs, r.VRAMGB, r.PriceUSDC, r.Region,
+				model := r.Model
+				if r.Simulated {
+					model += "*"
+					sim = true
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d GB\t%s\t%s\t%s\t%s\n", model, r.GPUs, r.VRAMGB, r.PriceUSDC, r.Region,
 					r.ExpiresAt.Local().Format("15:04:05"), r.ID)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if sim {
+				fmt.Fprintln(cmd.OutOrStdout(), "* simulated GPUs: no NVIDIA hardware behind them")
+			}
+			return nil
 		},
 	}
 	search.Flags().StringVar(&model, "model", "", "GPU model, e.g. H100-80GB")

@@ -1,0 +1,108 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAPI drives the local API as the CLI does: token required, errors mapped to status
+// codes a client can act on, price changes applied.
+func TestAPI(t *testing.T) {
+	tn := newTestNet(t)
+	prov := tn.add(providerConfig(0), nil)
+	dir := t.TempDir()
+	h, _, err := Init(dir, InitOptions{Role: RoleProvider})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := h.Token()
+	api, err := prov.ServeAPI("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close(context.Background())
+	if _, err := prov.ServeAPI("0.0.0.0:0", token); err == nil {
+		t.Fatal("API accepted a non-loopback address")
+	}
+	h.WriteAPIAddr(api.Addr())
+	cl, err := NewClient(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// Without the token: 401.
+	resp, err := http.Get(cl.Base + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", resp.StatusCode)
+	}
+	// Metrics are open, on loopback.
+	resp, err = http.Get(cl.Base + "/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metrics: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	st, err := cl.Status(ctx)
+	if err != nil || st.PeerID != prov.ID().String() || st.Role != RoleProvider {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	model := prov.prov.base[0].Model
+	v, err := cl.SetPrice(ctx, model, "3.25")
+	if err != nil || v.Offer.GPUs[0].PricePerGPUHour != 3_250_000 {
+		t.Fatalf("set price: %+v %v", v.Offer, err)
+	}
+	for _, bad := range []struct{ model, usdc, want string }{
+		{model, "0", "above 0"},
+		{model, "20000", "at most"},
+		{model, "1.2345678", "6 decimals"},
+		{"B200-192GB", "1.00", "not declared"},
+	} {
+		if _, err := cl.SetPrice(ctx, bad.model, bad.usdc); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("set price %s %s: %v; want %q", bad.model, bad.usdc, err, bad.want)
+		}
+	}
+	code := func(path string) int {
+		req, _ := http.NewRequest(http.MethodGet, cl.Base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := code("/v1/offers?max_price=abc"); c != http.StatusBadRequest {
+		t.Errorf("bad max_price: %d", c)
+	}
+	if c := code("/v1/offers/record?id=nonsense"); c != http.StatusBadRequest {
+		t.Errorf("bad offer id: %d", c)
+	}
+	if c := code("/v1/offers/record?id=" + url.QueryEscape(prov.ID().String()+"/B200-192GB")); c != http.StatusNotFound {
+		t.Errorf("unknown model: %d", c)
+	}
+	// A renter has no offer to price: 409.
+	renter := tn.add(testConfig(RoleRenter), nil)
+	rapi, err := renter.ServeAPI("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rapi.Close(context.Background())
+	rcl := &Client{Base: "http://" + rapi.Addr(), token: token, hc: &http.Client{Timeout: 10 * time.Second}}
+	if _, err := rcl.SetPrice(ctx, model, "1.00"); err == nil || !strings.Contains(err.Error(), "not a provider") {
+		t.Fatalf("renter set-price: %v", err)
+	}
+	eventually(t, 10*time.Second, "renter finds the repriced offer", func() (bool, string) {
+		rows, err := rcl.Search(ctx, url.Values{"model": {model}})
+		return err == nil && len(rows) == 1 && rows[0].PriceUSDC == "3.25" && rows[0].Simulated, fmt.Sprintf("%+v %v", rows, err)
+	})
+}

@@ -1,0 +1,121 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The performance figures of the offer network. They print measurements; they assert
+// nothing about time. Run with `make bench`.
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration{}, d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s)-1) * p)
+	return s[i]
+}
+
+// BenchmarkSearch100 measures searches over 100 providers: "warm" is a renter that follows
+// gossip; "cold" is a renter whose book is emptied before each search, so every offer comes
+// from the DHT (FindProviders, then GetValue per provider).
+func BenchmarkSearch100(b *testing.B) {
+	const nProviders = 100
+	tn := newTestNet(b)
+	for i := 0; i < nProviders; i++ {
+		tn.add(providerConfig(i), nil)
+	}
+	renter := tn.add(testConfig(RoleRenter), nil)
+	eventually(b, 120*time.Second, "renter sees every provider", func() (bool, string) {
+		rows := search(b, renter, SearchFilter{})
+		return len(rows) == nProviders, fmt.Sprint(len(rows))
+	})
+	// Starting 102 nodes on a small machine takes minutes of CPU; measure the steady state,
+	// once a renter with an empty book finds every offer.
+	settle := time.Now()
+	eventually(b, 180*time.Second, "network settled", func() (bool, string) {
+		renter.book.reset()
+		rows, st, _ := renter.search(context.Background(), SearchFilter{})
+		return len(rows) == nProviders, fmt.Sprintf("%d offers, %+v", len(rows), st)
+	})
+	b.Logf("network settled %s after the last node joined", time.Since(settle).Round(time.Second))
+	for _, mode := range []string{"warm", "cold"} {
+		b.Run(mode, func(b *testing.B) {
+			var lat, syncs, dhts []time.Duration
+			for i := 0; i < max(b.N, 20); i++ {
+				if mode == "cold" {
+					renter.book.reset()
+				}
+				start := time.Now()
+				rows, st, err := renter.search(context.Background(), SearchFilter{})
+				lat = append(lat, time.Since(start))
+				syncs, dhts = append(syncs, st.sync), append(dhts, st.dht)
+				if err != nil || len(rows) != nProviders {
+					b.Fatalf("search %d: %d offers, %v (DHT: %d providers found, %d fetched, %d failed)", i, len(rows), err, st.found, st.fetched, st.failed)
+				}
+			}
+			b.ReportMetric(float64(percentile(lat, 0.5).Milliseconds()), "p50-ms")
+			b.ReportMetric(float64(percentile(lat, 0.95).Milliseconds()), "p95-ms")
+			b.Logf("%s search over %d providers, %d runs: p50 %s, p95 %s, max %s (p95 of phases: sync %s, DHT %s)", mode, nProviders, len(lat),
+				percentile(lat, 0.5), percentile(lat, 0.95), percentile(lat, 1), percentile(syncs, 0.95), percentile(dhts, 0.95))
+		})
+	}
+}
+
+// BenchmarkPriceChange50 measures how long a price change takes to reach 95% of a
+// 50-node network.
+func BenchmarkPriceChange50(b *testing.B) {
+	const nNodes = 50 // the coordinator, one provider, 48 renters
+	tn := newTestNet(b)
+	prov := tn.add(providerConfig(0), nil)
+	for len(tn.nodes) < nNodes {
+		tn.add(testConfig(RoleRenter), nil)
+	}
+	eventually(b, 60*time.Second, "every node holds the offer", func() (bool, string) {
+		n := 0
+		for _, x := range tn.nodes {
+			if so, _ := x.book.get(prov.ID()); so != nil {
+				n++
+			}
+		}
+		return n == nNodes, fmt.Sprint(n)
+	})
+	time.Sleep(2 * time.Second) // let the gossip mesh settle
+	model := prov.prov.base[0].Model
+	var p95s []time.Duration
+	for i := 0; i < max(b.N, 10); i++ {
+		start := time.Now()
+		so, err := prov.prov.SetPrice(context.Background(), model, protocol.MicroUSDC(1_000_000+i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var arrivals []time.Duration
+		got := map[*Node]bool{}
+		deadline := start.Add(10 * time.Second)
+		for len(got) < nNodes && time.Now().Before(deadline) {
+			for _, x := range tn.nodes {
+				if got[x] {
+					continue
+				}
+				if cur, _ := x.book.get(prov.ID()); cur != nil && cur.Offer.Seq >= so.Offer.Seq {
+					got[x] = true
+					arrivals = append(arrivals, time.Since(start))
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if len(arrivals) < nNodes*95/100 {
+			b.Fatalf("change %d reached only %d of %d nodes in 10 s", i, len(arrivals), nNodes)
+		}
+		sort.Slice(arrivals, func(i, j int) bool { return arrivals[i] < arrivals[j] })
+		p95s = append(p95s, arrivals[nNodes*95/100-1])
+	}
+	b.ReportMetric(float64(percentile(p95s, 0.5).Milliseconds()), "reach95-median-ms")
+	b.ReportMetric(float64(percentile(p95s, 1).Milliseconds()), "reach95-worst-ms")
+	b.Logf("price change reaching 95%% of %d nodes, %d changes: median %s, worst %s", nNodes, len(p95s),
+		percentile(p95s, 0.5), percentile(p95s, 1))
+}
