@@ -76,20 +76,27 @@ func (b *offerBook) check(raw []byte, source string) (*protocol.SignedOffer, err
 // checkQuiet is check without counting.
 func (b *offerBook) checkQuiet(raw []byte) (*protocol.SignedOffer, error) {
 	so, err := protocol.CheckOffer(raw, b.clock.Now())
-	if err == nil {
-		b.mu.Lock()
-		if cur := b.offers[so.Signer]; cur != nil {
-			if so.Offer.Seq < cur.offer.Offer.Seq ||
-				(so.Offer.Seq == cur.offer.Offer.Seq && !bytes.Equal(raw, cur.offer.Raw)) {
-				err = fmt.Errorf("%w: seq %d from %s, already have %d", protocol.ErrReplay, so.Offer.Seq, so.Signer, cur.offer.Offer.Seq)
-			}
-		}
-		b.mu.Unlock()
-	}
 	if err != nil {
 		return nil, err
 	}
+	if err := b.replayCheck(so); err != nil {
+		return nil, err
+	}
 	return so, nil
+}
+
+// replayCheck rejects an offer older than the one held from the same provider, or as old
+// but different.
+func (b *offerBook) replayCheck(so *protocol.SignedOffer) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.offers[so.Signer]; cur != nil {
+		if so.Offer.Seq < cur.offer.Offer.Seq ||
+			(so.Offer.Seq == cur.offer.Offer.Seq && !bytes.Equal(so.Raw, cur.offer.Raw)) {
+			return fmt.Errorf("%w: seq %d from %s, already have %d", protocol.ErrReplay, so.Offer.Seq, so.Signer, cur.offer.Offer.Seq)
+		}
+	}
+	return nil
 }
 
 func (b *offerBook) reject(source string, err error) {
@@ -108,13 +115,40 @@ func (b *offerBook) accept(raw []byte, source string) (so *protocol.SignedOffer,
 	if err != nil {
 		return nil, false, err
 	}
+	so, fresh = b.store(so, source)
+	return so, fresh, nil
+}
+
+// acceptBatch accepts many records, verifying their signatures as one batch, and returns
+// how many changed the book.
+func (b *offerBook) acceptBatch(raws [][]byte, source string) int {
+	offers, errs := protocol.CheckOffers(raws, b.clock.Now())
+	fresh := 0
+	for i, so := range offers {
+		err := errs[i]
+		if err == nil {
+			err = b.replayCheck(so)
+		}
+		if err != nil {
+			b.reject(source, err)
+			continue
+		}
+		if _, isNew := b.store(so, source); isNew {
+			fresh++
+		}
+	}
+	return fresh
+}
+
+// store keeps a checked offer if it is newer than the one held, and returns the one held.
+func (b *offerBook) store(so *protocol.SignedOffer, source string) (*protocol.SignedOffer, bool) {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	cur := b.offers[so.Signer]
 	if cur != nil && cur.offer.Offer.Seq >= so.Offer.Seq {
 		cur.receivedAt = now // the same record again: it is still current
-		return cur.offer, false, nil
+		return cur.offer, false
 	}
 	b.offers[so.Signer] = &bookEntry{offer: so, receivedAt: now}
 	b.dirty[so.Signer] = true
@@ -122,7 +156,7 @@ func (b *offerBook) accept(raw []byte, source string) (so *protocol.SignedOffer,
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.updateGaugeLocked(now)
-	return so, true, nil
+	return so, true
 }
 
 // get returns the held offer of a provider and when it was last received.

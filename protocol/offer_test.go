@@ -239,9 +239,43 @@ func FuzzOfferPayload(f *testing.F) {
 	})
 }
 
-func BenchmarkVerifyOffer(b *testing.B) {
-	// Distinct records from distinct providers, as a renter sees them.
-	const n = 256
+func TestCheckOffersBatch(t *testing.T) {
+	sk, id := newKey(t)
+	good := sealed(t, sk, validOffer(id))
+	sk2, id2 := newKey(t)
+	o2 := validOffer(id2)
+	o2.Seq = 99
+	good2 := sealed(t, sk2, o2)
+	tampered := bytes.Replace(good2, []byte(`"eu-west"`), []byte(`"us-east"`), 1)
+	expired := func() []byte {
+		o := validOffer(id)
+		o.ExpiresAt = testNow.Add(-time.Second)
+		o.IssuedAt = testNow.Add(-time.Hour)
+		return sealed(t, sk, o)
+	}()
+	raws := [][]byte{good, tampered, []byte("junk"), good2, expired}
+	offers, errs := CheckOffers(raws, testNow)
+	want := []error{nil, ErrBadSignature, ErrMalformed, nil, ErrExpired}
+	for i := range raws {
+		if want[i] == nil {
+			if errs[i] != nil || offers[i] == nil {
+				t.Fatalf("record %d: %v", i, errs[i])
+			}
+			// The batch gives the same answer as one-by-one checking.
+			single, err := CheckOffer(raws[i], testNow)
+			if err != nil || single.Offer.Seq != offers[i].Offer.Seq || single.Signer != offers[i].Signer {
+				t.Fatalf("record %d: batch and single disagree", i)
+			}
+		} else if !errors.Is(errs[i], want[i]) || offers[i] != nil {
+			t.Fatalf("record %d: got %v; want %v", i, errs[i], want[i])
+		}
+	}
+	if offers[3].Offer.Seq != 99 {
+		t.Fatal("batch mixed up records")
+	}
+}
+
+func benchRecords(b *testing.B, n int) [][]byte {
 	raws := make([][]byte, n)
 	for i := range raws {
 		sk, id := newKey(b)
@@ -249,6 +283,34 @@ func BenchmarkVerifyOffer(b *testing.B) {
 		o.Seq = uint64(i + 1)
 		raws[i] = sealed(b, sk, o)
 	}
+	return raws
+}
+
+// BenchmarkVerifyOfferBatch checks records 64 at a time, as a catalogue sync delivers them.
+func BenchmarkVerifyOfferBatch(b *testing.B) {
+	const n = 256
+	raws := benchRecords(b, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	done := 0
+	for done < b.N {
+		k := min(64, b.N-done)
+		start := done % (n - 64)
+		_, errs := CheckOffers(raws[start:start+k], testNow)
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		done += k
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+func BenchmarkVerifyOffer(b *testing.B) {
+	// Distinct records from distinct providers, as a renter sees them.
+	const n = 256
+	raws := benchRecords(b, n)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -161,6 +161,25 @@ func maxEnvelopeSize() int {
 // Open parses a marshalled envelope, finds its kind, enforces that kind's size cap and
 // checks the signature. It does not look at the payload.
 func Open(raw []byte) (*Envelope, error) {
+	u, err := parseEnvelope(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !u.signer.verify(u.signed, u.sig) {
+		return nil, fmt.Errorf("%w: %s record", ErrBadSignature, u.env.Kind)
+	}
+	return u.env, nil
+}
+
+// unverified is a parsed envelope whose signature is still to be checked.
+type unverified struct {
+	env    *Envelope
+	signer *signer
+	signed []byte // the bytes the signature covers
+	sig    []byte
+}
+
+func parseEnvelope(raw []byte) (*unverified, error) {
 	if len(raw) > maxEnvelopeSize() {
 		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(raw))
 	}
@@ -185,10 +204,12 @@ func Open(raw []byte) (*Envelope, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: public key: %v", ErrMalformed, err)
 	}
-	if !s.verify(signedBytes(spec.domain, pbe.PayloadType, pbe.Payload), pbe.Signature) {
-		return nil, fmt.Errorf("%w: %s record", ErrBadSignature, spec.kind)
-	}
-	return &Envelope{Kind: spec.kind, Signer: s.id, signerText: s.str, Payload: pbe.Payload, Raw: raw}, nil
+	return &unverified{
+		env:    &Envelope{Kind: spec.kind, Signer: s.id, signerText: s.str, Payload: pbe.Payload, Raw: raw},
+		signer: s,
+		signed: signedBytes(spec.domain, pbe.PayloadType, pbe.Payload),
+		sig:    pbe.Signature,
+	}, nil
 }
 
 // signedBytes is what libp2p's envelope signs: domain, payload type and payload, each
