@@ -39,7 +39,8 @@ fuzz:
 ## bench: the performance figures of the issues (not part of `make test`)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./protocol/
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./node/
+	$(GO) test -run '^$$' -bench . -benchtime 40x -timeout 30m ./node/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./cmd/gpunex/
 
 clean:
 	rm -rf bin devnet

@@ -17,7 +17,7 @@ type Metrics struct {
 	APIRequests     *prometheus.CounterVec
 }
 
-func newMetrics(peers func() float64) *Metrics {
+func newMetrics(peers, penalised func() float64) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		RecordsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,6 +48,7 @@ func newMetrics(peers func() float64) *Metrics {
 	}
 	m.Registry.MustRegister(m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -166,6 +166,11 @@ func TestOfferNetwork(t *testing.T) {
 	if rejected == 0 {
 		t.Fatal("forged records were not counted as rejected")
 	}
+	// The renter's gossip scoring penalises the peer that sent them.
+	eventually(t, 5*time.Second, "hostile peer penalised", func() (bool, string) {
+		s, ok := renter.scores.get(evil.id)
+		return ok && s < 0, fmt.Sprint(s, ok)
+	})
 
 	// The window closes: the offer is withdrawn and leaves the renter's search.
 	for clock.Waiters() == 0 {
@@ -193,6 +198,7 @@ func TestOfferNetwork(t *testing.T) {
 
 // evilPeer speaks the gpunex protocols without checking anything.
 type evilPeer struct {
+	id    peer.ID
 	key   crypto.PrivKey
 	topic *pubsub.Topic
 	dht   *dht.IpfsDHT
@@ -230,7 +236,7 @@ func newEvilPeer(t *testing.T, tn *testNet) *evilPeer {
 	eventually(t, 5*time.Second, "hostile peer in the renter's topic view", func() (bool, string) {
 		return len(topic.ListPeers()) >= len(tn.nodes)/2, fmt.Sprint(len(topic.ListPeers()))
 	})
-	return &evilPeer{sk, topic, d}
+	return &evilPeer{h.ID(), sk, topic, d}
 }
 
 func (e *evilPeer) publish(t *testing.T, raw []byte) {

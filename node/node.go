@@ -53,6 +53,7 @@ type Node struct {
 	book    *offerBook
 	metrics *Metrics
 	prov    *provider // nil unless the role is provider
+	scores  gossipScores
 
 	ownsHost, ownsLedger bool
 	cancel               context.CancelFunc
@@ -105,7 +106,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	if n.host.ID() != n.id {
 		return nil, errors.New("host identity differs from the node key")
 	}
-	n.metrics = newMetrics(func() float64 { return float64(len(n.host.Network().Peers())) })
+	n.metrics = newMetrics(func() float64 { return float64(len(n.host.Network().Peers())) }, n.scores.negative)
 	n.book = newOfferBook(n.ledger, n.metrics, n.log.With("subsystem", "offers"), n.clock)
 	if err := n.book.load(); err != nil {
 		return nil, fmt.Errorf("load offers seen: %w", err)
@@ -124,10 +125,10 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	if err != nil {
 		return nil, fmt.Errorf("start DHT: %w", err)
 	}
-	n.ps, err = pubsub.NewGossipSub(runCtx, n.host,
+	n.ps, err = pubsub.NewGossipSub(runCtx, n.host, append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
-		pubsub.WithMaxMessageSize(64<<10),
-	)
+		pubsub.WithMaxMessageSize(64 << 10),
+	}, gossipScoreOptions(n.scores.record)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("start gossipsub: %w", err)
 	}

@@ -33,7 +33,7 @@ func sealOffer(t *testing.T, sk crypto.PrivKey, seq uint64, price protocol.Micro
 func TestOfferBookBatchRules(t *testing.T) {
 	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
 	defer l.Close()
-	m := newMetrics(func() float64 { return 0 })
+	m := newMetrics(func() float64 { return 0 }, func() float64 { return 0 })
 	b := newOfferBook(l, m, quietLogger(), SystemClock())
 	skA, _, _ := crypto.GenerateEd25519Key(rand.Reader)
 	skB, _, _ := crypto.GenerateEd25519Key(rand.Reader)
