@@ -70,14 +70,15 @@ func versionCommand() *cobra.Command {
 }
 
 func initCommand() *cobra.Command {
-	var role string
+	var role, region string
 	var force bool
+	var listen, bootstrap []string
 	c := &cobra.Command{
 		Use:   "init --home DIR --role provider|renter|coordinator",
 		Short: "Create a node home: config.toml, identity key, API token, data directory",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			h, id, err := node.Init(home(cmd).Dir, node.InitOptions{Role: role, Force: force})
+			h, id, err := node.Init(home(cmd).Dir, node.InitOptions{Role: role, Force: force, Listen: listen, Bootstrap: bootstrap, Region: region})
 			if err != nil {
 				return err
 			}
@@ -88,6 +89,9 @@ func initCommand() *cobra.Command {
 	}
 	c.Flags().StringVar(&role, "role", "", "provider, renter or coordinator")
 	c.Flags().BoolVar(&force, "force", false, "replace an existing identity (the node gets a new peer ID)")
+	c.Flags().StringSliceVar(&listen, "listen", nil, "p2p.listen multiaddrs (default TCP and QUIC on port 4001)")
+	c.Flags().StringSliceVar(&bootstrap, "bootstrap", nil, "p2p.bootstrap: coordinator multiaddrs ending in /p2p/<peer ID>")
+	c.Flags().StringVar(&region, "region", "", "provider.region")
 	c.MarkFlagRequired("role")
 	return c
 }

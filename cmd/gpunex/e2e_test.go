@@ -245,3 +245,89 @@ func TestDevnetEndToEnd(t *testing.T) {
 		t.Error("devnet.json left behind after stop")
 	}
 }
+
+// startNode runs `gpunex node run` for a home and waits for its API.
+func startNode(t *testing.T, home string) (*exec.Cmd, node.Status) {
+	t.Helper()
+	os.Remove(filepath.Join(home, node.APIAddrFile))
+	logf, _ := os.Create(filepath.Join(home, "node.log"))
+	cmd := exec.Command(binary, "node", "run", "--home", home)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if out, _, code := gpunex(t, "status", "--json", "--home", home); code == 0 {
+			var st node.Status
+			json.Unmarshal([]byte(out), &st)
+			return cmd, st
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(home, "node.log"))
+	t.Fatalf("node in %s did not start:\n%s", home, log)
+	return nil, node.Status{}
+}
+
+type offerJSON struct {
+	Seq  uint64 `json:"seq"`
+	GPUs []struct {
+		Price int64 `json:"price_micro_usdc_per_gpu_hour"`
+	} `json:"gpus"`
+}
+
+// TestProviderSurvivesKill9: a provider killed with SIGKILL restarts on the same home, keeps
+// its price, and its next offer carries a higher sequence, so renters take it rather than
+// rejecting it as a replay.
+func TestProviderSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	local := "/ip4/127.0.0.1/tcp/0,/ip4/127.0.0.1/udp/0/quic-v1"
+	coord, prov, renter := filepath.Join(dir, "coordinator"), filepath.Join(dir, "provider"), filepath.Join(dir, "renter")
+	mustRun(t, "init", "--home", coord, "--role", "coordinator", "--listen", local)
+	_, cst := startNode(t, coord)
+	boot := cst.Addrs[0]
+	mustRun(t, "init", "--home", prov, "--role", "provider", "--listen", local, "--bootstrap", boot, "--region", "us-east")
+	mustRun(t, "init", "--home", renter, "--role", "renter", "--listen", local, "--bootstrap", boot)
+	p, pst := startNode(t, prov)
+	startNode(t, renter)
+
+	waitOffer := func(what string, ok func(searchRow) bool) searchRow {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, r := range searchJSON(t, renter) {
+				if r.Provider == pst.PeerID && ok(r) {
+					return r
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("%s: not seen by the renter", what)
+		return searchRow{}
+	}
+	waitOffer("first offer", func(r searchRow) bool { return r.Region == "us-east" })
+	mustRun(t, "offer", "set-price", "--home", prov, "--model", "L4-24GB", "--usdc", "0.61")
+	var before offerJSON
+	json.Unmarshal([]byte(mustRun(t, "offer", "show", "--home", prov)), &before)
+	waitOffer("new price", func(r searchRow) bool { return r.Price == "0.61" })
+
+	p.Process.Signal(syscall.SIGKILL)
+	p.Wait()
+	startNode(t, prov)
+	var after offerJSON
+	json.Unmarshal([]byte(mustRun(t, "offer", "show", "--home", prov)), &after)
+	if after.Seq <= before.Seq {
+		t.Fatalf("sequence after kill -9: %d, before: %d", after.Seq, before.Seq)
+	}
+	if len(after.GPUs) != 1 || after.GPUs[0].Price != 610_000 {
+		t.Fatalf("price lost across kill -9: %+v", after)
+	}
+	// The renter takes the restarted provider's offer: change the price again and see it.
+	mustRun(t, "offer", "set-price", "--home", prov, "--model", "L4-24GB", "--usdc", "0.62")
+	waitOffer("price after restart", func(r searchRow) bool { return r.Price == "0.62" })
+}

@@ -1,0 +1,64 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/ledger"
+)
+
+// TestProviderFollowsSchedule: outside its windows a provider's offer is withdrawn (and
+// says when it comes back); when a window opens it is offered again, without anyone acting.
+func TestProviderFollowsSchedule(t *testing.T) {
+	// Monday 2026-11-30 07:00 in Paris (06:00 UTC).
+	paris, _ := time.LoadLocation("Europe/Paris")
+	clock := NewFakeClock(time.Date(2026, 11, 30, 7, 0, 0, 0, paris))
+	cfg := providerConfig(0)
+	cfg.Provider.Availability = AvailabilityConfig{Timezone: "Europe/Paris", Windows: []string{"mon-fri 08:00-20:00"}}
+	h, sk := newHost(t)
+	defer h.Close()
+	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
+	defer l.Close()
+	n, err := New(context.Background(), cfg, sk, Deps{Host: h, Ledger: l, Clock: clock, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(context.Background())
+
+	var lastSeq uint64
+	next := func(what string) (withdrawn string, gpus int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if so := n.prov.Current(); so != nil && so.Offer.Seq > lastSeq && clock.Waiters() > 0 {
+				lastSeq = so.Offer.Seq
+				return so.Offer.Withdrawn, len(so.Offer.GPUs)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("%s: no new offer published", what)
+		return "", 0
+	}
+	w, g := next("before the window")
+	if g != 0 || !strings.Contains(w, "outside availability window; back at 2026-11-30T07:00:00Z") {
+		t.Fatalf("before the window: withdrawn=%q gpus=%d", w, g)
+	}
+	clock.Advance(time.Hour) // 08:00 Paris: the window opens
+	if w, g := next("window open"); w != "" || g != 1 {
+		t.Fatalf("in the window: withdrawn=%q gpus=%d", w, g)
+	}
+	clock.Advance(12 * time.Hour) // 20:00 Paris: it closes
+	if w, g := next("window closed"); g != 0 || !strings.Contains(w, "back at 2026-12-01T07:00:00Z") {
+		t.Fatalf("after the window: withdrawn=%q gpus=%d", w, g)
+	}
+	clock.Advance(12 * time.Hour) // Tuesday 08:00: open again
+	if w, g := next("next morning"); w != "" || g != 1 {
+		t.Fatalf("next morning: withdrawn=%q gpus=%d", w, g)
+	}
+	// A renter on the same clock sees it only while the window is open.
+	if len(n.book.live(clock.Now())) != 1 {
+		t.Fatal("open offer not live in the provider's own book")
+	}
+}
