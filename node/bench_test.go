@@ -22,7 +22,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 // BenchmarkSearch100 measures searches over 100 providers: "warm" is a renter that follows
 // gossip; "cold" is a renter whose book is emptied before each search, so every offer comes
-// from the DHT (FindProviders, then GetValue per provider).
+// from a catalogue sync and the DHT (FindProviders, then the offer stream or GetValue).
 func BenchmarkSearch100(b *testing.B) {
 	const nProviders = 100
 	tn := newTestNet(b)

@@ -26,7 +26,7 @@ func newMetrics(peers, penalised func() float64) *Metrics {
 		}, []string{"kind", "source"}),
 		RecordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpunex_records_rejected_total",
-			Help: "Signed records rejected, by kind, source (gossip, dht, dht_validator, stream, sync) and reason (bad_signature, replay, superseded, expired, too_large, malformed, ...).",
+			Help: "Signed records rejected, by kind, source (gossip, dht, dht_validator, stream, sync, self) and reason (bad_signature, replay, superseded, expired, too_large, malformed, ...).",
 		}, []string{"kind", "source", "reason"}),
 		OffersKnown: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpunex_offers_known",

@@ -54,6 +54,8 @@ type Node struct {
 	metrics *Metrics
 	prov    *provider // nil unless the role is provider
 	scores  gossipScores
+	// syncSlots bounds the catalogue syncs served at once.
+	syncSlots chan struct{}
 
 	ownsHost, ownsLedger bool
 	cancel               context.CancelFunc
@@ -66,7 +68,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	n = &Node{cfg: cfg, key: key, log: d.Logger, clock: d.Clock, host: d.Host, ledger: d.Ledger}
+	n = &Node{cfg: cfg, key: key, log: d.Logger, clock: d.Clock, host: d.Host, ledger: d.Ledger, syncSlots: make(chan struct{}, maxSyncServing)}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -225,7 +227,8 @@ func (n *Node) Close(ctx context.Context) error {
 }
 
 // validateGossip is the offers topic validator: replays and expired records are ignored,
-// anything else that fails is rejected (and counts against the sender's gossip score).
+// anything else that fails is rejected, which lowers the sender's gossip score
+// (gossipscore.go).
 func (n *Node) validateGossip(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	_, _, err := n.book.accept(msg.Data, "gossip")
 	switch {

@@ -15,7 +15,7 @@ import (
 )
 
 // offerBook holds the latest verified offer of every provider this node has heard of,
-// whatever the channel (gossip, DHT, its own publisher). It is where the stateful rule
+// whatever the channel (gossip, DHT, offer stream, catalogue sync, its own publisher). It is where the stateful rule
 // lives: an offer older than one already seen from the same provider is a replay.
 type offerBook struct {
 	ledger  *ledger.Ledger
@@ -85,15 +85,23 @@ func (b *offerBook) checkQuiet(raw []byte) (*protocol.SignedOffer, error) {
 	return so, nil
 }
 
+// errOlderSeq marks replays whose sequence is below the one held (as opposed to a
+// different record under the same sequence).
+var errOlderSeq = errors.New("older sequence")
+
 // replayCheck rejects an offer older than the one held from the same provider, or as old
 // but different.
 func (b *offerBook) replayCheck(so *protocol.SignedOffer) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if cur := b.offers[so.Signer]; cur != nil {
-		if so.Offer.Seq < cur.offer.Offer.Seq ||
-			(so.Offer.Seq == cur.offer.Offer.Seq && !bytes.Equal(so.Raw, cur.offer.Raw)) {
-			return fmt.Errorf("%w: seq %d from %s, already have %d", protocol.ErrReplay, so.Offer.Seq, so.Signer, cur.offer.Offer.Seq)
+		if so.Offer.Seq < cur.offer.Offer.Seq {
+			return fmt.Errorf("%w: %w: seq %d from %s, already have %d", protocol.ErrReplay, errOlderSeq, so.Offer.Seq, so.Signer, cur.offer.Offer.Seq)
+		}
+		if so.Offer.Seq == cur.offer.Offer.Seq && !bytes.Equal(so.Raw, cur.offer.Raw) {
+			// Two different records under one sequence: the provider signed both, or
+			// someone is replaying with a twist. Never a stale copy.
+			return fmt.Errorf("%w: a different record with seq %d from %s", protocol.ErrReplay, so.Offer.Seq, so.Signer)
 		}
 	}
 	return nil
@@ -116,6 +124,22 @@ func (b *offerBook) accept(raw []byte, source string) (so *protocol.SignedOffer,
 		return nil, false, err
 	}
 	so, fresh = b.store(so, source)
+	return so, fresh, nil
+}
+
+// acceptFrom is accept for a record asked of one provider: a record signed by anyone else
+// is rejected, so a peer cannot answer for another.
+func (b *offerBook) acceptFrom(raw []byte, source string, want peer.ID) (*protocol.SignedOffer, bool, error) {
+	so, err := b.check(raw, source)
+	if err != nil {
+		return nil, false, err
+	}
+	if so.Signer != want {
+		err := fmt.Errorf("%w: asked %s for its offer, got one signed by %s", protocol.ErrWrongSigner, want, so.Signer)
+		b.reject(source, err)
+		return nil, false, err
+	}
+	so, fresh := b.store(so, source)
 	return so, fresh, nil
 }
 
@@ -250,7 +274,7 @@ func (v dhtValidator) Validate(key string, value []byte) error {
 		// An older record in the DHT is most often a stale copy that a peer still holds
 		// (or this node's own, about to be replaced), not an attack: count it apart.
 		reason := protocol.Reason(err)
-		if errors.Is(err, protocol.ErrReplay) {
+		if errors.Is(err, protocol.ErrReplay) && errors.Is(err, errOlderSeq) {
 			reason = "superseded"
 		}
 		v.book.rejectAs("dht_validator", reason, err)

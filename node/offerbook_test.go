@@ -72,3 +72,45 @@ func TestOfferBookBatchRules(t *testing.T) {
 		t.Fatal("replay accepted after restart")
 	}
 }
+
+// TestOfferBookAnswersForAnother: a peer asked for its own offer cannot answer with someone
+// else's; the DHT validator calls an older copy "superseded" but a different record under
+// the same sequence a replay.
+func TestOfferBookAnswersForAnother(t *testing.T) {
+	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
+	defer l.Close()
+	m := newMetrics(func() float64 { return 0 }, func() float64 { return 0 })
+	b := newOfferBook(l, m, quietLogger(), SystemClock())
+	skA, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	skB, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	idA, _ := peer.IDFromPrivateKey(skA)
+	idB, _ := peer.IDFromPrivateKey(skB)
+	a := sealOffer(t, skA, 3, 1_000_000)
+	if _, _, err := b.acceptFrom(a, "stream", idB); err == nil {
+		t.Fatal("A's offer accepted as B's answer")
+	}
+	if v := testutil.ToFloat64(m.RecordsRejected.WithLabelValues("offer", "stream", "wrong_signer")); v != 1 {
+		t.Fatalf("wrong signer counted %v times", v)
+	}
+	if _, _, err := b.acceptFrom(a, "stream", idA); err != nil {
+		t.Fatal(err)
+	}
+	v := dhtValidator{b}
+	if err := v.Validate(protocol.OfferKey(idA), sealOffer(t, skA, 2, 1_000_000)); err == nil {
+		t.Fatal("older record validated")
+	}
+	if err := v.Validate(protocol.OfferKey(idA), sealOffer(t, skA, 3, 9_000_000)); err == nil {
+		t.Fatal("second record under the same sequence validated")
+	}
+	if err := v.Validate(protocol.OfferKey(idB), a); err == nil {
+		t.Fatal("A's offer validated under B's key")
+	}
+	for reason, want := range map[string]float64{"superseded": 1, "replay": 1, "wrong_signer": 1} {
+		if got := testutil.ToFloat64(m.RecordsRejected.WithLabelValues("offer", "dht_validator", reason)); got != want {
+			t.Errorf("dht_validator %s counted %v; want %v", reason, got, want)
+		}
+	}
+	if err := v.Validate(protocol.OfferKey(idA), a); err != nil {
+		t.Fatalf("current record refused: %v", err)
+	}
+}

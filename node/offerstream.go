@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -68,9 +69,19 @@ func (n *Node) fetchOfferDirect(ctx context.Context, ai peer.AddrInfo) ([]byte, 
 	return raw, nil
 }
 
+// maxSyncServing caps the sync answers a node writes at once: each can be large.
+const maxSyncServing = 4
+
 // handleSyncStream writes every live offer this node holds.
 func (n *Node) handleSyncStream(s network.Stream) {
 	defer s.Close()
+	select {
+	case n.syncSlots <- struct{}{}:
+		defer func() { <-n.syncSlots }()
+	default:
+		s.Reset() // busy: the asker tries its other peers
+		return
+	}
 	s.SetDeadline(time.Now().Add(30 * time.Second))
 	w := bufio.NewWriter(s)
 	offers := n.book.live(n.clock.Now())
@@ -116,7 +127,7 @@ func (n *Node) syncFrom(ctx context.Context, p peer.ID) (int, error) {
 	if len(batch) > 0 {
 		fresh += n.book.acceptBatch(batch, "sync")
 	}
-	if errors.Is(err, protocol.ErrTooLarge) {
+	if errors.Is(err, protocol.ErrTooLarge) || errors.Is(err, protocol.ErrMalformed) {
 		s.Reset()
 		n.book.reject("sync", err)
 	}
@@ -144,10 +155,12 @@ func readSyncFrames(r *bufio.Reader, each func(raw []byte)) error {
 	}
 }
 
-// syncOffers asks up to three connected peers for their offers, in parallel.
+// syncOffers asks up to three connected peers for their offers, in parallel. The sync
+// counts as done only if one of them answered.
 func (n *Node) syncOffers(ctx context.Context) {
 	peers := n.host.Network().Peers()
 	var wg sync.WaitGroup
+	var answered atomic.Bool
 	for i, p := range peers {
 		if i == 3 {
 			break
@@ -158,10 +171,13 @@ func (n *Node) syncOffers(ctx context.Context) {
 			if got, err := n.syncFrom(ctx, p); err != nil {
 				n.log.Debug("offer sync failed", "peer", p, "err", err)
 			} else {
+				answered.Store(true)
 				n.log.Debug("offer sync", "peer", p, "new", got)
 			}
 		}(p)
 	}
 	wg.Wait()
-	n.book.markSynced(n.clock.Now())
+	if answered.Load() {
+		n.book.markSynced(n.clock.Now())
+	}
 }

@@ -153,7 +153,8 @@ func (p *provider) publishLocked(ctx context.Context, withdrawn string) error {
 	}
 	p.announce <- raw
 	if err := p.n.topic.Publish(ctx, raw); err != nil {
-		return fmt.Errorf("gossip offer: %w", err)
+		// The offer is signed, current and queued for the DHT: searches still find it.
+		p.n.log.Warn("gossiping the offer failed; it reaches renters through the DHT", "seq", o.Seq, "err", err)
 	}
 	p.n.log.Debug("offer published", "seq", o.Seq, "gpus", len(o.GPUs), "withdrawn", o.Withdrawn)
 	return nil
@@ -226,13 +227,13 @@ func (p *provider) SetPrice(ctx context.Context, model string, price protocol.Mi
 	if price <= 0 || price > protocol.MaxPricePerGPUHour {
 		return nil, fmt.Errorf("%w: %s USDC per GPU-hour; it must be above 0 and at most %s", ErrBadPrice, price, protocol.MaxPricePerGPUHour)
 	}
-	if err := p.n.ledger.SetPrice(model, price); err != nil {
-		return nil, err
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, errors.New("the provider is shutting down; the new price applies at its next start")
+		return nil, errors.New("the provider is shutting down: try again once it has restarted")
+	}
+	if err := p.n.ledger.SetPrice(model, price); err != nil {
+		return nil, err
 	}
 	if err := p.publishLocked(ctx, ""); err != nil {
 		return nil, err

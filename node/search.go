@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -161,21 +162,23 @@ func (n *Node) search(ctx context.Context, f SearchFilter) ([]OfferRow, searchSt
 // fetchOffer gets a provider's offer record into the book: from the provider itself over
 // the offer stream, or else from the DHT value record.
 func (n *Node) fetchOffer(ctx context.Context, ai peer.AddrInfo) bool {
-	if raw, err := n.fetchOfferDirect(ctx, ai); err == nil {
-		if _, _, err := n.book.accept(raw, "stream"); err == nil {
+	raw, err := n.fetchOfferDirect(ctx, ai)
+	if err == nil {
+		if _, _, err = n.book.acceptFrom(raw, "stream", ai.ID); err == nil {
 			return true
 		}
-	} else {
-		n.log.Debug("offer stream failed; trying the DHT", "provider", ai.ID, "err", err)
+	} else if errors.Is(err, protocol.ErrTooLarge) {
+		n.book.reject("stream", err)
 	}
-	raw, err := n.dht.GetValue(ctx, protocol.OfferKey(ai.ID), dht.Quorum(3))
+	n.log.Debug("offer stream failed; trying the DHT", "provider", ai.ID, "err", err)
+	raw, err = n.dht.GetValue(ctx, protocol.OfferKey(ai.ID), dht.Quorum(3))
 	if err != nil && raw == nil {
 		n.log.Debug("offer not found in DHT", "provider", ai.ID, "err", err)
 		return false
 	}
-	// The DHT validator already applied every rule; accept stores it (or ignores it when
-	// gossip brought a newer one meanwhile).
-	_, _, err = n.book.accept(raw, "dht")
+	// The DHT validator already applied every rule, but gossip may have brought a newer
+	// record meanwhile: then this one counts as a replay and the newer one stays.
+	_, _, err = n.book.acceptFrom(raw, "dht", ai.ID)
 	return err == nil
 }
 

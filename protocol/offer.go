@@ -351,5 +351,5 @@ const OfferProtocol = "/gpunex/offer/1.0.0"
 // from gossip.
 const OfferSyncProtocol = "/gpunex/offer-sync/1.0.0"
 
-// MaxSyncOffers caps the records in one sync answer.
-const MaxSyncOffers = 100_000
+// MaxSyncOffers caps the records in one sync answer (at most 160 MiB of records).
+const MaxSyncOffers = 20_000
