@@ -28,15 +28,32 @@ func sealOffer(t *testing.T, sk crypto.PrivKey, seq uint64, price protocol.Micro
 	return raw
 }
 
+// newTestBook returns an offer book on an in-memory ledger, with its own metrics.
+func newTestBook(t *testing.T) (*ledger.Ledger, *Metrics, *offerBook) {
+	t.Helper()
+	l, err := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	m := newMetrics(func() float64 { return 0 }, func() float64 { return 0 })
+	return l, m, newOfferBook(l, m, quietLogger(), SystemClock())
+}
+
+func newTestKey(t *testing.T) crypto.PrivKey {
+	t.Helper()
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sk
+}
+
 // TestOfferBookBatchRules: the batch path used by catalogue syncs applies every rule of the
 // single path: bad signatures and replays are rejected and counted, the newest record wins.
 func TestOfferBookBatchRules(t *testing.T) {
-	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
-	defer l.Close()
-	m := newMetrics(func() float64 { return 0 }, func() float64 { return 0 })
-	b := newOfferBook(l, m, quietLogger(), SystemClock())
-	skA, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-	skB, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	l, m, b := newTestBook(t)
+	skA, skB := newTestKey(t), newTestKey(t)
 	a1, a2 := sealOffer(t, skA, 1, 1_000_000), sealOffer(t, skA, 2, 2_000_000)
 	bGood := sealOffer(t, skB, 5, 500_000)
 	bTampered := bytes.Replace(bGood, []byte(`"eu-west"`), []byte(`"us-east"`), 1)
@@ -77,12 +94,8 @@ func TestOfferBookBatchRules(t *testing.T) {
 // else's; the DHT validator calls an older copy "superseded" but a different record under
 // the same sequence a replay.
 func TestOfferBookAnswersForAnother(t *testing.T) {
-	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
-	defer l.Close()
-	m := newMetrics(func() float64 { return 0 }, func() float64 { return 0 })
-	b := newOfferBook(l, m, quietLogger(), SystemClock())
-	skA, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-	skB, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	_, m, b := newTestBook(t)
+	skA, skB := newTestKey(t), newTestKey(t)
 	idA, _ := peer.IDFromPrivateKey(skA)
 	idB, _ := peer.IDFromPrivateKey(skB)
 	a := sealOffer(t, skA, 3, 1_000_000)

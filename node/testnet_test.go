@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"testing"
 	"time"
 
@@ -129,5 +128,3 @@ func providersIn(rows []OfferRow) map[string]OfferRow {
 	}
 	return m
 }
-
-var _ = url.Values{}

@@ -318,9 +318,6 @@ func checkText(field, s string, spaces bool) error {
 	return nil
 }
 
-// IsNewer reports whether offer a supersedes offer b from the same provider.
-func (o *Offer) IsNewer(than *Offer) bool { return than == nil || o.Seq > than.Seq }
-
 // PeekOfferSeq reads the sequence of an offer envelope WITHOUT checking it. Use it only on
 // records that were verified before (the DHT's Select step).
 func PeekOfferSeq(raw []byte) (uint64, error) {

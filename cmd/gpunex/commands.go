@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -426,5 +425,3 @@ func devnetCommand() *cobra.Command {
 	c.Flags().IntVar(&providers, "providers", 3, "number of providers")
 	return c
 }
-
-var _ = strings.TrimSpace
