@@ -13,8 +13,11 @@ type Metrics struct {
 	RecordsRejected *prometheus.CounterVec
 	OffersKnown     prometheus.Gauge
 	OfferPublishes  prometheus.Counter
-	Searches        prometheus.Histogram
-	APIRequests     *prometheus.CounterVec
+	// OfferSyncRecords counts valid offers received in catalogue syncs, whether or not the
+	// node already held them.
+	OfferSyncRecords prometheus.Counter
+	Searches         prometheus.Histogram
+	APIRequests      *prometheus.CounterVec
 }
 
 func newMetrics(peers, penalised func() float64) *Metrics {
@@ -36,6 +39,10 @@ func newMetrics(peers, penalised func() float64) *Metrics {
 			Name: "gpunex_offer_publishes_total",
 			Help: "Offer records this provider signed and announced.",
 		}),
+		OfferSyncRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpunex_offer_sync_records_total",
+			Help: "Valid offer records received in catalogue syncs, new or already held.",
+		}),
 		Searches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpunex_search_duration_seconds",
 			Help:    "Time to answer an offer search.",
@@ -46,7 +53,7 @@ func newMetrics(peers, penalised func() float64) *Metrics {
 			Help: "Local API requests by route and status code.",
 		}, []string{"route", "code"}),
 	}
-	m.Registry.MustRegister(m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.Searches, m.APIRequests,
+	m.Registry.MustRegister(m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),
 		collectors.NewGoCollector(),

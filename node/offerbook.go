@@ -98,9 +98,12 @@ func (b *offerBook) replayCheck(so *protocol.SignedOffer) error {
 		if so.Offer.Seq < cur.offer.Offer.Seq {
 			return fmt.Errorf("%w: %w: seq %d from %s, already have %d", protocol.ErrReplay, errOlderSeq, so.Offer.Seq, so.Signer, cur.offer.Offer.Seq)
 		}
-		if so.Offer.Seq == cur.offer.Offer.Seq && !bytes.Equal(so.Raw, cur.offer.Raw) {
+		if so.Offer.Seq == cur.offer.Offer.Seq && !bytes.Equal(so.Payload, cur.offer.Payload) {
 			// Two different records under one sequence: the provider signed both, or
-			// someone is replaying with a twist. Never a stale copy.
+			// someone is replaying with a twist. Never a stale copy. The payload is
+			// compared, not the envelope: a copy re-encoded around the same signed bytes
+			// (an extra protobuf field) is the same record, and must not make the
+			// provider's own copy look like a replay.
 			return fmt.Errorf("%w: a different record with seq %d from %s", protocol.ErrReplay, so.Offer.Seq, so.Signer)
 		}
 	}
@@ -144,10 +147,9 @@ func (b *offerBook) acceptFrom(raw []byte, source string, want peer.ID) (*protoc
 }
 
 // acceptBatch accepts many records, verifying their signatures as one batch, and returns
-// how many changed the book.
-func (b *offerBook) acceptBatch(raws [][]byte, source string) int {
+// how many passed every check (valid) and how many of those changed the book (fresh).
+func (b *offerBook) acceptBatch(raws [][]byte, source string) (fresh, valid int) {
 	offers, errs := protocol.CheckOffers(raws, b.clock.Now())
-	fresh := 0
 	for i, so := range offers {
 		err := errs[i]
 		if err == nil {
@@ -157,11 +159,12 @@ func (b *offerBook) acceptBatch(raws [][]byte, source string) int {
 			b.reject(source, err)
 			continue
 		}
+		valid++
 		if _, isNew := b.store(so, source); isNew {
 			fresh++
 		}
 	}
-	return fresh
+	return fresh, valid
 }
 
 // store keeps a checked offer if it is newer than the one held, and returns the one held.

@@ -58,11 +58,11 @@ func TestOfferBookBatchRules(t *testing.T) {
 	bGood := sealOffer(t, skB, 5, 500_000)
 	bTampered := bytes.Replace(bGood, []byte(`"eu-west"`), []byte(`"us-east"`), 1)
 
-	if n := b.acceptBatch([][]byte{a2, bTampered, bGood}, "sync"); n != 2 {
-		t.Fatalf("first batch: %d new; want 2", n)
+	if n, v := b.acceptBatch([][]byte{a2, bTampered, bGood}, "sync"); n != 2 || v != 2 {
+		t.Fatalf("first batch: %d new, %d valid; want 2 and 2", n, v)
 	}
-	if n := b.acceptBatch([][]byte{a1, a2}, "sync"); n != 0 {
-		t.Fatalf("replay batch: %d new; want 0", n)
+	if n, v := b.acceptBatch([][]byte{a1, a2}, "sync"); n != 0 || v != 1 {
+		t.Fatalf("replay batch: %d new, %d valid; want 0 and 1", n, v)
 	}
 	idA, _ := peer.IDFromPrivateKey(skA)
 	if so, _ := b.get(idA); so.Offer.Seq != 2 {
@@ -125,5 +125,28 @@ func TestOfferBookAnswersForAnother(t *testing.T) {
 	}
 	if err := v.Validate(protocol.OfferKey(idA), a); err != nil {
 		t.Fatalf("current record refused: %v", err)
+	}
+}
+
+// TestOfferBookReencodedCopy: anyone can wrap a provider's signed payload in a re-encoded
+// envelope (an extra protobuf field keeps the signature valid). If that copy arrives first,
+// the provider's own record is still the same record, not a replay.
+func TestOfferBookReencodedCopy(t *testing.T) {
+	_, m, b := newTestBook(t)
+	sk := newTestKey(t)
+	genuine := sealOffer(t, sk, 3, 1_000_000)
+	copied := append(append([]byte{}, genuine...), 0x48, 0x01) // field 9, varint 1
+	if _, fresh, err := b.accept(copied, "gossip"); err != nil || !fresh {
+		t.Fatalf("re-encoded copy: fresh=%v err=%v", fresh, err)
+	}
+	if _, _, err := b.accept(genuine, "gossip"); err != nil {
+		t.Fatalf("the provider's own record refused after a re-encoded copy: %v", err)
+	}
+	if v := testutil.ToFloat64(m.RecordsRejected.WithLabelValues("offer", "gossip", "replay")); v != 0 {
+		t.Fatalf("replays counted: %v", v)
+	}
+	// A different payload under the same sequence is still a replay.
+	if _, _, err := b.accept(sealOffer(t, sk, 3, 2_000_000), "gossip"); err == nil {
+		t.Fatal("a second record under one sequence accepted")
 	}
 }

@@ -118,14 +118,19 @@ func (n *Node) syncFrom(ctx context.Context, p peer.ID) (int, error) {
 	// than 64 single ones.
 	fresh := 0
 	var batch [][]byte
+	flush := func() {
+		f, v := n.book.acceptBatch(batch, "sync")
+		fresh += f
+		n.metrics.OfferSyncRecords.Add(float64(v))
+		batch = batch[:0:0]
+	}
 	err = readSyncFrames(bufio.NewReader(s), func(raw []byte) {
 		if batch = append(batch, raw); len(batch) == 64 {
-			fresh += n.book.acceptBatch(batch, "sync")
-			batch = batch[:0:0]
+			flush()
 		}
 	})
 	if len(batch) > 0 {
-		fresh += n.book.acceptBatch(batch, "sync")
+		flush()
 	}
 	if errors.Is(err, protocol.ErrTooLarge) || errors.Is(err, protocol.ErrMalformed) {
 		s.Reset()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -61,6 +62,7 @@ func (p *provider) poke() {
 
 func (p *provider) run(ctx context.Context) {
 	go p.announceLoop(ctx)
+	go p.gossipPeersLoop(ctx)
 	for {
 		if err := p.publish(ctx); err != nil {
 			p.n.log.Warn("publishing offer failed", "err", err)
@@ -75,6 +77,28 @@ func (p *provider) run(ctx context.Context) {
 			return
 		case <-p.wake:
 		case <-p.n.clock.After(wait):
+		}
+	}
+}
+
+// gossipPeersLoop publishes again whenever the node goes from no gossip peer on the offers
+// topic to one: a record published while alone (at start, or after losing every peer)
+// reached nobody, and waiting for the republish interval would keep the offer out of other
+// nodes' books for that long.
+func (p *provider) gossipPeersLoop(ctx context.Context) {
+	events, err := p.n.topic.EventHandler()
+	if err != nil {
+		p.n.log.Warn("watching gossip peers failed", "err", err)
+		return
+	}
+	defer events.Cancel()
+	for {
+		ev, err := events.NextPeerEvent(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type == pubsub.PeerJoin && len(p.n.topic.ListPeers()) == 1 {
+			p.poke()
 		}
 	}
 }

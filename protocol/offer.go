@@ -140,9 +140,10 @@ func AllOffersKey() cid.Cid { return contentKey("all") }
 
 // SignedOffer is an offer that passed every stateless check.
 type SignedOffer struct {
-	Offer  Offer
-	Signer peer.ID
-	Raw    []byte
+	Offer   Offer
+	Signer  peer.ID
+	Raw     []byte
+	Payload []byte // the signed payload: two copies of one record may differ in Raw, never here
 }
 
 // CheckOffer opens a marshalled offer envelope and applies every stateless rule at time now.
@@ -158,7 +159,7 @@ func CheckOffer(raw []byte, now time.Time) (*SignedOffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SignedOffer{Offer: *o, Signer: env.Signer, Raw: raw}, nil
+	return &SignedOffer{Offer: *o, Signer: env.Signer, Raw: raw, Payload: env.Payload}, nil
 }
 
 // CheckOffers applies CheckOffer to many records at once, verifying their signatures as one
@@ -194,7 +195,7 @@ func CheckOffers(raws [][]byte, now time.Time) (offers []*SignedOffer, errs []er
 			errs[i] = err
 			continue
 		}
-		offers[i] = &SignedOffer{Offer: *o, Signer: u.env.Signer, Raw: raws[i]}
+		offers[i] = &SignedOffer{Offer: *o, Signer: u.env.Signer, Raw: raws[i], Payload: u.env.Payload}
 	}
 	return offers, errs
 }
