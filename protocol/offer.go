@@ -62,6 +62,10 @@ type Offer struct {
 	GPUs      []OfferGPUs `json:"gpus"`
 	// Addrs are multiaddrs where the provider accepts job negotiation streams.
 	Addrs []string `json:"addrs,omitempty"`
+	// Certificate is the coordinator's certificate for this provider (a certificate
+	// envelope, base64 in JSON). Nodes accept an offer only with a valid certificate from
+	// a coordinator they trust, within the models and counts it approves.
+	Certificate []byte `json:"certificate,omitempty"`
 }
 
 // OfferGPUs is one GPU model in an offer.
@@ -148,6 +152,9 @@ type SignedOffer struct {
 
 // CheckOffer opens a marshalled offer envelope and applies every stateless rule at time now.
 func CheckOffer(raw []byte, now time.Time) (*SignedOffer, error) {
+	if len(raw) > MaxOfferSize {
+		return nil, fmt.Errorf("%w: %d bytes, an offer is at most %d", ErrTooLarge, len(raw), MaxOfferSize)
+	}
 	env, err := Open(raw)
 	if err != nil {
 		return nil, err
@@ -201,17 +208,12 @@ func CheckOffers(raws [][]byte, now time.Time) (offers []*SignedOffer, errs []er
 }
 
 func checkOfferEnvelope(env *Envelope, now time.Time) (*Offer, error) {
-	var o Offer
-	if err := decodeStrict(env.Payload, &o); err != nil {
-		// A newer version may carry fields this node does not know: say so rather than
-		// calling it malformed.
-		if v, verr := version(env.Payload); verr == nil && v != OfferVersion {
-			return nil, fmt.Errorf("%w: offer version %d (this node understands %d)", ErrUnknownVersion, v, OfferVersion)
-		}
-		return nil, fmt.Errorf("%w: offer payload: %v", ErrMalformed, err)
+	if env.Kind != KindOffer {
+		return nil, fmt.Errorf("%w: expected an offer, got %s", ErrUnknownKind, env.Kind)
 	}
-	if o.Version != OfferVersion {
-		return nil, fmt.Errorf("%w: offer version %d (this node understands %d)", ErrUnknownVersion, o.Version, OfferVersion)
+	var o Offer
+	if err := decodePayload(env, OfferVersion, &o, func() int { return o.Version }); err != nil {
+		return nil, err
 	}
 	if o.Provider != env.signerText {
 		return nil, fmt.Errorf("%w: offer names provider %s but is signed by %s", ErrWrongSigner, o.Provider, env.Signer)
@@ -219,11 +221,8 @@ func checkOfferEnvelope(env *Envelope, now time.Time) (*Offer, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if o.IssuedAt.After(now.Add(MaxClockSkew)) {
-		return nil, fmt.Errorf("%w: offer issued at %s", ErrFuture, o.IssuedAt.UTC().Format(time.RFC3339))
-	}
-	if !now.Before(o.ExpiresAt) {
-		return nil, fmt.Errorf("%w: offer expired at %s", ErrExpired, o.ExpiresAt.UTC().Format(time.RFC3339))
+	if err := checkIssued(KindOffer, o.IssuedAt, o.ExpiresAt, now); err != nil {
+		return nil, err
 	}
 	return &o, nil
 }
@@ -287,6 +286,9 @@ func (o *Offer) Validate() error {
 		if g.PricePerGPUHour <= 0 || g.PricePerGPUHour > MaxPricePerGPUHour {
 			return bad("model %s: price %d micro-USDC out of range", g.Model, g.PricePerGPUHour)
 		}
+	}
+	if len(o.Certificate) > MaxCertificateSize {
+		return bad("certificate of %d bytes, at most %d", len(o.Certificate), MaxCertificateSize)
 	}
 	if len(o.Addrs) > maxAddrs {
 		return bad("%d addresses, at most %d", len(o.Addrs), maxAddrs)

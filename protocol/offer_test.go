@@ -113,7 +113,11 @@ func TestOfferRejections(t *testing.T) {
 		{"trailing data", sealedRaw(t, sk, append(mustJSON(t, validOffer(id)), []byte(` {}`)...)), ErrMalformed},
 		{"not an envelope", []byte("hello world"), ErrMalformed},
 		{"empty", nil, ErrUnknownKind},
-		{"oversized", bytes.Repeat([]byte{1}, MaxOfferSize+1), ErrTooLarge},
+		{"oversized", bytes.Repeat([]byte{1}, MaxApplicationSize+1), ErrTooLarge},
+		{"oversized for an offer", sealedRaw(t, sk, mustJSON(t, struct {
+			Offer
+			Pad string `json:"pad"`
+		}{validOffer(id), strings.Repeat("x", MaxOfferSize)})), ErrTooLarge},
 		{"signed in another domain", otherDomain(t, sk, mustJSON(t, validOffer(id))), ErrBadSignature},
 	}
 	_ = otherID

@@ -22,7 +22,11 @@ type Kind string
 
 // The record kinds this version understands.
 const (
-	KindOffer Kind = "offer"
+	KindOffer        Kind = "offer"
+	KindApplication  Kind = "application"
+	KindCertificate  Kind = "certificate"
+	KindRevocation   Kind = "revocation"
+	KindNotification Kind = "notification"
 )
 
 // MaxClockSkew is how far in the future a record's issue time may lie before it is rejected.
@@ -57,6 +61,10 @@ var reasons = []struct {
 	{ErrExpired, "expired"},
 	{ErrFuture, "future"},
 	{ErrReplay, "replay"},
+	{ErrUntrusted, "untrusted"},
+	{ErrNotCertified, "uncertified"},
+	{ErrRevoked, "revoked"},
+	{ErrNotApproved, "not_approved"},
 }
 
 // Reason returns a short label for a rejection error ("bad_signature", "replay", ...), for
@@ -80,6 +88,10 @@ type kindSpec struct {
 
 var kindSpecs = []kindSpec{
 	{kind: KindOffer, domain: "/gpunex/record/offer", codec: []byte("/gpunex/offer"), maxSize: MaxOfferSize},
+	{kind: KindApplication, domain: "/gpunex/record/application", codec: []byte("/gpunex/application"), maxSize: MaxApplicationSize},
+	{kind: KindCertificate, domain: "/gpunex/record/certificate", codec: []byte("/gpunex/certificate"), maxSize: MaxCertificateSize},
+	{kind: KindRevocation, domain: "/gpunex/record/revocation", codec: []byte("/gpunex/revocation"), maxSize: MaxRevocationSize},
+	{kind: KindNotification, domain: "/gpunex/record/notification", codec: []byte("/gpunex/notification"), maxSize: MaxNotificationSize},
 }
 
 func specFor(k Kind) (kindSpec, bool) {
@@ -237,6 +249,37 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
+// decodePayload decodes a record's JSON payload strictly into v (a struct pointer whose
+// version it then reads through versionOf) and checks that it is the version this code
+// understands. A newer version is ErrUnknownVersion, anything else that does not decode is
+// ErrMalformed.
+func decodePayload(env *Envelope, want int, v any, versionOf func() int) error {
+	if err := decodeStrict(env.Payload, v); err != nil {
+		// A newer version may carry fields this node does not know: say so rather than
+		// calling it malformed.
+		if got, verr := version(env.Payload); verr == nil && got != want {
+			return fmt.Errorf("%w: %s version %d (this node understands %d)", ErrUnknownVersion, env.Kind, got, want)
+		}
+		return fmt.Errorf("%w: %s payload: %v", ErrMalformed, env.Kind, err)
+	}
+	if got := versionOf(); got != want {
+		return fmt.Errorf("%w: %s version %d (this node understands %d)", ErrUnknownVersion, env.Kind, got, want)
+	}
+	return nil
+}
+
+// checkIssued applies the clock rules shared by every kind: not issued in the future
+// (beyond MaxClockSkew), not expired. A zero expiry means the record does not expire.
+func checkIssued(kind Kind, issued, expires, now time.Time) error {
+	if issued.After(now.Add(MaxClockSkew)) {
+		return fmt.Errorf("%w: %s issued at %s", ErrFuture, kind, issued.UTC().Format(time.RFC3339))
+	}
+	if !expires.IsZero() && !now.Before(expires) {
+		return fmt.Errorf("%w: %s expired at %s", ErrExpired, kind, expires.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
 // version reads only the "version" field of a JSON payload.
 func version(data []byte) (int, error) {
 	var v struct {
@@ -265,19 +308,30 @@ type Verified struct {
 }
 
 // Verify opens any signed record and applies the stateless rules of its kind at time now.
-// It is what `gpunex verify` runs.
+// It is what `gpunex verify` runs. It does not judge whether a coordinator is trusted: the
+// caller prints the signer.
 func Verify(raw []byte, now time.Time) (*Verified, error) {
 	env, err := Open(raw)
 	if err != nil {
 		return nil, err
 	}
+	var rec any
 	switch env.Kind {
 	case KindOffer:
-		o, err := checkOfferEnvelope(env, now)
-		if err != nil {
-			return nil, err
-		}
-		return &Verified{Kind: env.Kind, Signer: env.Signer, Raw: raw, Record: o}, nil
+		rec, err = checkOfferEnvelope(env, now)
+	case KindApplication:
+		rec, err = checkApplicationEnvelope(env, now)
+	case KindCertificate:
+		rec, err = CheckCertificate(raw, now, nil)
+	case KindRevocation:
+		rec, err = CheckRevocation(raw, now, nil)
+	case KindNotification:
+		rec, err = CheckNotification(raw, now, nil, "")
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrUnknownKind, env.Kind)
 	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownKind, env.Kind)
+	if err != nil {
+		return nil, err
+	}
+	return &Verified{Kind: env.Kind, Signer: env.Signer, Raw: raw, Record: rec}, nil
 }
