@@ -107,15 +107,19 @@ func (l *Ledger) Prices() (map[string]protocol.MicroUSDC, error) {
 // crash can skip numbers but never hands out the same one twice. Sequences follow the
 // clock (milliseconds) where they can, so a node whose ledger was lost still moves forward.
 func (l *Ledger) NextOfferSeq(now time.Time) (uint64, error) {
+	return l.nextSeq(keyOfferSeq, now)
+}
+
+func (l *Ledger) nextSeq(key string, now time.Time) (uint64, error) {
 	var next uint64
 	err := l.db.Update(func(txn *badger.Txn) error {
 		var last uint64
-		item, err := txn.Get([]byte(keyOfferSeq))
+		item, err := txn.Get([]byte(key))
 		switch {
 		case err == nil:
 			if err := item.Value(func(v []byte) error {
 				if len(v) != 8 {
-					return errors.New("ledger: offer sequence: corrupt value")
+					return fmt.Errorf("ledger: sequence %s: corrupt value", key)
 				}
 				last = binary.BigEndian.Uint64(v)
 				return nil
@@ -131,7 +135,7 @@ func (l *Ledger) NextOfferSeq(now time.Time) (uint64, error) {
 		}
 		var b [8]byte
 		binary.BigEndian.PutUint64(b[:], next)
-		return txn.Set([]byte(keyOfferSeq), b[:])
+		return txn.Set([]byte(key), b[:])
 	})
 	return next, err
 }

@@ -1,0 +1,277 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Onboarding state: the coordinator's application queue and audit trail, the provider's own
+// application and certificate, notifications received, and revocations known.
+
+const (
+	prefixApplication  = "coordinator/application/"
+	prefixSerial       = "serial/"
+	keyOwnApplication  = "provider/application"
+	keyOwnCertificate  = "provider/certificate"
+	prefixNotification = "notification/"
+	prefixRevocation   = "revocation/"
+)
+
+// Event is one entry of an application's audit trail: who did what, when and why.
+type Event struct {
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`  // "provider <peer ID>", "operator <name>", "rule"
+	Action string    `json:"action"` // submitted, answered, approved, rejected, info-requested, revoked, notified, ...
+	Detail string    `json:"detail,omitempty"`
+}
+
+// Application is an application in the coordinator's queue.
+type Application struct {
+	ID           string    `json:"id"`
+	Provider     string    `json:"provider"`
+	Status       string    `json:"status"`
+	Tier         string    `json:"tier,omitempty"` // granted tier, once approved
+	ProposedTier string    `json:"proposed_tier"`
+	TierReasons  []string  `json:"tier_reasons,omitempty"`
+	CaseByCase   []string  `json:"case_by_case,omitempty"` // models off the supported list
+	SubmittedAt  time.Time `json:"submitted_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	Seq          uint64    `json:"seq"` // sequence of the latest application record
+	Raw          []byte    `json:"raw"` // the latest signed application record
+	// Message is the latest question, rejection reason or approval note.
+	Message     string `json:"message,omitempty"`
+	Certificate []byte `json:"certificate,omitempty"`
+	// Notification is the latest signed notification for the provider: pushed to it, and
+	// handed out again when it asks for its status.
+	Notification []byte  `json:"notification,omitempty"`
+	Events       []Event `json:"events"`
+}
+
+// PutApplication stores a new application; it fails if the ID is taken.
+func (l *Ledger) PutApplication(a Application) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		key := prefixApplication + a.ID
+		if _, err := txn.Get([]byte(key)); err == nil {
+			return fmt.Errorf("application %s exists", a.ID)
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		return putJSON(txn, key, a)
+	})
+}
+
+// UpdateApplication changes an application atomically and returns it as stored.
+func (l *Ledger) UpdateApplication(id string, f func(a *Application) error) (Application, error) {
+	var a Application
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixApplication+id, &a); err != nil {
+			return err
+		}
+		if err := f(&a); err != nil {
+			return err
+		}
+		return putJSON(txn, prefixApplication+id, a)
+	})
+	return a, err
+}
+
+// GetApplication returns one application, or ErrNotFound.
+func (l *Ledger) GetApplication(id string) (Application, error) {
+	var a Application
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixApplication+id, &a) })
+	return a, err
+}
+
+// Applications returns every application, oldest submission first.
+func (l *Ledger) Applications() ([]Application, error) {
+	var out []Application
+	err := l.db.View(func(txn *badger.Txn) error {
+		return scan(txn, prefixApplication, func(key string, val []byte) error {
+			var a Application
+			if err := json.Unmarshal(val, &a); err != nil {
+				return fmt.Errorf("ledger: application %s: %w", key, err)
+			}
+			out = append(out, a)
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].SubmittedAt.Before(out[j].SubmittedAt) })
+	return out, err
+}
+
+// NextSerial reserves the next number of a named counter (certificate serials,
+// notification sequences), durably and following the clock in milliseconds, like
+// NextOfferSeq.
+func (l *Ledger) NextSerial(name string, now time.Time) (uint64, error) {
+	return l.nextSeq(prefixSerial+name, now)
+}
+
+// OwnApplication is the provider's own application as it stands: what it sent, whether the
+// coordinator has it, and the latest status it heard.
+type OwnApplication struct {
+	ID          string    `json:"id"`
+	Seq         uint64    `json:"seq"`
+	Raw         []byte    `json:"raw"`         // the latest signed record
+	Delivered   bool      `json:"delivered"`   // the coordinator acknowledged Raw
+	Attempts    int       `json:"attempts"`    // delivery attempts of Raw
+	LastError   string    `json:"last_error"`  // why the last attempt failed
+	Coordinator string    `json:"coordinator"` // peer ID it was sent to
+	Status      string    `json:"status"`
+	Tier        string    `json:"tier,omitempty"`
+	Message     string    `json:"message,omitempty"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// SetOwnApplication stores the provider's application.
+func (l *Ledger) SetOwnApplication(a OwnApplication) error {
+	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, keyOwnApplication, a) })
+}
+
+// UpdateOwnApplication changes the provider's application atomically.
+func (l *Ledger) UpdateOwnApplication(f func(a *OwnApplication) error) (OwnApplication, error) {
+	var a OwnApplication
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, keyOwnApplication, &a); err != nil {
+			return err
+		}
+		if err := f(&a); err != nil {
+			return err
+		}
+		return putJSON(txn, keyOwnApplication, a)
+	})
+	return a, err
+}
+
+// GetOwnApplication returns the provider's application, or ErrNotFound.
+func (l *Ledger) GetOwnApplication() (OwnApplication, error) {
+	var a OwnApplication
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, keyOwnApplication, &a) })
+	return a, err
+}
+
+// SetOwnCertificate stores the provider's certificate (nil removes it).
+func (l *Ledger) SetOwnCertificate(raw []byte) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		if raw == nil {
+			return txn.Delete([]byte(keyOwnCertificate))
+		}
+		return txn.Set([]byte(keyOwnCertificate), raw)
+	})
+}
+
+// OwnCertificate returns the provider's certificate, or ErrNotFound.
+func (l *Ledger) OwnCertificate() ([]byte, error) {
+	var out []byte
+	err := l.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(keyOwnCertificate))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		out, err = item.ValueCopy(nil)
+		return err
+	})
+	return out, err
+}
+
+// Notification is a notice kept for the node's operator: a signed record from a
+// coordinator, or one the node wrote itself (Raw empty).
+type Notification struct {
+	Key        string    `json:"-"`
+	ReceivedAt time.Time `json:"received_at"`
+	From       string    `json:"from"` // coordinator peer ID, or "node"
+	Seq        uint64    `json:"seq"`
+	Subject    string    `json:"subject"`
+	Body       string    `json:"body"`
+	Raw        []byte    `json:"raw,omitempty"`
+}
+
+// AddNotification stores a notification once: the same sender and sequence again is a
+// no-op, and reports false.
+func (l *Ledger) AddNotification(n Notification) (bool, error) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n.Seq)
+	key := fmt.Sprintf("%s%s/%x", prefixNotification, n.From, b)
+	added := false
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get([]byte(key)); err == nil {
+			return nil
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		added = true
+		return putJSON(txn, key, n)
+	})
+	return added, err
+}
+
+// Notifications returns every stored notification, oldest first.
+func (l *Ledger) Notifications() ([]Notification, error) {
+	var out []Notification
+	err := l.db.View(func(txn *badger.Txn) error {
+		return scan(txn, prefixNotification, func(key string, val []byte) error {
+			var n Notification
+			if err := json.Unmarshal(val, &n); err != nil {
+				return fmt.Errorf("ledger: notification %s: %w", key, err)
+			}
+			n.Key = key
+			out = append(out, n)
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].ReceivedAt.Before(out[j].ReceivedAt) })
+	return out, err
+}
+
+// SaveRevocation stores a revocation record for a provider, keyed by coordinator and
+// provider; a later revocation replaces an earlier one.
+func (l *Ledger) SaveRevocation(coordinator, provider string, raw []byte) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(prefixRevocation+coordinator+"/"+provider), raw)
+	})
+}
+
+// Revocations returns every stored revocation record.
+func (l *Ledger) Revocations() ([][]byte, error) {
+	var out [][]byte
+	err := l.db.View(func(txn *badger.Txn) error {
+		return scan(txn, prefixRevocation, func(_ string, val []byte) error {
+			out = append(out, append([]byte(nil), val...))
+			return nil
+		})
+	})
+	return out, err
+}
+
+func putJSON(txn *badger.Txn, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return txn.Set([]byte(key), b)
+}
+
+func getJSON(txn *badger.Txn, key string, v any) error {
+	item, err := txn.Get([]byte(key))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return item.Value(func(b []byte) error {
+		if err := json.Unmarshal(b, v); err != nil {
+			return fmt.Errorf("ledger: %s: %w", key, err)
+		}
+		return nil
+	})
+}
