@@ -58,7 +58,9 @@ func Open(o Options) (*Ledger, error) {
 		WithMetricsEnabled(false).
 		WithLogger(badgerLogger{log})
 	if o.InMemory {
+		// Without a value log every value stays in the LSM tree.
 		bo.Dir, bo.ValueDir = "", ""
+		bo = bo.WithValueThreshold(1 << 20)
 	}
 	db, err := badger.Open(bo)
 	if err != nil {

@@ -72,6 +72,7 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.route(mux, "GET /v1/offers/record", a.offerRecord)
 	a.route(mux, "GET /v1/provider/offer", a.ownOffer)
 	a.route(mux, "POST /v1/provider/price", a.setPrice)
+	a.routeOnboarding(mux)
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go a.srv.Serve(ln)
 	return a, nil

@@ -110,3 +110,51 @@ func (c *Client) SetPrice(ctx context.Context, model, usdc string) (OfferRecordV
 	var v OfferRecordView
 	return v, c.Do(ctx, http.MethodPost, "/v1/provider/price", SetPriceRequest{Model: model, USDC: usdc}, &v)
 }
+
+// Apply submits a provider's application.
+func (c *Client) Apply(ctx context.Context, form any) (OwnApplicationView, error) {
+	var v OwnApplicationView
+	return v, c.Do(ctx, http.MethodPost, "/v1/apply", form, &v)
+}
+
+// ApplyStatus returns the provider's application as it stands.
+func (c *Client) ApplyStatus(ctx context.Context) (OwnApplicationView, error) {
+	var v OwnApplicationView
+	return v, c.Do(ctx, http.MethodGet, "/v1/apply", nil, &v)
+}
+
+// Answer replies to the coordinator's question.
+func (c *Client) Answer(ctx context.Context, message string) (OwnApplicationView, error) {
+	var v OwnApplicationView
+	return v, c.Do(ctx, http.MethodPost, "/v1/apply/answer", AnswerRequest{Message: message}, &v)
+}
+
+// Notifications lists the node's notifications.
+func (c *Client) Notifications(ctx context.Context) ([]NotificationView, error) {
+	var v []NotificationView
+	return v, c.Do(ctx, http.MethodGet, "/v1/notifications", nil, &v)
+}
+
+// Applications lists the coordinator's queue ("" for every status).
+func (c *Client) Applications(ctx context.Context, status string) ([]ApplicationView, error) {
+	var v []ApplicationView
+	return v, c.Do(ctx, http.MethodGet, "/v1/coordinator/applications?status="+url.QueryEscape(status), nil, &v)
+}
+
+// Application shows one application with its audit trail.
+func (c *Client) Application(ctx context.Context, id string) (ApplicationView, error) {
+	var v ApplicationView
+	return v, c.Do(ctx, http.MethodGet, "/v1/coordinator/applications/"+url.PathEscape(id), nil, &v)
+}
+
+// Decide records a reviewer's decision.
+func (c *Client) Decide(ctx context.Context, id string, d Decision) (ApplicationView, error) {
+	var v ApplicationView
+	return v, c.Do(ctx, http.MethodPost, "/v1/coordinator/applications/"+url.PathEscape(id)+"/decision", d, &v)
+}
+
+// Revoke revokes a provider's certificates.
+func (c *Client) Revoke(ctx context.Context, req RevokeRequest) (RevokeResult, error) {
+	var v RevokeResult
+	return v, c.Do(ctx, http.MethodPost, "/v1/coordinator/revoke", req, &v)
+}

@@ -54,6 +54,36 @@ type Config struct {
 	Offers OffersConfig `toml:"offers"`
 	// Provider is read only when role is provider.
 	Provider ProviderConfig `toml:"provider"`
+	// Trust names the coordinators whose certificates, revocations and notifications
+	// this node accepts.
+	Trust TrustConfig `toml:"trust"`
+	// Coordinator is read only when role is coordinator.
+	Coordinator CoordinatorConfig `toml:"coordinator"`
+}
+
+// TrustConfig lists trusted coordinators.
+type TrustConfig struct {
+	// Coordinators are peer IDs. Offers are accepted only with a certificate signed by one
+	// of them; a coordinator node trusts itself as well.
+	Coordinators []string `toml:"coordinators"`
+}
+
+// CoordinatorConfig sets how a coordinator certifies providers.
+type CoordinatorConfig struct {
+	// CertificateValidity is how long a certificate is valid after approval.
+	CertificateValidity Duration `toml:"certificate_validity"`
+	// Notify sends decisions by e-mail and webhook as well as to the provider's node.
+	Notify NotifyConfig `toml:"notify"`
+}
+
+// NotifyConfig configures outbound decision notices. Empty fields disable a channel.
+type NotifyConfig struct {
+	SMTPAddr          string `toml:"smtp_addr"`           // host:port
+	SMTPFrom          string `toml:"smtp_from"`           // sender address
+	SMTPUsername      string `toml:"smtp_username"`       // optional
+	SMTPPasswordFile  string `toml:"smtp_password_file"`  // file holding the password, mode 0600
+	WebhookURL        string `toml:"webhook_url"`         // receives a JSON POST per decision
+	WebhookSecretFile string `toml:"webhook_secret_file"` // HMAC-SHA256 key, mode 0600; optional
 }
 
 // LogConfig sets logging.
@@ -111,6 +141,9 @@ func Defaults(role string) Config {
 			Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
 		},
 		API: APIConfig{Listen: "127.0.0.1:0"},
+		Coordinator: CoordinatorConfig{
+			CertificateValidity: Duration{180 * 24 * time.Hour},
+		},
 		Offers: OffersConfig{
 			TTL:           Duration{10 * time.Minute},
 			Republish:     Duration{3 * time.Minute},
@@ -191,6 +224,12 @@ func (c *Config) Check() error {
 	if c.Offers.SearchTimeout.Duration <= 0 {
 		errs = append(errs, errors.New("offers.search_timeout must be positive"))
 	}
+	if _, err := c.TrustedCoordinators(); err != nil {
+		errs = append(errs, err)
+	}
+	if v := c.Coordinator.CertificateValidity.Duration; v < time.Minute || v > protocol.MaxCertificateValidity {
+		errs = append(errs, fmt.Errorf("coordinator.certificate_validity %s: must be between 1m and %s", c.Coordinator.CertificateValidity, protocol.MaxCertificateValidity))
+	}
 	if c.Role == RoleProvider {
 		if _, err := c.Provider.Schedule(); err != nil {
 			errs = append(errs, fmt.Errorf("provider.availability: %w", err))
@@ -211,6 +250,19 @@ func (c *Config) BootstrapPeers() ([]peer.AddrInfo, error) {
 			return nil, fmt.Errorf("p2p.bootstrap %q: %v (expected a multiaddr ending in /p2p/<peer ID>)", s, err)
 		}
 		out = append(out, *ai)
+	}
+	return out, nil
+}
+
+// TrustedCoordinators parses trust.coordinators.
+func (c *Config) TrustedCoordinators() ([]peer.ID, error) {
+	var out []peer.ID
+	for _, s := range c.Trust.Coordinators {
+		id, err := peer.Decode(s)
+		if err != nil {
+			return nil, fmt.Errorf("trust.coordinators %q: not a peer ID (12D3KooW...): %v", s, err)
+		}
+		out = append(out, id)
 	}
 	return out, nil
 }

@@ -134,14 +134,12 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		return err
 	}
 
-	say("waiting for the renter to see every offer…")
-	rcl, _ := NewClient(Home{Dir: renter.Home})
-	want := map[string]bool{}
-	for _, p := range procs {
-		if p.Role == RoleProvider {
-			want[p.PeerID] = true
-		}
+	want, err := devnetOnboard(ctx, cl, procs, say)
+	if err != nil {
+		return err
 	}
+	say("waiting for the renter to see every certified provider's offer…")
+	rcl, _ := NewClient(Home{Dir: renter.Home})
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		rows, err := rcl.Search(ctx, url.Values{})
@@ -188,6 +186,96 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 				return err
 			}
 		}
+	}
+}
+
+// devnetOnboard has every provider apply with a generated application, then decides as a
+// reviewer would: with three providers or more, the last is rejected and the one before it
+// left pending, so that the queue shows every state; the others are approved with the tier
+// the rule proposes. It returns the approved providers.
+func devnetOnboard(ctx context.Context, coord *Client, procs []*devnetProc, say func(string, ...any)) (map[string]bool, error) {
+	var provs []*devnetProc
+	for _, p := range procs {
+		if p.Role == RoleProvider {
+			provs = append(provs, p)
+		}
+	}
+	for i, p := range provs {
+		h := Home{Dir: p.Home}
+		cfg, err := h.Config()
+		if err != nil {
+			return nil, err
+		}
+		pcl, err := NewClient(h)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := pcl.Apply(ctx, devnetApplication(i, cfg)); err != nil {
+			return nil, fmt.Errorf("%s: apply: %w", p.Name, err)
+		}
+	}
+	byProvider := map[string]ApplicationView{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(byProvider) < len(provs) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the coordinator received %d of %d applications after 60 s", len(byProvider), len(provs))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		apps, err := coord.Applications(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range apps {
+			byProvider[a.Provider] = a
+		}
+	}
+	approved := map[string]bool{}
+	for i, p := range provs {
+		a := byProvider[p.PeerID]
+		d := Decision{Action: "approve", Actor: "devnet", Message: "approved by the devnet's rule"}
+		switch {
+		case len(provs) >= 3 && i == len(provs)-1:
+			d = Decision{Action: "reject", Actor: "devnet", Message: "an example rejection: GPUs unreachable from the coordinator's probes"}
+		case len(provs) >= 3 && i == len(provs)-2:
+			say("%s: application %s left pending (gpunex coordinator applications list --home %s)", p.Name, a.ID, "DIR/coordinator")
+			continue
+		}
+		v, err := coord.Decide(ctx, a.ID, d)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", p.Name, d.Action, err)
+		}
+		if v.Status == "approved" {
+			approved[p.PeerID] = true
+		}
+		say("%s: application %s %s %s", p.Name, a.ID, v.Status, v.Tier)
+	}
+	return approved, nil
+}
+
+// devnetApplication fills in provider i's application: every other provider has a UPS,
+// a two-year commitment and a symmetric 10 Gbps link (Enterprise), the others not
+// (Community).
+func devnetApplication(i int, cfg Config) map[string]any {
+	enterprise := i%2 == 0
+	up, months := 0.5, 6
+	if enterprise {
+		up, months = 10, 24
+	}
+	var gpus []map[string]any
+	for _, g := range cfg.Provider.GPUs {
+		gpus = append(gpus, map[string]any{
+			"model": g.Model, "count": g.Count, "host_ram_gb": 512, "internet_up_gbps": up, "internet_down_gbps": 10,
+			"availability": "24/7", "location": map[string]string{"city": "Devnet City", "country": "FR", "region": cfg.Provider.Region},
+		})
+	}
+	return map[string]any{
+		"name": fmt.Sprintf("Devnet Operator %d", i+1), "email": fmt.Sprintf("provider-%d@devnet.invalid", i+1),
+		"gpus": gpus, "ups": enterprise, "commitment_months": months,
+		"maintenance_notes": "2 hours on the first Sunday of each month",
 	}
 }
 

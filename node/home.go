@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/template"
 
@@ -67,6 +68,17 @@ func Init(dir string, o InitOptions) (Home, peer.ID, error) {
 		c.P2P.Listen = o.Listen
 	}
 	c.P2P.Bootstrap = o.Bootstrap
+	if o.Role != RoleCoordinator {
+		// The bootstrap peers are the network's coordinators: trust them.
+		peers, err := c.BootstrapPeers()
+		if err != nil {
+			return h, "", err
+		}
+		for _, p := range peers {
+			c.Trust.Coordinators = append(c.Trust.Coordinators, p.ID.String())
+		}
+		c.Trust.Coordinators = slices.Compact(c.Trust.Coordinators)
+	}
 	if o.Region != "" {
 		c.Provider.Region = o.Region
 	}
@@ -228,7 +240,28 @@ ttl = "{{.Offers.TTL}}"
 republish = "{{.Offers.Republish}}"
 # How long a search waits for DHT answers.
 search_timeout = "{{.Offers.SearchTimeout}}"
-{{if eq .Role "provider"}}
+
+[trust]
+# Peer IDs of the coordinators whose certificates this node accepts: offers without a
+# valid certificate from one of them are refused. ` + "`gpunex init --bootstrap`" + ` fills it with
+# the bootstrap peers. A coordinator always trusts itself.
+coordinators = {{list .Trust.Coordinators}}
+{{if eq .Role "coordinator"}}
+[coordinator]
+# How long a certificate is valid after approval (at most 8784h, 366 days).
+certificate_validity = "{{.Coordinator.CertificateValidity}}"
+
+[coordinator.notify]
+# Decisions are also sent to the applicant by e-mail and to a webhook, when set.
+smtp_addr = "{{.Coordinator.Notify.SMTPAddr}}"
+smtp_from = "{{.Coordinator.Notify.SMTPFrom}}"
+smtp_username = "{{.Coordinator.Notify.SMTPUsername}}"
+# A file holding the SMTP password, mode 0600.
+smtp_password_file = "{{.Coordinator.Notify.SMTPPasswordFile}}"
+# Receives a JSON POST per decision, signed with HMAC-SHA256 when a secret file is set.
+webhook_url = "{{.Coordinator.Notify.WebhookURL}}"
+webhook_secret_file = "{{.Coordinator.Notify.WebhookSecretFile}}"
+{{end}}{{if eq .Role "provider"}}
 [provider]
 # Where the GPUs are (free text, lower case): renters filter on it.
 region = "{{.Provider.Region}}"

@@ -51,9 +51,16 @@ type Node struct {
 	sub     *pubsub.Subscription
 	ledger  *ledger.Ledger
 	book    *offerBook
+	trust   *trustStore
 	metrics *Metrics
 	prov    *provider // nil unless the role is provider
-	scores  gossipScores
+	// applicant is the provider's onboarding; nil unless the role is provider.
+	applicant *applicant
+	// coord is the coordinator's onboarding; nil unless the role is coordinator.
+	coord    *coordinator
+	revTopic *pubsub.Topic
+	revSub   *pubsub.Subscription
+	scores   gossipScores
 	// syncSlots bounds the catalogue syncs served at once.
 	syncSlots chan struct{}
 
@@ -109,7 +116,17 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		return nil, errors.New("host identity differs from the node key")
 	}
 	n.metrics = newMetrics(func() float64 { return float64(len(n.host.Network().Peers())) }, n.scores.negative)
-	n.book = newOfferBook(n.ledger, n.metrics, n.log.With("subsystem", "offers"), n.clock)
+	trusted, err := cfg.TrustedCoordinators()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Role == RoleCoordinator {
+		trusted = append(trusted, n.id)
+	}
+	if n.trust, err = newTrustStore(n.ledger, trusted); err != nil {
+		return nil, err
+	}
+	n.book = newOfferBook(n.ledger, n.trust, n.metrics, n.log.With("subsystem", "offers"), n.clock)
 	if err := n.book.load(); err != nil {
 		return nil, fmt.Errorf("load offers seen: %w", err)
 	}
@@ -144,8 +161,19 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		return nil, err
 	}
 	n.host.SetStreamHandler(protocol.OfferSyncProtocol, n.handleSyncStream)
+	if err := n.ps.RegisterTopicValidator(protocol.RevocationsTopic, n.validateRevocation); err != nil {
+		return nil, err
+	}
+	if n.revTopic, err = n.ps.Join(protocol.RevocationsTopic); err != nil {
+		return nil, err
+	}
+	if n.revSub, err = n.revTopic.Subscribe(); err != nil {
+		return nil, err
+	}
+	n.host.SetStreamHandler(protocol.RevocationSyncProtocol, n.handleRevocationSync)
+	n.goLoop(func() { drain(runCtx, n.revSub) })
 
-	n.goLoop(func() { n.drainGossip(runCtx) })
+	n.goLoop(func() { drain(runCtx, n.sub) })
 	n.goLoop(func() { n.bootstrapLoop(runCtx, boot) })
 	n.goLoop(func() { n.flushLoop(runCtx) })
 	if cfg.Role == RoleProvider {
@@ -155,6 +183,15 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		}
 		n.host.SetStreamHandler(protocol.OfferProtocol, n.handleOfferStream)
 		n.goLoop(func() { n.prov.run(runCtx) })
+		n.applicant = newApplicant(n)
+		n.host.SetStreamHandler(protocol.NotifyProtocol, n.handleNotify)
+		n.goLoop(func() { n.applicant.run(runCtx) })
+	}
+	if cfg.Role == RoleCoordinator {
+		if n.coord, err = newCoordinator(n); err != nil {
+			return nil, err
+		}
+		n.host.SetStreamHandler(protocol.ApplyProtocol, n.coord.handleApply)
 	}
 	n.log.Info("node started", "peer_id", n.id, "role", cfg.Role, "addrs", n.host.Addrs())
 	return n, nil
@@ -207,11 +244,15 @@ func (n *Node) Close(ctx context.Context) error {
 		if n.book != nil && n.ledger != nil {
 			errs = append(errs, n.book.flush())
 		}
-		if n.sub != nil {
-			n.sub.Cancel()
+		for _, sub := range []*pubsub.Subscription{n.sub, n.revSub} {
+			if sub != nil {
+				sub.Cancel()
+			}
 		}
-		if n.topic != nil {
-			n.topic.Close()
+		for _, t := range []*pubsub.Topic{n.topic, n.revTopic} {
+			if t != nil {
+				t.Close()
+			}
 		}
 		if n.dht != nil {
 			errs = append(errs, n.dht.Close())
@@ -234,17 +275,20 @@ func (n *Node) validateGossip(ctx context.Context, from peer.ID, msg *pubsub.Mes
 	switch {
 	case err == nil:
 		return pubsub.ValidationAccept
-	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrExpired):
+	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrExpired), errors.Is(err, protocol.ErrFuture),
+		errors.Is(err, protocol.ErrRevoked):
+		// Stale, early (clock skew) or revoked since it was sent: an honest relay can
+		// forward these, so they cost it nothing.
 		return pubsub.ValidationIgnore
 	default:
 		return pubsub.ValidationReject
 	}
 }
 
-// drainGossip reads the subscription; the validator has already taken each message in.
-func (n *Node) drainGossip(ctx context.Context) {
+// drain reads a subscription; the topic's validator has already taken each message in.
+func drain(ctx context.Context, sub *pubsub.Subscription) {
 	for {
-		if _, err := n.sub.Next(ctx); err != nil {
+		if _, err := sub.Next(ctx); err != nil {
 			return
 		}
 	}
@@ -256,9 +300,12 @@ func (n *Node) bootstrapLoop(ctx context.Context, boot []peer.AddrInfo) {
 	if len(boot) == 0 {
 		return
 	}
+	// alone is true at start and whenever every peer is gone. The DHT may connect to the
+	// bootstrap peers by itself, so joining is noticed by having peers, not by connecting.
+	alone := true
 	for {
 		if len(n.host.Network().Peers()) == 0 {
-			connected := 0
+			alone = true
 			for _, ai := range boot {
 				if ai.ID == n.id {
 					continue
@@ -268,24 +315,23 @@ func (n *Node) bootstrapLoop(ctx context.Context, boot []peer.AddrInfo) {
 				cancel()
 				if err != nil {
 					n.log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
-					continue
 				}
-				connected++
 			}
-			if connected > 0 {
-				n.log.Info("joined the network", "bootstrap_peers", connected)
-				n.syncOffers(ctx)
-				select {
-				case <-n.dht.RefreshRoutingTable():
-				case <-ctx.Done():
-					return
-				}
-				if n.prov != nil {
-					// Announce to the network just joined, and once more when the gossip
-					// mesh has formed (its heartbeat is one second).
-					n.prov.poke()
-					time.AfterFunc(3*time.Second, n.prov.poke)
-				}
+		}
+		if peers := len(n.host.Network().Peers()); alone && peers > 0 {
+			alone = false
+			n.log.Info("joined the network", "peers", peers)
+			n.syncOffers(ctx)
+			select {
+			case <-n.dht.RefreshRoutingTable():
+			case <-ctx.Done():
+				return
+			}
+			if n.prov != nil {
+				// Announce to the network just joined, and once more when the gossip
+				// mesh has formed (its heartbeat is one second).
+				n.prov.poke()
+				time.AfterFunc(3*time.Second, n.prov.poke)
 			}
 		}
 		select {

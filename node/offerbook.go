@@ -19,6 +19,7 @@ import (
 // lives: an offer older than one already seen from the same provider is a replay.
 type offerBook struct {
 	ledger  *ledger.Ledger
+	trust   *trustStore
 	metrics *Metrics
 	log     *slog.Logger
 	clock   Clock
@@ -35,9 +36,9 @@ type bookEntry struct {
 	receivedAt time.Time
 }
 
-func newOfferBook(l *ledger.Ledger, m *Metrics, log *slog.Logger, clock Clock) *offerBook {
+func newOfferBook(l *ledger.Ledger, trust *trustStore, m *Metrics, log *slog.Logger, clock Clock) *offerBook {
 	return &offerBook{
-		ledger: l, metrics: m, log: log, clock: clock,
+		ledger: l, trust: trust, metrics: m, log: log, clock: clock,
 		offers:  map[peer.ID]*bookEntry{},
 		dirty:   map[peer.ID]bool{},
 		changed: make(chan struct{}),
@@ -53,8 +54,11 @@ func (b *offerBook) load() error {
 	}
 	for _, s := range seen {
 		so, err := protocol.CheckOffer(s.Raw, now)
+		if err == nil {
+			err = b.trust.certify(so, now)
+		}
 		if err != nil {
-			continue // expired since, or from an older version: forget it
+			continue // expired or revoked since, or from an older version: forget it
 		}
 		b.offers[so.Signer] = &bookEntry{offer: so, receivedAt: time.Time{}}
 	}
@@ -62,8 +66,8 @@ func (b *offerBook) load() error {
 	return nil
 }
 
-// check applies every rule without storing: the stateless ones of protocol.CheckOffer and
-// the replay rule. Rejections are counted and logged at debug level.
+// check applies every rule without storing: the stateless ones of protocol.CheckOffer, the
+// certificate (trusted coordinator, not revoked, covering the offer) and the replay rule. Rejections are counted and logged at debug level.
 func (b *offerBook) check(raw []byte, source string) (*protocol.SignedOffer, error) {
 	so, err := b.checkQuiet(raw)
 	if err != nil {
@@ -75,8 +79,12 @@ func (b *offerBook) check(raw []byte, source string) (*protocol.SignedOffer, err
 
 // checkQuiet is check without counting.
 func (b *offerBook) checkQuiet(raw []byte) (*protocol.SignedOffer, error) {
-	so, err := protocol.CheckOffer(raw, b.clock.Now())
+	now := b.clock.Now()
+	so, err := protocol.CheckOffer(raw, now)
 	if err != nil {
+		return nil, err
+	}
+	if err := b.trust.certify(so, now); err != nil {
 		return nil, err
 	}
 	if err := b.replayCheck(so); err != nil {
@@ -149,9 +157,13 @@ func (b *offerBook) acceptFrom(raw []byte, source string, want peer.ID) (*protoc
 // acceptBatch accepts many records, verifying their signatures as one batch, and returns
 // how many passed every check (valid) and how many of those changed the book (fresh).
 func (b *offerBook) acceptBatch(raws [][]byte, source string) (fresh, valid int) {
-	offers, errs := protocol.CheckOffers(raws, b.clock.Now())
+	now := b.clock.Now()
+	offers, errs := protocol.CheckOffers(raws, now)
 	for i, so := range offers {
 		err := errs[i]
+		if err == nil {
+			err = b.trust.certify(so, now)
+		}
 		if err == nil {
 			err = b.replayCheck(so)
 		}
@@ -210,7 +222,23 @@ func (b *offerBook) live(now time.Time) []*protocol.SignedOffer {
 }
 
 func isLive(so *protocol.SignedOffer, now time.Time) bool {
-	return so.Offer.Withdrawn == "" && now.Before(so.Offer.ExpiresAt)
+	return so.Offer.Withdrawn == "" && now.Before(so.Offer.ExpiresAt) && so.Cert != nil && now.Before(so.Cert.ExpiresAt)
+}
+
+// evict drops a provider's offer whose certificate a revocation covers, and says whether
+// it held one.
+func (b *offerBook) evict(r *protocol.SignedRevocation) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.offers[r.Provider]
+	if e == nil || e.offer.Cert == nil || !r.Revokes(e.offer.Cert) {
+		return false
+	}
+	delete(b.offers, r.Provider)
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.updateGaugeLocked(b.clock.Now())
+	return true
 }
 
 // waitChange returns a channel closed at the next change of the book.

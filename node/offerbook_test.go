@@ -21,6 +21,7 @@ func sealOffer(t *testing.T, sk crypto.PrivKey, seq uint64, price protocol.Micro
 	raw, err := protocol.Seal(protocol.KindOffer, protocol.Offer{
 		Version: protocol.OfferVersion, Provider: id.String(), Seq: seq, IssuedAt: now, ExpiresAt: now.Add(time.Minute),
 		Region: "eu-west", GPUs: []protocol.OfferGPUs{{Model: "L4-24GB", Count: 1, VRAMGB: 24, PricePerGPUHour: price}},
+		Certificate: testCertificate(t, testCoordinatorKey, id, []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 1}}, now),
 	}, sk)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +38,11 @@ func newTestBook(t *testing.T) (*ledger.Ledger, *Metrics, *offerBook) {
 	}
 	t.Cleanup(func() { l.Close() })
 	m := newMetrics(func() float64 { return 0 }, func() float64 { return 0 })
-	return l, m, newOfferBook(l, m, quietLogger(), SystemClock())
+	ts, err := newTrustStore(l, []peer.ID{testCoordinatorID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, m, newOfferBook(l, ts, m, quietLogger(), SystemClock())
 }
 
 func newTestKey(t *testing.T) crypto.PrivKey {
@@ -81,7 +86,7 @@ func TestOfferBookBatchRules(t *testing.T) {
 	if err := b.flush(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := newOfferBook(l, m, quietLogger(), SystemClock())
+	b2 := newOfferBook(l, b.trust, m, quietLogger(), SystemClock())
 	if err := b2.load(); err != nil {
 		t.Fatal(err)
 	}

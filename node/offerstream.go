@@ -173,6 +173,10 @@ func (n *Node) syncOffers(ctx context.Context) {
 		wg.Add(1)
 		go func(p peer.ID) {
 			defer wg.Done()
+			// Revocations first, so that revoked providers' offers are refused.
+			if err := n.syncRevocations(ctx, p); err != nil {
+				n.log.Debug("revocation sync failed", "peer", p, "err", err)
+			}
 			if got, err := n.syncFrom(ctx, p); err != nil {
 				n.log.Debug("offer sync failed", "peer", p, "err", err)
 			} else {

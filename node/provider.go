@@ -10,6 +10,7 @@ import (
 	"github.com/ipfs/go-cid"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -63,9 +64,17 @@ func (p *provider) poke() {
 func (p *provider) run(ctx context.Context) {
 	go p.announceLoop(ctx)
 	go p.gossipPeersLoop(ctx)
+	lastErr := ""
 	for {
-		if err := p.publish(ctx); err != nil {
-			p.n.log.Warn("publishing offer failed", "err", err)
+		if err := p.publish(ctx); err != nil && err.Error() != lastErr {
+			lastErr = err.Error()
+			if errors.Is(err, errNotCertified) {
+				p.n.log.Info("offer not published", "why", err)
+			} else {
+				p.n.log.Warn("publishing offer failed", "err", err)
+			}
+		} else if err == nil {
+			lastErr = ""
 		}
 		wait := p.n.cfg.Offers.Republish.Duration
 		now := p.n.clock.Now()
@@ -106,7 +115,12 @@ func (p *provider) gossipPeersLoop(ctx context.Context) {
 // build makes the offer as it stands at now: declared GPUs with current prices, or a
 // withdrawal outside the availability windows.
 func (p *provider) build(now time.Time, withdrawn string) (protocol.Offer, error) {
+	cert, err := p.certificate(now)
+	if err != nil {
+		return protocol.Offer{}, err
+	}
 	o := protocol.Offer{
+		Certificate:  cert.Raw,
 		Version:      protocol.OfferVersion,
 		Provider:     p.n.id.String(),
 		IssuedAt:     now.UTC().Truncate(time.Millisecond),
@@ -136,9 +150,51 @@ func (p *provider) build(now time.Time, withdrawn string) (protocol.Offer, error
 		if v, ok := prices[g.Model]; ok {
 			g.PricePerGPUHour = v
 		}
-		o.GPUs = append(o.GPUs, g)
+		// Offer only what the certificate approves.
+		approved := 0
+		for _, a := range cert.GPUs {
+			if a.Model == g.Model {
+				approved = a.Count
+			}
+		}
+		if g.Count > approved {
+			p.n.log.Warn("declared GPUs exceed the certificate; offering the approved count", "model", g.Model, "declared", g.Count, "approved", approved)
+			g.Count = approved
+		}
+		if g.Count > 0 {
+			o.GPUs = append(o.GPUs, g)
+		}
+	}
+	if len(o.GPUs) == 0 {
+		o.Withdrawn = "no declared GPU model is approved by the certificate"
 	}
 	return o, nil
+}
+
+// errNotCertified means the provider holds no usable certificate: it publishes nothing.
+var errNotCertified = errors.New("not certified")
+
+// certificate returns the provider's certificate if it is valid now: issued by a trusted
+// coordinator, unexpired, unrevoked.
+func (p *provider) certificate(now time.Time) (*protocol.SignedCertificate, error) {
+	raw, err := p.n.ledger.OwnCertificate()
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no certificate yet (apply with `gpunex apply`; offers are published once a coordinator approves)", errNotCertified)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c, err := protocol.CheckCertificate(raw, now, p.n.trust.trust)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotCertified, err)
+	}
+	if c.Provider != p.n.id.String() {
+		return nil, fmt.Errorf("%w: the stored certificate is for %s", errNotCertified, c.Provider)
+	}
+	if r := p.n.trust.revocationOf(c); r != nil {
+		return nil, fmt.Errorf("%w: certificate revoked at %s: %s", errNotCertified, r.IssuedAt.UTC().Format(time.RFC3339), r.Reason)
+	}
+	return c, nil
 }
 
 // publish signs the current offer and announces it over gossip at once and over the DHT in

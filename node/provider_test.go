@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // TestProviderFollowsSchedule: outside its windows a provider's offer is withdrawn (and
@@ -21,6 +22,10 @@ func TestProviderFollowsSchedule(t *testing.T) {
 	defer h.Close()
 	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
 	defer l.Close()
+	cfg.Trust.Coordinators = []string{testCoordinatorID.String()}
+	if err := l.SetOwnCertificate(testCertificate(t, testCoordinatorKey, h.ID(), []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, clock.Now())); err != nil {
+		t.Fatal(err)
+	}
 	n, err := New(context.Background(), cfg, sk, Deps{Host: h, Ledger: l, Clock: clock, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

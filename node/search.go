@@ -37,6 +37,25 @@ type OfferRow struct {
 	Seq            uint64             `json:"seq"`
 	IssuedAt       time.Time          `json:"issued_at"`
 	ExpiresAt      time.Time          `json:"expires_at"`
+	// Tier and CommitmentEnd come from the provider's certificate.
+	Tier          string    `json:"tier"`
+	CommitmentEnd time.Time `json:"commitment_end"`
+	// PlacementMicroUSDC is the price search ranks by: the price less the placement
+	// bonus of the tier and the commitment (see PlacementBonusBP).
+	PlacementMicroUSDC protocol.MicroUSDC `json:"placement_micro_usdc"`
+}
+
+// PlacementBonusBP is the ranking bonus, in basis points of the price, that a certified
+// provider earns: 1000 (10%) for the Enterprise tier, plus 25 per whole month of commitment
+// left, up to 24 months (600, 6%). Search ranks rows by price x (10000 - bonus) / 10000;
+// the price shown and charged is unchanged.
+func PlacementBonusBP(tier string, commitmentEnd, now time.Time) int64 {
+	var bp int64
+	if tier == protocol.TierEnterprise {
+		bp += 1000
+	}
+	months := int64(commitmentEnd.Sub(now) / (30 * 24 * time.Hour))
+	return bp + 25*min(max(months, 0), 24)
 }
 
 func (f SearchFilter) match(o *protocol.Offer, g protocol.OfferGPUs) bool {
@@ -53,7 +72,7 @@ func (f SearchFilter) Rows(so *protocol.SignedOffer) []OfferRow {
 		if !f.match(&so.Offer, g) {
 			continue
 		}
-		out = append(out, OfferRow{
+		row := OfferRow{
 			ID:             protocol.OfferID(so.Signer, g.Model),
 			Provider:       so.Signer.String(),
 			Model:          g.Model,
@@ -67,12 +86,20 @@ func (f SearchFilter) Rows(so *protocol.SignedOffer) []OfferRow {
 			Seq:            so.Offer.Seq,
 			IssuedAt:       so.Offer.IssuedAt,
 			ExpiresAt:      so.Offer.ExpiresAt,
-		})
+		}
+		row.PlacementMicroUSDC = row.PriceMicroUSDC
+		if so.Cert != nil {
+			row.Tier, row.CommitmentEnd = so.Cert.Tier, so.Cert.CommitmentEnd
+			bp := PlacementBonusBP(row.Tier, row.CommitmentEnd, so.Offer.IssuedAt)
+			row.PlacementMicroUSDC = row.PriceMicroUSDC * protocol.MicroUSDC(10000-bp) / 10000
+		}
+		out = append(out, row)
 	}
 	return out
 }
 
-// Search returns every live offer on the network that matches f, verified, cheapest first.
+// Search returns every live offer on the network that matches f, verified and certified,
+// best placed first (lowest price after the placement bonus, see PlacementBonusBP).
 //
 // It queries the DHT for the providers announced under the most selective key (model,
 // region or all), fetches the offer record of each provider it holds no current record for,
@@ -150,8 +177,8 @@ func (n *Node) search(ctx context.Context, f SearchFilter) ([]OfferRow, searchSt
 		rows = append(rows, f.Rows(so)...)
 	}
 	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].PriceMicroUSDC != rows[j].PriceMicroUSDC {
-			return rows[i].PriceMicroUSDC < rows[j].PriceMicroUSDC
+		if rows[i].PlacementMicroUSDC != rows[j].PlacementMicroUSDC {
+			return rows[i].PlacementMicroUSDC < rows[j].PlacementMicroUSDC
 		}
 		return rows[i].ID < rows[j].ID
 	})

@@ -12,16 +12,19 @@ import (
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // testNet is an in-process gpunex network on loopback: real libp2p hosts, real DHT and
 // gossipsub, in-memory ledgers.
 type testNet struct {
-	t     testing.TB
-	boot  *Node
-	nodes []*Node
+	t       testing.TB
+	boot    *Node
+	bootKey crypto.PrivKey
+	nodes   []*Node
 }
 
 var testModels = []struct {
@@ -30,6 +33,31 @@ var testModels = []struct {
 }{{"H100-80GB", 80}, {"A100-80GB", 80}, {"L40S-48GB", 48}, {"L4-24GB", 24}}
 
 var testRegions = []string{"eu-west", "us-east", "ap-south"}
+
+// testCoordinatorKey signs the certificates of test providers outside a test network.
+var testCoordinatorKey, testCoordinatorID = func() (crypto.PrivKey, peer.ID) {
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	id, _ := peer.IDFromPrivateKey(sk)
+	return sk, id
+}()
+
+// testCertificate signs a certificate for provider, valid for 30 days from now.
+func testCertificate(t testing.TB, coord crypto.PrivKey, provider peer.ID, gpus []protocol.CertifiedGPU, now time.Time) []byte {
+	t.Helper()
+	cid, _ := peer.IDFromPrivateKey(coord)
+	raw, err := protocol.Seal(protocol.KindCertificate, protocol.Certificate{
+		Version: protocol.CertificateVersion, Coordinator: cid.String(), Provider: provider.String(), Serial: uint64(now.UnixNano()),
+		Application: "0123456789ab", Tier: protocol.TierCommunity, GPUs: gpus,
+		CommitmentEnd: now.AddDate(0, 1, 0), IssuedAt: now.Add(-time.Minute), ExpiresAt: now.AddDate(0, 0, 30),
+	}, coord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -70,8 +98,20 @@ func newTestNet(t testing.TB) *testNet {
 	return tn
 }
 
-// add starts a node bootstrapped through the coordinator.
+// add starts a node bootstrapped through the coordinator, trusting it. A provider starts
+// with a certificate from the coordinator for the GPUs it declares.
 func (tn *testNet) add(cfg Config, clock Clock) *Node {
+	tn.t.Helper()
+	return tn.addNode(cfg, clock, true)
+}
+
+// addUncertified starts a provider without a certificate: it has to apply.
+func (tn *testNet) addUncertified(cfg Config) *Node {
+	tn.t.Helper()
+	return tn.addNode(cfg, nil, false)
+}
+
+func (tn *testNet) addNode(cfg Config, clock Clock, certified bool) *Node {
 	tn.t.Helper()
 	h, sk := newHost(tn.t)
 	l, err := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
@@ -80,6 +120,18 @@ func (tn *testNet) add(cfg Config, clock Clock) *Node {
 	}
 	if tn.boot != nil {
 		cfg.P2P.Bootstrap = tn.boot.Addrs()[:1]
+		cfg.Trust.Coordinators = []string{tn.boot.ID().String()}
+		if cfg.Role == RoleProvider && certified {
+			var gpus []protocol.CertifiedGPU
+			for _, g := range cfg.Provider.GPUs {
+				gpus = append(gpus, protocol.CertifiedGPU{Model: protocol.NormalizeModel(g.Model), Count: g.Count})
+			}
+			if err := l.SetOwnCertificate(testCertificate(tn.t, tn.bootKey, h.ID(), gpus, time.Now())); err != nil {
+				tn.t.Fatal(err)
+			}
+		}
+	} else {
+		tn.bootKey = sk
 	}
 	n, err := New(context.Background(), cfg, sk, Deps{Host: h, Ledger: l, Clock: clock, Logger: quietLogger()})
 	if err != nil {

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/mail"
@@ -407,4 +408,20 @@ func CompareDetected(declared []ApplicationGPU, detected []DetectedGPU) []string
 		}
 	}
 	return out
+}
+
+// OpenApplication reads an application that was checked when it arrived (a stored one):
+// every rule of CheckApplication except its age.
+func OpenApplication(raw []byte) (*Application, error) {
+	env, err := Open(raw)
+	if err != nil {
+		return nil, err
+	}
+	var probe struct {
+		IssuedAt time.Time `json:"issued_at"`
+	}
+	if err := json.Unmarshal(env.Payload, &probe); err != nil {
+		return nil, fmt.Errorf("%w: application payload: %v", ErrMalformed, err)
+	}
+	return checkApplicationEnvelope(env, probe.IssuedAt)
 }

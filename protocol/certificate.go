@@ -339,3 +339,18 @@ func OfferCertificate(o *Offer, now time.Time, trust Trust) (*SignedCertificate,
 	}
 	return c, nil
 }
+
+// Onboarding protocols and topics.
+const (
+	// ApplyProtocol carries applications and status requests from a provider to a
+	// coordinator.
+	ApplyProtocol = "/gpunex/apply/1.0.0"
+	// NotifyProtocol carries a coordinator's signed notification to a provider.
+	NotifyProtocol = "/gpunex/notify/1.0.0"
+	// RevocationsTopic is the gossipsub topic of revocations.
+	RevocationsTopic = "/gpunex/revocations/1"
+	// RevocationSyncProtocol hands a joining node every revocation a peer holds.
+	RevocationSyncProtocol = "/gpunex/revocation-sync/1.0.0"
+	// MaxSyncRevocations caps one revocation sync answer.
+	MaxSyncRevocations = 100_000
+)

@@ -148,6 +148,9 @@ type SignedOffer struct {
 	Signer  peer.ID
 	Raw     []byte
 	Payload []byte // the signed payload: two copies of one record may differ in Raw, never here
+	// Cert is the offer's certificate once a node has checked it against the coordinators
+	// it trusts (nil before).
+	Cert *SignedCertificate
 }
 
 // CheckOffer opens a marshalled offer envelope and applies every stateless rule at time now.

@@ -30,7 +30,7 @@ func rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
-		offersCommand(), verifyCommand(), devnetCommand())
+		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand())
 	return root
 }
 
@@ -265,7 +265,7 @@ func offersCommand() *cobra.Command {
 	var asJSON bool
 	search := &cobra.Command{
 		Use:   "search [--model M] [--region R] [--max-price P] [--min-gpus N] [--json]",
-		Short: "List every live, verified offer that matches, cheapest first",
+		Short: "List every live, verified, certified offer that matches, best placed first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q := url.Values{}
@@ -303,7 +303,7 @@ func offersCommand() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
-			fmt.Fprintln(w, "MODEL\tGPUS\tVRAM\tUSDC/GPU-H\tREGION\tEXPIRES\tID")
+			fmt.Fprintln(w, "MODEL\tGPUS\tVRAM\tUSDC/GPU-H\tREGION\tTIER\tEXPIRES\tID")
 			sim := false
 			for _, r := range rows {
 				model := r.Model
@@ -311,8 +311,8 @@ func offersCommand() *cobra.Command {
 					model += "*"
 					sim = true
 				}
-				fmt.Fprintf(w, "%s\t%d\t%d GB\t%s\t%s\t%s\t%s\n", model, r.GPUs, r.VRAMGB, r.PriceUSDC, r.Region,
-					r.ExpiresAt.Local().Format("15:04:05"), r.ID)
+				fmt.Fprintf(w, "%s\t%d\t%d GB\t%s\t%s\t%s\t%s\t%s\n", model, r.GPUs, r.VRAMGB, r.PriceUSDC, r.Region,
+					r.Tier, r.ExpiresAt.Local().Format("15:04:05"), r.ID)
 			}
 			if err := w.Flush(); err != nil {
 				return err

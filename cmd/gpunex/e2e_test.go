@@ -38,7 +38,14 @@ func TestMain(m *testing.M) {
 // gpunex runs the binary and returns stdout, stderr and the exit code.
 func gpunex(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return gpunexIn(t, "", args...)
+}
+
+// gpunexIn runs the binary with stdin and returns stdout, stderr and the exit code.
+func gpunexIn(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -116,6 +123,7 @@ type searchRow struct {
 	VRAMGB    int       `json:"vram_gb"`
 	Price     string    `json:"price_usdc_per_gpu_hour"`
 	Region    string    `json:"region"`
+	Tier      string    `json:"tier"`
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
@@ -176,10 +184,24 @@ func TestDevnetEndToEnd(t *testing.T) {
 			t.Fatalf("devnet.json entry incomplete: %+v", n)
 		}
 	}
+	// Onboarding: provider-1 approved, provider-2 left pending, provider-3 rejected; only
+	// the certified provider's offer is in search.
+	var queue []node.ApplicationView
+	json.Unmarshal([]byte(mustRun(t, "coordinator", "applications", "list", "--json", "--home", names["coordinator"].Home)), &queue)
+	statuses := map[string]string{}
+	for _, a := range queue {
+		statuses[a.Provider] = a.Status
+	}
+	if statuses[names["provider-1"].PeerID] != "approved" || statuses[names["provider-2"].PeerID] != "pending" || statuses[names["provider-3"].PeerID] != "rejected" {
+		t.Fatalf("coordinator queue: %+v", queue)
+	}
+	if out := mustRun(t, "apply", "status", "--home", names["provider-3"].Home); !strings.Contains(out, "rejected") || !strings.Contains(out, "reason: ") {
+		t.Fatalf("rejected provider's status: %s", out)
+	}
 	renter := filepath.Join(dir, "renter-1")
 	rows := searchJSON(t, renter)
-	if len(rows) != 3 {
-		t.Fatalf("renter sees %d offers; want 3", len(rows))
+	if len(rows) != 1 || rows[0].Provider != names["provider-1"].PeerID || rows[0].Tier != "enterprise" {
+		t.Fatalf("renter sees %+v; want provider-1's certified offer only", rows)
 	}
 	for _, r := range rows {
 		if r.ID == "" || r.Model == "" || r.GPUs < 1 || r.VRAMGB < 1 || r.Price == "" || r.Region == "" || r.ExpiresAt.Before(time.Now()) {
@@ -295,6 +317,7 @@ func TestProviderSurvivesKill9(t *testing.T) {
 	mustRun(t, "init", "--home", renter, "--role", "renter", "--listen", local, "--bootstrap", boot)
 	p, pst := startNode(t, prov)
 	startNode(t, renter)
+	certify(t, coord, prov)
 
 	waitOffer := func(what string, ok func(searchRow) bool) searchRow {
 		t.Helper()
@@ -330,4 +353,45 @@ func TestProviderSurvivesKill9(t *testing.T) {
 	// The renter takes the restarted provider's offer: change the price again and see it.
 	mustRun(t, "offer", "set-price", "--home", prov, "--model", "L4-24GB", "--usdc", "0.62")
 	waitOffer("price after restart", func(r searchRow) bool { return r.Price == "0.62" })
+}
+
+// certify has a provider apply by answering the questions on standard input, and the
+// coordinator approve it, through the CLI.
+func certify(t *testing.T, coord, prov string) {
+	t.Helper()
+	answers := strings.Join([]string{
+		"Ada Lovelace", "not-an-email", "ada@example.org", "", // an invalid answer is asked again
+		"L4-24GB", "1", "128", "1", "1", "24/7", "Lyon", "FR", "us-east", "no",
+		"yes", "12", "",
+	}, "\n") + "\n"
+	out, errOut, code := gpunexIn(t, answers, "apply", "--interactive", "--home", prov)
+	if code != 0 || !strings.Contains(out, "an e-mail address") || !strings.Contains(out, "queued for coordinator") {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var id string
+	deadline := time.Now().Add(20 * time.Second)
+	for id == "" && time.Now().Before(deadline) {
+		var queue []node.ApplicationView
+		json.Unmarshal([]byte(mustRun(t, "coordinator", "applications", "list", "--status", "pending", "--json", "--home", coord)), &queue)
+		if len(queue) == 1 {
+			id = queue[0].ID
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if id == "" {
+		t.Fatal("the application did not reach the coordinator")
+	}
+	if out := mustRun(t, "coordinator", "applications", "approve", id, "--as", "alice", "--home", coord); !strings.Contains(out, "approved enterprise") {
+		t.Fatalf("approve: %s", out)
+	}
+	if out := mustRun(t, "coordinator", "applications", "show", id, "--home", coord); !strings.Contains(out, "approved") || !strings.Contains(out, "operator alice") {
+		t.Fatalf("show: %s", out)
+	}
+	for time.Now().Before(deadline.Add(10 * time.Second)) {
+		if out := mustRun(t, "apply", "status", "--home", prov); strings.Contains(out, "approved (tier enterprise)") && strings.Contains(out, "certificate") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("provider not approved: %s", mustRun(t, "apply", "status", "--home", prov))
 }

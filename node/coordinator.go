@@ -1,0 +1,519 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The coordinator's side of onboarding: it takes applications over the apply stream, keeps
+// the queue in its ledger, records every decision with who, when and why, signs
+// certificates, notifications and revocations, and tells the applicant
+// (docs/protocols/onboarding.md).
+
+// applyRequest is what a provider sends on the apply stream.
+type applyRequest struct {
+	Op     string `json:"op"`               // "submit" or "status"
+	Record []byte `json:"record,omitempty"` // the signed application, for "submit"
+}
+
+// applyResponse is the coordinator's answer.
+type applyResponse struct {
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
+	Reason string `json:"reason,omitempty"` // rejection label (invalid, replay, ...)
+	// Notification is the latest signed notification about the provider's application.
+	Notification []byte `json:"notification,omitempty"`
+}
+
+const (
+	maxApplyFrame  = protocol.MaxApplicationSize + 1024
+	applyTimeout   = 10 * time.Second
+	maxNotifyFrame = protocol.MaxNotificationSize
+)
+
+func writeFrame(w io.Writer, b []byte) error {
+	var lenBuf [binary.MaxVarintLen64]byte
+	if _, err := w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(b)))]); err != nil {
+		return err
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+func readFrame(r *bufio.Reader, max int) ([]byte, error) {
+	size, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: frame length: %v", protocol.ErrMalformed, err)
+	}
+	if size > uint64(max) {
+		return nil, fmt.Errorf("%w: frame of %d bytes, at most %d", protocol.ErrTooLarge, size, max)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("%w: truncated frame: %v", protocol.ErrMalformed, err)
+	}
+	return b, nil
+}
+
+func writeJSONFrame(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeFrame(w, b)
+}
+
+func readJSONFrame(r *bufio.Reader, max int, v any) error {
+	b, err := readFrame(r, max)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %v", protocol.ErrMalformed, err)
+	}
+	return nil
+}
+
+// coordinator runs the coordinator's onboarding.
+type coordinator struct {
+	n   *Node
+	out *Outbound
+	mu  sync.Mutex // one submission or decision at a time
+}
+
+func newCoordinator(n *Node) (*coordinator, error) {
+	nc := n.cfg.Coordinator.Notify
+	oc := OutboundConfig{SMTPAddr: nc.SMTPAddr, SMTPFrom: nc.SMTPFrom, SMTPUsername: nc.SMTPUsername, WebhookURL: nc.WebhookURL}
+	var err error
+	if oc.SMTPPassword, err = readSecretFile(nc.SMTPPasswordFile, "coordinator.notify.smtp_password_file"); err != nil {
+		return nil, err
+	}
+	if oc.WebhookSecret, err = readSecretFile(nc.WebhookSecretFile, "coordinator.notify.webhook_secret_file"); err != nil {
+		return nil, err
+	}
+	return &coordinator{n: n, out: NewOutbound(oc, n.log.With("subsystem", "notify"))}, nil
+}
+
+// readSecretFile reads a secret from a file that only its owner may read.
+func readSecretFile(path, setting string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s: %s is readable by others (mode %o); chmod 600 it", setting, path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// handleApply serves one request on the apply stream.
+func (c *coordinator) handleApply(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(applyTimeout))
+	var req applyRequest
+	resp := applyResponse{OK: true}
+	if err := readJSONFrame(bufio.NewReader(s), maxApplyFrame, &req); err != nil {
+		c.n.book.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
+		resp = applyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
+	} else {
+		switch req.Op {
+		case "submit":
+			a, err := c.submit(req.Record)
+			if err != nil {
+				resp = applyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
+			} else {
+				resp.Notification = a.Notification
+			}
+		case "status":
+			if a, ok := c.latestOf(s.Conn().RemotePeer()); ok {
+				resp.Notification = a.Notification
+			} else {
+				resp = applyResponse{Error: "no application from this peer", Reason: "not_found"}
+			}
+		default:
+			resp = applyResponse{Error: fmt.Sprintf("unknown op %q", req.Op), Reason: "malformed"}
+		}
+	}
+	if err := writeJSONFrame(s, resp); err != nil {
+		s.Reset()
+	}
+}
+
+// latestOf returns a provider's most recent application.
+func (c *coordinator) latestOf(p peer.ID) (ledger.Application, bool) {
+	apps, err := c.n.ledger.Applications()
+	if err != nil {
+		return ledger.Application{}, false
+	}
+	var latest ledger.Application
+	found := false
+	for _, a := range apps {
+		if a.Provider == p.String() && (!found || a.Seq > latest.Seq) {
+			latest, found = a, true
+		}
+	}
+	return latest, found
+}
+
+func isOpen(status string) bool {
+	return status == protocol.StatusPending || status == protocol.StatusInfoRequested
+}
+
+// submit takes a signed application into the queue: a new one, an answer to a question, or
+// the same record again (a retry whose acknowledgement was lost).
+func (c *coordinator) submit(raw []byte) (ledger.Application, error) {
+	now := c.n.clock.Now()
+	app, err := protocol.CheckApplication(raw, now)
+	if err != nil {
+		c.n.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
+		return ledger.Application{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	apps, err := c.n.ledger.Applications()
+	if err != nil {
+		return ledger.Application{}, err
+	}
+	var same *ledger.Application
+	var maxSeq uint64
+	var open []string
+	for i := range apps {
+		a := &apps[i]
+		if a.ID == app.ID {
+			same = a
+		}
+		if a.Provider == app.Provider {
+			maxSeq = max(maxSeq, a.Seq)
+			if isOpen(a.Status) && a.ID != app.ID {
+				open = append(open, a.ID)
+			}
+		}
+	}
+	reject := func(err error) (ledger.Application, error) {
+		c.n.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
+		return ledger.Application{}, err
+	}
+	actor := "provider " + app.Provider
+	proposed, why := protocol.ProposeTier(app)
+	if same != nil {
+		switch {
+		case same.Provider != app.Provider:
+			return reject(fmt.Errorf("%w: application ID %s belongs to another provider", protocol.ErrInvalid, app.ID))
+		case app.Seq == same.Seq && bytes.Equal(raw, same.Raw):
+			return *same, nil // delivered again: acknowledge
+		case app.Seq <= same.Seq:
+			return reject(fmt.Errorf("%w: application %s seq %d, already have %d", protocol.ErrReplay, app.ID, app.Seq, same.Seq))
+		case !isOpen(same.Status):
+			return reject(fmt.Errorf("%w: application %s is %s; submit a new application for a new review", protocol.ErrInvalid, app.ID, same.Status))
+		}
+		a, err := c.n.ledger.UpdateApplication(app.ID, func(a *ledger.Application) error {
+			a.Raw, a.Seq, a.UpdatedAt = raw, app.Seq, now
+			a.ProposedTier, a.TierReasons, a.CaseByCase = proposed, why, app.CaseByCase()
+			if app.Answer != "" && a.Status == protocol.StatusInfoRequested {
+				a.Status = protocol.StatusPending
+				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "answered", Detail: app.Answer})
+			} else {
+				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "updated"})
+			}
+			return c.sign(a, nil, now)
+		})
+		if err == nil {
+			c.tell(a)
+		}
+		return a, err
+	}
+	if app.Seq <= maxSeq {
+		return reject(fmt.Errorf("%w: application seq %d from %s, already have %d", protocol.ErrReplay, app.Seq, app.Provider, maxSeq))
+	}
+	for _, id := range open {
+		// One open application per provider: the newer replaces the older.
+		if _, err := c.n.ledger.UpdateApplication(id, func(a *ledger.Application) error {
+			a.Status, a.Message, a.UpdatedAt = protocol.StatusRejected, "superseded by application "+app.ID, now
+			a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "superseded", Detail: "by application " + app.ID})
+			return nil
+		}); err != nil {
+			return ledger.Application{}, err
+		}
+	}
+	a := ledger.Application{
+		ID: app.ID, Provider: app.Provider, Status: protocol.StatusPending,
+		ProposedTier: proposed, TierReasons: why, CaseByCase: app.CaseByCase(),
+		SubmittedAt: now, UpdatedAt: now, Seq: app.Seq, Raw: raw,
+		Events: []ledger.Event{{At: now, Actor: actor, Action: "submitted", Detail: "proposed tier " + proposed}},
+	}
+	if err := c.sign(&a, nil, now); err != nil {
+		return ledger.Application{}, err
+	}
+	if err := c.n.ledger.PutApplication(a); err != nil {
+		return ledger.Application{}, err
+	}
+	c.n.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindApplication), "stream").Inc()
+	c.n.log.Info("application received", "id", a.ID, "provider", a.Provider, "proposed_tier", proposed, "case_by_case", a.CaseByCase)
+	return a, nil
+}
+
+// sign writes the signed notification of an application's current status into a.
+func (c *coordinator) sign(a *ledger.Application, cert []byte, now time.Time) error {
+	seq, err := c.n.ledger.NextSerial("notification", now)
+	if err != nil {
+		return err
+	}
+	raw, err := protocol.Seal(protocol.KindNotification, protocol.Notification{
+		Version: protocol.NotificationVersion, Coordinator: c.n.id.String(), Provider: a.Provider, Seq: seq,
+		IssuedAt: now.UTC(), Application: a.ID, Status: a.Status, Tier: a.Tier, Message: a.Message, Certificate: cert,
+	}, c.n.key)
+	if err != nil {
+		return err
+	}
+	a.Notification = raw
+	return nil
+}
+
+// Decision is a reviewer's decision on an application.
+type Decision struct {
+	Action  string `json:"action"` // approve, reject, request-info
+	Tier    string `json:"tier,omitempty"`
+	Message string `json:"message,omitempty"` // approval note, rejection reason or question
+	Actor   string `json:"actor"`             // who decides, for the audit trail
+}
+
+// Decide applies a reviewer's decision, signs what it implies (certificate, notification)
+// and tells the applicant.
+func (c *coordinator) Decide(id string, d Decision) (ledger.Application, error) {
+	now := c.n.clock.Now()
+	if strings.TrimSpace(d.Actor) == "" {
+		return ledger.Application{}, badRequest(errors.New("actor: say who decides (it goes into the audit trail)"))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.n.ledger.UpdateApplication(id, func(a *ledger.Application) error {
+		if !isOpen(a.Status) {
+			return badRequest(fmt.Errorf("application %s is %s: only pending or info-requested applications can be decided", id, a.Status))
+		}
+		app, err := protocol.OpenApplication(a.Raw)
+		if err != nil {
+			return fmt.Errorf("stored application %s: %w", id, err)
+		}
+		var cert []byte
+		ev := ledger.Event{At: now, Actor: "operator " + d.Actor, Action: d.Action, Detail: d.Message}
+		switch d.Action {
+		case "approve":
+			tier := d.Tier
+			if tier == "" {
+				tier = a.ProposedTier
+			}
+			if err := protocol.CheckTierChoice(app, tier); err != nil {
+				return badRequest(err)
+			}
+			if cert, err = c.issue(app, tier, now); err != nil {
+				return err
+			}
+			a.Status, a.Tier, a.Certificate = protocol.StatusApproved, tier, cert
+			ev.Action = "approved"
+			ev.Detail = strings.TrimSpace(fmt.Sprintf("tier %s (proposed %s) %s", tier, a.ProposedTier, d.Message))
+		case "reject":
+			if strings.TrimSpace(d.Message) == "" {
+				return badRequest(errors.New("reason: a rejection says why"))
+			}
+			a.Status, ev.Action = protocol.StatusRejected, "rejected"
+		case "request-info":
+			if strings.TrimSpace(d.Message) == "" {
+				return badRequest(errors.New("message: ask a question"))
+			}
+			a.Status, ev.Action = protocol.StatusInfoRequested, "info-requested"
+		default:
+			return badRequest(fmt.Errorf("action %q: approve, reject or request-info", d.Action))
+		}
+		a.Message, a.UpdatedAt = d.Message, now
+		a.Events = append(a.Events, ev)
+		return c.sign(a, cert, now)
+	})
+	if errors.Is(err, ledger.ErrNotFound) {
+		return a, fmt.Errorf("%w: no application %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return a, err
+	}
+	c.n.log.Info("application decided", "id", id, "action", d.Action, "status", a.Status, "tier", a.Tier, "by", d.Actor)
+	c.tell(a)
+	return a, nil
+}
+
+// issue signs a certificate for an approved application.
+func (c *coordinator) issue(app *protocol.Application, tier string, now time.Time) ([]byte, error) {
+	serial, err := c.n.ledger.NextSerial("certificate", now)
+	if err != nil {
+		return nil, err
+	}
+	var gpus []protocol.CertifiedGPU
+	for _, g := range app.GPUs {
+		merged := false
+		for i := range gpus {
+			if gpus[i].Model == g.Model {
+				gpus[i].Count += g.Count
+				merged = true
+			}
+		}
+		if !merged {
+			gpus = append(gpus, protocol.CertifiedGPU{Model: g.Model, Count: g.Count})
+		}
+	}
+	issued := now.UTC().Truncate(time.Second)
+	return protocol.Seal(protocol.KindCertificate, protocol.Certificate{
+		Version: protocol.CertificateVersion, Coordinator: c.n.id.String(), Provider: app.Provider, Serial: serial,
+		Application: app.ID, Tier: tier, GPUs: gpus,
+		CommitmentEnd: issued.AddDate(0, app.CommitmentMonths, 0),
+		IssuedAt:      issued, ExpiresAt: issued.Add(c.n.cfg.Coordinator.CertificateValidity.Duration),
+	}, c.n.key)
+}
+
+// Revoke revokes every certificate this coordinator issued to a provider: the revocation is
+// stored, gossiped, and the provider is told.
+func (c *coordinator) Revoke(ctx context.Context, provider peer.ID, reason, actor string) ([]byte, error) {
+	if strings.TrimSpace(reason) == "" {
+		return nil, badRequest(errors.New("reason: a revocation says why"))
+	}
+	if strings.TrimSpace(actor) == "" {
+		return nil, badRequest(errors.New("actor: say who revokes (it goes into the audit trail)"))
+	}
+	now := c.n.clock.Now()
+	raw, err := protocol.Seal(protocol.KindRevocation, protocol.Revocation{
+		Version: protocol.RevocationVersion, Coordinator: c.n.id.String(), Provider: provider.String(),
+		IssuedAt: now.UTC(), Reason: reason,
+	}, c.n.key)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.n.takeRevocation(raw, "self"); err != nil {
+		return nil, err
+	}
+	if err := c.n.revTopic.Publish(ctx, raw); err != nil {
+		c.n.log.Warn("gossiping the revocation failed; peers get it by revocation sync", "err", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a, ok := c.latestOf(provider); ok && a.Status == protocol.StatusApproved {
+		a, err = c.n.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
+			a.Status, a.Message, a.UpdatedAt = protocol.StatusRevoked, reason, now
+			a.Events = append(a.Events, ledger.Event{At: now, Actor: "operator " + actor, Action: "revoked", Detail: reason})
+			return c.sign(a, nil, now)
+		})
+		if err != nil {
+			return raw, err
+		}
+		c.tell(a)
+	}
+	c.n.log.Info("provider revoked", "provider", provider, "reason", reason, "by", actor)
+	return raw, nil
+}
+
+// tell pushes an application's latest notification to the provider's node and sends the
+// e-mail and webhook notices, in the background. A provider that is offline gets the
+// notification when it next asks for its status.
+func (c *coordinator) tell(a ledger.Application) {
+	p, err := peer.Decode(a.Provider)
+	if err != nil || len(a.Notification) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+		defer cancel()
+		if err := c.n.pushNotification(ctx, p, a.Notification); err != nil {
+			c.n.log.Debug("notification push failed; the provider gets it on its next status request", "provider", p, "err", err)
+		}
+	}()
+	app, err := protocol.OpenApplication(a.Raw)
+	if err != nil {
+		return
+	}
+	subject := fmt.Sprintf("gpunex: application %s %s", a.ID, a.Status)
+	if a.Tier != "" {
+		subject += " (" + a.Tier + ")"
+	}
+	body := fmt.Sprintf("Hello %s,\n\nYour gpunex provider application %s (node %s) is now: %s.\n", app.Name, a.ID, a.Provider, a.Status)
+	if a.Tier != "" {
+		body += "Tier: " + a.Tier + "\n"
+	}
+	if a.Message != "" {
+		body += "\n" + a.Message + "\n"
+	}
+	body += "\nSee `gpunex apply status` on your node for details.\n"
+	event := map[string]any{"application": a.ID, "provider": a.Provider, "status": a.Status, "tier": a.Tier, "message": a.Message, "at": a.UpdatedAt}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err := c.out.Send(ctx, Notice{To: app.Email, Subject: subject, Body: body, Event: event})
+		if err != nil {
+			c.n.log.Warn("decision notice not delivered", "application", a.ID, "err", err)
+		}
+	}()
+}
+
+// Applications lists the queue, optionally only one status.
+func (c *coordinator) Applications(status string) ([]ApplicationView, error) {
+	apps, err := c.n.ledger.Applications()
+	if err != nil {
+		return nil, err
+	}
+	out := []ApplicationView{}
+	for _, a := range apps {
+		if status == "" || a.Status == status {
+			out = append(out, viewApplication(a, false))
+		}
+	}
+	return out, nil
+}
+
+// ApplicationView is an application as the coordinator's API shows it.
+type ApplicationView struct {
+	ID           string                `json:"id"`
+	Provider     string                `json:"provider"`
+	Status       string                `json:"status"`
+	Tier         string                `json:"tier"`
+	ProposedTier string                `json:"proposed_tier"`
+	TierReasons  []string              `json:"tier_reasons,omitempty"`
+	CaseByCase   []string              `json:"case_by_case,omitempty"`
+	SubmittedAt  time.Time             `json:"submitted_at"`
+	UpdatedAt    time.Time             `json:"updated_at"`
+	Message      string                `json:"message,omitempty"`
+	Application  *protocol.Application `json:"application,omitempty"`
+	Certificate  []byte                `json:"certificate,omitempty"`
+	Events       []ledger.Event        `json:"events,omitempty"`
+}
+
+func viewApplication(a ledger.Application, full bool) ApplicationView {
+	v := ApplicationView{
+		ID: a.ID, Provider: a.Provider, Status: a.Status, Tier: a.Tier, ProposedTier: a.ProposedTier,
+		TierReasons: a.TierReasons, CaseByCase: a.CaseByCase, SubmittedAt: a.SubmittedAt, UpdatedAt: a.UpdatedAt, Message: a.Message,
+	}
+	if full {
+		if app, err := protocol.OpenApplication(a.Raw); err == nil {
+			v.Application = app
+		}
+		v.Certificate, v.Events = a.Certificate, a.Events
+	}
+	return v
+}

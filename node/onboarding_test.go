@@ -1,0 +1,275 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// fastOnboarding shortens the applicant's retry and status timers for a test.
+func fastOnboarding(t *testing.T) {
+	minR, maxR, poll := applyRetryMin, applyRetryMax, applyStatusPoll
+	applyRetryMin, applyRetryMax, applyStatusPoll = 100*time.Millisecond, 500*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { applyRetryMin, applyRetryMax, applyStatusPoll = minR, maxR, poll })
+}
+
+// applicationForm fills in an application for a provider's declared GPUs.
+func applicationForm(cfg Config, ups bool, months int) protocol.Application {
+	var gpus []protocol.ApplicationGPU
+	for _, g := range cfg.Provider.GPUs {
+		gpus = append(gpus, protocol.ApplicationGPU{
+			Model: g.Model, Count: g.Count, HostRAMGB: 256, UpGbps: 2, DownGbps: 2, Availability: "24/7",
+			Location: protocol.Location{City: "Lyon", Country: "FR", Region: cfg.Provider.Region},
+		})
+	}
+	return protocol.Application{Name: "Ada Lovelace", Email: "ada@example.org", GPUs: gpus, UPS: ups, CommitmentMonths: months}
+}
+
+func ownStatus(n *Node) string {
+	own, err := n.ledger.GetOwnApplication()
+	if err != nil {
+		return "none"
+	}
+	return own.Status
+}
+
+func waitStatus(t *testing.T, n *Node, want string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "provider sees "+want, func() (bool, string) {
+		s := ownStatus(n)
+		return s == want, s
+	})
+}
+
+func searchHas(t *testing.T, renter *Node, p peer.ID) (OfferRow, bool) {
+	for _, r := range search(t, renter, SearchFilter{}) {
+		if r.Provider == p.String() {
+			return r, true
+		}
+	}
+	return OfferRow{}, false
+}
+
+// TestOnboarding: a provider applies; the coordinator asks a question, gets the answer and
+// approves; the certified offer reaches renters with its tier. Another is rejected and never
+// offers. Revoking the first takes its offer out of every renter's search.
+func TestOnboarding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	fastOnboarding(t)
+	tn := newTestNet(t)
+	coord := tn.boot
+	renter := tn.add(testConfig(RoleRenter), nil)
+	cfg := providerConfig(0)
+	prov := tn.addUncertified(cfg)
+
+	// Uncertified: nothing published.
+	time.Sleep(300 * time.Millisecond)
+	if prov.prov.Current() != nil {
+		t.Fatal("an uncertified provider published an offer")
+	}
+	own, err := prov.applicant.Submit(applicationForm(cfg, true, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	apps, _ := coord.coord.Applications(protocol.StatusPending)
+	if len(apps) != 1 || apps[0].ID != own.ID || apps[0].Provider != prov.ID().String() || apps[0].ProposedTier != protocol.TierEnterprise {
+		t.Fatalf("coordinator queue: %+v", apps)
+	}
+
+	// A question, an answer.
+	if _, err := coord.coord.Decide(own.ID, Decision{Action: "request-info", Message: "Which PSU feeds the rack?", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusInfoRequested)
+	if v := prov.ownApplicationView(mustOwn(t, prov)); v.Message != "Which PSU feeds the rack?" {
+		t.Fatalf("provider sees question %q", v.Message)
+	}
+	if _, err := prov.applicant.Answer("Two redundant 2 kW supplies behind a UPS"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	// Enterprise cannot be granted without a UPS, but this one has one: the reviewer
+	// chooses Community over the proposed Enterprise.
+	if _, err := coord.coord.Decide(own.ID, Decision{Action: "approve", Tier: protocol.TierCommunity, Message: "welcome", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusApproved)
+	eventually(t, 10*time.Second, "certified offer in search", func() (bool, string) {
+		r, ok := searchHas(t, renter, prov.ID())
+		return ok && r.Tier == protocol.TierCommunity, fmt.Sprintf("found=%v tier=%q", ok, r.Tier)
+	})
+	full, err := coord.ledger.GetApplication(own.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	for _, e := range full.Events {
+		trail = append(trail, e.Action+" by "+strings.Fields(e.Actor)[0])
+	}
+	if got := strings.Join(trail, ", "); got != "submitted by provider, info-requested by operator, answered by provider, approved by operator" {
+		t.Fatalf("audit trail: %s", got)
+	}
+	if ns, _ := prov.Notifications(); len(ns) < 3 {
+		t.Fatalf("provider holds %d notifications; want pending, info-requested, approved (at least)", len(ns))
+	}
+
+	// Rejected: no certificate, no offer.
+	cfg2 := providerConfig(1)
+	prov2 := tn.addUncertified(cfg2)
+	own2, err := prov2.applicant.Submit(applicationForm(cfg2, false, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov2, protocol.StatusPending)
+	if _, err := coord.coord.Decide(own2.ID, Decision{Action: "approve", Tier: protocol.TierEnterprise, Actor: "bob"}); err == nil {
+		t.Fatal("Enterprise granted without a UPS")
+	}
+	if _, err := coord.coord.Decide(own2.ID, Decision{Action: "reject", Message: "GPUs not reachable from our probes", Actor: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov2, protocol.StatusRejected)
+	if v := prov2.ownApplicationView(mustOwn(t, prov2)); v.Message != "GPUs not reachable from our probes" || v.Certificate != nil {
+		t.Fatalf("rejected provider sees %+v", v)
+	}
+	if _, ok := searchHas(t, renter, prov2.ID()); ok || prov2.prov.Current() != nil {
+		t.Fatal("a rejected provider's offer is visible")
+	}
+
+	// Revoked: the offer leaves the renter's search within seconds.
+	if _, err := coord.coord.Revoke(context.Background(), prov.ID(), "benchmarks faked", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 5*time.Second, "revoked offer gone from search", func() (bool, string) {
+		_, ok := searchHas(t, renter, prov.ID())
+		return !ok, "still listed"
+	})
+	t.Logf("revoked offer left the renter's search after %s", time.Since(start).Round(time.Millisecond))
+	waitStatus(t, prov, protocol.StatusRevoked)
+	// A node joining later learns the revocation by sync and refuses the old offer.
+	late := tn.add(testConfig(RoleRenter), nil)
+	defer func() {
+		if t.Failed() {
+			mfs, _ := late.metrics.Registry.Gather()
+			for _, mf := range mfs {
+				if strings.HasPrefix(mf.GetName(), "gpunex_records") {
+					for _, m := range mf.Metric {
+						t.Log(mf.GetName(), m.Label, m.Counter.GetValue())
+					}
+				}
+			}
+			for i, x := range tn.nodes {
+				t.Log("node", i, x.ID(), len(x.trust.revocations()), x.host.Network().Connectedness(late.ID()))
+			}
+		}
+	}()
+	eventually(t, 10*time.Second, "late node knows the revocation", func() (bool, string) {
+		return len(late.trust.revocations()) == 1, ""
+	})
+	if _, _, err := late.book.accept(prov.prov.Current().Raw, "stream"); protocol.Reason(err) != "revoked" {
+		t.Fatalf("late node accepted a revoked provider's offer: %v", err)
+	}
+}
+
+// TestApplyWhileCoordinatorDown: an application made while the coordinator is down is kept
+// and delivered once it is back; the coordinator's queue survives its restart.
+func TestApplyWhileCoordinatorDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	fastOnboarding(t)
+	dir := t.TempDir()
+	coordKey := newTestKey(t)
+	coordID, _ := peer.IDFromPrivateKey(coordKey)
+	ccfg := testConfig(RoleCoordinator)
+	startCoord := func(listen string) *Node {
+		c := ccfg
+		c.P2P.Listen = []string{listen}
+		n, err := New(context.Background(), c, coordKey, Deps{DataDir: dir, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	coord := startCoord("/ip4/127.0.0.1/tcp/0")
+	addr := coord.host.Addrs()[0].String()
+
+	pcfg := providerConfig(2)
+	pcfg.P2P.Bootstrap = []string{addr + "/p2p/" + coordID.String()}
+	pcfg.Trust.Coordinators = []string{coordID.String()}
+	h, sk := newHost(t)
+	l, err := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := New(context.Background(), pcfg, sk, Deps{Host: h, Ledger: l, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { prov.Close(context.Background()); h.Close(); l.Close() }()
+
+	// The coordinator goes down before the provider applies.
+	coord.Close(context.Background())
+	own, err := prov.applicant.Submit(applicationForm(pcfg, true, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "delivery retried", func() (bool, string) {
+		o := mustOwn(t, prov)
+		return o.Attempts >= 2 && !o.Delivered, fmt.Sprintf("attempts=%d delivered=%v", o.Attempts, o.Delivered)
+	})
+	if s := ownStatus(prov); s != StatusQueued {
+		t.Fatalf("status while the coordinator is down: %s", s)
+	}
+
+	coord = startCoord(addr)
+	defer coord.Close(context.Background())
+	waitStatus(t, prov, protocol.StatusPending)
+	if a, err := coord.ledger.GetApplication(own.ID); err != nil || a.Status != protocol.StatusPending {
+		t.Fatalf("coordinator's queue after delivery: %+v %v", a, err)
+	}
+	if v := testutil.ToFloat64(coord.metrics.RecordsAccepted.WithLabelValues("application", "stream")); v != 1 {
+		t.Fatalf("applications accepted: %v", v)
+	}
+	// A replayed copy of the same record is acknowledged, not queued twice; an older
+	// record is a replay.
+	if _, err := coord.coord.submit(mustOwn(t, prov).Raw); err != nil {
+		t.Fatalf("same record again: %v", err)
+	}
+	if apps, _ := coord.coord.Applications(""); len(apps) != 1 {
+		t.Fatalf("%d applications after a duplicate delivery", len(apps))
+	}
+
+	// The queue survives a restart of the coordinator.
+	coord.Close(context.Background())
+	coord = startCoord(addr)
+	defer coord.Close(context.Background())
+	if _, err := coord.coord.Decide(own.ID, Decision{Action: "approve", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusApproved)
+	eventually(t, 10*time.Second, "certified offer published", func() (bool, string) {
+		so := prov.prov.Current()
+		return so != nil && so.Cert != nil && so.Cert.Tier == protocol.TierEnterprise, ""
+	})
+}
+
+func mustOwn(t *testing.T, n *Node) ledger.OwnApplication {
+	t.Helper()
+	own, err := n.ledger.GetOwnApplication()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return own
+}
