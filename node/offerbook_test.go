@@ -155,3 +155,41 @@ func TestOfferBookReencodedCopy(t *testing.T) {
 		t.Fatal("a second record under one sequence accepted")
 	}
 }
+
+// TestOfferBookCertificates: offers without a certificate, with one from an untrusted key,
+// with an expired one, or beyond what it approves, are refused on every channel and counted.
+func TestOfferBookCertificates(t *testing.T) {
+	_, m, b := newTestBook(t)
+	sk := newTestKey(t)
+	id, _ := peer.IDFromPrivateKey(sk)
+	now := time.Now().UTC()
+	offer := func(cert []byte, count int) []byte {
+		raw, err := protocol.Seal(protocol.KindOffer, protocol.Offer{
+			Version: protocol.OfferVersion, Provider: id.String(), Seq: uint64(now.UnixNano()), IssuedAt: now, ExpiresAt: now.Add(time.Minute),
+			Region: "eu-west", GPUs: []protocol.OfferGPUs{{Model: "L4-24GB", Count: count, VRAMGB: 24, PricePerGPUHour: 1}}, Certificate: cert,
+		}, sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	approved := []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 2}}
+	expired := testCertificate(t, testCoordinatorKey, id, approved, now.AddDate(0, 0, -40))
+	cases := map[string][]byte{
+		"uncertified":  offer(nil, 1),
+		"untrusted":    offer(testCertificate(t, newTestKey(t), id, approved, now), 1),
+		"expired":      offer(expired, 1),
+		"not_approved": offer(testCertificate(t, testCoordinatorKey, id, approved, now), 3),
+	}
+	for reason, raw := range cases {
+		if _, _, err := b.accept(raw, "gossip"); protocol.Reason(err) != reason {
+			t.Errorf("%s: got %v", reason, err)
+		}
+		if got := testutil.ToFloat64(m.RecordsRejected.WithLabelValues("offer", "gossip", reason)); got != 1 {
+			t.Errorf("%s counted %v times", reason, got)
+		}
+	}
+	if _, _, err := b.accept(offer(testCertificate(t, testCoordinatorKey, id, approved, now), 2), "gossip"); err != nil {
+		t.Fatalf("certified offer: %v", err)
+	}
+}

@@ -2,7 +2,14 @@ package node
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -272,4 +279,64 @@ func mustOwn(t *testing.T, n *Node) ledger.OwnApplication {
 		t.Fatal(err)
 	}
 	return own
+}
+
+// TestDecisionNotices: a decision reaches the applicant by e-mail (a real SMTP exchange on
+// loopback) and by a signed webhook POST, besides the signed notification on its node.
+func TestDecisionNotices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	fastOnboarding(t)
+	smtpSrv := startOutboundSMTP(t, "", "", nil)
+	hook := startOutboundWebhook(t, http.StatusOK)
+	secret := filepath.Join(t.TempDir(), "webhook.secret")
+	if err := os.WriteFile(secret, []byte("hook-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ccfg := testConfig(RoleCoordinator)
+	ccfg.Coordinator.Notify = NotifyConfig{SMTPAddr: smtpSrv.addr(), SMTPFrom: "coordinator@gpunex.invalid", WebhookURL: hook.URL, WebhookSecretFile: secret}
+	tn := newTestNetWith(t, ccfg)
+	cfg := providerConfig(0)
+	prov := tn.addUncertified(cfg)
+	own, err := prov.applicant.Submit(applicationForm(cfg, true, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	if _, err := tn.boot.coord.Decide(own.ID, Decision{Action: "approve", Message: "Bienvenue à bord", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "e-mail and webhook delivered", func() (bool, string) {
+		return len(smtpSrv.messages()) == 1 && hook.delivered() == 1, fmt.Sprintf("mails=%d hooks=%d", len(smtpSrv.messages()), hook.delivered())
+	})
+	m := smtpSrv.messages()[0]
+	if len(m.to) != 1 || m.to[0] != "ada@example.org" {
+		t.Fatalf("mail sent to %v", m.to)
+	}
+	mail := decodeOutboundMail(t, m.data)
+	if !strings.Contains(mail.subject, own.ID+" approved (enterprise)") || !strings.Contains(mail.body, "Bienvenue à bord") {
+		t.Fatalf("mail: %q\n%s", mail.subject, mail.body)
+	}
+	req := hook.requests()[0]
+	mac := hmac.New(sha256.New, []byte("hook-secret"))
+	mac.Write(req.body)
+	if req.header.Get("X-Gpunex-Signature") != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
+		t.Fatal("webhook signature does not verify")
+	}
+	var body struct {
+		Event struct {
+			Application string `json:"application"`
+			Status      string `json:"status"`
+			Tier        string `json:"tier"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal(req.body, &body); err != nil || body.Event.Application != own.ID || body.Event.Status != "approved" || body.Event.Tier != "enterprise" {
+		t.Fatalf("webhook body %s (%v)", req.body, err)
+	}
+	// A secret file others can read is refused at start.
+	os.Chmod(secret, 0o644)
+	if _, err := newCoordinator(tn.boot); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("world-readable secret accepted: %v", err)
+	}
 }

@@ -93,8 +93,13 @@ func providerConfig(i int) Config {
 }
 
 func newTestNet(t testing.TB) *testNet {
+	return newTestNetWith(t, testConfig(RoleCoordinator))
+}
+
+// newTestNetWith starts a test network whose coordinator has the given configuration.
+func newTestNetWith(t testing.TB, coordinator Config) *testNet {
 	tn := &testNet{t: t}
-	tn.boot = tn.add(testConfig(RoleCoordinator), nil)
+	tn.boot = tn.add(coordinator, nil)
 	return tn
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -394,4 +395,93 @@ func certify(t *testing.T, coord, prov string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("provider not approved: %s", mustRun(t, "apply", "status", "--home", prov))
+}
+
+// TestOnboardingSurvivesKill9: a provider applies while the coordinator is down; the
+// provider is killed with SIGKILL before delivery and restarted; the coordinator comes back
+// and receives the application; a decision survives the coordinator's own SIGKILL.
+func TestOnboardingSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	coord, prov := filepath.Join(dir, "coordinator"), filepath.Join(dir, "provider")
+	mustRun(t, "init", "--home", coord, "--role", "coordinator", "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port))
+	c, cst := startNode(t, coord)
+	mustRun(t, "init", "--home", prov, "--role", "provider", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", port, cst.PeerID))
+	p, _ := startNode(t, prov)
+	kill := func(cmd *exec.Cmd) { cmd.Process.Signal(syscall.SIGKILL); cmd.Wait() }
+	kill(c)
+
+	// Apply from the template, filled in.
+	app := mustRun(t, "apply", "--template")
+	app = strings.Replace(app, `name = ""`, `name = "Grace Hopper"`, 1)
+	app = strings.Replace(app, `email = ""`, `email = "grace@example.org"`, 1)
+	app = strings.Replace(app, `city = ""`, `city = "Paris"`, 1)
+	app = strings.Replace(app, `ups = false`, `ups = true`, 1)
+	app = strings.Replace(app, `model = "H100-80GB"`, `model = "L4-24GB"`, 1)
+	file := filepath.Join(dir, "application.toml")
+	os.WriteFile(file, []byte(app), 0o644)
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte(strings.Replace(app, `country = "FR"`, `country = "France"`, 1)), 0o644)
+	if _, errOut, code := gpunex(t, "apply", "--file", bad, "--home", prov); code == 0 || !strings.Contains(errOut, "gpus[0].location.country") {
+		t.Fatalf("invalid application: exit %d, %s", code, errOut)
+	}
+	out := mustRun(t, "apply", "--file", file, "--home", prov)
+	if !strings.Contains(out, "queued") {
+		t.Fatalf("apply: %s", out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(mustRun(t, "apply", "status", "--home", prov), "not delivered yet") {
+		if time.Now().After(deadline) {
+			t.Fatal("status does not say the application is waiting for delivery")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	kill(p)
+	startNode(t, prov)
+	c, _ = startNode(t, coord)
+	var queue []node.ApplicationView
+	for len(queue) == 0 {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatal("the queued application never reached the restarted coordinator")
+		}
+		json.Unmarshal([]byte(mustRun(t, "coordinator", "applications", "list", "--json", "--home", coord)), &queue)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if queue[0].Status != "pending" || queue[0].ProposedTier != "enterprise" {
+		t.Fatalf("queue: %+v", queue)
+	}
+	id := queue[0].ID
+	mustRun(t, "coordinator", "applications", "request-info", id, "--message", "Which UPS model?", "--as", "bob", "--home", coord)
+	// The coordinator is killed right after deciding: the decision and its trail are on disk.
+	kill(c)
+	startNode(t, coord)
+	show := mustRun(t, "coordinator", "applications", "show", id, "--home", coord)
+	if !strings.Contains(show, "info-requested") || !strings.Contains(show, "operator bob") || !strings.Contains(show, "Which UPS model?") {
+		t.Fatalf("after kill -9: %s", show)
+	}
+	// The provider learns the question (pushed, or on its next status request) and answers.
+	for !strings.Contains(mustRun(t, "apply", "status", "--home", prov), "the coordinator asks: Which UPS model?") {
+		if time.Now().After(deadline.Add(90 * time.Second)) {
+			t.Fatalf("provider never saw the question: %s", mustRun(t, "apply", "status", "--home", prov))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	mustRun(t, "apply", "answer", "--message", "APC Smart-UPS 3000", "--home", prov)
+	for !strings.Contains(mustRun(t, "coordinator", "applications", "show", id, "--home", coord), "APC Smart-UPS 3000") {
+		if time.Now().After(deadline.Add(120 * time.Second)) {
+			t.Fatal("answer never reached the coordinator")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out := mustRun(t, "notifications", "--home", prov); !strings.Contains(out, "info-requested") {
+		t.Fatalf("notifications: %s", out)
+	}
 }
