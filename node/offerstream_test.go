@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -51,6 +52,29 @@ func FuzzReadSyncFrames(f *testing.F) {
 		}
 		if err != nil && protocol.Reason(err) == "other" {
 			t.Fatalf("unclassified error: %v", err)
+		}
+	})
+}
+
+// FuzzApplyStream feeds arbitrary bytes to the coordinator's apply stream decoding: every
+// failure is classified and a frame never exceeds its limit.
+func FuzzApplyStream(f *testing.F) {
+	f.Add(frames([]byte(`{"op":"status"}`)))
+	f.Add(frames([]byte(`{"op":"submit","record":"AAAA"}`)))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req applyRequest
+		err := readJSONFrame(bufio.NewReader(bytes.NewReader(data)), maxApplyFrame, &req)
+		if err != nil && protocol.Reason(err) == "other" {
+			t.Fatalf("unclassified error: %v", err)
+		}
+		if err == nil && len(req.Record) > maxApplyFrame {
+			t.Fatal("record larger than its frame")
+		}
+		if err == nil && len(req.Record) > 0 {
+			if _, err := protocol.CheckApplication(req.Record, time.Now()); err != nil && protocol.Reason(err) == "other" {
+				t.Fatalf("unclassified application rejection: %v", err)
+			}
 		}
 	})
 }

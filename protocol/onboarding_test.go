@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
 )
 
 func validApplication(id peer.ID) Application {
@@ -245,4 +246,40 @@ func TestRevocationAndNotification(t *testing.T) {
 	if _, err := CheckCertificate(seal(t, KindNotification, n, coordSK), testNow, trust); Reason(err) != "unknown_kind" {
 		t.Fatalf("notification as certificate: %v", err)
 	}
+}
+
+// FuzzOnboardingPayload signs arbitrary payloads as each onboarding kind: every rejection
+// is classified, and nothing accepted breaks its kind's rules.
+func FuzzOnboardingPayload(f *testing.F) {
+	sk, id := newKey(f)
+	_, prov := newKey(f)
+	f.Add(uint8(0), mustJSON(f, validApplication(id)))
+	f.Add(uint8(1), mustJSON(f, validCertificate(id, prov)))
+	f.Add(uint8(2), mustJSON(f, Revocation{Version: 1, Coordinator: id.String(), Provider: prov.String(), IssuedAt: testNow, Reason: "x"}))
+	f.Add(uint8(3), mustJSON(f, Notification{Version: 1, Coordinator: id.String(), Provider: prov.String(), Seq: 1, IssuedAt: testNow, Status: StatusPending}))
+	f.Add(uint8(0), []byte(`{"version":1,"gpus":[{"model":"X","count":-1}]}`))
+	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
+		spec := kindSpecs[1+int(kind)%4]
+		env, err := record.Seal(&payloadRecord{spec: spec, data: payload}, sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := env.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := Verify(raw, testNow)
+		if err != nil {
+			if Reason(err) == "other" {
+				t.Fatalf("unclassified rejection: %v", err)
+			}
+			return
+		}
+		if a, ok := v.Record.(*Application); ok && a.ValidateForm() != nil {
+			t.Fatal("accepted an application that does not validate")
+		}
+		if c, ok := v.Record.(*SignedCertificate); ok && c.validate() != nil {
+			t.Fatal("accepted a certificate that does not validate")
+		}
+	})
 }
