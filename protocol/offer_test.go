@@ -113,7 +113,7 @@ func TestOfferRejections(t *testing.T) {
 		{"trailing data", sealedRaw(t, sk, append(mustJSON(t, validOffer(id)), []byte(` {}`)...)), ErrMalformed},
 		{"not an envelope", []byte("hello world"), ErrMalformed},
 		{"empty", nil, ErrUnknownKind},
-		{"oversized", bytes.Repeat([]byte{1}, MaxApplicationSize+1), ErrTooLarge},
+		{"oversized", bytes.Repeat([]byte{1}, maxEnvelopeSize()+1), ErrTooLarge},
 		{"oversized for an offer", sealedRaw(t, sk, mustJSON(t, struct {
 			Offer
 			Pad string `json:"pad"`

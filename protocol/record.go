@@ -22,11 +22,15 @@ type Kind string
 
 // The record kinds this version understands.
 const (
-	KindOffer        Kind = "offer"
-	KindApplication  Kind = "application"
-	KindCertificate  Kind = "certificate"
-	KindRevocation   Kind = "revocation"
-	KindNotification Kind = "notification"
+	KindOffer            Kind = "offer"
+	KindApplication      Kind = "application"
+	KindCertificate      Kind = "certificate"
+	KindRevocation       Kind = "revocation"
+	KindNotification     Kind = "notification"
+	KindProposal         Kind = "proposal"
+	KindLease            Kind = "lease"
+	KindReceipt          Kind = "receipt"
+	KindCountersignature Kind = "countersignature"
 )
 
 // MaxClockSkew is how far in the future a record's issue time may lie before it is rejected.
@@ -92,6 +96,10 @@ var kindSpecs = []kindSpec{
 	{kind: KindCertificate, domain: "/gpunex/record/certificate", codec: []byte("/gpunex/certificate"), maxSize: MaxCertificateSize},
 	{kind: KindRevocation, domain: "/gpunex/record/revocation", codec: []byte("/gpunex/revocation"), maxSize: MaxRevocationSize},
 	{kind: KindNotification, domain: "/gpunex/record/notification", codec: []byte("/gpunex/notification"), maxSize: MaxNotificationSize},
+	{kind: KindProposal, domain: "/gpunex/record/proposal", codec: []byte("/gpunex/proposal"), maxSize: MaxProposalSize},
+	{kind: KindLease, domain: "/gpunex/record/lease", codec: []byte("/gpunex/lease"), maxSize: MaxLeaseSize},
+	{kind: KindReceipt, domain: "/gpunex/record/receipt", codec: []byte("/gpunex/receipt"), maxSize: MaxReceiptSize},
+	{kind: KindCountersignature, domain: "/gpunex/record/countersignature", codec: []byte("/gpunex/countersignature"), maxSize: MaxCountersignatureSize},
 }
 
 func specFor(k Kind) (kindSpec, bool) {
@@ -327,6 +335,23 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		rec, err = CheckRevocation(raw, now, nil)
 	case KindNotification:
 		rec, err = CheckNotification(raw, now, nil, "")
+	case KindProposal:
+		rec, err = CheckProposal(raw, now)
+	case KindLease, KindReceipt, KindCountersignature:
+		// Checked against the records they follow from; here only signature and format.
+		var v any
+		switch env.Kind {
+		case KindLease:
+			v = &Lease{}
+		case KindReceipt:
+			v = &Receipt{}
+		default:
+			v = &Countersignature{}
+		}
+		if err = decodeStrict(env.Payload, v); err != nil {
+			err = fmt.Errorf("%w: %s payload: %v", ErrMalformed, env.Kind, err)
+		}
+		rec = v
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrUnknownKind, env.Kind)
 	}
