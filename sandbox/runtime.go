@@ -49,6 +49,9 @@ const (
 	ReasonOOM       = "oom"       // killed at its memory limit
 	ReasonTimeout   = "timeout"   // killed at its wall-clock limit
 	ReasonCancelled = "cancelled" // killed by Kill (the reason given there is reported instead when set)
+
+	ReasonOutputLimit = "output limit exceeded" // killed because /output grew past ScratchBytes
+	ReasonLogLimit    = "log limit exceeded"    // killed because its log grew past the runtime's limit
 )
 
 // Exit is how a job ended.
@@ -68,6 +71,10 @@ type Info struct {
 
 // ErrNotFound is returned for a job the runtime does not hold.
 var ErrNotFound = errors.New("no such job in the sandbox runtime")
+
+// ErrImageNotFound is returned by Start and ImageSize for an image that is not present:
+// import or pull it first.
+var ErrImageNotFound = errors.New("no such image in the sandbox runtime")
 
 // Runtime runs sandboxed jobs. Implementations are safe for concurrent use.
 type Runtime interface {

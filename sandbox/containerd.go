@@ -1,0 +1,827 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1/stats"
+	statsv2 "github.com/containerd/cgroups/v3/cgroup2/stats"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/platforms"
+	"github.com/containerd/typeurl/v2"
+	godigest "github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/proto"
+)
+
+// Defaults of ContainerdOptions.
+const (
+	DefaultContainerdAddress = "/run/containerd/containerd.sock"
+	DefaultNamespace         = "gpunex"
+	DefaultSnapshotter       = "overlayfs"
+	DefaultKillGrace         = 2 * time.Second
+	DefaultMaxLogBytes       = 64 << 20
+)
+
+// How often the monitor of a running job measures its log (a stat) and its /output (a
+// walk of the folder).
+const (
+	logCheckEvery    = 200 * time.Millisecond
+	outputCheckEvery = time.Second
+)
+
+// maxReasonLen bounds the kill reason kept in a label.
+const maxReasonLen = 256
+
+// What Containerd keeps about a job, as labels on its container: labels live in
+// containerd's database, so a new Containerd (after the node restarted) reads them back.
+const (
+	labelJob        = "gpunex/job"         // "1": a container made by Start
+	labelStartedAt  = "gpunex/started-at"  // RFC 3339 time the task was started
+	labelWallClock  = "gpunex/wallclock"   // Spec.WallClock, a Go duration
+	labelOutputDir  = "gpunex/output-dir"  // Spec.OutputDir, measured by the monitor
+	labelOutputMax  = "gpunex/output-max"  // Spec.ScratchBytes, the most /output may hold
+	labelLogPath    = "gpunex/log-path"    // Spec.LogPath, measured by the monitor
+	labelLogMax     = "gpunex/log-max"     // ContainerdOptions.MaxLogBytes when it started
+	labelKillReason = "gpunex/kill-reason" // the first reason given to Kill (or timeout)
+	labelExit       = "gpunex/exit"        // the Exit as JSON, once known
+)
+
+// ContainerdOptions configure NewContainerd. Zero values take the defaults.
+type ContainerdOptions struct {
+	Address     string        // containerd's gRPC socket (DefaultContainerdAddress)
+	Namespace   string        // the containerd namespace holding the jobs (DefaultNamespace)
+	Snapshotter string        // DefaultSnapshotter
+	KillGrace   time.Duration // time between SIGTERM and SIGKILL in Kill (DefaultKillGrace)
+	// MaxLogBytes bounds a job's log (DefaultMaxLogBytes): the shim writes what the job
+	// prints with no limit of its own, so the monitor kills a job whose log grows past
+	// this with ReasonLogLimit (SIGKILL at once). The log may overshoot by what the job
+	// prints between two checks (logCheckEvery), which its CPU quota slows down:
+	// measured here, `yes` with half a CPU left a 178 MB log against a 1 MiB limit.
+	MaxLogBytes int64
+	Logger      *slog.Logger // slog.Default() with subsystem=sandbox
+}
+
+// Containerd runs jobs as containerd containers (runc). It needs root on the host running
+// the containerd daemon, and runs the jobs as described at specOpts. Everything it knows
+// about a job lives in containerd (labels on the job's container), so a Containerd made
+// after a restart of the node finds, watches and reports the jobs of the one before.
+//
+// A running job is watched by a goroutine of this process (its monitor), which kills it at
+// its wall-clock limit, and when its /output or its log grows past its limit.
+// NewContainerd, List and Wait start monitors for the running jobs they find, so limits
+// are also enforced for jobs started before a restart, at once if their time ran out
+// meanwhile. Close stops the monitors and leaves the jobs running.
+//
+// Besides the job's own folders, containerd's runc shim keeps state in
+// /run/containerd/runc/<namespace> and its sockets in /run/containerd/s (fixed paths in
+// containerd 1.6), whichever daemon started it.
+type Containerd struct {
+	client *client.Client
+	opts   ContainerdOptions
+	log    *slog.Logger
+	devDir string // the host's device nodes: "/dev"
+
+	ctx    context.Context // namespaced; the monitors run under it until Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu       sync.Mutex
+	monitors map[string]*monitor
+	configs  map[string]ocispec.Image // image configs by manifest digest (immutable)
+	unpacked map[string]bool          // manifest digests known to be unpacked
+}
+
+type monitor struct{ cancel context.CancelFunc }
+
+var _ Runtime = (*Containerd)(nil)
+
+// NewContainerd connects to containerd and starts monitoring the jobs already in its
+// namespace. It fails with an error saying how to install or configure containerd when
+// the socket does not answer.
+func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error) {
+	if o.Address == "" {
+		o.Address = DefaultContainerdAddress
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.Snapshotter == "" {
+		o.Snapshotter = DefaultSnapshotter
+	}
+	if o.KillGrace <= 0 {
+		o.KillGrace = DefaultKillGrace
+	}
+	if o.MaxLogBytes <= 0 {
+		o.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default().With("subsystem", "sandbox")
+	}
+	unreachable := func(err error) error {
+		return fmt.Errorf("containerd not reachable at %s (%v): install it with apt-get install containerd runc, or set sandbox.containerd_address", o.Address, err)
+	}
+	if _, err := os.Stat(o.Address); err != nil {
+		return nil, unreachable(err)
+	}
+	cl, err := client.New(o.Address, client.WithDefaultNamespace(o.Namespace), client.WithTimeout(5*time.Second))
+	if err != nil {
+		return nil, unreachable(err)
+	}
+	nctx := namespaces.WithNamespace(ctx, o.Namespace)
+	if ok, err := cl.IsServing(nctx); err != nil || !ok {
+		cl.Close()
+		if err == nil {
+			err = errors.New("not serving")
+		}
+		return nil, unreachable(err)
+	}
+	if _, err := cl.SnapshotService(o.Snapshotter).Stat(nctx, "gpunex-probe"); err != nil && !errdefs.IsNotFound(err) {
+		cl.Close()
+		return nil, fmt.Errorf("containerd at %s has no usable %q snapshotter (%v): check its config and log", o.Address, o.Snapshotter, err)
+	}
+	c := &Containerd{
+		client: cl, opts: o, log: o.Logger, devDir: "/dev",
+		monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{},
+	}
+	c.ctx, c.cancel = context.WithCancel(namespaces.WithNamespace(context.Background(), o.Namespace))
+	if _, err := c.List(ctx); err != nil { // starts the monitors of running jobs
+		c.Close()
+		return nil, fmt.Errorf("list the jobs in containerd namespace %s: %w", o.Namespace, err)
+	}
+	return c, nil
+}
+
+// ns puts the runtime's namespace on a context.
+func (c *Containerd) ns(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, c.opts.Namespace)
+}
+
+// Client is the containerd client, for callers that need more (tests, benchmarks). Its
+// calls need a context carrying the runtime's namespace (Namespace).
+func (c *Containerd) Client() *client.Client { return c.client }
+
+// Namespace is the containerd namespace holding the jobs.
+func (c *Containerd) Namespace() string { return c.opts.Namespace }
+
+// ImportImage loads an OCI layout tar, unpacks it for the snapshotter, and returns the
+// image's name (its org.opencontainers.image.ref.name or io.containerd.image.name
+// annotation; an archive without one is named import.gpunex.local/image@<digest>) and
+// its manifest digest. Only the host's platform is imported.
+func (c *Containerd) ImportImage(ctx context.Context, archive io.Reader) (ref, digest string, err error) {
+	ctx = c.ns(ctx)
+	imgs, err := c.client.Import(ctx, archive,
+		client.WithAllPlatforms(false),
+		client.WithDigestRef(func(d godigest.Digest) string { return "import.gpunex.local/image@" + d.String() }),
+		client.WithSkipDigestRef(func(name string) bool { return name != "" }),
+	)
+	if err != nil {
+		return "", "", fmt.Errorf("import the image archive (an OCI layout tar is expected): %w", err)
+	}
+	// An index may name one manifest per platform: take this host's.
+	i := slices.IndexFunc(imgs, func(img images.Image) bool {
+		return img.Target.Platform == nil || platforms.Default().Match(*img.Target.Platform)
+	})
+	if i < 0 {
+		return "", "", fmt.Errorf("import the image archive: it holds no image for %s", platforms.DefaultString())
+	}
+	img := imgs[i]
+	if err := client.NewImage(c.client, img).Unpack(ctx, c.opts.Snapshotter); err != nil {
+		return "", "", fmt.Errorf("unpack image %s: %w", img.Name, err)
+	}
+	c.mu.Lock()
+	c.unpacked[img.Target.Digest.String()] = true
+	c.mu.Unlock()
+	return img.Name, img.Target.Digest.String(), nil
+}
+
+// PullImage fetches and unpacks an image from its registry.
+func (c *Containerd) PullImage(ctx context.Context, ref string) (digest string, err error) {
+	ctx = c.ns(ctx)
+	img, err := c.client.Pull(ctx, ref, client.WithPullUnpack, client.WithPullSnapshotter(c.opts.Snapshotter))
+	if err != nil {
+		return "", fmt.Errorf("pull %s (can this machine reach its registry? otherwise import an archive): %w", ref, err)
+	}
+	return img.Target().Digest.String(), nil
+}
+
+// ImageSize returns the size of the unpacked layers of an image (the sum of the usage of
+// its snapshots).
+func (c *Containerd) ImageSize(ctx context.Context, ref string) (int64, error) {
+	ctx = c.ns(ctx)
+	img, err := c.image(ctx, ref)
+	if err != nil {
+		return 0, err
+	}
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the layers of %s: %w", ref, err)
+	}
+	sn := c.client.SnapshotService(c.opts.Snapshotter)
+	var size int64
+	for _, chain := range identity.ChainIDs(diffIDs) {
+		u, err := sn.Usage(ctx, chain.String())
+		if err != nil {
+			return 0, fmt.Errorf("image %s is not unpacked (%w): import or pull it again", ref, err)
+		}
+		size += u.Size
+	}
+	return size, nil
+}
+
+// image finds a present image.
+func (c *Containerd) image(ctx context.Context, ref string) (client.Image, error) {
+	img, err := c.client.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: %s: import or pull it first", ErrImageNotFound, ref)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up image %s: %w", ref, err)
+	}
+	return img, nil
+}
+
+// imageConfig returns the config of an image, unpacking it first if it is not.
+func (c *Containerd) imageConfig(ctx context.Context, img client.Image) (ocispec.Image, error) {
+	key := img.Target().Digest.String()
+	c.mu.Lock()
+	cfg, ok := c.configs[key]
+	unpacked := c.unpacked[key]
+	c.mu.Unlock()
+	if !unpacked {
+		done, err := img.IsUnpacked(ctx, c.opts.Snapshotter)
+		if err != nil {
+			return cfg, fmt.Errorf("check image %s: %w", img.Name(), err)
+		}
+		if !done {
+			if err := img.Unpack(ctx, c.opts.Snapshotter); err != nil {
+				return cfg, fmt.Errorf("unpack image %s: %w", img.Name(), err)
+			}
+		}
+	}
+	if !ok {
+		var err error
+		if cfg, err = img.Spec(ctx); err != nil {
+			return cfg, fmt.Errorf("read the config of image %s: %w", img.Name(), err)
+		}
+	}
+	c.mu.Lock()
+	c.configs[key], c.unpacked[key] = cfg, true
+	c.mu.Unlock()
+	return cfg, nil
+}
+
+// Start creates the job's container (its own snapshot of the image, the spec described at
+// specOpts), gives OutputDir to the job's user, starts its process with stdout and stderr
+// appended to LogPath by containerd's shim, and starts its monitor.
+func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	ctx = c.ns(ctx)
+	img, err := c.image(ctx, spec.Image)
+	if err != nil {
+		return err
+	}
+	cfg, err := c.imageConfig(ctx, img)
+	if err != nil {
+		return err
+	}
+	if err := os.Chown(spec.OutputDir, JobUID, JobGID); err != nil {
+		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", JobUID, err)
+	}
+	labels := map[string]string{
+		labelJob:       "1",
+		labelWallClock: spec.WallClock.String(),
+		labelOutputDir: spec.OutputDir,
+		labelOutputMax: strconv.FormatInt(spec.ScratchBytes, 10),
+		labelLogPath:   spec.LogPath,
+		labelLogMax:    strconv.FormatInt(c.opts.MaxLogBytes, 10),
+	}
+	ctr, err := c.client.NewContainer(ctx, spec.ID,
+		client.WithImage(img),
+		client.WithSnapshotter(c.opts.Snapshotter),
+		client.WithNewSnapshot(spec.ID, img),
+		client.WithNewSpec(specOpts(cfg, spec, c.devDir)...),
+		client.WithContainerLabels(labels),
+	)
+	if err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return fmt.Errorf("job %s already exists in containerd (%w): Remove it first", spec.ID, err)
+		}
+		// The snapshot may have been made before the container failed.
+		if _, lerr := c.client.LoadContainer(ctx, spec.ID); errdefs.IsNotFound(lerr) {
+			c.client.SnapshotService(c.opts.Snapshotter).Remove(ctx, spec.ID)
+		}
+		return fmt.Errorf("create the container of job %s: %w", spec.ID, err)
+	}
+	defer func() {
+		if err != nil {
+			ctr.Delete(context.WithoutCancel(ctx), client.WithSnapshotCleanup)
+		}
+	}()
+	task, err := ctr.NewTask(ctx, cio.LogFile(spec.LogPath))
+	if err != nil {
+		return fmt.Errorf("create the task of job %s: %w", spec.ID, err)
+	}
+	started := time.Now()
+	if err := task.Start(ctx); err != nil {
+		task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		return fmt.Errorf("start job %s: %w", spec.ID, err)
+	}
+	if _, err := ctr.SetLabels(ctx, map[string]string{labelStartedAt: started.UTC().Format(time.RFC3339Nano)}); err != nil {
+		task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		return fmt.Errorf("record the start of job %s: %w", spec.ID, err)
+	}
+	c.watch(spec.ID)
+	return nil
+}
+
+// load finds a job's container.
+func (c *Containerd) load(ctx context.Context, id string) (client.Container, error) {
+	ctr, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load job %s: %w", id, err)
+	}
+	return ctr, nil
+}
+
+// Wait blocks until the job's process has ended and returns its Exit, which is also
+// recorded on the container so that later calls return the same. It fails for a job
+// whose task is gone without a recorded exit (the host rebooted, or containerd lost it).
+func (c *Containerd) Wait(ctx context.Context, id string) (Exit, error) {
+	ctx = c.ns(ctx)
+	ctr, err := c.load(ctx, id)
+	if err != nil {
+		return Exit{}, err
+	}
+	if e, ok, err := recordedExit(ctx, ctr); err != nil || ok {
+		return e, err
+	}
+	task, err := ctr.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		if e, ok, err := recordedExit(ctx, ctr); err != nil || ok {
+			return e, err
+		}
+		return Exit{}, fmt.Errorf("job %s: its process is gone and its end was not recorded (did the host or containerd restart?)", id)
+	}
+	if err != nil {
+		return Exit{}, fmt.Errorf("job %s: %w", id, err)
+	}
+	c.watch(id)
+	exitC, err := task.Wait(ctx)
+	if err != nil {
+		return Exit{}, fmt.Errorf("wait for job %s: %w", id, err)
+	}
+	select {
+	case st := <-exitC:
+		if err := st.Error(); err != nil {
+			if ctx.Err() != nil {
+				return Exit{}, ctx.Err()
+			}
+			return Exit{}, fmt.Errorf("wait for job %s: %w", id, err)
+		}
+		return c.exitOf(ctx, ctr, task, st.ExitCode(), st.ExitTime())
+	case <-ctx.Done():
+		return Exit{}, ctx.Err()
+	}
+}
+
+// recordedExit returns the exit recorded on a container, if any.
+func recordedExit(ctx context.Context, ctr client.Container) (Exit, bool, error) {
+	labels, err := ctr.Labels(ctx)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return Exit{}, false, fmt.Errorf("%w: %s", ErrNotFound, ctr.ID())
+		}
+		return Exit{}, false, err
+	}
+	return exitLabel(labels)
+}
+
+func exitLabel(labels map[string]string) (Exit, bool, error) {
+	raw, ok := labels[labelExit]
+	if !ok {
+		return Exit{}, false, nil
+	}
+	var e Exit
+	if err := json.Unmarshal([]byte(raw), &e); err != nil {
+		return Exit{}, false, fmt.Errorf("the recorded exit %q is unreadable: %w", raw, err)
+	}
+	return e, true, nil
+}
+
+// exitOf works out how an ended job ended and records it: the reason given to Kill (or
+// the monitor's timeout) when it was killed, oom when the kernel's OOM killer killed a
+// process of the job and it exited with an error, or exited.
+func (c *Containerd) exitOf(ctx context.Context, ctr client.Container, task client.Task, code uint32, at time.Time) (Exit, error) {
+	info, err := ctr.Info(ctx)
+	if err != nil {
+		return Exit{}, fmt.Errorf("job %s: %w", ctr.ID(), err)
+	}
+	if e, ok, err := exitLabel(info.Labels); err != nil || ok {
+		return e, err
+	}
+	e := Exit{Code: int(code), StartedAt: startedAt(info.Labels, info.CreatedAt), EndedAt: at.UTC(), Reason: ReasonExited}
+	if r := info.Labels[labelKillReason]; r != "" {
+		e.Reason = r
+	} else if code != 0 && c.oomKilled(ctx, task, info.Spec) {
+		e.Reason = ReasonOOM
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return e, err
+	}
+	if _, err := ctr.SetLabels(ctx, map[string]string{labelExit: string(raw)}); err != nil && !errdefs.IsNotFound(err) && ctx.Err() == nil {
+		c.log.Warn("recording a job's exit failed", "job", ctr.ID(), "err", err)
+	}
+	return e, nil
+}
+
+// startedAt is when the job's task was started, or, if that was not recorded, when its
+// container was created.
+func startedAt(labels map[string]string, created time.Time) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, labels[labelStartedAt]); err == nil {
+		return t
+	}
+	return created.UTC()
+}
+
+// oomKilled tells whether the kernel's OOM killer killed a process in the job's memory
+// cgroup: its oom_kill counter, read from the task's metrics (cgroup v1
+// memory.oom_control, v2 memory.events), or from cgroupfs directly when the daemon does
+// not report it. The cgroup and its counter live until the task is deleted.
+func (c *Containerd) oomKilled(ctx context.Context, task client.Task, rawSpec typeurl.Any) bool {
+	if m, err := task.Metrics(ctx); err == nil && m.Data != nil {
+		switch {
+		case strings.HasSuffix(m.Data.GetTypeUrl(), "io.containerd.cgroups.v1.Metrics"):
+			var v1 stats.Metrics
+			if proto.Unmarshal(m.Data.GetValue(), &v1) == nil && v1.MemoryOomControl != nil {
+				return v1.MemoryOomControl.OomKill > 0
+			}
+		case strings.HasSuffix(m.Data.GetTypeUrl(), "io.containerd.cgroups.v2.Metrics"):
+			var v2 statsv2.Metrics
+			if proto.Unmarshal(m.Data.GetValue(), &v2) == nil && v2.MemoryEvents != nil {
+				return v2.MemoryEvents.OomKill > 0
+			}
+		}
+	}
+	return oomKillsFromCgroupfs(cgroupsPath(rawSpec)) > 0
+}
+
+// Kill stops a running job: SIGTERM to all its processes, SIGKILL after KillGrace, and
+// returns once it has ended. The first reason given (ReasonCancelled when empty) is what
+// Wait reports. Killing an ended job does nothing.
+func (c *Containerd) Kill(ctx context.Context, id, reason string) error {
+	ctx = c.ns(ctx)
+	ctr, err := c.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.kill(ctx, ctr, reason, c.opts.KillGrace)
+}
+
+// kill records the reason and ends the task: SIGTERM, then SIGKILL after grace (at once
+// when grace is 0).
+func (c *Containerd) kill(ctx context.Context, ctr client.Container, reason string, grace time.Duration) error {
+	task, err := ctr.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kill job %s: %w", ctr.ID(), err)
+	}
+	st, err := task.Status(ctx)
+	if errdefs.IsNotFound(err) || (err == nil && st.Status == client.Stopped) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kill job %s: %w", ctr.ID(), err)
+	}
+	if reason == "" {
+		reason = ReasonCancelled
+	}
+	if len(reason) > maxReasonLen {
+		reason = reason[:maxReasonLen]
+	}
+	labels, err := ctr.Labels(ctx)
+	if err != nil {
+		return fmt.Errorf("kill job %s: %w", ctr.ID(), err)
+	}
+	if labels[labelKillReason] == "" {
+		if _, err := ctr.SetLabels(ctx, map[string]string{labelKillReason: reason}); err != nil {
+			return fmt.Errorf("kill job %s: record the reason: %w", ctr.ID(), err)
+		}
+	}
+	exitC, err := task.Wait(ctx)
+	if err != nil {
+		return fmt.Errorf("kill job %s: %w", ctr.ID(), err)
+	}
+	gone := func(err error) bool { return errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) }
+	if grace > 0 {
+		if err := task.Kill(ctx, syscall.SIGTERM, client.WithKillAll); err != nil && !gone(err) {
+			return fmt.Errorf("kill job %s: %w", ctr.ID(), err)
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-exitC:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !gone(err) {
+		return fmt.Errorf("kill job %s: %w", ctr.ID(), err)
+	}
+	select {
+	case <-exitC:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Remove kills the job if it still runs, deletes its task, its container and its
+// snapshot, and checks that containerd holds none of them any more.
+func (c *Containerd) Remove(ctx context.Context, id string) error {
+	ctx = c.ns(ctx)
+	ctr, err := c.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	c.unwatch(id)
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove job %s: delete its task: %w", id, err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove job %s: %w", id, err)
+	}
+	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove job %s: delete its container: %w", id, err)
+	}
+	var left []string
+	if _, err := c.client.LoadContainer(ctx, id); !errdefs.IsNotFound(err) {
+		left = append(left, "container")
+	}
+	if _, err := c.client.TaskService().Get(ctx, &tasksapi.GetRequest{ContainerID: id}); !errdefs.IsNotFound(errgrpc.ToNative(err)) {
+		left = append(left, "task")
+	}
+	if _, err := c.client.SnapshotService(c.opts.Snapshotter).Stat(ctx, id); !errdefs.IsNotFound(err) {
+		left = append(left, "snapshot")
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("remove job %s: its %s still in containerd namespace %s", id, strings.Join(left, ", "), c.opts.Namespace)
+	}
+	return nil
+}
+
+// List returns every container in the namespace, sorted by ID, with the exit of those
+// that ended. Ended tasks have their exit recorded; running ones get a monitor, which
+// kills at once those whose wall clock ran out while nobody watched.
+func (c *Containerd) List(ctx context.Context) ([]Info, error) {
+	ctx = c.ns(ctx)
+	ctrs, err := c.client.Containers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	var out []Info
+	for _, ctr := range ctrs {
+		in := Info{ID: ctr.ID()}
+		info, err := ctr.Info(ctx, client.WithoutRefreshedMetadata)
+		if err != nil {
+			return nil, err
+		}
+		if e, ok, err := exitLabel(info.Labels); err == nil && ok {
+			in.Exit = &e
+			out = append(out, in)
+			continue
+		}
+		task, err := ctr.Task(ctx, nil)
+		if err == nil {
+			st, serr := task.Status(ctx)
+			switch {
+			case serr == nil && st.Status == client.Stopped:
+				if e, err := c.exitOf(ctx, ctr, task, st.ExitStatus, st.ExitTime); err == nil {
+					in.Exit = &e
+				}
+			case serr == nil:
+				in.Running = true
+				c.watch(ctr.ID())
+			}
+		} else if !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("job %s: %w", ctr.ID(), err)
+		}
+		out = append(out, in)
+	}
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Close stops the monitors and disconnects; the jobs keep running in containerd.
+func (c *Containerd) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		c.closeErr = c.client.Close()
+	})
+	return c.closeErr
+}
+
+// watch starts the monitor of a job unless one runs.
+func (c *Containerd) watch(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx.Err() != nil || c.monitors[id] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	m := &monitor{cancel: cancel}
+	c.monitors[id] = m
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer func() {
+			cancel()
+			c.mu.Lock()
+			if c.monitors[id] == m {
+				delete(c.monitors, id)
+			}
+			c.mu.Unlock()
+		}()
+		if err := c.monitor(ctx, id); err != nil && ctx.Err() == nil {
+			c.log.Warn("watching a job failed: its limits are enforced again by the next Wait or List", "job", id, "err", err)
+		}
+	}()
+}
+
+// unwatch stops the monitor of a job.
+func (c *Containerd) unwatch(id string) {
+	c.mu.Lock()
+	m := c.monitors[id]
+	delete(c.monitors, id)
+	c.mu.Unlock()
+	if m != nil {
+		m.cancel()
+	}
+}
+
+// monitor enforces a running job's wall clock and output limit, and records its exit.
+func (c *Containerd) monitor(ctx context.Context, id string) error {
+	ctr, err := c.client.LoadContainer(ctx, id)
+	if err != nil {
+		return err
+	}
+	info, err := ctr.Info(ctx)
+	if err != nil {
+		return err
+	}
+	task, err := ctr.Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	exitC, err := task.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	if info.Labels[labelJob] == "" {
+		return nil // not ours: nothing to enforce
+	}
+	wall, err := time.ParseDuration(info.Labels[labelWallClock])
+	if err != nil {
+		return fmt.Errorf("the job's %s label is unreadable: %w", labelWallClock, err)
+	}
+	deadline := time.NewTimer(time.Until(startedAt(info.Labels, info.CreatedAt).Add(wall)))
+	defer deadline.Stop()
+	outDir, logPath := info.Labels[labelOutputDir], info.Labels[labelLogPath]
+	outMax, _ := strconv.ParseInt(info.Labels[labelOutputMax], 10, 64)
+	logMax, _ := strconv.ParseInt(info.Labels[labelLogMax], 10, 64)
+	ticker := time.NewTicker(logCheckEvery)
+	defer ticker.Stop()
+	tick := ticker.C
+	lastOutputCheck := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case st := <-exitC:
+			if err := st.Error(); err != nil {
+				return err
+			}
+			_, err := c.exitOf(ctx, ctr, task, st.ExitCode(), st.ExitTime())
+			return err
+		case <-deadline.C:
+			c.log.Info("killing a job at its wall-clock limit", "job", id, "wallclock", wall)
+			if err := c.kill(ctx, ctr, ReasonTimeout, c.opts.KillGrace); err != nil {
+				return err
+			}
+		case <-tick:
+			reason := ""
+			if outDir != "" && outMax > 0 && time.Since(lastOutputCheck) >= outputCheckEvery {
+				lastOutputCheck = time.Now()
+				if used := diskUsage(outDir, outMax); used > outMax {
+					reason = ReasonOutputLimit
+					c.log.Info("killing a job whose output is over its limit", "job", id, "bytes", used, "limit", outMax)
+				}
+			}
+			if st, err := os.Stat(logPath); err == nil && logPath != "" && logMax > 0 && st.Size() > logMax {
+				reason = ReasonLogLimit
+				c.log.Info("killing a job whose log is over its limit", "job", id, "bytes", st.Size(), "limit", logMax)
+			}
+			if reason != "" { // abuse: no grace
+				tick = nil
+				if err := c.kill(ctx, ctr, reason, 0); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// diskUsage returns the disk space the files below dir use, counting up to just past
+// limit. Symbolic links are not followed.
+func diskUsage(dir string, limit int64) int64 {
+	var used int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				used += st.Blocks * 512
+			} else {
+				used += info.Size()
+			}
+		}
+		if used > limit {
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return used
+}
+
+// oomKillsFromCgroupfs reads the oom_kill counter of a cgroup (cgroup v1 or v2); 0 when
+// it cannot.
+func oomKillsFromCgroupfs(path string) int64 {
+	if path == "" || strings.Contains(path, ":") { // systemd cgroup paths are not handled
+		return 0
+	}
+	for _, f := range []string{
+		filepath.Join("/sys/fs/cgroup/memory", path, "memory.oom_control"),
+		filepath.Join("/sys/fs/cgroup", path, "memory.events"),
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// cgroupsPath is the cgroup of a container, from its stored runtime spec.
+func cgroupsPath(spec typeurl.Any) string {
+	if spec == nil {
+		return ""
+	}
+	var s specs.Spec
+	if json.Unmarshal(spec.GetValue(), &s) != nil || s.Linux == nil {
+		return ""
+	}
+	return s.Linux.CgroupsPath
+}

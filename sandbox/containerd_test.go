@@ -1,0 +1,387 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"golang.org/x/sys/unix"
+)
+
+// The private containerd of this package's tests, started by TestMain.
+var (
+	testDaemon    *Daemon
+	testDaemonErr error
+	testArchive   []byte // a BusyboxImage archive
+	testDigest    string
+	nsSeq         atomic.Int64
+)
+
+const testImageRef = "gpunex.test/busybox:1"
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var buf bytes.Buffer
+		if testDigest, testDaemonErr = BusyboxImage(&buf, testImageRef); testDaemonErr != nil {
+			return m.Run()
+		}
+		testArchive = buf.Bytes()
+		dir, err := os.MkdirTemp("", "gpunex-sandbox-test-")
+		if err != nil {
+			testDaemonErr = err
+			return m.Run()
+		}
+		defer os.RemoveAll(dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		testDaemon, testDaemonErr = StartContainerd(ctx, dir)
+		cancel()
+		if testDaemonErr == nil {
+			defer func() {
+				if err := testDaemon.Stop(); err != nil {
+					fmt.Fprintln(os.Stderr, "stopping the test containerd:", err)
+				}
+				if pids := shimPIDs(testDaemon.Address()); len(pids) > 0 {
+					fmt.Fprintln(os.Stderr, "shims left running after Stop:", pids)
+				}
+			}()
+		}
+		return m.Run()
+	}())
+}
+
+// needContainerd skips the test where containerd cannot run, or fails it when
+// GPUNEX_REQUIRE_CONTAINERD=1 (CI machines that must run these tests).
+func needContainerd(t testing.TB) {
+	t.Helper()
+	if testDaemonErr == nil {
+		return
+	}
+	if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+		t.Fatalf("containerd is required here (GPUNEX_REQUIRE_CONTAINERD=1) but cannot run: %v", testDaemonErr)
+	}
+	t.Skipf("skipping: containerd cannot run here (%v); set GPUNEX_REQUIRE_CONTAINERD=1 to fail instead", testDaemonErr)
+}
+
+// testRuntime returns a Containerd in a fresh namespace holding the busybox image. At the
+// end of the test it closes it and deletes the image and the namespace.
+func testRuntime(t testing.TB) (*Containerd, string) {
+	t.Helper()
+	needContainerd(t)
+	// Unique across concurrent test runs: runc's state (/run/containerd/runc/<ns>/<id>)
+	// is shared by every containerd on the host.
+	ns := fmt.Sprintf("gpunex-test-%d-%d", os.Getpid(), nsSeq.Add(1))
+	rt := newInstance(t, ns)
+	ref, digest, err := rt.ImportImage(context.Background(), bytes.NewReader(testArchive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref != testImageRef || digest != testDigest {
+		t.Fatalf("ImportImage = %s %s, want %s %s", ref, digest, testImageRef, testDigest)
+	}
+	t.Cleanup(func() {
+		ctx := namespaces.WithNamespace(context.Background(), ns)
+		c := rt.Client()
+		if err := c.ImageService().Delete(ctx, ref, images.SynchronousDelete()); err != nil {
+			t.Errorf("delete the test image: %v", err)
+		}
+		if err := c.NamespaceService().Delete(ctx, ns); err != nil {
+			t.Errorf("delete the test namespace (something is left in it): %v", err)
+		}
+		os.Remove(filepath.Join("/run/containerd/runc", ns)) // runc leaves it, empty
+
+	})
+	return rt, ref
+}
+
+func newInstance(t testing.TB, ns string) *Containerd {
+	t.Helper()
+	rt, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
+}
+
+// leftovers lists the containers, tasks, writable snapshots and leases of a namespace
+// (for one job, or all with id "").
+func leftovers(t *testing.T, rt *Containerd, id string) []string {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	c := rt.Client()
+	var left []string
+	ctrs, err := c.Containers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctr := range ctrs {
+		if id == "" || ctr.ID() == id {
+			left = append(left, "container "+ctr.ID())
+		}
+		if _, err := ctr.Task(ctx, nil); err == nil && (id == "" || ctr.ID() == id) {
+			left = append(left, "task "+ctr.ID())
+		}
+	}
+	err = c.SnapshotService(DefaultSnapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if info.Kind != snapshots.KindCommitted && (id == "" || info.Name == id) {
+			left = append(left, "snapshot "+info.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := c.LeasesService().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		if id == "" {
+			left = append(left, "lease "+l.ID)
+		}
+	}
+	return left
+}
+
+// jobPids reads the pids cgroup (v1) of a job.
+func jobPids(ns, id string) (current, refused int64, err error) {
+	dir := filepath.Join("/sys/fs/cgroup/pids", ns, id)
+	b, err := os.ReadFile(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		return 0, 0, err
+	}
+	current, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if ev, err := os.ReadFile(filepath.Join(dir, "pids.events")); err == nil {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(string(ev)), "max "); ok {
+			refused, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return current, refused, err
+}
+
+// TestContainerd runs the shared suite against containerd.
+func TestContainerd(t *testing.T) {
+	rt, ref := testRuntime(t)
+	RunSuite(t, rt, ref, SuiteHooks{
+		NewInstance: func(t *testing.T) Runtime { return newInstance(t, rt.Namespace()) },
+		Leftovers:   func(t *testing.T, id string) []string { return leftovers(t, rt, id) },
+		Pids:        func(id string) (int64, int64, error) { return jobPids(rt.Namespace(), id) },
+	})
+}
+
+func TestNewContainerdMissingSocket(t *testing.T) {
+	_, err := NewContainerd(context.Background(), ContainerdOptions{Address: "/nonexistent/containerd.sock"})
+	if err == nil || !strings.Contains(err.Error(), "apt-get install containerd runc") || !strings.Contains(err.Error(), "/nonexistent/containerd.sock") {
+		t.Fatalf("NewContainerd on a missing socket: %v; want an error naming the socket and how to install containerd", err)
+	}
+}
+
+func TestImageSize(t *testing.T) {
+	rt, ref := testRuntime(t)
+	ctx := context.Background()
+	size, err := rt.ImageSize(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(BusyboxPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size < st.Size() || size > st.Size()+1<<20 {
+		t.Fatalf("ImageSize = %d, want about the size of busybox (%d)", size, st.Size())
+	}
+	if _, err := rt.ImageSize(ctx, "gpunex.test/absent:1"); !errors.Is(err, ErrImageNotFound) {
+		t.Fatalf("ImageSize of a missing image: %v", err)
+	}
+	// No registry is reachable here: PullImage must fail with a clear error, not hang.
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := rt.PullImage(pctx, "127.0.0.1:1/none/such:1"); err == nil || !strings.Contains(err.Error(), "registry") {
+		t.Fatalf("PullImage from nowhere: %v", err)
+	}
+}
+
+func TestBusyboxImageDeterministic(t *testing.T) {
+	if _, err := os.Stat(BusyboxPath); err != nil {
+		t.Skipf("no busybox here: %v", err)
+	}
+	var a, b bytes.Buffer
+	da, err := BusyboxImage(&a, "x.test/a:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := BusyboxImage(&b, "x.test/a:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if da != db || !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatalf("two archives of the same busybox differ: %s, %s", da, db)
+	}
+	if !strings.HasPrefix(da, "sha256:") {
+		t.Fatalf("digest %q", da)
+	}
+	if _, err := BusyboxImage(&a, ""); err == nil {
+		t.Fatal("an empty reference was accepted")
+	}
+}
+
+func TestDaemonStopLeavesNoProcess(t *testing.T) {
+	needContainerd(t)
+	ctx := context.Background()
+	d, err := StartContainerd(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Address()) >= 108 {
+		t.Fatalf("socket path too long: %s", d.Address())
+	}
+	ns := fmt.Sprintf("gpunex-test-%d-stop", os.Getpid())
+	rt, err := NewContainerd(ctx, ContainerdOptions{Address: d.Address(), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filepath.Join("/run/containerd/runc", ns))
+	ref, _, err := rt.ImportImage(ctx, bytes.NewReader(testArchive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "out"), 0o700)
+	spec := Spec{ID: "left-running", Image: ref, Args: []string{"sleep", "60"}, MemoryBytes: 32 << 20, CPUMillis: 100, Pids: 8,
+		ScratchBytes: 1 << 20, WallClock: time.Minute, OutputDir: filepath.Join(dir, "out"), LogPath: filepath.Join(dir, "log")}
+	if err := rt.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+	if len(shimPIDs(d.Address())) == 0 {
+		t.Fatal("no shim found for a running job: the check below would prove nothing")
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if pids := shimPIDs(d.Address()); len(pids) > 0 {
+		t.Fatalf("shims still running after Stop: %v", pids)
+	}
+	select {
+	case <-d.exited:
+	default:
+		t.Fatal("containerd still running after Stop")
+	}
+}
+
+func TestStartContainerdLongDir(t *testing.T) {
+	needContainerd(t)
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	d, err := StartContainerd(context.Background(), long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	if !strings.HasPrefix(d.Address(), "/tmp/") || len(d.Address()) > maxSocketPath {
+		t.Fatalf("a long folder should put the socket in /tmp: %s", d.Address())
+	}
+	rt, err := NewContainerd(context.Background(), ContainerdOptions{Address: d.Address(), Namespace: fmt.Sprintf("gpunex-test-%d-long", os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Close()
+}
+
+func TestLogLimit(t *testing.T) {
+	rt, ref := testRuntime(t)
+	small, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(), MaxLogBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "out"), 0o700)
+	spec := Spec{ID: "noisy", Image: ref, Args: []string{"yes", "a line of log that never ends"}, MemoryBytes: 32 << 20, CPUMillis: 500, Pids: 8,
+		ScratchBytes: 1 << 20, WallClock: 30 * time.Second, OutputDir: filepath.Join(dir, "out"), LogPath: filepath.Join(dir, "log")}
+	ctx := context.Background()
+	if err := small.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	exit, err := small.Wait(ctx, spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := small.Remove(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(spec.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the log held %d MiB when the job was killed (limit 1 MiB)", st.Size()>>20)
+	if exit.Reason != ReasonLogLimit {
+		t.Fatalf("a job printing without end: %+v, want reason %q", exit, ReasonLogLimit)
+	}
+}
+
+// TestRealGPUDevices gives a job one non-simulated GPU out of four, on fake device nodes
+// (no GPU here): the job must see that GPU's node and the control nodes only, and the
+// device cgroup must allow only those.
+func TestRealGPUDevices(t *testing.T) {
+	rt, ref := testRuntime(t)
+	dev := t.TempDir()
+	nodes := map[string][2]uint32{"nvidia0": {195, 0}, "nvidia1": {195, 1}, "nvidia2": {195, 2}, "nvidia3": {195, 3},
+		"nvidiactl": {195, 255}, "nvidia-uvm": {240, 0}, "nvidia-uvm-tools": {240, 1}}
+	for name, mm := range nodes {
+		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(mm[0], mm[1]))); err != nil {
+			t.Skipf("cannot make fake device nodes here: %v", err)
+		}
+	}
+	rt.devDir = dev
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "out"), 0o700)
+	spec := Spec{ID: "gpu-job", Image: ref, MemoryBytes: 32 << 20, CPUMillis: 500, Pids: 16, ScratchBytes: 1 << 20, WallClock: 30 * time.Second,
+		OutputDir: filepath.Join(dir, "out"), LogPath: filepath.Join(dir, "log"),
+		GPUs: []GPU{{Index: 2, UUID: "GPU-22222222"}},
+		Args: []string{"sh", "-c", `echo DEVS: $(ls /dev | grep nvidia); echo VISIBLE=$GPUNEX_VISIBLE_GPUS; mknod /dev/x c 195 0 2>/dev/null && echo MKNOD-OK; echo READY; sleep 10`}}
+	ctx := context.Background()
+	if err := rt.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var log []byte
+	for !bytes.Contains(log, []byte("READY")) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		log, _ = os.ReadFile(spec.LogPath)
+	}
+	rules, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/devices", rt.Namespace(), spec.ID, "devices.list"))
+	if err := rt.Remove(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(log, []byte("DEVS: nvidia-uvm nvidia-uvm-tools nvidia2 nvidiactl\n")) {
+		t.Errorf("the job should see only nvidia2 and the control nodes:\n%s", log)
+	}
+	if !bytes.Contains(log, []byte("VISIBLE=GPU-22222222\n")) || bytes.Contains(log, []byte("MKNOD-OK")) {
+		t.Errorf("log:\n%s", log)
+	}
+	if err != nil {
+		t.Skipf("no cgroup v1 device list to check: %v", err)
+	}
+	t.Logf("device cgroup of a job with GPU 2:\n%s", rules)
+	for _, want := range []string{"c 195:2 rwm", "c 195:255 rwm", "c 240:0 rwm"} {
+		if !bytes.Contains(rules, []byte(want+"\n")) {
+			t.Errorf("the device cgroup should allow %q; it holds:\n%s", want, rules)
+		}
+	}
+	for _, bad := range []string{"c 195:0 ", "c 195:1 ", "c 195:3 ", "a *:* rwm"} {
+		if bytes.Contains(rules, []byte(bad)) {
+			t.Errorf("the device cgroup allows %q; it holds:\n%s", bad, rules)
+		}
+	}
+}
