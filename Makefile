@@ -7,17 +7,21 @@ LDFLAGS := -s -w -X github.com/gpunex/gpunex/node.Version=$(VERSION)
 FUZZTIME ?= 5s
 PROVIDERS ?= 3
 
-.PHONY: build devnet test unit fmt-check vet fuzz bench clean
+.PHONY: build deps devnet test unit fmt-check vet fuzz bench clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex
 
+## deps: the Debian packages jobs need (containerd, runc, busybox-static), when missing
+deps:
+	@.ci/install-deps
+
 ## devnet: a coordinator, $(PROVIDERS) providers with simulated GPUs and a renter, in ./devnet
-devnet: build
+devnet: build deps
 	$(BIN) devnet --dir devnet --providers $(PROVIDERS)
 
 ## test: formatting, vet, every test (real libp2p hosts on loopback, the real binary), short fuzzing
-test: fmt-check vet unit fuzz
+test: deps fmt-check vet unit fuzz
 
 fmt-check:
 	@out=$$($(dir $(GO))gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -127,6 +127,9 @@ type OwnApplication struct {
 	Message     string    `json:"message,omitempty"`
 	SubmittedAt time.Time `json:"submitted_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// NotificationSeq is the sequence of the coordinator's notification that set Status:
+	// an older one arriving late changes nothing.
+	NotificationSeq uint64 `json:"notification_seq"`
 }
 
 // SetOwnApplication stores the provider's application.

@@ -73,6 +73,7 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.route(mux, "GET /v1/provider/offer", a.ownOffer)
 	a.route(mux, "POST /v1/provider/price", a.setPrice)
 	a.routeOnboarding(mux)
+	a.routeJobs(mux)
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go a.srv.Serve(ln)
 	return a, nil
@@ -100,30 +101,43 @@ func (a *APIServer) route(mux *http.ServeMux, pattern string, h func(*http.Reque
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		code := http.StatusOK
 		defer func() { a.n.metrics.APIRequests.WithLabelValues(route, strconv.Itoa(code)).Inc() }()
-		auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || !tokenEqual(auth, a.token) {
+		if !a.authorized(w, r) {
 			code = http.StatusUnauthorized
-			writeJSON(w, code, map[string]string{"error": "missing or wrong API token (see api.token in the node's home)"})
 			return
 		}
 		v, err := h(r)
 		if err != nil {
-			var he *httpError
-			switch {
-			case errors.As(err, &he):
-				code = he.code
-			case errors.Is(err, ErrNotFound):
-				code = http.StatusNotFound
-			case errors.Is(err, ErrWrongRole):
-				code = http.StatusConflict
-			default:
-				code = http.StatusInternalServerError
-			}
+			code = errorCode(err)
 			writeJSON(w, code, map[string]string{"error": err.Error()})
 			return
 		}
 		writeJSON(w, code, v)
 	})
+}
+
+// authorized checks the bearer token, answering 401 when it is wrong.
+func (a *APIServer) authorized(w http.ResponseWriter, r *http.Request) bool {
+	auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || !tokenEqual(auth, a.token) {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong API token (see api.token in the node's home)"})
+		return false
+	}
+	return true
+}
+
+// errorCode maps an error to its HTTP status.
+func errorCode(err error) int {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		return he.code
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrWrongRole):
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -130,7 +130,7 @@ func (n *Node) ownApplicationView(own ledger.OwnApplication) OwnApplicationView 
 		v.Application = app
 	}
 	if raw, err := n.ledger.OwnCertificate(); err == nil {
-		if c, err := protocol.CheckCertificate(raw, n.clock.Now(), n.trust.trust); err == nil {
+		if c, err := protocol.CheckCertificate(raw, n.clock.Now(), n.trust.trust); err == nil && n.trust.revocationOf(c) == nil {
 			v.Certificate = &c.Certificate
 		}
 	}

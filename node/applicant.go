@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +62,7 @@ func (a *applicant) coordinatorID() (peer.ID, error) {
 		return "", err
 	}
 	if len(ids) == 0 {
-		return "", errors.New("no coordinator to apply to: set trust.coordinators in config.toml (or init with --bootstrap)")
+		return "", badRequest(errors.New("no coordinator to apply to: set trust.coordinators in config.toml (or init with --bootstrap)"))
 	}
 	return ids[0], nil
 }
@@ -139,6 +140,9 @@ func (a *applicant) Answer(message string) (ledger.OwnApplication, error) {
 	if err != nil {
 		return own, err
 	}
+	if strings.TrimSpace(message) == "" {
+		return own, badRequest(errors.New("message: the answer is empty"))
+	}
 	if own.Status != protocol.StatusInfoRequested {
 		return own, badRequest(fmt.Errorf("application %s is %s: the coordinator asked nothing to answer", own.ID, own.Status))
 	}
@@ -186,7 +190,7 @@ func (a *applicant) run(ctx context.Context) {
 			}
 		case own.Status == StatusQueued || isOpen(own.Status):
 			wait = applyStatusPoll
-			if time.Since(own.UpdatedAt) >= applyStatusPoll {
+			if a.n.clock.Now().Sub(own.UpdatedAt) >= applyStatusPoll {
 				if err := a.exchange(ctx, applyRequest{Op: "status"}); err != nil {
 					a.n.log.Debug("application status request failed", "err", err)
 				}
@@ -243,10 +247,16 @@ func (a *applicant) exchange(ctx context.Context, req applyRequest) error {
 	}
 	if req.Op == "submit" {
 		if !resp.OK {
+			if resp.Reason == "other" {
+				return fmt.Errorf("coordinator: %s", resp.Error) // its own trouble: retry
+			}
 			// The coordinator read the record and refused it: sending it again changes
-			// nothing, so stop and say why.
+			// nothing, so stop and say why. A decided application keeps its status.
 			a.note(func(o *ledger.OwnApplication) {
-				o.Delivered, o.Status, o.Message, o.LastError = true, StatusRefused, resp.Error, resp.Error
+				o.Delivered, o.LastError = true, resp.Error
+				if o.Status == StatusQueued || isOpen(o.Status) {
+					o.Status, o.Message = StatusRefused, resp.Error
+				}
 			})
 			a.n.log.Warn("coordinator refused the application", "reason", resp.Reason, "err", resp.Error)
 			return nil
@@ -301,8 +311,8 @@ func (n *Node) takeNotification(raw []byte, source string) error {
 	n.applicant.mu.Lock()
 	defer n.applicant.mu.Unlock()
 	own, err := n.ledger.GetOwnApplication()
-	if err != nil || own.ID != sn.Application {
-		return nil // about an older application
+	if err != nil || own.ID != sn.Application || sn.Seq <= own.NotificationSeq {
+		return nil // about an older application, or older than the status held
 	}
 	if len(sn.Certificate) > 0 {
 		if err := n.ledger.SetOwnCertificate(sn.Certificate); err != nil {
@@ -315,10 +325,7 @@ func (n *Node) takeNotification(raw []byte, source string) error {
 		}
 	}
 	_, err = n.ledger.UpdateOwnApplication(func(o *ledger.OwnApplication) error {
-		o.Status, o.Tier, o.Message, o.UpdatedAt = sn.Status, sn.Tier, sn.Message, now
-		if sn.Status != protocol.StatusPending {
-			o.Delivered = true
-		}
+		o.Status, o.Tier, o.Message, o.UpdatedAt, o.NotificationSeq = sn.Status, sn.Tier, sn.Message, now, sn.Seq
 		return nil
 	})
 	n.log.Info("coordinator notification", "application", sn.Application, "status", sn.Status, "tier", sn.Tier, "message", sn.Message)

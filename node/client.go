@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -157,4 +158,64 @@ func (c *Client) Decide(ctx context.Context, id string, d Decision) (Application
 func (c *Client) Revoke(ctx context.Context, req RevokeRequest) (RevokeResult, error) {
 	var v RevokeResult
 	return v, c.Do(ctx, http.MethodPost, "/v1/coordinator/revoke", req, &v)
+}
+
+// ProposeJob negotiates and starts a job on a provider.
+func (c *Client) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) {
+	var v JobView
+	return v, c.Do(ctx, http.MethodPost, "/v1/jobs", req, &v)
+}
+
+// Jobs lists the node's jobs.
+func (c *Client) Jobs(ctx context.Context) ([]JobView, error) {
+	var v []JobView
+	return v, c.Do(ctx, http.MethodGet, "/v1/jobs", nil, &v)
+}
+
+// Job returns one job.
+func (c *Client) Job(ctx context.Context, id string) (JobView, error) {
+	var v JobView
+	return v, c.Do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &v)
+}
+
+// CancelJob asks the provider to stop a job.
+func (c *Client) CancelJob(ctx context.Context, id string) (JobView, error) {
+	var v JobView
+	return v, c.Do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &v)
+}
+
+// JobLogs copies a job's output to w, following it until the job ends when follow is set.
+func (c *Client) JobLogs(ctx context.Context, id string, follow bool, w io.Writer) error {
+	return c.stream(ctx, "/v1/jobs/"+url.PathEscape(id)+"/logs?follow="+strconv.FormatBool(follow), w)
+}
+
+// FetchOutput copies the tar of a job's /output to w.
+func (c *Client) FetchOutput(ctx context.Context, id string, w io.Writer) error {
+	return c.stream(ctx, "/v1/jobs/"+url.PathEscape(id)+"/output", w)
+}
+
+// stream copies a streamed answer to w, without the client's overall timeout.
+func (c *Client) stream(ctx context.Context, path string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %v (is `gpunex node run` still running?)", ErrNotRunning, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return errors.New(e.Error)
+		}
+		return fmt.Errorf("API GET %s: %s", path, resp.Status)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
 }

@@ -59,6 +59,28 @@ type Config struct {
 	Trust TrustConfig `toml:"trust"`
 	// Coordinator is read only when role is coordinator.
 	Coordinator CoordinatorConfig `toml:"coordinator"`
+	// Jobs is read only when role is provider.
+	Jobs JobsConfig `toml:"jobs"`
+}
+
+// JobsConfig sets how a provider runs jobs and which proposals it accepts.
+type JobsConfig struct {
+	// ContainerdAddress is the containerd socket jobs run through.
+	ContainerdAddress string `toml:"containerd_address"`
+	// Namespace is the containerd namespace of gpunex's containers and images.
+	Namespace string `toml:"namespace"`
+	// MaxImageMB refuses proposals whose image archive is larger.
+	MaxImageMB int64 `toml:"max_image_mb"`
+	// Per allocated GPU: memory and CPU the job gets.
+	MemoryMBPerGPU  int64 `toml:"memory_mb_per_gpu"`
+	CPUMillisPerGPU int64 `toml:"cpu_millis_per_gpu"`
+	// Pids and ScratchMB are per job.
+	Pids      int64 `toml:"pids"`
+	ScratchMB int64 `toml:"scratch_mb"`
+	// BlockedRenters are peer IDs whose proposals are refused.
+	BlockedRenters []string `toml:"blocked_renters"`
+	// ProposalsPerMinute caps the proposals taken from one peer.
+	ProposalsPerMinute int `toml:"proposals_per_minute"`
 }
 
 // TrustConfig lists trusted coordinators.
@@ -143,6 +165,16 @@ func Defaults(role string) Config {
 		API: APIConfig{Listen: "127.0.0.1:0"},
 		Coordinator: CoordinatorConfig{
 			CertificateValidity: Duration{180 * 24 * time.Hour},
+		},
+		Jobs: JobsConfig{
+			ContainerdAddress:  "/run/containerd/containerd.sock",
+			Namespace:          "gpunex",
+			MaxImageMB:         10 << 10,
+			MemoryMBPerGPU:     16 << 10,
+			CPUMillisPerGPU:    4000,
+			Pids:               1024,
+			ScratchMB:          10 << 10,
+			ProposalsPerMinute: 30,
 		},
 		Offers: OffersConfig{
 			TTL:           Duration{10 * time.Minute},
@@ -229,6 +261,15 @@ func (c *Config) Check() error {
 	}
 	if v := c.Coordinator.CertificateValidity.Duration; v < time.Minute || v > protocol.MaxCertificateValidity {
 		errs = append(errs, fmt.Errorf("coordinator.certificate_validity %s: must be between 1m and %s", c.Coordinator.CertificateValidity, protocol.MaxCertificateValidity))
+	}
+	j := c.Jobs
+	if j.MaxImageMB < 1 || j.MemoryMBPerGPU < 16 || j.CPUMillisPerGPU < 100 || j.Pids < 16 || j.ScratchMB < 1 || j.ProposalsPerMinute < 1 {
+		errs = append(errs, errors.New("jobs: max_image_mb, scratch_mb and proposals_per_minute must be at least 1, memory_mb_per_gpu 16, cpu_millis_per_gpu 100, pids 16"))
+	}
+	for _, r := range j.BlockedRenters {
+		if _, err := peer.Decode(r); err != nil {
+			errs = append(errs, fmt.Errorf("jobs.blocked_renters %q: not a peer ID", r))
+		}
 	}
 	if c.Role == RoleProvider {
 		if _, err := c.Provider.Schedule(); err != nil {

@@ -42,7 +42,8 @@ type applyResponse struct {
 }
 
 const (
-	maxApplyFrame  = protocol.MaxApplicationSize + 1024
+	// The record travels base64-encoded inside the JSON frame.
+	maxApplyFrame  = protocol.MaxApplicationSize*4/3 + 1024
 	applyTimeout   = 10 * time.Second
 	maxNotifyFrame = protocol.MaxNotificationSize
 )
@@ -233,7 +234,7 @@ func (c *coordinator) submit(raw []byte) (ledger.Application, error) {
 			a.Raw, a.Seq, a.UpdatedAt = raw, app.Seq, now
 			a.ProposedTier, a.TierReasons, a.CaseByCase = proposed, why, app.CaseByCase()
 			if app.Answer != "" && a.Status == protocol.StatusInfoRequested {
-				a.Status = protocol.StatusPending
+				a.Status, a.Message = protocol.StatusPending, ""
 				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "answered", Detail: app.Answer})
 			} else {
 				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "updated"})
@@ -381,7 +382,13 @@ func (c *coordinator) issue(app *protocol.Application, tier string, now time.Tim
 			gpus = append(gpus, protocol.CertifiedGPU{Model: g.Model, Count: g.Count})
 		}
 	}
-	issued := now.UTC().Truncate(time.Second)
+	for _, g := range gpus {
+		if g.Count > protocol.MaxGPUsPerItem {
+			return nil, badRequest(fmt.Errorf("%d x %s: a certificate approves at most %d of a model", g.Count, g.Model, protocol.MaxGPUsPerItem))
+		}
+	}
+	// Full precision: a revocation and a new approval within one second stay ordered.
+	issued := now.UTC()
 	return protocol.Seal(protocol.KindCertificate, protocol.Certificate{
 		Version: protocol.CertificateVersion, Coordinator: c.n.id.String(), Provider: app.Provider, Serial: serial,
 		Application: app.ID, Tier: tier, GPUs: gpus,
@@ -415,7 +422,14 @@ func (c *coordinator) Revoke(ctx context.Context, provider peer.ID, reason, acto
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if a, ok := c.latestOf(provider); ok && a.Status == protocol.StatusApproved {
+	apps, err := c.n.ledger.Applications()
+	if err != nil {
+		return raw, err
+	}
+	for _, a := range apps {
+		if a.Provider != provider.String() || a.Status != protocol.StatusApproved {
+			continue
+		}
 		a, err = c.n.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
 			a.Status, a.Message, a.UpdatedAt = protocol.StatusRevoked, reason, now
 			a.Events = append(a.Events, ledger.Event{At: now, Actor: "operator " + actor, Action: "revoked", Detail: reason})

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 // DevnetOptions configure RunDevnet.
@@ -110,6 +114,16 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		return p, nil
 	}
 
+	// Jobs run in a containerd of the devnet's own, when one can run here.
+	ctrdAddr := ""
+	if d, err := sandbox.StartContainerd(ctx, filepath.Join(dir, "containerd")); err != nil {
+		say("jobs disabled in this devnet: %v", err)
+	} else {
+		defer d.Stop()
+		ctrdAddr = d.Address()
+		say("started containerd       %s", ctrdAddr)
+	}
+
 	coord, err := start("coordinator", InitOptions{Role: RoleCoordinator})
 	if err != nil {
 		return err
@@ -125,6 +139,7 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		g.Simulated = true
 		if _, err := start(fmt.Sprintf("provider-%d", i), InitOptions{
 			Role: RoleProvider, Bootstrap: boot, Region: devnetRegions[(i-1)%len(devnetRegions)], GPUs: []GPUConfig{g},
+			ContainerdAddress: ctrdAddr,
 		}); err != nil {
 			return err
 		}
@@ -165,6 +180,12 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 			return err
 		}
 	}
+	demo := ""
+	if ctrdAddr != "" {
+		if demo, err = devnetJob(ctx, rcl, dir, say); err != nil {
+			return fmt.Errorf("the demo job failed: %w", err)
+		}
+	}
 	var f DevnetFile
 	for _, p := range procs {
 		f.Nodes = append(f.Nodes, p.DevnetNode)
@@ -175,6 +196,10 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 	say("devnet ready: %s", jsonPath)
 	say("try: gpunex offers search --home %s", renter.Home)
 	say("     gpunex offer set-price --home %s --model %s --usdc 1.99", filepath.Join(dir, "provider-1"), devnetGPUs[0].Model)
+	if demo != "" {
+		say("     gpunex job run --home %s --offer %s --gpus 1 --max-hours 0.1 --image-archive %s -- sh -c 'echo hello; ls /output'",
+			renter.Home, demo, filepath.Join(dir, "busybox.tar"))
+	}
 	say("Ctrl-C stops every node.")
 	for {
 		select {
@@ -186,6 +211,78 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 				return err
 			}
 		}
+	}
+}
+
+// devnetJob has the renter run a job on the first approved provider, with a busybox image
+// built from the host's busybox-static, and prints its output as it streams. It returns the
+// offer it ran on.
+func devnetJob(ctx context.Context, renter *Client, dir string, say func(string, ...any)) (string, error) {
+	archive := filepath.Join(dir, "busybox.tar")
+	f, err := os.Create(archive)
+	if err != nil {
+		return "", err
+	}
+	_, err = sandbox.BusyboxImage(f, "gpunex.devnet/busybox:1")
+	f.Close()
+	if err != nil {
+		say("no demo job: %v", err)
+		return "", nil
+	}
+	rows, err := renter.Search(ctx, url.Values{})
+	if err != nil || len(rows) == 0 {
+		return "", fmt.Errorf("no offer to run the demo job on: %v", err)
+	}
+	offer := rows[0]
+	say("the renter runs a job on %s (%s)…", offer.Provider, offer.Model)
+	v, err := renter.ProposeJob(ctx, JobRequest{Offer: offer.ID, GPUs: 1, MaxSeconds: 120, ImageArchive: archive,
+		Args: []string{"sh", "-c", "echo hello from a gpunex sandbox on $(hostname); echo allocated GPUs: $GPUNEX_VISIBLE_GPUS; echo done > /output/result.txt"}})
+	if err != nil {
+		return "", err
+	}
+	w := &prefixWriter{w: devnetOut{say}, prefix: "  | "}
+	if err := renter.JobLogs(ctx, v.ID, true, w); err != nil {
+		return "", err
+	}
+	w.flush()
+	if v, err = renter.Job(ctx, v.ID); err != nil {
+		return "", err
+	}
+	say("job %s %s: %s, exit code %d, %d s, cost %s USDC (receipt signed by both sides)", v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC)
+	return offer.ID, nil
+}
+
+// devnetOut writes whole lines through say.
+type devnetOut struct{ say func(string, ...any) }
+
+func (d devnetOut) Write(p []byte) (int, error) {
+	d.say("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// prefixWriter prefixes each line written through it.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		p.w.Write([]byte(p.prefix + string(p.buf[:i+1])))
+		p.buf = p.buf[i+1:]
+	}
+}
+
+func (p *prefixWriter) flush() {
+	if len(p.buf) > 0 {
+		p.w.Write([]byte(p.prefix + string(p.buf) + "\n"))
+		p.buf = nil
 	}
 }
 
@@ -241,7 +338,7 @@ func devnetOnboard(ctx context.Context, coord *Client, procs []*devnetProc, say 
 		case len(provs) >= 3 && i == len(provs)-1:
 			d = Decision{Action: "reject", Actor: "devnet", Message: "an example rejection: GPUs unreachable from the coordinator's probes"}
 		case len(provs) >= 3 && i == len(provs)-2:
-			say("%s: application %s left pending (gpunex coordinator applications list --home %s)", p.Name, a.ID, "DIR/coordinator")
+			say("%s: application %s left pending (gpunex coordinator applications list --home %s)", p.Name, a.ID, filepath.Join(filepath.Dir(p.Home), "coordinator"))
 			continue
 		}
 		v, err := coord.Decide(ctx, a.ID, d)
@@ -251,7 +348,7 @@ func devnetOnboard(ctx context.Context, coord *Client, procs []*devnetProc, say 
 		if v.Status == "approved" {
 			approved[p.PeerID] = true
 		}
-		say("%s: application %s %s %s", p.Name, a.ID, v.Status, v.Tier)
+		say("%s: application %s %s", p.Name, a.ID, strings.TrimSpace(v.Status+" "+v.Tier))
 	}
 	return approved, nil
 }

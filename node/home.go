@@ -45,6 +45,8 @@ type InitOptions struct {
 	OfferTTL  string
 	Republish string
 	Force     bool
+	// ContainerdAddress sets jobs.containerd_address.
+	ContainerdAddress string
 }
 
 // ErrHomeExists is returned by Init when the home already holds an identity.
@@ -81,6 +83,9 @@ func Init(dir string, o InitOptions) (Home, peer.ID, error) {
 	}
 	if o.Region != "" {
 		c.Provider.Region = o.Region
+	}
+	if o.ContainerdAddress != "" {
+		c.Jobs.ContainerdAddress = o.ContainerdAddress
 	}
 	if o.GPUs != nil {
 		c.Provider.GPUs = o.GPUs
@@ -272,6 +277,24 @@ timezone = "{{.Provider.Availability.Timezone}}"
 # Weekly windows during which the GPUs are offered, e.g. ["mon-fri 08:00-20:00", "sat 10:00-14:00"].
 # Empty means 24/7. Outside the windows the offer is withdrawn.
 windows = {{list .Provider.Availability.Windows}}
+
+[jobs]
+# The containerd socket jobs run through (Debian: apt-get install containerd runc).
+containerd_address = "{{.Jobs.ContainerdAddress}}"
+# containerd namespace of gpunex's containers and images.
+namespace = "{{.Jobs.Namespace}}"
+# Largest image archive a renter may send, in MB.
+max_image_mb = {{.Jobs.MaxImageMB}}
+# What a job gets per allocated GPU.
+memory_mb_per_gpu = {{.Jobs.MemoryMBPerGPU}}
+cpu_millis_per_gpu = {{.Jobs.CPUMillisPerGPU}}
+# Per job: most processes, and size of its writable /scratch, /tmp and /output.
+pids = {{.Jobs.Pids}}
+scratch_mb = {{.Jobs.ScratchMB}}
+# Renters (peer IDs) whose proposals are refused.
+blocked_renters = {{list .Jobs.BlockedRenters}}
+# Most proposals taken from one peer per minute.
+proposals_per_minute = {{.Jobs.ProposalsPerMinute}}
 {{range .Provider.GPUs}}
 [[provider.gpus]]
 # GPU model as renters search for it, e.g. H100-80GB, A100-80GB, L40S-48GB, L4-24GB, RTX4090-24GB.

@@ -18,6 +18,10 @@ type Metrics struct {
 	OfferSyncRecords prometheus.Counter
 	Searches         prometheus.Histogram
 	APIRequests      *prometheus.CounterVec
+	// Jobs (provider side).
+	JobProposals *prometheus.CounterVec
+	JobsStarted  prometheus.Counter
+	JobsEnded    *prometheus.CounterVec
 }
 
 func newMetrics(peers, penalised func() float64) *Metrics {
@@ -52,8 +56,21 @@ func newMetrics(peers, penalised func() float64) *Metrics {
 			Name: "gpunex_api_requests_total",
 			Help: "Local API requests by route and status code.",
 		}, []string{"route", "code"}),
+		JobProposals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_job_proposals_total",
+			Help: "Job proposals by outcome: accepted, countered, policy, rate_limited, image_digest, countersign_failed, or the rejection reason of the record (invalid, expired, wrong_signer, ...).",
+		}, []string{"outcome"}),
+		JobsStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpunex_jobs_started_total",
+			Help: "Jobs whose container this provider started.",
+		}),
+		JobsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_jobs_ended_total",
+			Help: "Jobs ended, by reason (exited, oom, timeout, cancelled by the renter, ...).",
+		}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
+	m.Registry.MustRegister(m.JobProposals, m.JobsStarted, m.JobsEnded,
+		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),
 		collectors.NewGoCollector(),

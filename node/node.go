@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 // Version is the node software version, set at build time with -ldflags.
@@ -35,6 +37,12 @@ type Deps struct {
 	DataDir string
 	Clock   Clock
 	Logger  *slog.Logger
+	// Sandbox runs a provider's jobs; when nil, a provider connects to containerd at
+	// jobs.containerd_address.
+	Sandbox sandbox.Runtime
+	// JobsDir holds each job's folder (image archive, log, output); a temporary folder
+	// when empty.
+	JobsDir string
 }
 
 // Node is a running gpunex daemon.
@@ -58,16 +66,18 @@ type Node struct {
 	applicant *applicant
 	// coord is the coordinator's onboarding; nil unless the role is coordinator.
 	coord    *coordinator
+	jobs     *jobRunner // nil unless the role is provider
 	revTopic *pubsub.Topic
 	revSub   *pubsub.Subscription
 	scores   gossipScores
 	// syncSlots bounds the catalogue syncs served at once.
 	syncSlots chan struct{}
 
-	ownsHost, ownsLedger bool
-	cancel               context.CancelFunc
-	wg                   sync.WaitGroup
-	closeOnce            sync.Once
+	ownsHost, ownsLedger, ownsSandbox bool
+	tempJobsDir                       string // removed at Close
+	cancel                            context.CancelFunc
+	wg                                sync.WaitGroup
+	closeOnce                         sync.Once
 }
 
 // New starts a node: host, DHT, gossip, and the role's loops. The caller must Close it.
@@ -186,6 +196,9 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		n.applicant = newApplicant(n)
 		n.host.SetStreamHandler(protocol.NotifyProtocol, n.handleNotify)
 		n.goLoop(func() { n.applicant.run(runCtx) })
+		if err := n.startJobs(ctx, d); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Role == RoleCoordinator {
 		if n.coord, err = newCoordinator(n); err != nil {
@@ -195,6 +208,42 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	}
 	n.log.Info("node started", "peer_id", n.id, "role", cfg.Role, "addrs", n.host.Addrs())
 	return n, nil
+}
+
+// startJobs sets up the provider's job runner: the sandbox runtime (containerd unless one is
+// given), the jobs folder, the job streams, and the reconciliation of jobs left running.
+func (n *Node) startJobs(ctx context.Context, d Deps) error {
+	rt := d.Sandbox
+	var rtErr error
+	if rt == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := sandbox.NewContainerd(cctx, sandbox.ContainerdOptions{Address: n.cfg.Jobs.ContainerdAddress, Namespace: n.cfg.Jobs.Namespace})
+		cancel()
+		if err != nil {
+			rtErr = err
+			n.log.Warn("jobs cannot run: proposals will be refused until this is fixed", "err", err)
+		} else {
+			rt, n.ownsSandbox = c, true
+		}
+	}
+	dir := d.JobsDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "gpunex-jobs-"); err != nil {
+			return err
+		}
+		n.tempJobsDir = dir
+	}
+	var err error
+	if n.jobs, err = newJobRunner(n, rt, rtErr, dir); err != nil {
+		return err
+	}
+	if err := n.jobs.reconcile(ctx); err != nil {
+		n.log.Warn("reconciling jobs after restart failed", "err", err)
+	}
+	n.host.SetStreamHandler(protocol.JobProtocol, n.jobs.handleJob)
+	n.host.SetStreamHandler(protocol.JobControlProtocol, n.jobs.handleControl)
+	return nil
 }
 
 func (n *Node) goLoop(f func()) {
@@ -231,6 +280,12 @@ func (n *Node) Close(ctx context.Context) error {
 		if n.prov != nil {
 			n.prov.withdraw(ctx, "provider shutting down")
 		}
+		if n.jobs != nil && n.jobs.rt != nil {
+			n.jobs.stopAll(ctx, "provider shutting down")
+			if n.ownsSandbox {
+				n.jobs.rt.Close()
+			}
+		}
 		if n.cancel != nil {
 			n.cancel()
 		}
@@ -263,6 +318,9 @@ func (n *Node) Close(ctx context.Context) error {
 		if n.ownsLedger && n.ledger != nil {
 			errs = append(errs, n.ledger.Close())
 		}
+		if n.tempJobsDir != "" {
+			os.RemoveAll(n.tempJobsDir)
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -276,9 +334,10 @@ func (n *Node) validateGossip(ctx context.Context, from peer.ID, msg *pubsub.Mes
 	case err == nil:
 		return pubsub.ValidationAccept
 	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrExpired), errors.Is(err, protocol.ErrFuture),
-		errors.Is(err, protocol.ErrRevoked):
-		// Stale, early (clock skew) or revoked since it was sent: an honest relay can
-		// forward these, so they cost it nothing.
+		errors.Is(err, protocol.ErrRevoked), errors.Is(err, protocol.ErrUntrusted):
+		// Stale, early (clock skew), revoked since it was sent, or certified by a
+		// coordinator another node trusts: an honest relay can forward these, so they
+		// cost it nothing.
 		return pubsub.ValidationIgnore
 	default:
 		return pubsub.ValidationReject

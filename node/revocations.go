@@ -52,6 +52,13 @@ func (n *Node) validateRevocation(ctx context.Context, from peer.ID, msg *pubsub
 // handleRevocationSync writes every revocation this node holds.
 func (n *Node) handleRevocationSync(s network.Stream) {
 	defer s.Close()
+	select { // shares the offer sync's bound on answers served at once
+	case n.syncSlots <- struct{}{}:
+		defer func() { <-n.syncSlots }()
+	default:
+		s.Reset()
+		return
+	}
 	s.SetDeadline(time.Now().Add(30 * time.Second))
 	w := bufio.NewWriter(s)
 	for i, raw := range n.trust.revocations() {
@@ -89,6 +96,7 @@ func (n *Node) syncRevocations(ctx context.Context, p peer.ID) error {
 		raw, err := readFrame(r, protocol.MaxRevocationSize)
 		if err != nil {
 			s.Reset()
+			n.metrics.RecordsRejected.WithLabelValues(string(protocol.KindRevocation), "sync", protocol.Reason(err)).Inc()
 			return err
 		}
 		n.takeRevocation(raw, "sync")

@@ -80,6 +80,8 @@ func testConfig(role string) Config {
 	c.Offers.TTL = Duration{2 * time.Minute}
 	c.Offers.Republish = Duration{30 * time.Second}
 	c.Offers.SearchTimeout = Duration{5 * time.Second}
+	// No system containerd in tests: job tests give the provider a private one.
+	c.Jobs.ContainerdAddress = "/nonexistent/containerd.sock"
 	return c
 }
 
@@ -107,16 +109,22 @@ func newTestNetWith(t testing.TB, coordinator Config) *testNet {
 // with a certificate from the coordinator for the GPUs it declares.
 func (tn *testNet) add(cfg Config, clock Clock) *Node {
 	tn.t.Helper()
-	return tn.addNode(cfg, clock, true)
+	return tn.addNode(cfg, Deps{Clock: clock}, true)
 }
 
 // addUncertified starts a provider without a certificate: it has to apply.
 func (tn *testNet) addUncertified(cfg Config) *Node {
 	tn.t.Helper()
-	return tn.addNode(cfg, nil, false)
+	return tn.addNode(cfg, Deps{}, false)
 }
 
-func (tn *testNet) addNode(cfg Config, clock Clock, certified bool) *Node {
+// addWith starts a certified node with some dependencies given (a sandbox runtime).
+func (tn *testNet) addWith(cfg Config, d Deps) *Node {
+	tn.t.Helper()
+	return tn.addNode(cfg, d, true)
+}
+
+func (tn *testNet) addNode(cfg Config, d Deps, certified bool) *Node {
 	tn.t.Helper()
 	h, sk := newHost(tn.t)
 	l, err := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
@@ -138,7 +146,8 @@ func (tn *testNet) addNode(cfg Config, clock Clock, certified bool) *Node {
 	} else {
 		tn.bootKey = sk
 	}
-	n, err := New(context.Background(), cfg, sk, Deps{Host: h, Ledger: l, Clock: clock, Logger: quietLogger()})
+	d.Host, d.Ledger, d.Logger = h, l, quietLogger()
+	n, err := New(context.Background(), cfg, sk, d)
 	if err != nil {
 		tn.t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
-		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand())
+		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand())
 	return root
 }
 
@@ -146,7 +146,7 @@ func runNode(h node.Home, level string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	n, err := node.New(ctx, cfg, key, node.Deps{DataDir: h.Path(node.DataDir), Logger: log})
+	n, err := node.New(ctx, cfg, key, node.Deps{DataDir: h.Path(node.DataDir), JobsDir: h.Path("jobs"), Logger: log})
 	if err != nil {
 		return err
 	}

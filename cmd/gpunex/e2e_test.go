@@ -247,6 +247,29 @@ func TestDevnetEndToEnd(t *testing.T) {
 		t.Fatalf("tampered record: exit %d, %s", code, errOut)
 	}
 
+	// A job through the CLI: output streamed, the job's exit code returned, cost shown,
+	// output fetched.
+	offerID := p1.PeerID + "/H100-80GB"
+	out, errOut, code := gpunex(t, "job", "run", "--home", renter, "--offer", offerID, "--gpus", "1", "--max-hours", "0.1",
+		"--image-archive", filepath.Join(dir, "busybox.tar"), "--", "sh", "-c", "echo streamed line; echo result > /output/r.txt; exit 7")
+	if code != 7 || !strings.Contains(out, "streamed line") || !strings.Contains(errOut, "cost ") {
+		t.Fatalf("job run: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	var jobs []node.JobView
+	json.Unmarshal([]byte(mustRun(t, "job", "list", "--json", "--home", renter)), &jobs)
+	if len(jobs) < 2 || jobs[0].ExitCode != 7 || !jobs[0].Countersign || jobs[0].State != "ended" {
+		t.Fatalf("job list: %+v", jobs)
+	}
+	fetched := filepath.Join(dir, "fetched")
+	mustRun(t, "job", "fetch", jobs[0].ID, fetched, "--home", renter)
+	if b, err := os.ReadFile(filepath.Join(fetched, "r.txt")); err != nil || string(b) != "result\n" {
+		t.Fatalf("fetched output: %q %v", b, err)
+	}
+	if _, errOut, code := gpunex(t, "job", "run", "--home", renter, "--offer", offerID, "--gpus", "9", "--max-hours", "0.1",
+		"--image-archive", filepath.Join(dir, "busybox.tar"), "--", "true"); code == 0 || !strings.Contains(errOut, "offered") {
+		t.Fatalf("too many GPUs: exit %d, %s", code, errOut)
+	}
+
 	// Down: SIGTERM stops everything, no process is left behind.
 	dev.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)

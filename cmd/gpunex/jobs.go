@@ -1,0 +1,232 @@
+package main
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpunex/gpunex/node"
+)
+
+func jobCommand() *cobra.Command {
+	c := &cobra.Command{Use: "job", Short: "Rent GPUs: run jobs on providers, follow and manage them"}
+	var req node.JobRequest
+	var hours float64
+	var detach bool
+	run := &cobra.Command{
+		Use:   "run (--provider PEER | --offer ID) --gpus N --max-hours H [--max-price P] (--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--detach] -- CMD ARGS...",
+		Short: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if hours <= 0 || math.IsNaN(hours) || hours > 24*30 {
+				return errors.New("--max-hours: a positive number of hours, at most 720")
+			}
+			req.MaxSeconds = int64(math.Ceil(hours * 3600))
+			req.Args = args
+			if req.ImageArchive != "" {
+				abs, err := filepath.Abs(req.ImageArchive)
+				if err != nil {
+					return err
+				}
+				req.ImageArchive = abs
+			}
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			v, err := cl.ProposeJob(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(errOut, "job %s started on %s: %d x %s at %s USDC/GPU-hour, until %s\n", v.ID, v.Peer, v.GPUs, v.Model, v.PriceUSDC,
+				v.EndsAt.Local().Format(time.DateTime))
+			if detach {
+				fmt.Fprintln(out, v.ID)
+				return nil
+			}
+			if err := cl.JobLogs(cmd.Context(), v.ID, true, out); err != nil {
+				return fmt.Errorf("following the output: %w (the job goes on: gpunex job logs -f %s)", err, v.ID)
+			}
+			v, err = cl.Job(cmd.Context(), v.ID)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(errOut, "job %s %s: %s, exit code %d, %d s, cost %s USDC\n", v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC)
+			if v.ExitCode != 0 {
+				code := v.ExitCode
+				if code < 0 || code > 255 {
+					code = 1
+				}
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	f := run.Flags()
+	f.StringVar(&req.Provider, "provider", "", "provider peer ID")
+	f.StringVar(&req.Offer, "offer", "", "offer ID (<peer ID>/<MODEL>), as `gpunex offers search` shows")
+	f.IntVar(&req.GPUs, "gpus", 1, "how many GPUs")
+	f.Float64Var(&hours, "max-hours", 0, "longest the job may run, in hours (the lease ends then)")
+	f.StringVar(&req.MaxPrice, "max-price", "", "most USDC per GPU-hour you pay (default: the offer's price)")
+	f.StringVar(&req.Image, "image", "", "image reference the provider pulls")
+	f.StringVar(&req.ImageArchive, "image-archive", "", "OCI image archive streamed to the provider")
+	f.StringArrayVar(&req.Env, "env", nil, "K=V environment variable (repeatable)")
+	f.BoolVar(&req.Egress, "egress", false, "let the job reach the network")
+	f.BoolVar(&detach, "detach", false, "print the job ID and return once the job started")
+	run.MarkFlagRequired("max-hours")
+
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the jobs this node rented or runs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			js, err := cl.Jobs(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), js)
+			}
+			if len(js) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no jobs")
+				return nil
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tSIDE\tSTATE\tGPUS\tMODEL\tSECONDS\tCOST USDC\tEXIT\tPEER")
+			for _, j := range js {
+				exit := "-"
+				if j.State == "ended" {
+					exit = fmt.Sprintf("%d %s", j.ExitCode, j.ExitReason)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Side, j.State, j.GPUs, j.Model, j.Seconds, j.CostUSDC, exit, j.Peer)
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+
+	status := &cobra.Command{
+		Use:   "status ID",
+		Short: "Show a job (asking its provider when this node rented it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.Job(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), v)
+		},
+	}
+	var follow bool
+	logs := &cobra.Command{
+		Use:   "logs ID [-f]",
+		Short: "Print a job's output; -f follows it until the job ends",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			return cl.JobLogs(cmd.Context(), args[0], follow, cmd.OutOrStdout())
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "follow the output until the job ends")
+	cancel := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Stop a job; the provider writes the final receipt",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			if _, err := cl.CancelJob(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "job %s: cancel sent\n", args[0])
+			return nil
+		},
+	}
+	fetch := &cobra.Command{
+		Use:   "fetch ID DIR",
+		Short: "Download what the job wrote to /output into DIR",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(cl.FetchOutput(cmd.Context(), args[0], pw)) }()
+			n, err := untar(pr, args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d files written to %s\n", n, args[1])
+			return nil
+		},
+	}
+	c.AddCommand(run, list, status, logs, cancel, fetch)
+	return c
+}
+
+// untar extracts regular files and folders into dir, refusing paths that leave it.
+func untar(r io.Reader, dir string) (int, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	tr := tar.NewReader(r)
+	n := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		name := filepath.Clean(filepath.FromSlash(h.Name))
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, ".."+string(filepath.Separator)) {
+			return n, fmt.Errorf("archive entry %q leaves the folder", h.Name)
+		}
+		path := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				return n, err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return n, err
+			}
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				return n, err
+			}
+			_, err = io.Copy(f, tr)
+			f.Close()
+			if err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+const prefixJob = "job/"
+
+// Job states.
+const (
+	JobLeased  = "leased"  // lease signed by both sides; image not delivered yet
+	JobRunning = "running" // the container was started
+	JobEnded   = "ended"   // the final receipt is written
+	JobFailed  = "failed"  // it never ran (image refused, start failed); no charge
+)
+
+// Job is one job, as the provider or the renter keeps it.
+type Job struct {
+	ID        string    `json:"id"`
+	Side      string    `json:"side"` // provider or renter: which side this node is
+	Peer      string    `json:"peer"` // the other side
+	State     string    `json:"state"`
+	Error     string    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// The records, exactly as signed.
+	Proposal          []byte `json:"proposal"`
+	Lease             []byte `json:"lease,omitempty"`
+	LeaseCountersig   []byte `json:"lease_countersignature,omitempty"`
+	Receipt           []byte `json:"receipt,omitempty"`
+	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
+	// GPUs are the UUIDs the provider allocated.
+	GPUs []string `json:"gpus,omitempty"`
+	// Exit says how the process ended.
+	ExitCode   int    `json:"exit_code"`
+	ExitReason string `json:"exit_reason,omitempty"`
+}
+
+// PutJob stores a job.
+func (l *Ledger) PutJob(j Job) error {
+	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixJob+j.ID, j) })
+}
+
+// UpdateJob changes a job atomically and returns it as stored.
+func (l *Ledger) UpdateJob(id string, f func(j *Job) error) (Job, error) {
+	var j Job
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixJob+id, &j); err != nil {
+			return err
+		}
+		if err := f(&j); err != nil {
+			return err
+		}
+		return putJSON(txn, prefixJob+id, j)
+	})
+	return j, err
+}
+
+// GetJob returns a job, or ErrNotFound.
+func (l *Ledger) GetJob(id string) (Job, error) {
+	var j Job
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixJob+id, &j) })
+	return j, err
+}
+
+// CreateJob stores a new job, failing if the ID is taken.
+func (l *Ledger) CreateJob(j Job) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get([]byte(prefixJob + j.ID)); err == nil {
+			return fmt.Errorf("job %s exists", j.ID)
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		return putJSON(txn, prefixJob+j.ID, j)
+	})
+}
+
+// Jobs returns every job, newest first.
+func (l *Ledger) Jobs() ([]Job, error) {
+	var out []Job
+	err := l.db.View(func(txn *badger.Txn) error {
+		return scan(txn, prefixJob, func(key string, val []byte) error {
+			var j Job
+			if err := json.Unmarshal(val, &j); err != nil {
+				return fmt.Errorf("ledger: job %s: %w", key, err)
+			}
+			out = append(out, j)
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(i, k int) bool { return out[i].CreatedAt.After(out[k].CreatedAt) })
+	return out, err
+}

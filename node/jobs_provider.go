@@ -1,0 +1,684 @@
+package node
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
+)
+
+// jobRunner is the provider's side of jobs: it decides on proposals by its policy, reserves
+// GPUs, receives images, runs jobs in the sandbox, watches them, and writes receipts.
+type jobRunner struct {
+	n     *Node
+	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
+	rtErr error
+	dir   string // per-job folders: image archive, log, output
+
+	mu      sync.Mutex
+	gpus    []gpuSlot
+	rate    map[peer.ID][]time.Time
+	cancels map[string]context.CancelFunc // running jobs' watchers
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// gpuSlot is one GPU of the provider and the job holding it ("" when free).
+type gpuSlot struct {
+	model string
+	gpu   sandbox.GPU
+	job   string
+}
+
+func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRunner, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	r := &jobRunner{n: n, rt: rt, rtErr: rtErr, dir: dir, rate: map[peer.ID][]time.Time{}, cancels: map[string]context.CancelFunc{}}
+	idx := 0
+	for _, g := range n.cfg.Provider.GPUs {
+		for i := 0; i < g.Count; i++ {
+			model := protocol.NormalizeModel(g.Model)
+			uuid := fmt.Sprintf("GPU-%s-%s-%d", n.id.String()[len(n.id.String())-8:], model, i)
+			if g.Simulated {
+				uuid = "GPU-sim-" + uuid[4:]
+			}
+			r.gpus = append(r.gpus, gpuSlot{model: model, gpu: sandbox.GPU{Index: idx, UUID: uuid, Simulated: g.Simulated}})
+			idx++
+		}
+	}
+	return r, nil
+}
+
+// allow applies the per-peer proposal rate limit.
+func (r *jobRunner) allow(p peer.ID, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	recent := r.rate[p][:0]
+	for _, t := range r.rate[p] {
+		if now.Sub(t) < time.Minute {
+			recent = append(recent, t)
+		}
+	}
+	if len(recent) >= r.n.cfg.Jobs.ProposalsPerMinute {
+		r.rate[p] = recent
+		return false
+	}
+	r.rate[p] = append(recent, now)
+	return true
+}
+
+// reserve takes n free GPUs of a model for a job, or says how many are free.
+func (r *jobRunner) reserve(job, model string, n int) ([]sandbox.GPU, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var free, total []int
+	for i, s := range r.gpus {
+		if s.model == model {
+			total = append(total, i)
+			if s.job == "" {
+				free = append(free, i)
+			}
+		}
+	}
+	switch {
+	case len(total) == 0:
+		return nil, jobErr("this provider offers no %s", model)
+	case n > len(total):
+		return nil, jobErr("%d x %s asked, this provider has %d", n, model, len(total))
+	case n > len(free):
+		return nil, jobErr("capacity: %d of %d %s free right now", len(free), len(total), model)
+	}
+	var out []sandbox.GPU
+	for _, i := range free[:n] {
+		r.gpus[i].job = job
+		out = append(out, r.gpus[i].gpu)
+	}
+	return out, nil
+}
+
+// release frees a job's GPUs.
+func (r *jobRunner) release(job string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.gpus {
+		if r.gpus[i].job == job {
+			r.gpus[i].job = ""
+		}
+	}
+}
+
+// hold marks GPUs (by UUID) as a job's, after a restart.
+func (r *jobRunner) hold(job string, uuids []string) []sandbox.GPU {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sandbox.GPU
+	for i := range r.gpus {
+		if slices.Contains(uuids, r.gpus[i].gpu.UUID) {
+			r.gpus[i].job = job
+			out = append(out, r.gpus[i].gpu)
+		}
+	}
+	return out
+}
+
+// busy reports whether a GPU is leased (benchmarks leave leased GPUs alone).
+func (r *jobRunner) busy(uuid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.gpus {
+		if s.gpu.UUID == uuid {
+			return s.job != ""
+		}
+	}
+	return false
+}
+
+func (r *jobRunner) jobDir(id string) string { return filepath.Join(r.dir, id) }
+
+// handleJob runs the provider's side of a negotiation.
+func (r *jobRunner) handleJob(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	s.SetDeadline(time.Now().Add(jobStepTimeout))
+	in := bufio.NewReader(s)
+	refuse := func(reason string, err error) {
+		r.n.metrics.JobProposals.WithLabelValues(reason).Inc()
+		sendMsg(s, jobMsg{Type: "reject", Reason: err.Error()})
+		r.n.log.Info("proposal refused", "renter", remote, "reason", reason, "err", err)
+	}
+	now := r.n.clock.Now()
+	if !r.allow(remote, now) {
+		refuse("rate_limited", fmt.Errorf("more than %d proposals in a minute from %s: slow down", r.n.cfg.Jobs.ProposalsPerMinute, remote))
+		return
+	}
+	m, err := readMsg(in)
+	if err != nil || m.Type != "propose" {
+		if err == nil {
+			err = fmt.Errorf("%w: expected a proposal, got %q", protocol.ErrMalformed, m.Type)
+		}
+		refuse(protocol.Reason(err), err)
+		return
+	}
+	proposalRaw := m.Record
+	p, err := protocol.CheckProposal(proposalRaw, now)
+	if err == nil && p.Renter != remote.String() {
+		err = fmt.Errorf("%w: proposal signed by %s arrived from %s", protocol.ErrWrongSigner, p.Renter, remote)
+	}
+	if err == nil && p.Provider != r.n.id.String() {
+		err = fmt.Errorf("%w: proposal addressed to %s", protocol.ErrInvalid, p.Provider)
+	}
+	if err != nil {
+		refuse(protocol.Reason(err), err)
+		return
+	}
+	lease, gpus, counter, err := r.decide(p, proposalRaw, now)
+	if counter > 0 {
+		r.n.metrics.JobProposals.WithLabelValues("countered").Inc()
+		sendMsg(s, jobMsg{Type: "counter", Price: counter, Reason: err.Error()})
+		return
+	}
+	if err != nil {
+		refuse("policy", err)
+		return
+	}
+	defer func() {
+		if err != nil {
+			r.release(p.Job)
+		}
+	}()
+	if err = sendMsg(s, jobMsg{Type: "accept", Record: lease}); err != nil {
+		return
+	}
+	m, err = readMsg(in)
+	if err == nil && m.Type != "countersign" {
+		err = fmt.Errorf("expected the lease's countersignature, got %q", m.Type)
+	}
+	if err == nil {
+		_, err = protocol.CheckCountersignature(m.Record, lease, protocol.KindLease, remote)
+	}
+	if err != nil {
+		r.n.metrics.JobProposals.WithLabelValues("countersign_failed").Inc()
+		sendMsg(s, jobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	var uuids []string
+	for _, g := range gpus {
+		uuids = append(uuids, g.UUID)
+	}
+	if err = r.n.ledger.CreateJob(ledger.Job{
+		ID: p.Job, Side: "provider", Peer: remote.String(), State: ledger.JobLeased, CreatedAt: now, UpdatedAt: now,
+		Proposal: proposalRaw, Lease: lease, LeaseCountersig: m.Record, GPUs: uuids,
+	}); err != nil {
+		sendMsg(s, jobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	r.n.metrics.JobProposals.WithLabelValues("accepted").Inc()
+	ref, err := r.receiveImage(s, in, p)
+	if err == nil {
+		err = r.start(p, lease, ref, gpus)
+	}
+	if err != nil {
+		r.n.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
+			j.State, j.Error, j.UpdatedAt = ledger.JobFailed, err.Error(), r.n.clock.Now()
+			return nil
+		})
+		sendMsg(s, jobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	j, _ := r.n.ledger.GetJob(p.Job)
+	v := viewJob(j)
+	sendMsg(s, jobMsg{Type: "started", Status: &v})
+}
+
+// decide applies the provider's policy to a checked proposal. It returns a signed lease and
+// the GPUs reserved for it, or the price to counter with, or why not.
+func (r *jobRunner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease []byte, gpus []sandbox.GPU, counter protocol.MicroUSDC, err error) {
+	if r.rtErr != nil {
+		return nil, nil, 0, jobErr("this provider cannot run jobs right now: %v", r.rtErr)
+	}
+	if slices.Contains(r.n.cfg.Jobs.BlockedRenters, p.Renter) {
+		return nil, nil, 0, jobErr("renter %s is blocked by this provider", p.Renter)
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, nil, 0, jobErr("the provider is shutting down")
+	}
+	if r.n.prov == nil || !r.n.prov.sched.Open(now) {
+		return nil, nil, 0, jobErr("outside the provider's availability window")
+	}
+	var item *protocol.OfferGPUs
+	if cur := r.n.prov.Current(); cur != nil && cur.Offer.Withdrawn == "" {
+		for i := range cur.Offer.GPUs {
+			if cur.Offer.GPUs[i].Model == p.Model {
+				item = &cur.Offer.GPUs[i]
+			}
+		}
+	}
+	if item == nil {
+		return nil, nil, 0, jobErr("no %s on offer here now", p.Model)
+	}
+	if p.GPUs > item.Count {
+		return nil, nil, 0, jobErr("%d x %s asked, %d offered", p.GPUs, p.Model, item.Count)
+	}
+	if item.PricePerGPUHour > p.MaxPrice {
+		return nil, nil, item.PricePerGPUHour, fmt.Errorf("the price is %s USDC per GPU-hour, above your maximum of %s", item.PricePerGPUHour, p.MaxPrice)
+	}
+	if max := r.n.cfg.Jobs.MaxImageMB << 20; p.Image.ArchiveSize > max {
+		return nil, nil, 0, jobErr("image archive of %d MB, this provider takes at most %d MB", p.Image.ArchiveSize>>20, r.n.cfg.Jobs.MaxImageMB)
+	}
+	if _, err := r.n.ledger.GetJob(p.Job); err == nil {
+		return nil, nil, 0, fmt.Errorf("%w: job %s was proposed before", protocol.ErrReplay, p.Job)
+	}
+	if gpus, err = r.reserve(p.Job, p.Model, p.GPUs); err != nil {
+		return nil, nil, 0, err
+	}
+	cfg := r.n.cfg.Jobs
+	l := protocol.Lease{
+		Version: protocol.JobVersion, Job: p.Job, Proposal: protocol.RecordSHA256(raw), Renter: p.Renter, Provider: p.Provider,
+		Model: p.Model, GPUs: p.GPUs, Price: item.PricePerGPUHour, IssuedAt: now.UTC(),
+		EndsAt: now.UTC().Add(time.Duration(p.MaxSeconds) * time.Second),
+		Limits: protocol.Limits{
+			MemoryBytes: int64(p.GPUs) * cfg.MemoryMBPerGPU << 20, CPUMillis: int64(p.GPUs) * cfg.CPUMillisPerGPU,
+			Pids: cfg.Pids, ScratchBytes: cfg.ScratchMB << 20,
+		},
+		Egress: p.Egress,
+	}
+	if lease, err = protocol.Seal(protocol.KindLease, l, r.n.key); err != nil {
+		r.release(p.Job)
+		return nil, nil, 0, err
+	}
+	return lease, gpus, 0, nil
+}
+
+// receiveImage takes the job's image: the archive the renter streams (checked against the
+// proposal's digest), or a pull of the reference.
+func (r *jobRunner) receiveImage(s network.Stream, in *bufio.Reader, p *protocol.Proposal) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if p.Image.Ref != "" {
+		if _, err := r.rt.PullImage(ctx, p.Image.Ref); err != nil {
+			return "", fmt.Errorf("pull %s: %w", p.Image.Ref, err)
+		}
+		return p.Image.Ref, nil
+	}
+	// At least 1 MB/s, and never less than the usual step timeout.
+	s.SetDeadline(time.Now().Add(jobStepTimeout + time.Duration(p.Image.ArchiveSize>>20)*time.Second))
+	dir := r.jobDir(p.Job)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "image.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(path)
+	defer f.Close()
+	h := newHashingReader(io.LimitReader(in, p.Image.ArchiveSize))
+	n, err := io.Copy(f, h)
+	if err != nil {
+		return "", fmt.Errorf("receive image archive: %w", err)
+	}
+	if n != p.Image.ArchiveSize {
+		return "", fmt.Errorf("image archive: %d of %d bytes received", n, p.Image.ArchiveSize)
+	}
+	if got := h.sum(); got != p.Image.ArchiveSHA256 {
+		r.n.metrics.JobProposals.WithLabelValues("image_digest").Inc()
+		return "", fmt.Errorf("%w: image archive digest sha256:%s does not match the proposal's sha256:%s", protocol.ErrInvalid, got, p.Image.ArchiveSHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	ref, _, err := r.rt.ImportImage(ctx, f)
+	if err != nil {
+		return "", fmt.Errorf("import image: %w", err)
+	}
+	return ref, nil
+}
+
+// start runs the job in the sandbox and watches it.
+func (r *jobRunner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus []sandbox.GPU) error {
+	l, _, err := protocol.OpenLease(leaseRaw)
+	if err != nil {
+		return err
+	}
+	dir := r.jobDir(p.Job)
+	out := filepath.Join(dir, "output")
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		return err
+	}
+	now := r.n.clock.Now()
+	wall := l.EndsAt.Sub(now)
+	if wall <= 0 {
+		return errors.New("the lease ended before the job could start")
+	}
+	spec := sandbox.Spec{
+		ID: p.Job, Image: ref, Args: p.Args, Env: p.Env, GPUs: gpus, Egress: l.Egress,
+		MemoryBytes: l.Limits.MemoryBytes, CPUMillis: l.Limits.CPUMillis, Pids: l.Limits.Pids, ScratchBytes: l.Limits.ScratchBytes,
+		WallClock: wall, OutputDir: out, LogPath: filepath.Join(dir, "log"),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.rt.Start(ctx, spec); err != nil {
+		r.rt.Remove(context.Background(), p.Job)
+		return fmt.Errorf("start: %w", err)
+	}
+	started := r.n.clock.Now()
+	if _, err := r.n.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
+		j.State, j.StartedAt, j.UpdatedAt = ledger.JobRunning, started, started
+		return nil
+	}); err != nil {
+		return err
+	}
+	r.n.metrics.JobsStarted.Inc()
+	r.n.log.Info("job started", "job", p.Job, "renter", p.Renter, "gpus", len(gpus), "image", ref)
+	r.watch(p.Job)
+	return nil
+}
+
+// watch waits for a job's end in the background and then writes its receipt.
+func (r *jobRunner) watch(id string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.mu.Lock()
+	r.cancels[id] = cancel
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer cancel()
+		exit, err := r.rt.Wait(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return // the node is closing without stopping jobs; the next start resumes
+			}
+			exit = sandbox.Exit{Code: -1, Reason: "lost: " + err.Error(), EndedAt: r.n.clock.Now()}
+		}
+		r.finish(id, exit)
+	}()
+}
+
+// finish writes the final receipt of a job, frees its GPUs and removes its container.
+func (r *jobRunner) finish(id string, exit sandbox.Exit) {
+	j, err := r.n.ledger.GetJob(id)
+	if err != nil || j.State == ledger.JobEnded {
+		return
+	}
+	l, _, err := protocol.OpenLease(j.Lease)
+	if err != nil {
+		return
+	}
+	started := j.StartedAt
+	ended := exit.EndedAt
+	if ended.IsZero() || ended.Before(started) {
+		ended = r.n.clock.Now()
+	}
+	if ended.After(l.EndsAt) {
+		ended = l.EndsAt
+	}
+	secs := int64(ended.Sub(started) / time.Second)
+	reason := exit.Reason
+	if reason == sandbox.ReasonTimeout {
+		reason = "lease expired"
+	}
+	rec := protocol.Receipt{
+		Version: protocol.JobVersion, Job: id, Lease: protocol.RecordSHA256(j.Lease), Provider: l.Provider, Renter: l.Renter,
+		Model: l.Model, GPUs: l.GPUs, StartedAt: started.UTC(), EndedAt: ended.UTC(), Seconds: secs, Price: l.Price,
+		Amount: protocol.Cost(l.Price, l.GPUs, secs), Reason: reason, ExitCode: exit.Code,
+	}
+	raw, err := protocol.Seal(protocol.KindReceipt, rec, r.n.key)
+	if err != nil {
+		r.n.log.Error("signing the receipt failed", "job", id, "err", err)
+		return
+	}
+	if _, err := r.n.ledger.UpdateJob(id, func(j *ledger.Job) error {
+		j.State, j.Receipt, j.ExitCode, j.ExitReason, j.UpdatedAt = ledger.JobEnded, raw, exit.Code, reason, r.n.clock.Now()
+		return nil
+	}); err != nil {
+		r.n.log.Error("storing the receipt failed", "job", id, "err", err)
+		return
+	}
+	r.release(id)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.rt.Remove(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		r.n.log.Warn("removing the job's container failed", "job", id, "err", err)
+	}
+	r.mu.Lock()
+	delete(r.cancels, id)
+	r.mu.Unlock()
+	r.n.metrics.JobsEnded.WithLabelValues(exit.Reason).Inc()
+	r.n.log.Info("job ended", "job", id, "reason", reason, "exit_code", exit.Code, "seconds", secs, "amount_usdc", rec.Amount)
+}
+
+// reconcile runs at start: jobs the ledger says are running are found again in the
+// sandbox and watched, or ended; containers the ledger does not know are removed.
+func (r *jobRunner) reconcile(ctx context.Context) error {
+	if r.rt == nil {
+		return nil
+	}
+	infos, err := r.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	held := map[string]sandbox.Info{}
+	for _, in := range infos {
+		held[in.ID] = in
+	}
+	jobs, err := r.n.ledger.Jobs()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, j := range jobs {
+		if j.Side != "provider" {
+			continue
+		}
+		known[j.ID] = true
+		switch j.State {
+		case ledger.JobRunning:
+			r.hold(j.ID, j.GPUs)
+			if _, ok := held[j.ID]; ok {
+				r.n.log.Info("job found again after restart", "job", j.ID)
+				r.watch(j.ID)
+			} else {
+				r.finish(j.ID, sandbox.Exit{Code: -1, Reason: "lost: container gone after a provider restart", EndedAt: j.UpdatedAt})
+			}
+		case ledger.JobLeased:
+			// The image never arrived or the start never happened: no charge.
+			r.n.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+				j.State, j.Error, j.UpdatedAt = ledger.JobFailed, "provider restarted before the job started", r.n.clock.Now()
+				return nil
+			})
+			r.rt.Remove(ctx, j.ID)
+		}
+	}
+	for id := range held {
+		if !known[id] {
+			r.n.log.Warn("removing a container no job owns", "container", id)
+			r.rt.Remove(ctx, id)
+		}
+	}
+	return nil
+}
+
+// stopAll ends every running job with a reason and waits for their receipts.
+func (r *jobRunner) stopAll(ctx context.Context, reason string) {
+	r.mu.Lock()
+	r.closed = true
+	var ids []string
+	for id := range r.cancels {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		if err := r.rt.Kill(ctx, id, reason); err != nil {
+			r.n.log.Warn("stopping a job failed", "job", id, "err", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.mu.Lock()
+		for _, c := range r.cancels {
+			c()
+		}
+		r.mu.Unlock()
+	}
+}
+
+// handleControl serves a renter's requests about its job.
+func (r *jobRunner) handleControl(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	s.SetDeadline(time.Now().Add(jobStepTimeout))
+	in := bufio.NewReader(s)
+	m, err := readMsg(in)
+	if err != nil {
+		sendMsg(s, jobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	j, err := r.n.ledger.GetJob(m.Job)
+	if err != nil || j.Side != "provider" || j.Peer != remote.String() {
+		sendMsg(s, jobMsg{Type: "error", Reason: fmt.Sprintf("no job %s of yours here", m.Job)})
+		return
+	}
+	switch m.Op {
+	case "status":
+		v := viewJob(j)
+		sendMsg(s, jobMsg{Type: "status", Status: &v})
+	case "cancel":
+		if j.State == ledger.JobRunning {
+			err = r.rt.Kill(context.Background(), j.ID, "cancelled by the renter")
+		}
+		if err != nil {
+			sendMsg(s, jobMsg{Type: "error", Reason: err.Error()})
+			return
+		}
+		v := viewJob(j)
+		sendMsg(s, jobMsg{Type: "status", Status: &v})
+	case "logs":
+		s.SetDeadline(time.Time{})
+		r.streamLogs(s, j.ID, m.Follow)
+	case "receipt-countersign":
+		if _, err := protocol.CheckCountersignature(m.Record, j.Receipt, protocol.KindReceipt, remote); err != nil {
+			sendMsg(s, jobMsg{Type: "error", Reason: err.Error()})
+			return
+		}
+		r.n.ledger.UpdateJob(j.ID, func(j *ledger.Job) error { j.ReceiptCountersig = m.Record; return nil })
+		sendMsg(s, jobMsg{Type: "ok"})
+	case "fetch":
+		s.SetDeadline(time.Now().Add(10 * time.Minute))
+		if err := writeTar(s, filepath.Join(r.jobDir(j.ID), "output")); err != nil {
+			s.Reset()
+		}
+	default:
+		sendMsg(s, jobMsg{Type: "error", Reason: fmt.Sprintf("unknown op %q", m.Op)})
+	}
+}
+
+// streamLogs sends the job's log from the start, following it until the job ends when
+// follow is set, then an end frame with the job's status (and receipt).
+func (r *jobRunner) streamLogs(s network.Stream, id string, follow bool) {
+	path := filepath.Join(r.jobDir(id), "log")
+	var off int64
+	buf := make([]byte, 32<<10)
+	for {
+		j, err := r.n.ledger.GetJob(id)
+		if err != nil {
+			return
+		}
+		ended := j.State == ledger.JobEnded || j.State == ledger.JobFailed
+		if f, err := os.Open(path); err == nil {
+			f.Seek(off, io.SeekStart)
+			for {
+				n, rerr := f.Read(buf)
+				if n > 0 {
+					off += int64(n)
+					if err := sendMsg(s, jobMsg{Type: "log", Data: buf[:n]}); err != nil {
+						f.Close()
+						return
+					}
+				}
+				if rerr != nil {
+					break
+				}
+			}
+			f.Close()
+		}
+		if ended || !follow {
+			v := viewJob(j)
+			sendMsg(s, jobMsg{Type: "end", Status: &v, Record: j.Receipt})
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// writeTar writes a folder as a tar stream: regular files and folders only.
+func writeTar(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if rel == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() && !info.IsDir() {
+			return nil // links and devices stay behind
+		}
+		hdr, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			// The job may swap the file for a link to a host file between the walk and
+			// the open: serve only the very file the walk saw.
+			if st, err := f.Stat(); err != nil || !os.SameFile(st, info) {
+				return fmt.Errorf("%s changed while it was read", rel)
+			}
+			_, err = io.CopyN(tw, f, info.Size())
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}

@@ -1,0 +1,280 @@
+package node
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
+)
+
+// containerd for the job tests: one private daemon for the package, started on first use.
+var (
+	ctrdOnce sync.Once
+	ctrd     *sandbox.Daemon
+	ctrdErr  error
+	ctrdDir  string
+)
+
+// testRuntime returns a containerd runtime in its own namespace, or skips (fails when
+// GPUNEX_REQUIRE_CONTAINERD=1) where containerd cannot run.
+func testRuntime(t *testing.T) sandbox.Runtime {
+	t.Helper()
+	ctrdOnce.Do(func() {
+		ctrdDir, ctrdErr = os.MkdirTemp("", "gpunex-ctrd-")
+		if ctrdErr == nil {
+			ctrd, ctrdErr = sandbox.StartContainerd(context.Background(), ctrdDir)
+		}
+	})
+	if ctrdErr != nil {
+		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+			t.Fatalf("containerd is required (GPUNEX_REQUIRE_CONTAINERD=1): %v", ctrdErr)
+		}
+		t.Skipf("containerd not available: %v", ctrdErr)
+	}
+	ns := fmt.Sprintf("gpunex-test-%d", time.Now().UnixNano())
+	rt, err := sandbox.NewContainerd(context.Background(), sandbox.ContainerdOptions{Address: ctrd.Address(), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ctrd != nil {
+		ctrd.Stop()
+		os.RemoveAll(ctrdDir)
+	}
+	os.Exit(code)
+}
+
+// busyboxArchive writes the test image archive and returns its path.
+func busyboxArchive(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "busybox.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := sandbox.BusyboxImage(f, "gpunex.test/busybox:1"); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// jobNet is a network with a certified provider running jobs in containerd.
+func jobNet(t *testing.T, gpus int) (renter, prov *Node) {
+	t.Helper()
+	rt := testRuntime(t)
+	tn := newTestNet(t)
+	cfg := providerConfig(0)
+	cfg.Provider.GPUs[0].Count = gpus
+	cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
+	prov = tn.addWith(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
+	renter = tn.add(testConfig(RoleRenter), nil)
+	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
+		_, ok := searchHas(t, renter, prov.ID())
+		return ok, ""
+	})
+	return renter, prov
+}
+
+func offerOf(p *Node) string {
+	return protocol.OfferID(p.ID(), p.cfg.Provider.GPUs[0].Model)
+}
+
+// TestJobEndToEnd: a renter runs a job on a provider: negotiation, lease signed by both,
+// image archive streamed and checked, output streamed, exit code and cost reported,
+// receipt signed by the provider and countersigned by the renter, output fetched.
+func TestJobEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	renter, prov := jobNet(t, 2)
+	archive := busyboxArchive(t)
+	ctx := context.Background()
+	v, err := renter.ProposeJob(ctx, JobRequest{
+		Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive,
+		Args: []string{"sh", "-c", "echo hello from the sandbox; echo gpus=$GPUNEX_VISIBLE_GPUS; echo 42 > /output/answer.txt; exit 3"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != "running" || len(v.GPUUUIDs) != 1 {
+		t.Fatalf("started job: %+v", v)
+	}
+	var out bytes.Buffer
+	final, err := renter.JobLogs(ctx, v.ID, true, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "hello from the sandbox") || !strings.Contains(out.String(), "gpus="+v.GPUUUIDs[0]) {
+		t.Fatalf("output: %q", out.String())
+	}
+	if final.State != "ended" || final.ExitCode != 3 || final.ExitReason != "exited" || !final.Countersign {
+		t.Fatalf("final: %+v", final)
+	}
+	if final.Cost != protocol.Cost(final.Price, 1, final.Seconds) {
+		t.Fatalf("cost %d for %d s at %d", final.Cost, final.Seconds, final.Price)
+	}
+	eventually(t, 5*time.Second, "provider keeps the countersigned receipt", func() (bool, string) {
+		j, err := prov.ledger.GetJob(v.ID)
+		return err == nil && len(j.ReceiptCountersig) > 0 && string(j.Receipt) == string(final.Receipt), ""
+	})
+	var tarBuf bytes.Buffer
+	if err := renter.FetchOutput(ctx, v.ID, &tarBuf); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&tarBuf)
+	h, err := tr.Next()
+	if err != nil || h.Name != "answer.txt" {
+		t.Fatalf("output archive: %v %v", h, err)
+	}
+	if b, _ := io.ReadAll(tr); string(b) != "42\n" {
+		t.Fatalf("answer.txt = %q", b)
+	}
+	// The GPUs are free again.
+	if prov.jobs.busy(v.GPUUUIDs[0]) {
+		t.Fatal("GPU still reserved after the job ended")
+	}
+}
+
+// TestJobRefusals: a proposal for more GPUs than offered, under the price, or with an image
+// archive that does not match its digest is refused with a reason, and the provider goes on
+// serving others.
+func TestJobRefusals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	renter, prov := jobNet(t, 1)
+	archive := busyboxArchive(t)
+	ctx := context.Background()
+	_, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 2, MaxSeconds: 60, ImageArchive: archive, Args: []string{"true"}})
+	if !errors.Is(err, ErrJobRefused) || !strings.Contains(err.Error(), "2 x H100-80GB asked, 1 offered") {
+		t.Fatalf("too many GPUs: %v", err)
+	}
+	_, err = renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, MaxPrice: "0.01", ImageArchive: archive, Args: []string{"true"}})
+	if !errors.Is(err, ErrJobRefused) || !strings.Contains(err.Error(), "counters at") {
+		t.Fatalf("under the price: %v", err)
+	}
+	// A renter that sends other bytes than the archive it proposed.
+	if err := proposeWithWrongArchive(ctx, renter, prov, archive); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("wrong archive: %v", err)
+	}
+	// Still serving: a good proposal runs.
+	v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"echo", "ok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final, err := renter.JobLogs(ctx, v.ID, true, io.Discard); err != nil || final.ExitCode != 0 {
+		t.Fatalf("job after refusals: %+v %v", final, err)
+	}
+	if got := prov.metrics.JobProposals.WithLabelValues("image_digest"); got == nil {
+		t.Fatal("no metric")
+	}
+}
+
+// proposeWithWrongArchive negotiates like ProposeJob but streams bytes whose digest differs
+// from the proposal's.
+func proposeWithWrongArchive(ctx context.Context, renter, prov *Node, archive string) error {
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		return err
+	}
+	sum, size, _ := fileSHA256(bytes.NewReader(data))
+	so, _ := renter.book.get(prov.ID())
+	p := protocol.Proposal{
+		Version: protocol.JobVersion, Job: "00000000000000aa", Renter: renter.ID().String(), Provider: prov.ID().String(),
+		IssuedAt: time.Now().UTC(), Model: so.Offer.GPUs[0].Model, GPUs: 1, MaxSeconds: 60, MaxPrice: so.Offer.GPUs[0].PricePerGPUHour,
+		Image: protocol.Image{ArchiveSHA256: sum, ArchiveSize: size}, Args: []string{"true"},
+	}
+	praw, _ := protocol.Seal(protocol.KindProposal, p, renter.key)
+	s, err := renter.host.NewStream(ctx, prov.ID(), protocol.JobProtocol)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	in := bufio.NewReader(s)
+	sendMsg(s, jobMsg{Type: "propose", Record: praw})
+	m, err := readMsg(in)
+	if err != nil || m.Type != "accept" {
+		return fmt.Errorf("not accepted: %v %+v", err, m)
+	}
+	cs, _ := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: protocol.JobVersion, Of: protocol.KindLease,
+		SHA256: protocol.RecordSHA256(m.Record), Job: p.Job, Signer: renter.ID().String(), SignedAt: time.Now().UTC()}, renter.key)
+	sendMsg(s, jobMsg{Type: "countersign", Record: cs})
+	data[len(data)/2] ^= 0xff
+	s.Write(data)
+	m, err = readMsg(in)
+	if err != nil {
+		return err
+	}
+	if m.Type == "started" {
+		return nil
+	}
+	return errors.New(m.Reason)
+}
+
+// TestJobConcurrentProposals: proposals racing for the same GPUs never double-book them.
+func TestJobConcurrentProposals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	renter, prov := jobNet(t, 2)
+	archive := busyboxArchive(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var started []JobView
+	var refused []error
+	var wg sync.WaitGroup
+	for i := 0; i < 5; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sleep", "30"}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				refused = append(refused, err)
+			} else {
+				started = append(started, v)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(started) != 2 {
+		t.Fatalf("%d jobs started on 2 GPUs (refusals: %v)", len(started), refused)
+	}
+	if started[0].GPUUUIDs[0] == started[1].GPUUUIDs[0] {
+		t.Fatal("one GPU leased twice")
+	}
+	for _, err := range refused {
+		if !strings.Contains(err.Error(), "capacity") {
+			t.Fatalf("refusal: %v", err)
+		}
+	}
+	// Cancelled by the renter: stopped, said why, receipt written.
+	for _, v := range started {
+		if _, err := renter.CancelJob(ctx, v.ID); err != nil {
+			t.Fatal(err)
+		}
+		final, err := renter.JobLogs(ctx, v.ID, true, io.Discard)
+		if err != nil || final.ExitReason != "cancelled by the renter" || len(final.Receipt) == 0 {
+			t.Fatalf("cancelled job: %+v %v", final, err)
+		}
+	}
+}
