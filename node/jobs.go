@@ -35,6 +35,9 @@ type jobMsg struct {
 	Data []byte `json:"data,omitempty"`
 	// status and end.
 	Status *JobView `json:"status,omitempty"`
+	// accept: the provider already holds the proposal's image archive; the renter does
+	// not send it.
+	ImageCached bool `json:"image_cached,omitempty"`
 }
 
 const (

@@ -34,6 +34,8 @@ type jobRunner struct {
 	gpus    []gpuSlot
 	rate    map[peer.ID][]time.Time
 	cancels map[string]context.CancelFunc // running jobs' watchers
+	images  map[string]string             // image references by archive SHA-256
+	imports map[string]*sync.Mutex        // one import per archive at a time
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -49,7 +51,7 @@ func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRun
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	r := &jobRunner{n: n, rt: rt, rtErr: rtErr, dir: dir, rate: map[peer.ID][]time.Time{}, cancels: map[string]context.CancelFunc{}}
+	r := &jobRunner{n: n, rt: rt, rtErr: rtErr, dir: dir, rate: map[peer.ID][]time.Time{}, cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
 	idx := 0
 	for _, g := range n.cfg.Provider.GPUs {
 		for i := 0; i < g.Count; i++ {
@@ -202,7 +204,8 @@ func (r *jobRunner) handleJob(s network.Stream) {
 			r.release(p.Job)
 		}
 	}()
-	if err = sendMsg(s, jobMsg{Type: "accept", Record: lease}); err != nil {
+	cached := r.cachedImage(p)
+	if err = sendMsg(s, jobMsg{Type: "accept", Record: lease, ImageCached: cached != ""}); err != nil {
 		return
 	}
 	m, err = readMsg(in)
@@ -229,7 +232,10 @@ func (r *jobRunner) handleJob(s network.Stream) {
 		return
 	}
 	r.n.metrics.JobProposals.WithLabelValues("accepted").Inc()
-	ref, err := r.receiveImage(s, in, p)
+	ref := cached
+	if ref == "" {
+		ref, err = r.receiveImage(s, in, p)
+	}
 	if err == nil {
 		err = r.start(p, lease, ref, gpus)
 	}
@@ -347,11 +353,54 @@ func (r *jobRunner) receiveImage(s network.Stream, in *bufio.Reader, p *protocol
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
+	// One import per archive at a time: proposals racing with the same image wait for the
+	// first import and use it.
+	lock := r.importLock(p.Image.ArchiveSHA256)
+	lock.Lock()
+	defer lock.Unlock()
+	if ref := r.cachedImage(p); ref != "" {
+		return ref, nil
+	}
 	ref, _, err := r.rt.ImportImage(ctx, f)
 	if err != nil {
 		return "", fmt.Errorf("import image: %w", err)
 	}
+	r.mu.Lock()
+	r.images[p.Image.ArchiveSHA256] = ref
+	r.mu.Unlock()
 	return ref, nil
+}
+
+// importLock returns the lock that serialises imports of one archive.
+func (r *jobRunner) importLock(sha string) *sync.Mutex {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.imports[sha]
+	if l == nil {
+		l = &sync.Mutex{}
+		r.imports[sha] = l
+	}
+	return l
+}
+
+// cachedImage returns the reference of an archive image this provider imported before and
+// still holds, or "".
+func (r *jobRunner) cachedImage(p *protocol.Proposal) string {
+	if p.Image.ArchiveSHA256 == "" {
+		return ""
+	}
+	r.mu.Lock()
+	ref := r.images[p.Image.ArchiveSHA256]
+	r.mu.Unlock()
+	if ref == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.rt.ImageSize(ctx, ref); err != nil {
+		return ""
+	}
+	return ref
 }
 
 // start runs the job in the sandbox and watches it.

@@ -139,6 +139,7 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) 
 	default:
 		return JobView{}, fmt.Errorf("provider answered %q: %s", m.Type, m.Reason)
 	}
+	accepted := m
 	l, err := protocol.CheckLease(m.Record, praw, &p)
 	if err != nil {
 		return JobView{}, fmt.Errorf("the provider's lease does not hold: %w", err)
@@ -168,7 +169,7 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) 
 	if err := sendMsg(s, jobMsg{Type: "countersign", Record: cs}); err != nil {
 		return fail(err)
 	}
-	if archive != nil {
+	if archive != nil && !accepted.ImageCached {
 		s.SetDeadline(time.Now().Add(jobStepTimeout + time.Duration(p.Image.ArchiveSize>>20)*time.Second))
 		if _, err := archive.Seek(0, io.SeekStart); err != nil {
 			return fail(err)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ var (
 
 // testRuntime returns a containerd runtime in its own namespace, or skips (fails when
 // GPUNEX_REQUIRE_CONTAINERD=1) where containerd cannot run.
-func testRuntime(t *testing.T) sandbox.Runtime {
+func testRuntime(t testing.TB) sandbox.Runtime {
 	t.Helper()
 	ctrdOnce.Do(func() {
 		ctrdDir, ctrdErr = os.MkdirTemp("", "gpunex-ctrd-")
@@ -62,7 +63,7 @@ func TestMain(m *testing.M) {
 }
 
 // busyboxArchive writes the test image archive and returns its path.
-func busyboxArchive(t *testing.T) string {
+func busyboxArchive(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "busybox.tar")
 	f, err := os.Create(path)
@@ -77,7 +78,7 @@ func busyboxArchive(t *testing.T) string {
 }
 
 // jobNet is a network with a certified provider running jobs in containerd.
-func jobNet(t *testing.T, gpus int) (renter, prov *Node) {
+func jobNet(t testing.TB, gpus int) (renter, prov *Node) {
 	t.Helper()
 	rt := testRuntime(t)
 	tn := newTestNet(t)
@@ -276,5 +277,107 @@ func TestJobConcurrentProposals(t *testing.T) {
 		if err != nil || final.ExitReason != "cancelled by the renter" || len(final.Receipt) == 0 {
 			t.Fatalf("cancelled job: %+v %v", final, err)
 		}
+	}
+}
+
+// BenchmarkJobStart: from the renter's proposal to the job's process running on the
+// provider (negotiation, lease signed by both, image already held, container started), on
+// loopback with containerd. Reports the median and 95th percentile.
+func BenchmarkJobStart(b *testing.B) {
+	renter, prov := jobNet(b, 1)
+	prov.cfg.Jobs.ProposalsPerMinute = 1 << 20 // the benchmark proposes faster than a renter should
+	archive := busyboxArchive(b)
+	ctx := context.Background()
+	run := func() time.Duration {
+		t0 := time.Now()
+		v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"true"}})
+		d := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := renter.JobLogs(ctx, v.ID, true, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+		eventually(b, 10*time.Second, "GPU free", func() (bool, string) { return !prov.jobs.busy(v.GPUUUIDs[0]), "" })
+		return d
+	}
+	run() // the first run imports the image
+	var ds []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ds = append(ds, run())
+	}
+	b.StopTimer()
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "ms-median")
+	b.ReportMetric(float64(ds[len(ds)*95/100].Microseconds())/1000, "ms-p95")
+}
+
+// TestJobEnds: a job outliving its lease is stopped with "lease expired"; a job running
+// when the provider shuts down is stopped with "provider shutting down"; both get a final
+// receipt and free their GPUs.
+func TestJobEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	renter, prov := jobNet(t, 2)
+	archive := busyboxArchive(t)
+	ctx := context.Background()
+	short, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 2, ImageArchive: archive, Args: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final, err := renter.JobLogs(ctx, short.ID, true, io.Discard)
+	if err != nil || final.ExitReason != "lease expired" || final.Seconds > 3 || !final.Countersign {
+		t.Fatalf("expired lease: %+v %v", final, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	prov.Close(cctx)
+	j, err := prov.ledger.GetJob(long.ID)
+	if err != nil || j.State != "ended" || j.ExitReason != "provider shutting down" || len(j.Receipt) == 0 {
+		t.Fatalf("job at shutdown: %+v %v", j, err)
+	}
+}
+
+// TestJobTwentyConcurrent: twenty jobs proposed at once on a 20-GPU provider all run and
+// all end with their receipts.
+func TestJobTwentyConcurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	renter, prov := jobNet(t, 20)
+	archive := busyboxArchive(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive,
+				Args: []string{"sh", "-c", fmt.Sprintf("echo job %d; sleep 1", i)}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			var out bytes.Buffer
+			final, err := renter.JobLogs(ctx, v.ID, true, &out)
+			if err == nil && (final.ExitCode != 0 || !final.Countersign || !strings.Contains(out.String(), fmt.Sprintf("job %d", i))) {
+				err = fmt.Errorf("job %d: %+v %q", i, final, out.String())
+			}
+			if err != nil {
+				errs <- err
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

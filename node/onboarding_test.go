@@ -56,7 +56,7 @@ func waitStatus(t *testing.T, n *Node, want string) {
 	})
 }
 
-func searchHas(t *testing.T, renter *Node, p peer.ID) (OfferRow, bool) {
+func searchHas(t testing.TB, renter *Node, p peer.ID) (OfferRow, bool) {
 	for _, r := range search(t, renter, SearchFilter{}) {
 		if r.Provider == p.String() {
 			return r, true

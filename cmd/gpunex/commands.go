@@ -69,7 +69,7 @@ func versionCommand() *cobra.Command {
 }
 
 func initCommand() *cobra.Command {
-	var role, region string
+	var role, region, containerd string
 	var force bool
 	var listen, bootstrap []string
 	c := &cobra.Command{
@@ -77,7 +77,7 @@ func initCommand() *cobra.Command {
 		Short: "Create a node home: config.toml, identity key, API token, data directory",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			h, id, err := node.Init(home(cmd).Dir, node.InitOptions{Role: role, Force: force, Listen: listen, Bootstrap: bootstrap, Region: region})
+			h, id, err := node.Init(home(cmd).Dir, node.InitOptions{Role: role, Force: force, Listen: listen, Bootstrap: bootstrap, Region: region, ContainerdAddress: containerd})
 			if err != nil {
 				return err
 			}
@@ -91,6 +91,7 @@ func initCommand() *cobra.Command {
 	c.Flags().StringSliceVar(&listen, "listen", nil, "p2p.listen multiaddrs (default TCP and QUIC on port 4001)")
 	c.Flags().StringSliceVar(&bootstrap, "bootstrap", nil, "p2p.bootstrap: coordinator multiaddrs ending in /p2p/<peer ID>")
 	c.Flags().StringVar(&region, "region", "", "provider.region")
+	c.Flags().StringVar(&containerd, "containerd", "", "jobs.containerd_address: the containerd socket a provider runs jobs through")
 	c.MarkFlagRequired("role")
 	return c
 }

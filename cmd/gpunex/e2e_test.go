@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/node"
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 // These tests drive the real binary, as a user would.
@@ -507,4 +509,75 @@ func TestOnboardingSurvivesKill9(t *testing.T) {
 	if out := mustRun(t, "notifications", "--home", prov); !strings.Contains(out, "info-requested") {
 		t.Fatalf("notifications: %s", out)
 	}
+}
+
+// TestProviderJobSurvivesKill9: a provider killed with SIGKILL while a job runs finds the job
+// again after its restart; the job finishes, the renter gets its whole output and a
+// countersigned receipt, and nothing is left in containerd.
+func TestProviderJobSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	d, err := sandbox.StartContainerd(context.Background(), filepath.Join(dir, "ctrd"))
+	if err != nil {
+		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	defer d.Stop()
+	local := "/ip4/127.0.0.1/tcp/0"
+	coord, prov, renter := filepath.Join(dir, "coordinator"), filepath.Join(dir, "provider"), filepath.Join(dir, "renter")
+	mustRun(t, "init", "--home", coord, "--role", "coordinator", "--listen", local)
+	_, cst := startNode(t, coord)
+	mustRun(t, "init", "--home", prov, "--role", "provider", "--listen", local, "--bootstrap", cst.Addrs[0], "--containerd", d.Address())
+	mustRun(t, "init", "--home", renter, "--role", "renter", "--listen", local, "--bootstrap", cst.Addrs[0])
+	p, pst := startNode(t, prov)
+	startNode(t, renter)
+	certify(t, coord, prov)
+	archive := filepath.Join(dir, "busybox.tar")
+	f, _ := os.Create(archive)
+	if _, err := sandbox.BusyboxImage(f, "gpunex.test/busybox:1"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	offer := pst.PeerID + "/L4-24GB"
+	deadline := time.Now().Add(20 * time.Second)
+	for len(searchJSON(t, renter, "--model", "L4-24GB")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("certified offer not seen")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	id := strings.TrimSpace(mustRun(t, "job", "run", "--detach", "--home", renter, "--offer", offer, "--gpus", "1", "--max-hours", "0.1",
+		"--image-archive", archive, "--", "sh", "-c", "echo before; sleep 4; echo after"))
+	if len(id) != 16 {
+		t.Fatalf("job ID %q", id)
+	}
+	p.Process.Signal(syscall.SIGKILL)
+	p.Wait()
+	startNode(t, prov)
+	out := mustRun(t, "job", "logs", "-f", id, "--home", renter)
+	if !strings.Contains(out, "before") || !strings.Contains(out, "after") {
+		t.Fatalf("output across the provider's restart: %q", out)
+	}
+	var jobs []node.JobView
+	json.Unmarshal([]byte(mustRun(t, "job", "list", "--json", "--home", renter)), &jobs)
+	if len(jobs) != 1 || jobs[0].State != "ended" || jobs[0].ExitCode != 0 || !jobs[0].Countersign || jobs[0].Seconds < 4 {
+		t.Fatalf("job after the restart: %+v", jobs)
+	}
+	rt, err := sandbox.NewContainerd(context.Background(), sandbox.ContainerdOptions{Address: d.Address(), Namespace: "gpunex"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	for time.Now().Before(deadline.Add(20 * time.Second)) {
+		if left, _ := rt.List(context.Background()); len(left) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	left, _ := rt.List(context.Background())
+	t.Fatalf("containers left behind: %+v", left)
 }
