@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
@@ -379,5 +381,29 @@ func TestJobTwentyConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestProposalRateLimit: a peer gets proposals_per_minute proposals a minute, then is told
+// to slow down; another peer is not affected, and the window slides.
+func TestProposalRateLimit(t *testing.T) {
+	n := &Node{cfg: testConfig(RoleProvider)}
+	n.cfg.Jobs.ProposalsPerMinute = 3
+	r := &jobRunner{n: n, rate: map[peer.ID][]time.Time{}}
+	a, b := peer.ID("a"), peer.ID("b")
+	now := time.Now()
+	for i := 0; i < 3; i++ {
+		if !r.allow(a, now) {
+			t.Fatalf("proposal %d refused", i+1)
+		}
+	}
+	if r.allow(a, now.Add(time.Second)) {
+		t.Fatal("fourth proposal in a minute allowed")
+	}
+	if !r.allow(b, now) {
+		t.Fatal("another peer limited")
+	}
+	if !r.allow(a, now.Add(61*time.Second)) {
+		t.Fatal("still limited a minute later")
 	}
 }

@@ -248,7 +248,7 @@ func TestRevocationAndNotification(t *testing.T) {
 	}
 }
 
-// FuzzOnboardingPayload signs arbitrary payloads as each onboarding kind: every rejection
+// FuzzOnboardingPayload signs arbitrary payloads as each onboarding and job kind: every rejection
 // is classified, and nothing accepted breaks its kind's rules.
 func FuzzOnboardingPayload(f *testing.F) {
 	sk, id := newKey(f)
@@ -258,8 +258,9 @@ func FuzzOnboardingPayload(f *testing.F) {
 	f.Add(uint8(2), mustJSON(f, Revocation{Version: 1, Coordinator: id.String(), Provider: prov.String(), IssuedAt: testNow, Reason: "x"}))
 	f.Add(uint8(3), mustJSON(f, Notification{Version: 1, Coordinator: id.String(), Provider: prov.String(), Seq: 1, IssuedAt: testNow, Status: StatusPending}))
 	f.Add(uint8(0), []byte(`{"version":1,"gpus":[{"model":"X","count":-1}]}`))
+	f.Add(uint8(4), mustJSON(f, validProposal(id.String(), prov.String())))
 	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
-		spec := kindSpecs[1+int(kind)%4]
+		spec := kindSpecs[1+int(kind)%(len(kindSpecs)-1)] // every kind but the offer
 		env, err := record.Seal(&payloadRecord{spec: spec, data: payload}, sk)
 		if err != nil {
 			t.Fatal(err)
