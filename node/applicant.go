@@ -67,14 +67,15 @@ func (a *applicant) coordinatorID() (peer.ID, error) {
 	return ids[0], nil
 }
 
-// Detected returns the GPUs this node has. Until hardware detection lands it is the GPUs
-// declared in [[provider.gpus]], flagged simulated where they are.
-func (a *applicant) Detected() []protocol.DetectedGPU {
-	var out []protocol.DetectedGPU
-	for _, g := range a.n.cfg.Provider.GPUs {
-		out = append(out, protocol.DetectedGPU{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, Simulated: g.Simulated})
+// Detected returns the GPUs this node's probe finds (NVML, or the simulated GPUs the
+// configuration declares). Where detection fails the application says so in its
+// differences instead.
+func (a *applicant) Detected() ([]protocol.DetectedGPU, error) {
+	gpus, err := DetectGPUs(a.n.cfg, a.n.id)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	return detectedByModel(gpus), nil
 }
 
 // Submit signs a new application from a filled-in form and queues it for delivery.
@@ -87,8 +88,12 @@ func (a *applicant) Submit(form protocol.Application) (ledger.OwnApplication, er
 		form.GPUs[i].Model = protocol.NormalizeModel(form.GPUs[i].Model)
 		form.GPUs[i].Location.Region = protocol.NormalizeRegion(form.GPUs[i].Location.Region)
 	}
-	form.Detected = a.Detected()
+	detected, derr := a.Detected()
+	form.Detected = detected
 	form.Differences = protocol.CompareDetected(form.GPUs, form.Detected)
+	if derr != nil {
+		form.Differences = append([]string{"GPU detection failed: " + truncateText(derr.Error(), 250)}, form.Differences...)
+	}
 	form.Answer = ""
 	if err := form.ValidateForm(); err != nil {
 		return ledger.OwnApplication{}, badRequest(err)
@@ -394,4 +399,11 @@ func (n *Node) reach(ctx context.Context, p peer.ID) error {
 // Notifications returns the notices kept for the operator, oldest first.
 func (n *Node) Notifications() ([]ledger.Notification, error) {
 	return n.ledger.Notifications()
+}
+
+func truncateText(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

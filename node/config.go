@@ -152,6 +152,9 @@ type GPUConfig struct {
 	VRAMGB    int    `toml:"vram_gb"`
 	PriceUSDC string `toml:"price_usdc"` // per GPU-hour; `gpunex offer set-price` overrides it
 	Simulated bool   `toml:"simulated"`  // no NVIDIA hardware behind it (devnet, tests)
+	// PerfFactor makes simulated GPUs perform at this fraction of their datasheet (0.6: a
+	// throttled GPU); 0 means 1.
+	PerfFactor float64 `toml:"perf_factor"`
 }
 
 // Defaults returns the configuration a new home starts with.
@@ -324,6 +327,9 @@ func (p *ProviderConfig) Items() ([]protocol.OfferGPUs, error) {
 		price, err := protocol.ParseUSDC(g.PriceUSDC)
 		if err != nil {
 			return nil, fmt.Errorf("provider.gpus[%d].price_usdc: %w", i, err)
+		}
+		if g.PerfFactor < 0 || g.PerfFactor > 1.5 || (g.PerfFactor != 0 && !g.Simulated) {
+			return nil, fmt.Errorf("provider.gpus[%d].perf_factor %g: only simulated GPUs take one, between 0 and 1.5", i, g.PerfFactor)
 		}
 		it := protocol.OfferGPUs{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, PricePerGPUHour: price, Simulated: g.Simulated}
 		if seen[it.Model] {

@@ -340,3 +340,33 @@ func TestDecisionNotices(t *testing.T) {
 		t.Fatalf("world-readable secret accepted: %v", err)
 	}
 }
+
+// TestApplicationFlagsDifferences: the node compares the GPUs an application declares with
+// the GPUs it detects, and the coordinator sees the differences.
+func TestApplicationFlagsDifferences(t *testing.T) {
+	fastOnboarding(t)
+	tn := newTestNet(t)
+	cfg := providerConfig(0) // one simulated H100-80GB
+	prov := tn.addUncertified(cfg)
+	form := applicationForm(cfg, true, 12)
+	form.GPUs[0].Count = 8
+	form.GPUs = append(form.GPUs, protocol.ApplicationGPU{Model: "L4-24GB", Count: 2, HostRAMGB: 64, UpGbps: 1, DownGbps: 1,
+		Availability: "24/7", Location: form.GPUs[0].Location})
+	own, err := prov.applicant.Submit(form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := protocol.OpenApplication(own.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(app.Differences, "; ")
+	if got != "declared 8 x H100-80GB, detected 1; declared 2 x L4-24GB, detected 0" || len(app.Detected) != 1 || !app.Detected[0].Simulated {
+		t.Fatalf("differences %q, detected %+v", got, app.Detected)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	v, err := tn.boot.ledger.GetApplication(own.ID)
+	if err != nil || !strings.Contains(string(v.Raw), "detected 1") {
+		t.Fatalf("coordinator's copy: %v", err)
+	}
+}

@@ -103,6 +103,24 @@ func TestInitAndVersion(t *testing.T) {
 	if _, errOut, code := gpunex(t, "init", "--home", t.TempDir(), "--role", "miner"); code == 0 || !strings.Contains(errOut, "role") {
 		t.Fatalf("bad role: exit %d, %s", code, errOut)
 	}
+	// GPUs: the simulated ones the config declares; NVML (no driver here) says so plainly.
+	var gpus []map[string]any
+	json.Unmarshal([]byte(mustRun(t, "gpus", "--json", "--home", dir)), &gpus)
+	if len(gpus) != 1 || gpus[0]["model"] != "L4-24GB" || gpus[0]["vram_gb"] != 24.0 || gpus[0]["driver_version"] == "" ||
+		gpus[0]["cuda_version"] == "" || !strings.HasPrefix(gpus[0]["uuid"].(string), "GPU-") {
+		t.Fatalf("gpus --json: %+v", gpus)
+	}
+	cfgText, _ := os.ReadFile(filepath.Join(dir, node.ConfigFile))
+	real := filepath.Join(t.TempDir(), "real")
+	mustRun(t, "init", "--home", real, "--role", "provider")
+	os.WriteFile(filepath.Join(real, node.ConfigFile), []byte(strings.Replace(string(cfgText), "simulated = true", "simulated = false", 1)), 0o644)
+	if _, errOut, code := gpunex(t, "gpus", "--home", real); code == 0 || !strings.Contains(errOut, "NVML") || !strings.Contains(errOut, "driver") {
+		if code == 0 {
+			t.Log("an NVIDIA driver is present: NVML answered")
+		} else {
+			t.Fatalf("gpus without a driver: exit %d, %s", code, errOut)
+		}
+	}
 	// Commands that need the daemon say so.
 	if _, errOut, code := gpunex(t, "offers", "search", "--home", dir); code == 0 || !strings.Contains(errOut, "node run") {
 		t.Fatalf("search without daemon: exit %d, %s", code, errOut)

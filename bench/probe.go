@@ -1,0 +1,151 @@
+// Package bench finds a node's GPUs (NVML, or simulated GPUs where there is no NVIDIA
+// hardware) and, in later work, measures them. Both probe implementations pass one test
+// suite (probe_test.go).
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// GPUInfo is one GPU as a probe reports it.
+type GPUInfo struct {
+	Index         int    `json:"index"`
+	UUID          string `json:"uuid"`
+	Name          string `json:"name"`  // as the driver reports it, e.g. "NVIDIA H100 80GB HBM3"
+	Model         string `json:"model"` // canonical marketplace model, e.g. "H100-80GB"
+	VRAMGB        int    `json:"vram_gb"`
+	MemoryBytes   uint64 `json:"memory_bytes"`
+	DriverVersion string `json:"driver_version"`
+	CUDAVersion   string `json:"cuda_version"` // highest CUDA version the driver supports, e.g. "12.2"
+	PCIBusID      string `json:"pci_bus_id"`
+	Simulated     bool   `json:"simulated,omitempty"`
+	// PerfFactor is a simulated GPU's performance relative to its datasheet (1 = nominal);
+	// 0 for real GPUs, whose performance is measured.
+	PerfFactor float64 `json:"perf_factor,omitempty"`
+	Health     Health  `json:"health"`
+}
+
+// Health is a GPU's state at the time of the probe.
+type Health struct {
+	TemperatureC int `json:"temperature_c"`
+	// Throttle lists why the clocks are held down right now (thermal, power, ...).
+	Throttle []string `json:"throttle,omitempty"`
+	// ECCUncorrected counts volatile uncorrected ECC errors; -1 where ECC is not available.
+	ECCUncorrected int64 `json:"ecc_uncorrected"`
+	// Error is set when part of the state could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// Probe finds GPUs.
+type Probe interface {
+	// GPUs lists the GPUs now. A GPU that fell off the bus is reported with its error in
+	// Health.Error rather than failing the whole list.
+	GPUs() ([]GPUInfo, error)
+	// Kind says "nvml" or "simulated".
+	Kind() string
+	Close() error
+}
+
+// ErrNoDriver is returned by OpenNVML where the NVIDIA driver or its NVML library is
+// missing.
+var ErrNoDriver = errors.New("no NVIDIA driver: NVML (libnvidia-ml.so.1) is not available")
+
+// modelNames maps the names NVML reports to the marketplace's models: the first entry whose
+// every word appears in the name wins, then the memory size picks among variants.
+var modelNames = []struct {
+	words []string
+	model func(gb int) string
+}{
+	{[]string{"H100"}, func(int) string { return "H100-80GB" }},
+	{[]string{"H200"}, func(int) string { return "H200-141GB" }},
+	{[]string{"A100"}, func(gb int) string {
+		if gb > 48 {
+			return "A100-80GB"
+		}
+		return "A100-40GB"
+	}},
+	{[]string{"L40S"}, func(int) string { return "L40S-48GB" }},
+	{[]string{"L4"}, func(int) string { return "L4-24GB" }},
+	{[]string{"RTX", "4090"}, func(int) string { return "RTX4090-24GB" }},
+	{[]string{"RTX", "A6000"}, func(int) string { return "RTXA6000-48GB" }},
+}
+
+// CanonicalModel names the marketplace model of a GPU from the name NVML reports and its
+// memory. A GPU not on the list gets its name, cleaned, with its memory size.
+func CanonicalModel(name string, memoryBytes uint64) string {
+	gb := int(math.Round(float64(memoryBytes) / (1 << 30)))
+	words := strings.Fields(strings.ToUpper(strings.NewReplacer("-", " ", "_", " ").Replace(name)))
+	has := func(w string) bool {
+		for _, x := range words {
+			if x == w {
+				return true
+			}
+		}
+		return false
+	}
+	for _, m := range modelNames {
+		all := true
+		for _, w := range m.words {
+			all = all && has(w)
+		}
+		if all {
+			return m.model(gb)
+		}
+	}
+	var b strings.Builder
+	for _, w := range words {
+		if w == "NVIDIA" || w == "GEFORCE" {
+			continue
+		}
+		b.WriteString(w)
+	}
+	return protocol.NormalizeModel(fmt.Sprintf("%s-%dGB", b.String(), nominalGB(gb)))
+}
+
+// nominalGB rounds a measured memory size to the size a GPU is sold with (an "80 GB" GPU
+// reports 79.6 GiB).
+func nominalGB(gb int) int {
+	for _, n := range []int{8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 141, 192} {
+		if gb <= n && n-gb <= n/10+1 {
+			return n
+		}
+	}
+	return gb
+}
+
+// cudaVersion writes NVML's CUDA driver version (12020) as "12.2".
+func cudaVersion(v int) string {
+	if v <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d", v/1000, (v%1000)/10)
+}
+
+// throttleReasons names the bits of NVML's clocks-event (throttle) reasons mask, leaving
+// out the idle and application-setting bits that are not a problem.
+func throttleReasons(mask uint64) []string {
+	names := []struct {
+		bit  uint64
+		name string
+	}{
+		{0x4, "sw_power_cap"},
+		{0x8, "hw_slowdown"},
+		{0x10, "sync_boost"},
+		{0x20, "sw_thermal_slowdown"},
+		{0x40, "hw_thermal_slowdown"},
+		{0x80, "hw_power_brake_slowdown"},
+		{0x100, "display_clock_setting"},
+	}
+	var out []string
+	for _, n := range names {
+		if mask&n.bit != 0 {
+			out = append(out, n.name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// probeSuite is what every Probe must do, real or simulated: stable, well-formed
+// identities and the versions renters and attestations rely on.
+func probeSuite(t *testing.T, p Probe) {
+	t.Helper()
+	gpus, err := p.GPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.GPUs()
+	if err != nil || len(again) != len(gpus) {
+		t.Fatalf("second probe: %d GPUs, %v", len(again), err)
+	}
+	uuid := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	bus := regexp.MustCompile(`^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$`)
+	seen := map[string]bool{}
+	for i, g := range gpus {
+		if g.Health.Error != "" {
+			continue // a lost GPU: reported, not fatal
+		}
+		switch {
+		case g.Index != i:
+			t.Errorf("GPU %d reports index %d", i, g.Index)
+		case !uuid.MatchString(g.UUID) || seen[g.UUID]:
+			t.Errorf("GPU %d: UUID %q malformed or repeated", i, g.UUID)
+		case again[i].UUID != g.UUID:
+			t.Errorf("GPU %d: UUID changed between probes", i)
+		case g.Model == "" || g.Model != protocol.NormalizeModel(g.Model):
+			t.Errorf("GPU %d: model %q not canonical", i, g.Model)
+		case g.VRAMGB < 1 || g.MemoryBytes < uint64(g.VRAMGB-g.VRAMGB/10-1)<<30:
+			t.Errorf("GPU %d: %d GB VRAM for %d bytes", i, g.VRAMGB, g.MemoryBytes)
+		case g.DriverVersion == "" || !regexp.MustCompile(`^\d+\.\d$`).MatchString(g.CUDAVersion):
+			t.Errorf("GPU %d: driver %q, CUDA %q", i, g.DriverVersion, g.CUDAVersion)
+		case !bus.MatchString(g.PCIBusID):
+			t.Errorf("GPU %d: PCI bus ID %q", i, g.PCIBusID)
+		case g.Health.ECCUncorrected < -1:
+			t.Errorf("GPU %d: ECC count %d", i, g.Health.ECCUncorrected)
+		}
+		seen[g.UUID] = true
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSimulatedProbe(t *testing.T) {
+	p := NewSimulated("12D3KooWTest", []SimulatedGPU{{Model: "H100-80GB"}, {Model: "l4-24gb", PerfFactor: 0.6}, {Model: "MI300X-192GB"}})
+	gpus, _ := p.GPUs()
+	if len(gpus) != 3 || gpus[0].VRAMGB != 80 || gpus[1].Model != "L4-24GB" || gpus[2].VRAMGB != 192 || !gpus[0].Simulated {
+		t.Fatalf("simulated GPUs: %+v", gpus)
+	}
+	if gpus[1].PerfFactor != 0.6 || len(gpus[1].Health.Throttle) == 0 || gpus[0].PerfFactor != 1 {
+		t.Fatalf("degraded GPU: %+v", gpus[1])
+	}
+	other, _ := NewSimulated("12D3KooWOther", []SimulatedGPU{{Model: "H100-80GB"}}).GPUs()
+	if other[0].UUID == gpus[0].UUID {
+		t.Fatal("two nodes' simulated GPUs share a UUID")
+	}
+	probeSuite(t, p)
+}
+
+// recordedProbe replays NVML output recorded on real machines through the same mapping the
+// live NVML probe uses.
+type recordedProbe struct{ raws []rawGPU }
+
+func (r recordedProbe) GPUs() ([]GPUInfo, error) {
+	var out []GPUInfo
+	for _, raw := range r.raws {
+		out = append(out, fromRaw(raw))
+	}
+	return out, nil
+}
+func (r recordedProbe) Kind() string { return "nvml-recorded" }
+func (r recordedProbe) Close() error { return nil }
+
+func TestNVMLMappingOnRecordedOutput(t *testing.T) {
+	b, err := os.ReadFile("testdata/nvml-recorded.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws []rawGPU
+	if err := json.Unmarshal(b, &raws); err != nil {
+		t.Fatal(err)
+	}
+	p := recordedProbe{raws}
+	gpus, _ := p.GPUs()
+	want := []struct {
+		model  string
+		vram   int
+		cuda   string
+		thr    string
+		ecc    int64
+		failed bool
+	}{
+		{"H100-80GB", 80, "12.2", "", 0, false},
+		{"A100-80GB", 80, "12.2", "", 0, false},
+		{"A100-40GB", 40, "12.2", "sw_thermal_slowdown,hw_thermal_slowdown", 2, false},
+		{"L4-24GB", 24, "12.4", "sw_power_cap", 0, false},
+		{"RTX4090-24GB", 24, "12.4", "", -1, false},
+		{"L40S-48GB", 48, "12.4", "", 0, false},
+		{"RTXA6000-48GB", 48, "12.2", "", 0, false},
+		{"", 0, "12.2", "", -1, true},
+	}
+	for i, w := range want {
+		g := gpus[i]
+		if g.Model != w.model || g.VRAMGB != w.vram || g.CUDAVersion != w.cuda || strings.Join(g.Health.Throttle, ",") != w.thr ||
+			g.Health.ECCUncorrected != w.ecc || (g.Health.Error != "") != w.failed {
+			t.Errorf("GPU %d (%s): %+v; want %+v", i, raws[i].Name, g, w)
+		}
+	}
+	probeSuite(t, p)
+}
+
+// TestNVMLWithoutDriver: where the driver is missing (this machine), opening NVML says so
+// and nothing crashes; where a GPU is present, the live probe passes the suite.
+func TestNVMLWithoutDriver(t *testing.T) {
+	p, err := OpenNVML()
+	if err == nil {
+		probeSuite(t, p)
+		return
+	}
+	if !errors.Is(err, ErrNoDriver) || !strings.Contains(err.Error(), "NVML") || !strings.Contains(err.Error(), "driver") {
+		t.Fatalf("error without a driver: %v", err)
+	}
+}
+
+func TestCanonicalModel(t *testing.T) {
+	for name, want := range map[string]string{
+		"NVIDIA H100 PCIe":        "H100-80GB",
+		"NVIDIA A100-PCIE-40GB":   "A100-40GB",
+		"Tesla T4":                "TESLAT4-16GB",
+		"NVIDIA GeForce RTX 3090": "RTX3090-24GB",
+	} {
+		mem := map[string]uint64{"Tesla T4": 15843721216, "NVIDIA GeForce RTX 3090": 25769803776}[name]
+		if mem == 0 {
+			mem = 85520809984
+			if strings.Contains(name, "40GB") {
+				mem = 42505273344
+			}
+		}
+		if got := CanonicalModel(name, mem); got != want {
+			t.Errorf("%q: %q; want %q", name, got, want)
+		}
+	}
+}
