@@ -31,6 +31,8 @@ const (
 	KindLease            Kind = "lease"
 	KindReceipt          Kind = "receipt"
 	KindCountersignature Kind = "countersignature"
+	KindChallenge        Kind = "challenge"
+	KindAttestation      Kind = "attestation"
 )
 
 // MaxClockSkew is how far in the future a record's issue time may lie before it is rejected.
@@ -100,6 +102,8 @@ var kindSpecs = []kindSpec{
 	{kind: KindLease, domain: "/gpunex/record/lease", codec: []byte("/gpunex/lease"), maxSize: MaxLeaseSize},
 	{kind: KindReceipt, domain: "/gpunex/record/receipt", codec: []byte("/gpunex/receipt"), maxSize: MaxReceiptSize},
 	{kind: KindCountersignature, domain: "/gpunex/record/countersignature", codec: []byte("/gpunex/countersignature"), maxSize: MaxCountersignatureSize},
+	{kind: KindChallenge, domain: "/gpunex/record/challenge", codec: []byte("/gpunex/challenge"), maxSize: MaxChallengeSize},
+	{kind: KindAttestation, domain: "/gpunex/record/attestation", codec: []byte("/gpunex/attestation"), maxSize: MaxAttestationSize},
 }
 
 func specFor(k Kind) (kindSpec, bool) {
@@ -337,6 +341,13 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		rec, err = CheckNotification(raw, now, nil, "")
 	case KindProposal:
 		rec, err = CheckProposal(raw, now)
+	case KindAttestation:
+		rec, err = CheckAttestation(raw, now, nil)
+	case KindChallenge:
+		var c Challenge
+		if err = decodePayload(env, AttestationVersion, &c, func() int { return c.Version }); err == nil {
+			rec = &c
+		}
 	case KindLease, KindReceipt, KindCountersignature:
 		// Checked against the records they follow from; here only signature and format.
 		var v any

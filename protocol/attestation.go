@@ -1,0 +1,263 @@
+package protocol
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Benchmark attestations: a provider's signed benchmark results, bound to its GPUs' UUIDs
+// and driver, and to a coordinator's challenge so that an old result cannot be passed off
+// as new. See docs/protocols/benchmarks.md.
+
+const (
+	// AttestationVersion is the payload version of attestations and challenges.
+	AttestationVersion = 1
+	// MaxAttestationSize caps an attestation envelope (it travels inside offers).
+	MaxAttestationSize = 6 << 10
+	// MaxChallengeSize caps a challenge envelope.
+	MaxChallengeSize = 1 << 10
+	// MaxAttestationAge is how old an attestation's challenge may be: a provider re-runs
+	// its benchmarks at least this often to stay listed with figures.
+	MaxAttestationAge = 8 * 24 * time.Hour
+	// ChallengeTTL is how long after its challenge the benchmarks must be signed.
+	ChallengeTTL = time.Hour
+)
+
+// Challenge is a coordinator's signed nonce for one provider's benchmark run.
+type Challenge struct {
+	Version     int       `json:"version"`
+	Coordinator string    `json:"coordinator"`
+	Provider    string    `json:"provider"`
+	Nonce       string    `json:"nonce"` // 32 hex digits
+	IssuedAt    time.Time `json:"issued_at"`
+}
+
+// GPUBenchmark is one GPU's measured figures. A figure of 0 was not measured.
+type GPUBenchmark struct {
+	UUID          string  `json:"uuid"`
+	Model         string  `json:"model"`
+	Simulated     bool    `json:"simulated,omitempty"`
+	FP32TFLOPS    float64 `json:"fp32_tflops"`
+	FP16TFLOPS    float64 `json:"fp16_tflops"`
+	TensorTFLOPS  float64 `json:"tensor_tflops"` // FP16 inputs, FP32 accumulation, dense
+	MemBandwidth  float64 `json:"mem_bandwidth_gbps"`
+	PerfScore     int     `json:"perf_score"` // 0-100, ScoreGPU
+	Below         string  `json:"below,omitempty"`
+	DurationMilli int64   `json:"duration_ms"`
+}
+
+// StorageBenchmark is the data directory's measured figures.
+type StorageBenchmark struct {
+	SeqWriteMBps  float64 `json:"seq_write_mbps"` // with fsync
+	SeqReadMBps   float64 `json:"seq_read_mbps"`
+	RandReadIOPS  float64 `json:"rand_read_iops"` // 4 KiB
+	BytesMeasured int64   `json:"bytes_measured"`
+}
+
+// NetworkBenchmark is the link between the provider and the coordinator.
+type NetworkBenchmark struct {
+	Peer     string  `json:"peer"`
+	RTTMilli float64 `json:"rtt_ms"`
+	UpMbps   float64 `json:"up_mbps"`
+	DownMbps float64 `json:"down_mbps"`
+}
+
+// Attestation is the payload of a benchmark attestation.
+type Attestation struct {
+	Version       int              `json:"version"`
+	Provider      string           `json:"provider"`
+	Seq           uint64           `json:"seq"`
+	IssuedAt      time.Time        `json:"issued_at"`
+	Challenge     []byte           `json:"challenge"` // the coordinator's signed Challenge
+	DriverVersion string           `json:"driver_version"`
+	CUDAVersion   string           `json:"cuda_version"`
+	GPUs          []GPUBenchmark   `json:"gpus"`
+	Storage       StorageBenchmark `json:"storage"`
+	Network       NetworkBenchmark `json:"network"`
+}
+
+// SignedAttestation is an attestation that passed the checks.
+type SignedAttestation struct {
+	Attestation
+	Signer    peer.ID
+	Challenge *Challenge
+	Raw       []byte
+}
+
+// CheckChallenge opens a coordinator's challenge: signed by a trusted coordinator, for the
+// provider named, with a nonce.
+func CheckChallenge(raw []byte, trust Trust, provider peer.ID) (*Challenge, peer.ID, error) {
+	env, err := openKind(raw, KindChallenge)
+	if err != nil {
+		return nil, "", err
+	}
+	var c Challenge
+	if err := decodePayload(env, AttestationVersion, &c, func() int { return c.Version }); err != nil {
+		return nil, "", err
+	}
+	if c.Coordinator != env.signerText {
+		return nil, "", fmt.Errorf("%w: challenge names coordinator %s but is signed by %s", ErrWrongSigner, c.Coordinator, env.Signer)
+	}
+	if c.Provider != provider.String() {
+		return nil, "", fmt.Errorf("%w: challenge for %s, not %s", ErrInvalid, c.Provider, provider)
+	}
+	if len(c.Nonce) != 32 || c.IssuedAt.IsZero() {
+		return nil, "", invalid(KindChallenge, "nonce of 32 hex digits and issued_at are required")
+	}
+	if err := trust.check(KindChallenge, env.Signer); err != nil {
+		return nil, "", err
+	}
+	return &c, env.Signer, nil
+}
+
+// CheckAttestation opens an attestation and applies every rule at time now: signed by the
+// provider it names, carrying a trusted coordinator's challenge for that provider, signed
+// within ChallengeTTL of the challenge, no older than MaxAttestationAge, and with sane
+// figures and scores.
+func CheckAttestation(raw []byte, now time.Time, trust Trust) (*SignedAttestation, error) {
+	env, err := openKind(raw, KindAttestation)
+	if err != nil {
+		return nil, err
+	}
+	var a Attestation
+	if err := decodePayload(env, AttestationVersion, &a, func() int { return a.Version }); err != nil {
+		return nil, err
+	}
+	if a.Provider != env.signerText {
+		return nil, fmt.Errorf("%w: attestation names provider %s but is signed by %s", ErrWrongSigner, a.Provider, env.Signer)
+	}
+	c, _, err := CheckChallenge(a.Challenge, trust, env.Signer)
+	if err != nil {
+		return nil, fmt.Errorf("attestation's challenge: %w", err)
+	}
+	bad := func(format string, args ...any) error { return invalid(KindAttestation, format, args...) }
+	switch {
+	case a.Seq == 0 || a.IssuedAt.IsZero():
+		return nil, bad("seq and issued_at are required")
+	case a.IssuedAt.Before(c.IssuedAt) || a.IssuedAt.Sub(c.IssuedAt) > ChallengeTTL:
+		return nil, fmt.Errorf("%w: attestation signed %s after its challenge (at most %s)", ErrReplay, a.IssuedAt.Sub(c.IssuedAt), ChallengeTTL)
+	case len(a.GPUs) > MaxOfferItems*8:
+		return nil, bad("%d GPUs", len(a.GPUs))
+	}
+	for _, f := range []float64{a.Storage.SeqWriteMBps, a.Storage.SeqReadMBps, a.Storage.RandReadIOPS, a.Network.RTTMilli, a.Network.UpMbps, a.Network.DownMbps} {
+		if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, bad("negative or non-finite figure")
+		}
+	}
+	for _, g := range a.GPUs {
+		if err := checkText("model", g.Model, true); err != nil || g.UUID == "" || len(g.UUID) > 64 {
+			return nil, bad("GPU %q %q", g.UUID, g.Model)
+		}
+		for _, f := range []float64{g.FP32TFLOPS, g.FP16TFLOPS, g.TensorTFLOPS, g.MemBandwidth} {
+			if f < 0 || f > 1e5 || math.IsNaN(f) {
+				return nil, bad("GPU %s: figure out of range", g.UUID)
+			}
+		}
+		if g.PerfScore != ScoreGPU(g) {
+			return nil, bad("GPU %s: perf_score %d does not follow from its figures (%d)", g.UUID, g.PerfScore, ScoreGPU(g))
+		}
+	}
+	if err := checkIssued(KindAttestation, a.IssuedAt, c.IssuedAt.Add(MaxAttestationAge), now); err != nil {
+		return nil, err
+	}
+	return &SignedAttestation{Attestation: a, Signer: env.Signer, Challenge: c, Raw: raw}, nil
+}
+
+// Datasheet holds a model's reference figures (../shared/GPU_DATASHEETS.md; sources in
+// docs/benchmarks.md).
+type Datasheet struct {
+	Model        string
+	FP32TFLOPS   float64
+	FP16TFLOPS   float64 // non-tensor
+	TensorTFLOPS float64 // FP16 tensor, dense
+	MemBandwidth float64 // GB/s
+}
+
+// Datasheets are the reference figures of the supported models (SXM variants for H100 and
+// A100 80GB, PCIe for A100 40GB; the more conservative figure where variants differ is
+// used for thresholds below).
+var Datasheets = []Datasheet{
+	{"H100-80GB", 51.2, 102.4, 756.5, 2000},   // H100 PCIe: the lower variant
+	{"H200-141GB", 66.9, 133.8, 989.5, 4800},  //
+	{"A100-80GB", 19.5, 78, 312, 1935},        // A100 PCIe 80GB
+	{"A100-40GB", 19.5, 78, 312, 1555},        //
+	{"L40S-48GB", 91.6, 91.6, 362, 864},       //
+	{"L4-24GB", 30.3, 30.3, 121, 300},         // FP16 non-tensor unconfirmed: taken as FP32
+	{"RTX4090-24GB", 82.6, 82.6, 165.2, 1008}, // tensor: FP16 with FP32 accumulation
+	{"RTXA6000-48GB", 38.7, 38.7, 154.8, 768}, //
+}
+
+// DatasheetFor returns a model's reference figures.
+func DatasheetFor(model string) (Datasheet, bool) {
+	for _, d := range Datasheets {
+		if d.Model == NormalizeModel(model) {
+			return d, true
+		}
+	}
+	return Datasheet{}, false
+}
+
+// Thresholds below which a GPU is delisted, as fractions of its datasheet: tensor FLOPS
+// 50%, memory bandwidth 60%, FP32 50% (a well-tuned run reaches 70-90%; the margin keeps a
+// healthy GPU listed through run-to-run noise and hand-written kernels).
+const (
+	ThresholdTensor    = 0.50
+	ThresholdBandwidth = 0.60
+	ThresholdFP32      = 0.50
+)
+
+// ScoreGPU is a GPU's performance score, 0-100: the mean of its measured figures as
+// fractions of the datasheet (each capped at 1), weighted tensor 0.4, memory bandwidth
+// 0.3, FP32 0.15, FP16 0.15, over the figures measured, x 100, rounded down. 0 for a
+// model without a datasheet or with no figure measured.
+func ScoreGPU(g GPUBenchmark) int {
+	d, ok := DatasheetFor(g.Model)
+	if !ok {
+		return 0
+	}
+	parts := []struct{ got, ref, w float64 }{
+		{g.TensorTFLOPS, d.TensorTFLOPS, 0.4}, {g.MemBandwidth, d.MemBandwidth, 0.3},
+		{g.FP32TFLOPS, d.FP32TFLOPS, 0.15}, {g.FP16TFLOPS, d.FP16TFLOPS, 0.15},
+	}
+	var sum, weight float64
+	for _, p := range parts {
+		if p.got <= 0 || p.ref <= 0 {
+			continue
+		}
+		sum += p.w * math.Min(p.got/p.ref, 1)
+		weight += p.w
+	}
+	if weight == 0 {
+		return 0
+	}
+	return int(math.Floor(sum/weight*100 + 1e-9)) // the epsilon keeps 0.6 x 100 at 60
+}
+
+// Shortfall says which threshold a GPU's figures fall under, or "" when none: metric,
+// measured value, threshold, and what to check.
+func Shortfall(g GPUBenchmark) string {
+	d, ok := DatasheetFor(g.Model)
+	if !ok {
+		return ""
+	}
+	checks := []struct {
+		name       string
+		got, ref   float64
+		frac       float64
+		unit, hint string
+	}{
+		{"tensor_tflops", g.TensorTFLOPS, d.TensorTFLOPS, ThresholdTensor, "TFLOPS", "check cooling and thermal throttling (gpunex gpus), power limits, and the driver"},
+		{"mem_bandwidth_gbps", g.MemBandwidth, d.MemBandwidth, ThresholdBandwidth, "GB/s", "check memory clocks, ECC errors and throttling (gpunex gpus)"},
+		{"fp32_tflops", g.FP32TFLOPS, d.FP32TFLOPS, ThresholdFP32, "TFLOPS", "check clocks, cooling, power limits and PCIe link width"},
+	}
+	for _, c := range checks {
+		if c.got > 0 && c.got < c.frac*c.ref {
+			return fmt.Sprintf("%s %.1f %s is under the threshold of %.1f %s (%.0f%% of the %s datasheet's %.1f): %s",
+				c.name, c.got, c.unit, c.frac*c.ref, c.unit, c.frac*100, d.Model, c.ref, c.hint)
+		}
+	}
+	return ""
+}
