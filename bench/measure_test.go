@@ -1,0 +1,39 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+func TestStorage(t *testing.T) {
+	s, err := Storage(context.Background(), t.TempDir(), 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.SeqWriteMBps <= 0 || s.SeqReadMBps <= 0 || s.RandReadIOPS <= 0 || s.BytesMeasured != 8<<20 {
+		t.Fatalf("storage figures: %+v", s)
+	}
+	if _, err := Storage(context.Background(), "/nonexistent/dir", 1<<20); err == nil {
+		t.Fatal("no error for a missing folder")
+	}
+}
+
+// TestComputeSimulated: a nominal simulated GPU scores near 100 and stays listed; one at
+// 45% of its datasheet falls under the thresholds and says why.
+func TestComputeSimulated(t *testing.T) {
+	gpus, _ := NewSimulated("seed", []SimulatedGPU{{Model: "H100-80GB"}, {Model: "H100-80GB", PerfFactor: 0.45}}).GPUs()
+	ok, err := Compute(context.Background(), gpus[0], 1)
+	if err != nil || ok.PerfScore < 98 || ok.Below != "" || ok.TensorTFLOPS <= 0 || ok.MemBandwidth <= 0 {
+		t.Fatalf("nominal: %+v %v", ok, err)
+	}
+	bad, err := Compute(context.Background(), gpus[1], 1)
+	if err != nil || bad.PerfScore > 46 || bad.Below == "" || bad.PerfScore != protocol.ScoreGPU(bad) {
+		t.Fatalf("degraded: %+v %v", bad, err)
+	}
+	if _, err := Compute(context.Background(), GPUInfo{UUID: "GPU-x", Model: "H100-80GB"}, 1); !errors.Is(err, ErrComputeUnavailable) {
+		t.Fatalf("real GPU: %v", err)
+	}
+}
