@@ -278,3 +278,27 @@ func getJSON(txn *badger.Txn, key string, v any) error {
 		return nil
 	})
 }
+
+const keyOwnAttestation = "provider/attestation"
+
+// SetOwnAttestation stores the provider's latest benchmark attestation.
+func (l *Ledger) SetOwnAttestation(raw []byte) error {
+	return l.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(keyOwnAttestation), raw) })
+}
+
+// OwnAttestation returns the provider's latest benchmark attestation, or ErrNotFound.
+func (l *Ledger) OwnAttestation() ([]byte, error) {
+	var out []byte
+	err := l.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(keyOwnAttestation))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		out, err = item.ValueCopy(nil)
+		return err
+	})
+	return out, err
+}

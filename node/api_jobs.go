@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -113,4 +114,37 @@ func (c *countingWriter) Flush() {
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// Benchmark routes of the local API.
+func (a *APIServer) routeBench(mux *http.ServeMux) {
+	a.route(mux, "GET /v1/bench", func(r *http.Request) (any, error) {
+		if a.n.bench == nil {
+			return nil, fmt.Errorf("%w: this node is a %s; providers run benchmarks", ErrWrongRole, a.n.cfg.Role)
+		}
+		last := a.n.bench.Latest()
+		if last == nil {
+			return nil, fmt.Errorf("%w: no benchmark run yet (gpunex bench run)", ErrNotFound)
+		}
+		return attestationView(last), nil
+	})
+	a.stream(mux, "POST /v1/bench/run", func(w http.ResponseWriter, r *http.Request) error {
+		if a.n.bench == nil {
+			return fmt.Errorf("%w: this node is a %s; providers run benchmarks", ErrWrongRole, a.n.cfg.Role)
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fw := flushWriter{w}
+		started := false
+		att, err := a.n.bench.Run(r.Context(), func(step, steps int, what string) {
+			started = true
+			encodeProgress(fw, map[string]any{"step": step, "steps": steps, "what": what})
+		})
+		if err != nil {
+			if !started {
+				return err
+			}
+			return encodeProgress(fw, map[string]any{"error": err.Error()})
+		}
+		return encodeProgress(fw, map[string]any{"result": attestationView(att)})
+	})
 }

@@ -219,3 +219,45 @@ func (c *Client) stream(ctx context.Context, path string, w io.Writer) error {
 	_, err = io.Copy(w, resp.Body)
 	return err
 }
+
+// Bench returns the provider's latest benchmark attestation.
+func (c *Client) Bench(ctx context.Context) (BenchView, error) {
+	var v BenchView
+	return v, c.Do(ctx, http.MethodGet, "/v1/bench", nil, &v)
+}
+
+// BenchRun runs the benchmarks, calling progress for each step, and returns the new
+// attestation.
+func (c *Client) BenchRun(ctx context.Context, progress func(step, steps int, what string)) (BenchView, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Base+"/v1/bench/run", nil)
+	if err != nil {
+		return BenchView{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		return BenchView{}, fmt.Errorf("%w: %v", ErrNotRunning, err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var line struct {
+			Step   int        `json:"step"`
+			Steps  int        `json:"steps"`
+			What   string     `json:"what"`
+			Error  string     `json:"error"`
+			Result *BenchView `json:"result"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			return BenchView{}, fmt.Errorf("benchmark run: %w", err)
+		}
+		switch {
+		case line.Error != "":
+			return BenchView{}, errors.New(line.Error)
+		case line.Result != nil:
+			return *line.Result, nil
+		case line.Steps > 0:
+			progress(line.Step, line.Steps, line.What)
+		}
+	}
+}

@@ -61,6 +61,19 @@ type Config struct {
 	Coordinator CoordinatorConfig `toml:"coordinator"`
 	// Jobs is read only when role is provider.
 	Jobs JobsConfig `toml:"jobs"`
+	// Bench is read only when role is provider.
+	Bench BenchConfig `toml:"bench"`
+}
+
+// BenchConfig sets a provider's benchmark runs.
+type BenchConfig struct {
+	// Interval between runs; a run also follows a driver change and a coordinator's
+	// challenge.
+	Interval Duration `toml:"interval"`
+	// StorageMB is how much the storage benchmark writes and reads.
+	StorageMB int64 `toml:"storage_mb"`
+	// NetworkMB is how much the network benchmark sends each way.
+	NetworkMB int64 `toml:"network_mb"`
 }
 
 // JobsConfig sets how a provider runs jobs and which proposals it accepts.
@@ -169,6 +182,7 @@ func Defaults(role string) Config {
 		Coordinator: CoordinatorConfig{
 			CertificateValidity: Duration{180 * 24 * time.Hour},
 		},
+		Bench: BenchConfig{Interval: Duration{7 * 24 * time.Hour}, StorageMB: 256, NetworkMB: 16},
 		Jobs: JobsConfig{
 			ContainerdAddress:  "/run/containerd/containerd.sock",
 			Namespace:          "gpunex",
@@ -264,6 +278,9 @@ func (c *Config) Check() error {
 	}
 	if v := c.Coordinator.CertificateValidity.Duration; v < time.Minute || v > protocol.MaxCertificateValidity {
 		errs = append(errs, fmt.Errorf("coordinator.certificate_validity %s: must be between 1m and %s", c.Coordinator.CertificateValidity, protocol.MaxCertificateValidity))
+	}
+	if b := c.Bench; b.Interval.Duration < time.Minute || b.Interval.Duration > protocol.MaxAttestationAge-24*time.Hour || b.StorageMB < 1 || b.NetworkMB < 1 || b.NetworkMB > protocol.MaxBenchTransfer>>20 {
+		errs = append(errs, fmt.Errorf("bench: interval between 1m and %s, storage_mb at least 1, network_mb 1-%d", protocol.MaxAttestationAge-24*time.Hour, protocol.MaxBenchTransfer>>20))
 	}
 	j := c.Jobs
 	if j.MaxImageMB < 1 || j.MemoryMBPerGPU < 16 || j.CPUMillisPerGPU < 100 || j.Pids < 16 || j.ScratchMB < 1 || j.ProposalsPerMinute < 1 {

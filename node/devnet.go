@@ -84,6 +84,7 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		opts.Listen = listen
 		opts.OfferTTL, opts.Republish = "2m", "30s"
 		opts.Force = true // a devnet starts fresh every time
+		opts.BenchStorageMB, opts.BenchNetworkMB = 16, 4
 		if err := os.RemoveAll(h.Path(DataDir)); err != nil {
 			return nil, err
 		}

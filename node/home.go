@@ -47,6 +47,8 @@ type InitOptions struct {
 	Force     bool
 	// ContainerdAddress sets jobs.containerd_address.
 	ContainerdAddress string
+	// BenchStorageMB and BenchNetworkMB set bench.storage_mb and bench.network_mb.
+	BenchStorageMB, BenchNetworkMB int64
 }
 
 // ErrHomeExists is returned by Init when the home already holds an identity.
@@ -86,6 +88,12 @@ func Init(dir string, o InitOptions) (Home, peer.ID, error) {
 	}
 	if o.ContainerdAddress != "" {
 		c.Jobs.ContainerdAddress = o.ContainerdAddress
+	}
+	if o.BenchStorageMB > 0 {
+		c.Bench.StorageMB = o.BenchStorageMB
+	}
+	if o.BenchNetworkMB > 0 {
+		c.Bench.NetworkMB = o.BenchNetworkMB
 	}
 	if o.GPUs != nil {
 		c.Provider.GPUs = o.GPUs
@@ -277,6 +285,14 @@ timezone = "{{.Provider.Availability.Timezone}}"
 # Weekly windows during which the GPUs are offered, e.g. ["mon-fri 08:00-20:00", "sat 10:00-14:00"].
 # Empty means 24/7. Outside the windows the offer is withdrawn.
 windows = {{list .Provider.Availability.Windows}}
+
+[bench]
+# How often the benchmarks run (they also run after a driver change and when the
+# coordinator sends a challenge). Attestations older than 8 days are no longer accepted.
+interval = "{{.Bench.Interval}}"
+# MB written and read by the storage benchmark, and sent each way by the network one.
+storage_mb = {{.Bench.StorageMB}}
+network_mb = {{.Bench.NetworkMB}}
 
 [jobs]
 # The containerd socket jobs run through (Debian: apt-get install containerd runc).

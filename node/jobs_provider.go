@@ -52,17 +52,20 @@ func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRun
 		return nil, err
 	}
 	r := &jobRunner{n: n, rt: rt, rtErr: rtErr, dir: dir, rate: map[peer.ID][]time.Time{}, cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
-	idx := 0
-	for _, g := range n.cfg.Provider.GPUs {
-		for i := 0; i < g.Count; i++ {
-			model := protocol.NormalizeModel(g.Model)
-			uuid := fmt.Sprintf("GPU-%s-%s-%d", n.id.String()[len(n.id.String())-8:], model, i)
-			if g.Simulated {
-				uuid = "GPU-sim-" + uuid[4:]
-			}
-			r.gpus = append(r.gpus, gpuSlot{model: model, gpu: sandbox.GPU{Index: idx, UUID: uuid, Simulated: g.Simulated}})
-			idx++
+	// The GPUs jobs get are the ones the probe finds, with their real UUIDs and indexes
+	// (simulated ones where the configuration declares them).
+	gpus, err := DetectGPUs(n.cfg, n.id)
+	if err != nil {
+		if r.rtErr == nil {
+			r.rtErr = fmt.Errorf("GPU detection: %w", err)
 		}
+		n.log.Warn("no GPUs for jobs", "err", err)
+	}
+	for _, g := range gpus {
+		if g.Health.Error != "" {
+			continue
+		}
+		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Simulated: g.Simulated}})
 	}
 	return r, nil
 }

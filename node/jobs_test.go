@@ -407,3 +407,50 @@ func TestProposalRateLimit(t *testing.T) {
 		t.Fatal("still limited a minute later")
 	}
 }
+
+// TestLeasedGPUNotBenchmarked: a benchmark run during a lease leaves the leased GPU alone
+// (its previous figures are kept) and measures the free one.
+func TestLeasedGPUNotBenchmarked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	renter, prov := jobNet(t, 2)
+	ctx := context.Background()
+	before, err := prov.bench.Run(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: busyboxArchive(t), Args: []string{"sleep", "20"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := prov.bench.Run(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	figures := func(a *protocol.SignedAttestation, uuid string) protocol.GPUBenchmark {
+		for _, g := range a.GPUs {
+			if g.UUID == uuid {
+				return g
+			}
+		}
+		t.Fatalf("GPU %s missing from attestation %d", uuid, a.Seq)
+		return protocol.GPUBenchmark{}
+	}
+	probe, _ := OpenProbe(prov.cfg, prov.ID())
+	gpus, _ := probe.GPUs()
+	leased := v.GPUUUIDs[0]
+	if len(gpus) != 2 || (gpus[0].UUID != leased && gpus[1].UUID != leased) {
+		t.Fatalf("the leased GPU %s is not one the probe reports: %+v", leased, gpus)
+	}
+	for _, g := range gpus {
+		b, a := figures(before, g.UUID), figures(after, g.UUID)
+		if g.UUID == leased && a != b {
+			t.Fatalf("leased GPU benchmarked during its lease: %+v then %+v", b, a)
+		}
+		if g.UUID != leased && a == b {
+			t.Fatalf("free GPU not measured again: %+v", a)
+		}
+	}
+	renter.CancelJob(ctx, v.ID)
+}

@@ -66,7 +66,8 @@ type Node struct {
 	applicant *applicant
 	// coord is the coordinator's onboarding; nil unless the role is coordinator.
 	coord    *coordinator
-	jobs     *jobRunner // nil unless the role is provider
+	jobs     *jobRunner   // nil unless the role is provider
+	bench    *benchRunner // nil unless the role is provider
 	revTopic *pubsub.Topic
 	revSub   *pubsub.Subscription
 	scores   gossipScores
@@ -191,20 +192,23 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		if err != nil {
 			return nil, err
 		}
-		n.host.SetStreamHandler(protocol.OfferProtocol, n.handleOfferStream)
-		n.goLoop(func() { n.prov.run(runCtx) })
 		n.applicant = newApplicant(n)
-		n.host.SetStreamHandler(protocol.NotifyProtocol, n.handleNotify)
-		n.goLoop(func() { n.applicant.run(runCtx) })
 		if err := n.startJobs(ctx, d); err != nil {
 			return nil, err
 		}
+		n.bench = newBenchRunner(n, n.jobs.dir)
+		n.host.SetStreamHandler(protocol.OfferProtocol, n.handleOfferStream)
+		n.host.SetStreamHandler(protocol.NotifyProtocol, n.handleNotify)
+		n.goLoop(func() { n.prov.run(runCtx) })
+		n.goLoop(func() { n.applicant.run(runCtx) })
+		n.goLoop(func() { n.bench.loop(runCtx) })
 	}
 	if cfg.Role == RoleCoordinator {
 		if n.coord, err = newCoordinator(n); err != nil {
 			return nil, err
 		}
 		n.host.SetStreamHandler(protocol.ApplyProtocol, n.coord.handleApply)
+		n.host.SetStreamHandler(protocol.BenchNetProtocol, n.handleBenchNet)
 	}
 	n.log.Info("node started", "peer_id", n.id, "role", cfg.Role, "addrs", n.host.Addrs())
 	return n, nil

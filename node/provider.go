@@ -146,6 +146,13 @@ func (p *provider) build(now time.Time, withdrawn string) (protocol.Offer, error
 	if err != nil {
 		return o, err
 	}
+	var delisted map[string]int
+	if p.n.bench != nil {
+		if a := p.n.bench.Latest(); a != nil && now.Sub(a.Challenge.IssuedAt) < protocol.MaxAttestationAge {
+			o.Attestation = a.Raw
+			delisted = p.n.bench.delisted()
+		}
+	}
 	for _, g := range p.base {
 		if v, ok := prices[g.Model]; ok {
 			g.PricePerGPUHour = v
@@ -161,12 +168,13 @@ func (p *provider) build(now time.Time, withdrawn string) (protocol.Offer, error
 			p.n.log.Warn("declared GPUs exceed the certificate; offering the approved count", "model", g.Model, "declared", g.Count, "approved", approved)
 			g.Count = approved
 		}
+		g.Count -= delisted[g.Model] // under a benchmark threshold: see gpunex notifications
 		if g.Count > 0 {
 			o.GPUs = append(o.GPUs, g)
 		}
 	}
 	if len(o.GPUs) == 0 {
-		o.Withdrawn = "no declared GPU model is approved by the certificate"
+		o.Withdrawn = "no GPU approved by the certificate and passing the benchmarks"
 	}
 	return o, nil
 }

@@ -43,7 +43,52 @@ type OfferRow struct {
 	// PlacementMicroUSDC is the price search ranks by: the price less the placement
 	// bonus of the tier and the commitment (see PlacementBonusBP).
 	PlacementMicroUSDC protocol.MicroUSDC `json:"placement_micro_usdc"`
+	// Measured figures of the model's GPUs (mean over them) from the offer's benchmark
+	// attestation; absent when the provider has none.
+	Bench *RowBench `json:"bench,omitempty"`
 }
+
+// RowBench is the measured performance of one model's GPUs in an offer.
+type RowBench struct {
+	FP32TFLOPS   float64   `json:"fp32_tflops"`
+	FP16TFLOPS   float64   `json:"fp16_tflops"`
+	TensorTFLOPS float64   `json:"tensor_tflops"`
+	MemBandwidth float64   `json:"mem_bandwidth_gbps"`
+	PerfScore    int       `json:"perf_score"`
+	MeasuredAt   time.Time `json:"measured_at"`
+	// GPUs are the per-GPU figures.
+	GPUs []protocol.GPUBenchmark `json:"gpus"`
+}
+
+// rowBench summarises an attestation's GPUs of one model, leaving out delisted ones.
+func rowBench(a *protocol.SignedAttestation, model string) *RowBench {
+	if a == nil {
+		return nil
+	}
+	rb := &RowBench{MeasuredAt: a.IssuedAt}
+	score := 0
+	for _, g := range a.GPUs {
+		if g.Model != model || g.Below != "" {
+			continue
+		}
+		rb.GPUs = append(rb.GPUs, g)
+		rb.FP32TFLOPS += g.FP32TFLOPS
+		rb.FP16TFLOPS += g.FP16TFLOPS
+		rb.TensorTFLOPS += g.TensorTFLOPS
+		rb.MemBandwidth += g.MemBandwidth
+		score += g.PerfScore
+	}
+	n := float64(len(rb.GPUs))
+	if n == 0 {
+		return nil
+	}
+	rb.FP32TFLOPS, rb.FP16TFLOPS = roundTenth(rb.FP32TFLOPS/n), roundTenth(rb.FP16TFLOPS/n)
+	rb.TensorTFLOPS, rb.MemBandwidth = roundTenth(rb.TensorTFLOPS/n), roundTenth(rb.MemBandwidth/n)
+	rb.PerfScore = score / len(rb.GPUs)
+	return rb
+}
+
+func roundTenth(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
 // PlacementBonusBP is the ranking bonus, in basis points of the price, that a certified
 // provider earns: 1000 (10%) for the Enterprise tier, plus 25 per whole month of commitment
@@ -88,6 +133,7 @@ func (f SearchFilter) Rows(so *protocol.SignedOffer) []OfferRow {
 			ExpiresAt:      so.Offer.ExpiresAt,
 		}
 		row.PlacementMicroUSDC = row.PriceMicroUSDC
+		row.Bench = rowBench(so.Attest, g.Model)
 		if so.Cert != nil {
 			row.Tier, row.CommitmentEnd = so.Cert.Tier, so.Cert.CommitmentEnd
 			bp := PlacementBonusBP(row.Tier, row.CommitmentEnd, so.Offer.IssuedAt)

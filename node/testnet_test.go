@@ -82,6 +82,7 @@ func testConfig(role string) Config {
 	c.Offers.SearchTimeout = Duration{5 * time.Second}
 	// No system containerd in tests: job tests give the provider a private one.
 	c.Jobs.ContainerdAddress = "/nonexistent/containerd.sock"
+	c.Bench.StorageMB, c.Bench.NetworkMB = 1, 1
 	return c
 }
 

@@ -46,6 +46,16 @@ func (t *trustStore) certify(so *protocol.SignedOffer, now time.Time) error {
 		return fmt.Errorf("%w: by %s at %s: %s", protocol.ErrRevoked, r.Signer, r.IssuedAt.UTC().Format(time.RFC3339), r.Reason)
 	}
 	so.Cert = c
+	if len(so.Offer.Attestation) > 0 {
+		a, err := protocol.CheckAttestation(so.Offer.Attestation, now, t.trust)
+		if err != nil {
+			return fmt.Errorf("offer's attestation: %w", err)
+		}
+		if a.Signer != so.Signer {
+			return fmt.Errorf("%w: offer of %s carries an attestation by %s", protocol.ErrWrongSigner, so.Signer, a.Signer)
+		}
+		so.Attest = a
+	}
 	return nil
 }
 

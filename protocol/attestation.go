@@ -261,3 +261,10 @@ func Shortfall(g GPUBenchmark) string {
 	}
 	return ""
 }
+
+// BenchNetProtocol is served by coordinators: it hands out benchmark challenges and
+// measures the network between a provider and the coordinator.
+const BenchNetProtocol = "/gpunex/bench-net/1.0.0"
+
+// MaxBenchTransfer caps one network benchmark transfer.
+const MaxBenchTransfer = 64 << 20

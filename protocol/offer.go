@@ -21,7 +21,7 @@ const (
 	// OfferVersion is the payload version this code writes and accepts.
 	OfferVersion = 1
 	// MaxOfferSize caps a marshalled offer envelope.
-	MaxOfferSize = 8 << 10
+	MaxOfferSize = 16 << 10
 	// MaxOfferTTL is the longest validity an offer may claim.
 	MaxOfferTTL = 24 * time.Hour
 	// MaxOfferItems caps the number of GPU models in one offer.
@@ -66,6 +66,9 @@ type Offer struct {
 	// envelope, base64 in JSON). Nodes accept an offer only with a valid certificate from
 	// a coordinator they trust, within the models and counts it approves.
 	Certificate []byte `json:"certificate,omitempty"`
+	// Attestation is the provider's latest benchmark attestation (an attestation envelope),
+	// when it has one: renters see each GPU's measured figures.
+	Attestation []byte `json:"attestation,omitempty"`
 }
 
 // OfferGPUs is one GPU model in an offer.
@@ -151,6 +154,8 @@ type SignedOffer struct {
 	// Cert is the offer's certificate once a node has checked it against the coordinators
 	// it trusts (nil before).
 	Cert *SignedCertificate
+	// Attest is the offer's benchmark attestation once checked (nil when it has none).
+	Attest *SignedAttestation
 }
 
 // CheckOffer opens a marshalled offer envelope and applies every stateless rule at time now.
@@ -289,6 +294,9 @@ func (o *Offer) Validate() error {
 		if g.PricePerGPUHour <= 0 || g.PricePerGPUHour > MaxPricePerGPUHour {
 			return bad("model %s: price %d micro-USDC out of range", g.Model, g.PricePerGPUHour)
 		}
+	}
+	if len(o.Attestation) > MaxAttestationSize {
+		return bad("attestation of %d bytes, at most %d", len(o.Attestation), MaxAttestationSize)
 	}
 	if len(o.Certificate) > MaxCertificateSize {
 		return bad("certificate of %d bytes, at most %d", len(o.Certificate), MaxCertificateSize)

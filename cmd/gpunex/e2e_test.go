@@ -312,9 +312,14 @@ func TestDevnetEndToEnd(t *testing.T) {
 	}
 }
 
-// startNode runs `gpunex node run` for a home and waits for its API.
+// startNode runs `gpunex node run` for a home and waits for its API. Benchmarks are
+// shrunk to a few MB so that the tests stay quick.
 func startNode(t *testing.T, home string) (*exec.Cmd, node.Status) {
 	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(home, node.ConfigFile)); err == nil {
+		s := strings.Replace(string(b), "storage_mb = 256", "storage_mb = 8", 1)
+		os.WriteFile(filepath.Join(home, node.ConfigFile), []byte(strings.Replace(s, "network_mb = 16", "network_mb = 2", 1)), 0o644)
+	}
 	os.Remove(filepath.Join(home, node.APIAddrFile))
 	logf, _ := os.Create(filepath.Join(home, "node.log"))
 	cmd := exec.Command(binary, "node", "run", "--home", home)

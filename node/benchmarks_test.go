@@ -1,0 +1,66 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// TestBenchmarksDelistAndRelist: a provider benchmarks its simulated GPUs against the
+// coordinator's challenge; renters see each model's figures and score; a GPU at 45% of its
+// datasheet leaves the offer with a notification naming the metric, the value, the
+// threshold and what to check, and comes back once a run passes.
+func TestBenchmarksDelistAndRelist(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	tn := newTestNet(t)
+	cfg := providerConfig(0)
+	cfg.Provider.GPUs = append(cfg.Provider.GPUs, GPUConfig{Model: "L4-24GB", Count: 1, VRAMGB: 24, PriceUSDC: "0.50", Simulated: true, PerfFactor: 0.45})
+	prov := tn.add(cfg, nil)
+	renter := tn.add(testConfig(RoleRenter), nil)
+	eventually(t, 15*time.Second, "first benchmark run", func() (bool, string) { return prov.bench.Latest() != nil, "" })
+	a := prov.bench.Latest()
+	if a.Network.RTTMilli <= 0 || a.Network.UpMbps <= 0 || a.Storage.SeqWriteMBps <= 0 || len(a.GPUs) != 2 || a.Challenge.Provider != prov.ID().String() {
+		t.Fatalf("attestation: %+v", a.Attestation)
+	}
+	eventually(t, 10*time.Second, "H100 listed with figures, L4 delisted", func() (bool, string) {
+		rows := search(t, renter, SearchFilter{})
+		var h100, l4 bool
+		for _, r := range rows {
+			if r.Provider != prov.ID().String() {
+				continue
+			}
+			h100 = h100 || (r.Model == "H100-80GB" && r.Bench != nil && r.Bench.PerfScore >= 98 && r.Bench.TensorTFLOPS > 700)
+			l4 = l4 || r.Model == "L4-24GB"
+		}
+		return h100 && !l4, ""
+	})
+	ns, _ := prov.Notifications()
+	if len(ns) != 1 || !strings.Contains(ns[0].Subject, "delisted") || !strings.Contains(ns[0].Body, "under the threshold") || !strings.Contains(ns[0].Body, "check cooling") {
+		t.Fatalf("notifications: %+v", ns)
+	}
+	// The GPU is fixed: the next run lists it again.
+	prov.cfg.Provider.GPUs[1].PerfFactor = 1
+	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "L4 listed again", func() (bool, string) {
+		for _, r := range search(t, renter, SearchFilter{Model: "L4-24GB"}) {
+			if r.Provider == prov.ID().String() {
+				return true, ""
+			}
+		}
+		return false, ""
+	})
+	if ns, _ := prov.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
+		t.Fatalf("notifications after the fix: %+v", ns)
+	}
+	// An attestation replayed with an old challenge is refused by every validator.
+	if _, err := protocol.CheckAttestation(a.Raw, time.Now().Add(protocol.MaxAttestationAge), renter.trust.trust); protocol.Reason(err) != "expired" {
+		t.Fatalf("old attestation: %v", err)
+	}
+}
