@@ -138,8 +138,14 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 	for i := 1; i <= o.Providers; i++ {
 		g := devnetGPUs[(i-1)%len(devnetGPUs)]
 		g.Simulated = true
+		gpus := []GPUConfig{g}
+		if i == 1 {
+			// Two throttled GPUs at 45% of their datasheet: the benchmarks delist them and
+			// the provider is told why (gpunex notifications).
+			gpus = append(gpus, GPUConfig{Model: "L4-24GB", Count: 2, VRAMGB: 24, PriceUSDC: "0.40", Simulated: true, PerfFactor: 0.45})
+		}
 		if _, err := start(fmt.Sprintf("provider-%d", i), InitOptions{
-			Role: RoleProvider, Bootstrap: boot, Region: devnetRegions[(i-1)%len(devnetRegions)], GPUs: []GPUConfig{g},
+			Role: RoleProvider, Bootstrap: boot, Region: devnetRegions[(i-1)%len(devnetRegions)], GPUs: gpus,
 			ContainerdAddress: ctrdAddr,
 		}); err != nil {
 			return err

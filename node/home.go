@@ -321,4 +321,6 @@ vram_gb = {{.VRAMGB}}
 price_usdc = "{{.PriceUSDC}}"
 # true when there is no NVIDIA hardware behind this entry (devnet, tests).
 simulated = {{.Simulated}}
+# Simulated GPUs only: performance as a fraction of the datasheet (0.6: a throttled GPU).
+perf_factor = {{.PerfFactor}}
 {{end}}{{end}}`))

@@ -146,6 +146,9 @@ type searchRow struct {
 	Region    string    `json:"region"`
 	Tier      string    `json:"tier"`
 	ExpiresAt time.Time `json:"expires_at"`
+	Bench     *struct {
+		PerfScore int `json:"perf_score"`
+	} `json:"bench"`
 }
 
 func searchJSON(t *testing.T, home string, args ...string) []searchRow {
@@ -221,8 +224,10 @@ func TestDevnetEndToEnd(t *testing.T) {
 	}
 	renter := filepath.Join(dir, "renter-1")
 	rows := searchJSON(t, renter)
-	if len(rows) != 1 || rows[0].Provider != names["provider-1"].PeerID || rows[0].Tier != "enterprise" {
-		t.Fatalf("renter sees %+v; want provider-1's certified offer only", rows)
+	for _, r := range rows {
+		if r.Provider != names["provider-1"].PeerID || r.Tier != "enterprise" {
+			t.Fatalf("renter sees %+v; want provider-1's certified offer only", rows)
+		}
 	}
 	for _, r := range rows {
 		if r.ID == "" || r.Model == "" || r.GPUs < 1 || r.VRAMGB < 1 || r.Price == "" || r.Region == "" || r.ExpiresAt.Before(time.Now()) {
@@ -265,6 +270,24 @@ func TestDevnetEndToEnd(t *testing.T) {
 	os.WriteFile(bad, data, 0o644)
 	if _, errOut, code := gpunex(t, "verify", bad); code == 0 || !strings.Contains(errOut, "INVALID") {
 		t.Fatalf("tampered record: exit %d, %s", code, errOut)
+	}
+
+	// Benchmarks: provider-1's throttled L4s are delisted with a notification that says why;
+	// its H100s are listed with their measured figures.
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		out := mustRun(t, "notifications", "--home", p1.Home)
+		rows := searchJSON(t, renter)
+		if strings.Contains(out, "L4-24GB) delisted") && strings.Contains(out, "under the threshold") && len(rows) == 1 && rows[0].Model == "H100-80GB" && rows[0].Bench != nil && rows[0].Bench.PerfScore > 90 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("benchmarks: notifications %q, rows %+v", out, rows)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if out := mustRun(t, "bench", "show", "--home", p1.Home); !strings.Contains(out, "DELISTED") || !strings.Contains(out, "storage: write") {
+		t.Fatalf("bench show: %s", out)
 	}
 
 	// A job through the CLI: output streamed, the job's exit code returned, cost shown,
