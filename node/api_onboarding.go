@@ -66,6 +66,23 @@ func (a *APIServer) routeOnboarding(mux *http.ServeMux) {
 	a.route(mux, "GET /v1/coordinator/applications/{id}", a.application)
 	a.route(mux, "POST /v1/coordinator/applications/{id}/decision", a.decide)
 	a.route(mux, "POST /v1/coordinator/revoke", a.revoke)
+	a.route(mux, "POST /v1/coordinator/challenge", func(r *http.Request) (any, error) {
+		var req struct {
+			Provider string `json:"provider"`
+		}
+		if err := decodeBody(r, 4096, &req); err != nil {
+			return nil, err
+		}
+		p, err := peer.Decode(req.Provider)
+		if err != nil {
+			return nil, badRequest(fmt.Errorf("provider %q: not a peer ID", req.Provider))
+		}
+		a, err := a.n.ChallengeProvider(r.Context(), p)
+		if err != nil {
+			return nil, err
+		}
+		return attestationView(a), nil
+	})
 }
 
 func decodeBody(r *http.Request, limit int64, v any) error {

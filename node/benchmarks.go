@@ -386,3 +386,54 @@ func encodeProgress(w io.Writer, v any) error {
 	_, err = w.Write(append(b, '\n'))
 	return err
 }
+
+// ChallengeProvider asks a provider to run its benchmarks now (a coordinator's request):
+// the provider answers once the new attestation is signed, and returns it.
+func (n *Node) ChallengeProvider(ctx context.Context, p peer.ID) (*protocol.SignedAttestation, error) {
+	if n.coord == nil {
+		return nil, fmt.Errorf("%w: only a coordinator challenges providers", ErrWrongRole)
+	}
+	if err := n.reach(ctx, p); err != nil {
+		return nil, err
+	}
+	s, err := n.host.NewStream(ctx, p, protocol.BenchChallengeProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("reach provider %s: %w", p, err)
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(10 * time.Minute))
+	s.CloseWrite()
+	var reply benchNetMsg
+	if err := readJSONFrame(bufio.NewReader(s), protocol.MaxAttestationSize*2, &reply); err != nil {
+		return nil, fmt.Errorf("provider's answer: %w", err)
+	}
+	if reply.Error != "" {
+		return nil, fmt.Errorf("provider %s: %s", p, reply.Error)
+	}
+	a, err := protocol.CheckAttestation(reply.Record, n.clock.Now(), n.trust.trust)
+	if err != nil {
+		return nil, fmt.Errorf("provider's attestation: %w", err)
+	}
+	if a.Signer != p || a.Challenge.Coordinator != n.id.String() {
+		return nil, fmt.Errorf("%w: attestation by %s on a challenge of %s", protocol.ErrWrongSigner, a.Signer, a.Challenge.Coordinator)
+	}
+	return a, nil
+}
+
+// handleBenchChallenge runs the benchmarks when a trusted coordinator asks.
+func (n *Node) handleBenchChallenge(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	if !n.trust.trust[remote] {
+		writeJSONFrame(s, benchNetMsg{Error: "only a trusted coordinator may ask for a benchmark run"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	a, err := n.bench.Run(ctx, nil)
+	if err != nil {
+		writeJSONFrame(s, benchNetMsg{Error: err.Error()})
+		return
+	}
+	writeJSONFrame(s, benchNetMsg{Op: "attestation", Record: a.Raw})
+}

@@ -59,6 +59,17 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 	if ns, _ := prov.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
 		t.Fatalf("notifications after the fix: %+v", ns)
 	}
+	// The coordinator asks for a run: a new attestation on a fresh challenge comes back.
+	fresh, err := tn.boot.ChallengeProvider(context.Background(), prov.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Seq <= a.Seq || fresh.Challenge.Nonce == a.Challenge.Nonce || prov.bench.Latest().Seq != fresh.Seq {
+		t.Fatalf("challenged run: seq %d nonce %s (before: %d %s)", fresh.Seq, fresh.Challenge.Nonce, a.Seq, a.Challenge.Nonce)
+	}
+	if _, err := renter.ChallengeProvider(context.Background(), prov.ID()); err == nil {
+		t.Fatal("a renter challenged a provider")
+	}
 	// An attestation replayed with an old challenge is refused by every validator.
 	if _, err := protocol.CheckAttestation(a.Raw, time.Now().Add(protocol.MaxAttestationAge), renter.trust.trust); protocol.Reason(err) != "expired" {
 		t.Fatalf("old attestation: %v", err)

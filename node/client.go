@@ -261,3 +261,9 @@ func (c *Client) BenchRun(ctx context.Context, progress func(step, steps int, wh
 		}
 	}
 }
+
+// Challenge asks a provider, through this coordinator, to run its benchmarks now.
+func (c *Client) Challenge(ctx context.Context, provider string) (BenchView, error) {
+	var v BenchView
+	return v, c.Do(ctx, http.MethodPost, "/v1/coordinator/challenge", map[string]string{"provider": provider}, &v)
+}

@@ -199,6 +199,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		n.bench = newBenchRunner(n, n.jobs.dir)
 		n.host.SetStreamHandler(protocol.OfferProtocol, n.handleOfferStream)
 		n.host.SetStreamHandler(protocol.NotifyProtocol, n.handleNotify)
+		n.host.SetStreamHandler(protocol.BenchChallengeProtocol, n.handleBenchChallenge)
 		n.goLoop(func() { n.prov.run(runCtx) })
 		n.goLoop(func() { n.applicant.run(runCtx) })
 		n.goLoop(func() { n.bench.loop(runCtx) })

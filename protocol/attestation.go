@@ -268,3 +268,7 @@ const BenchNetProtocol = "/gpunex/bench-net/1.0.0"
 
 // MaxBenchTransfer caps one network benchmark transfer.
 const MaxBenchTransfer = 64 << 20
+
+// BenchChallengeProtocol carries a coordinator's request that a provider run its
+// benchmarks now.
+const BenchChallengeProtocol = "/gpunex/bench-challenge/1.0.0"

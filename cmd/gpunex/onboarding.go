@@ -551,7 +551,23 @@ func coordinatorCommand() *cobra.Command {
 	}
 	revoke.Flags().StringVar(&reason, "reason", "", "why")
 	revoke.MarkFlagRequired("reason")
-	c.AddCommand(apps, revoke)
+	challenge := &cobra.Command{
+		Use:   "challenge PEER",
+		Short: "Ask a provider to run its benchmarks now, against a fresh challenge, and show the result",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.Challenge(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printBench(cmd.OutOrStdout(), v)
+		},
+	}
+	c.AddCommand(apps, revoke, challenge)
 	return c
 }
 
