@@ -74,9 +74,13 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 	os.Remove(jsonPath)
 
 	var procs []*devnetProc
+	var ctrd *sandbox.Daemon
 	defer func() {
 		os.Remove(jsonPath)
 		stopAll(procs, say)
+		if ctrd != nil {
+			ctrd.Stop() // after the providers, so that they stop their jobs themselves
+		}
 	}()
 
 	start := func(name string, opts InitOptions) (*devnetProc, error) {
@@ -120,7 +124,7 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 	if d, err := sandbox.StartContainerd(ctx, filepath.Join(dir, "containerd")); err != nil {
 		say("jobs disabled in this devnet: %v", err)
 	} else {
-		defer d.Stop()
+		ctrd = d
 		ctrdAddr = d.Address()
 		say("started containerd       %s", ctrdAddr)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,9 +93,19 @@ func (r *jobRunner) allow(p peer.ID, now time.Time) bool {
 func (r *jobRunner) reserve(job, model string, n int) ([]sandbox.GPU, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delisted := map[string]bool{}
+	if r.n.bench != nil {
+		if a := r.n.bench.Latest(); a != nil {
+			for _, g := range a.GPUs {
+				if g.Below != "" {
+					delisted[g.UUID] = true
+				}
+			}
+		}
+	}
 	var free, total []int
 	for i, s := range r.gpus {
-		if s.model == model {
+		if s.model == model && !delisted[s.gpu.UUID] {
 			total = append(total, i)
 			if s.job == "" {
 				free = append(free, i)
@@ -239,6 +250,9 @@ func (r *jobRunner) handleJob(s network.Stream) {
 	if ref == "" {
 		ref, err = r.receiveImage(s, in, p)
 	}
+	// A pull and the start take their time: the renter waits up to two minutes after
+	// the image, and learns the outcome either way.
+	s.SetDeadline(time.Now().Add(10 * time.Minute))
 	if err == nil {
 		err = r.start(p, lease, ref, gpus)
 	}
@@ -323,6 +337,7 @@ func (r *jobRunner) receiveImage(s network.Stream, in *bufio.Reader, p *protocol
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if p.Image.Ref != "" {
+		s.SetDeadline(time.Now().Add(10 * time.Minute))
 		if _, err := r.rt.PullImage(ctx, p.Image.Ref); err != nil {
 			return "", fmt.Errorf("pull %s: %w", p.Image.Ref, err)
 		}
@@ -461,7 +476,7 @@ func (r *jobRunner) watch(id string) {
 			if ctx.Err() != nil {
 				return // the node is closing without stopping jobs; the next start resumes
 			}
-			exit = sandbox.Exit{Code: -1, Reason: "lost: " + err.Error(), EndedAt: r.n.clock.Now()}
+			exit = sandbox.Exit{Code: -1, Reason: "lost: " + err.Error()}
 		}
 		r.finish(id, exit)
 	}()
@@ -481,6 +496,9 @@ func (r *jobRunner) finish(id string, exit sandbox.Exit) {
 	ended := exit.EndedAt
 	if ended.IsZero() || ended.Before(started) {
 		ended = r.n.clock.Now()
+	}
+	if strings.HasPrefix(exit.Reason, "lost") {
+		ended = started // the provider cannot show how long it ran: no charge
 	}
 	if ended.After(l.EndsAt) {
 		ended = l.EndsAt
@@ -516,7 +534,13 @@ func (r *jobRunner) finish(id string, exit sandbox.Exit) {
 	r.mu.Lock()
 	delete(r.cancels, id)
 	r.mu.Unlock()
-	r.n.metrics.JobsEnded.WithLabelValues(exit.Reason).Inc()
+	label := exit.Reason
+	if strings.HasPrefix(label, "lost") {
+		label = "lost"
+	} else if label == sandbox.ReasonTimeout {
+		label = "lease_expired"
+	}
+	r.n.metrics.JobsEnded.WithLabelValues(label).Inc()
 	r.n.log.Info("job ended", "job", id, "reason", reason, "exit_code", exit.Code, "seconds", secs, "amount_usdc", rec.Amount)
 }
 
@@ -552,6 +576,10 @@ func (r *jobRunner) reconcile(ctx context.Context) error {
 				r.watch(j.ID)
 			} else {
 				r.finish(j.ID, sandbox.Exit{Code: -1, Reason: "lost: container gone after a provider restart", EndedAt: j.UpdatedAt})
+			}
+		case ledger.JobEnded, ledger.JobFailed:
+			if _, ok := held[j.ID]; ok {
+				r.rt.Remove(ctx, j.ID) // a crash between the receipt and the removal
 			}
 		case ledger.JobLeased:
 			// The image never arrived or the start never happened: no charge.
@@ -653,7 +681,7 @@ func (r *jobRunner) handleControl(s network.Stream) {
 func (r *jobRunner) streamLogs(s network.Stream, id string, follow bool) {
 	path := filepath.Join(r.jobDir(id), "log")
 	var off int64
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 16<<10) // base64 in a JSON frame: well under maxJobFrame
 	for {
 		j, err := r.n.ledger.GetJob(id)
 		if err != nil {
@@ -686,15 +714,22 @@ func (r *jobRunner) streamLogs(s network.Stream, id string, follow bool) {
 	}
 }
 
-// writeTar writes a folder as a tar stream: regular files and folders only.
+// writeTar writes a folder as a tar stream: regular files and folders only. The folder is
+// opened as an os.Root, so that nothing the job left there (links, or a folder swapped for
+// a link while the walk runs) can lead outside it.
 func writeTar(w io.Writer, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	fsys := root.FS()
 	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, path)
-		if rel == "." {
+		if path == "." {
 			return nil
 		}
 		info, err := d.Info()
@@ -708,26 +743,26 @@ func writeTar(w io.Writer, dir string) error {
 		if err != nil {
 			return err
 		}
-		hdr.Name = filepath.ToSlash(rel)
+		hdr.Name = path
 		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
-		if info.Mode().IsRegular() {
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			// The job may swap the file for a link to a host file between the walk and
-			// the open: serve only the very file the walk saw.
-			if st, err := f.Stat(); err != nil || !os.SameFile(st, info) {
-				return fmt.Errorf("%s changed while it was read", rel)
-			}
-			_, err = io.CopyN(tw, f, info.Size())
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := root.Open(path)
+		if err != nil {
 			return err
 		}
-		return nil
+		defer f.Close()
+		// The job may swap the file for another between the walk and the open: serve only
+		// the very file the walk saw.
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != info.Size() {
+			return fmt.Errorf("%s changed while it was read", path)
+		}
+		_, err = io.CopyN(tw, f, info.Size())
+		return err
 	})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -135,7 +136,7 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) 
 	case "counter":
 		return JobView{}, fmt.Errorf("%w: the provider counters at %s USDC per GPU-hour (%s); propose again with that maximum price", ErrJobRefused, m.Price, m.Reason)
 	case "reject":
-		return JobView{}, fmt.Errorf("%w: %s", ErrJobRefused, m.Reason)
+		return JobView{}, fmt.Errorf("%w: %s", ErrJobRefused, strings.TrimPrefix(m.Reason, ErrJobRefused.Error()+": "))
 	default:
 		return JobView{}, fmt.Errorf("provider answered %q: %s", m.Type, m.Reason)
 	}
@@ -356,6 +357,11 @@ func (n *Node) CancelJob(ctx context.Context, id string) (JobView, error) {
 	if m.Type == "error" {
 		return viewJob(j), errors.New(m.Reason)
 	}
+	if m.Status != nil {
+		v := *m.Status
+		v.State, v.Side, v.Peer = "stopping", "renter", j.Peer
+		return v, nil
+	}
 	return viewJob(j), nil
 }
 
@@ -364,6 +370,9 @@ func (n *Node) FetchOutput(ctx context.Context, id string, w io.Writer) error {
 	j, err := n.renterJob(id)
 	if err != nil {
 		return err
+	}
+	if j.Side != "renter" {
+		return badRequest(fmt.Errorf("this node runs job %s: its output is in the job's folder", id))
 	}
 	s, in, err := n.control(ctx, j, jobMsg{Op: "fetch"})
 	if err != nil {

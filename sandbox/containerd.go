@@ -143,7 +143,7 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 		o.Logger = slog.Default().With("subsystem", "sandbox")
 	}
 	unreachable := func(err error) error {
-		return fmt.Errorf("containerd not reachable at %s (%v): install it with apt-get install containerd runc, or set sandbox.containerd_address", o.Address, err)
+		return fmt.Errorf("containerd not reachable at %s (%v): install it with apt-get install containerd runc, or set jobs.containerd_address", o.Address, err)
 	}
 	if _, err := os.Stat(o.Address); err != nil {
 		return nil, unreachable(err)
@@ -189,9 +189,8 @@ func (c *Containerd) Client() *client.Client { return c.client }
 func (c *Containerd) Namespace() string { return c.opts.Namespace }
 
 // ImportImage loads an OCI layout tar, unpacks it for the snapshotter, and returns the
-// image's name (its org.opencontainers.image.ref.name or io.containerd.image.name
-// annotation; an archive without one is named import.gpunex.local/image@<digest>) and
-// its manifest digest. Only the host's platform is imported.
+// name jobs use, import.gpunex.local/image@<manifest digest> (whatever name the archive
+// gives itself), and its manifest digest. Only the host's platform is imported.
 func (c *Containerd) ImportImage(ctx context.Context, archive io.Reader) (ref, digest string, err error) {
 	ctx = c.ns(ctx)
 	imgs, err := c.client.Import(ctx, archive,
@@ -213,10 +212,28 @@ func (c *Containerd) ImportImage(ctx context.Context, archive io.Reader) (ref, d
 	if err := client.NewImage(c.client, img).Unpack(ctx, c.opts.Snapshotter); err != nil {
 		return "", "", fmt.Errorf("unpack image %s: %w", img.Name, err)
 	}
+	// Jobs refer to the image by its manifest digest: an archive's own name is chosen by
+	// whoever built it, and another renter's archive with the same name would replace it.
+	name := "import.gpunex.local/image@" + img.Target.Digest.String()
+	if img.Name != name {
+		is := c.client.ImageService()
+		if _, err := is.Create(ctx, images.Image{Name: name, Target: img.Target}); err != nil {
+			if !errdefs.IsAlreadyExists(err) {
+				return "", "", fmt.Errorf("name image %s: %w", name, err)
+			}
+			if _, err := is.Update(ctx, images.Image{Name: name, Target: img.Target}); err != nil {
+				return "", "", fmt.Errorf("name image %s: %w", name, err)
+			}
+		}
+		// The archive's own name is not used: drop it (the content stays, named by digest).
+		if err := is.Delete(ctx, img.Name); err != nil && !errdefs.IsNotFound(err) {
+			return "", "", fmt.Errorf("drop image name %s: %w", img.Name, err)
+		}
+	}
 	c.mu.Lock()
 	c.unpacked[img.Target.Digest.String()] = true
 	c.mu.Unlock()
-	return img.Name, img.Target.Digest.String(), nil
+	return name, img.Target.Digest.String(), nil
 }
 
 // PullImage fetches and unpacks an image from its registry.

@@ -86,8 +86,8 @@ func testRuntime(t testing.TB) (*Containerd, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ref != testImageRef || digest != testDigest {
-		t.Fatalf("ImportImage = %s %s, want %s %s", ref, digest, testImageRef, testDigest)
+	if ref != "import.gpunex.local/image@"+testDigest || digest != testDigest {
+		t.Fatalf("ImportImage = %s %s, want the digest name of %s (%s)", ref, digest, testImageRef, testDigest)
 	}
 	t.Cleanup(func() {
 		ctx := namespaces.WithNamespace(context.Background(), ns)

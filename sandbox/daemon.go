@@ -25,7 +25,7 @@ const ContainerdBinary = "/usr/bin/containerd"
 // Daemon is a private containerd started by StartContainerd: its root, state, sockets and
 // plugin folders all live in the folder it was given, so it neither sees nor disturbs a
 // system containerd. Tests and the devnet use it; a production node talks to the system
-// daemon instead (sandbox.containerd_address).
+// daemon instead (jobs.containerd_address).
 type Daemon struct {
 	dir     string // root of everything the daemon writes
 	sockDir string // holds the sockets: dir, or a short folder in /tmp when dir is long
@@ -56,7 +56,7 @@ func StartContainerd(ctx context.Context, dir string) (*Daemon, error) {
 		return nil, fmt.Errorf("runc is not installed (%w): install it with apt-get install containerd runc", err)
 	}
 	if os.Geteuid() != 0 {
-		return nil, errors.New("a private containerd needs root: run as root (or use the system containerd through sandbox.containerd_address)")
+		return nil, errors.New("a private containerd needs root: run as root (or use the system containerd through jobs.containerd_address)")
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {

@@ -610,7 +610,7 @@ func TestProviderJobSurvivesKill9(t *testing.T) {
 	}
 	var jobs []node.JobView
 	json.Unmarshal([]byte(mustRun(t, "job", "list", "--json", "--home", renter)), &jobs)
-	if len(jobs) != 1 || jobs[0].State != "ended" || jobs[0].ExitCode != 0 || !jobs[0].Countersign || jobs[0].Seconds < 4 {
+	if len(jobs) != 1 || jobs[0].State != "ended" || jobs[0].ExitCode != 0 || !jobs[0].Countersign || jobs[0].Seconds < 3 {
 		t.Fatalf("job after the restart: %+v", jobs)
 	}
 	rt, err := sandbox.NewContainerd(context.Background(), sandbox.ContainerdOptions{Address: d.Address(), Namespace: "gpunex"})
