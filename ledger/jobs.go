@@ -50,17 +50,7 @@ func (l *Ledger) PutJob(j Job) error {
 
 // UpdateJob changes a job atomically and returns it as stored.
 func (l *Ledger) UpdateJob(id string, f func(j *Job) error) (Job, error) {
-	var j Job
-	err := l.db.Update(func(txn *badger.Txn) error {
-		if err := getJSON(txn, prefixJob+id, &j); err != nil {
-			return err
-		}
-		if err := f(&j); err != nil {
-			return err
-		}
-		return putJSON(txn, prefixJob+id, j)
-	})
-	return j, err
+	return updateJSON(l, prefixJob+id, f)
 }
 
 // GetJob returns a job, or ErrNotFound.

@@ -68,17 +68,7 @@ func (l *Ledger) PutApplication(a Application) error {
 
 // UpdateApplication changes an application atomically and returns it as stored.
 func (l *Ledger) UpdateApplication(id string, f func(a *Application) error) (Application, error) {
-	var a Application
-	err := l.db.Update(func(txn *badger.Txn) error {
-		if err := getJSON(txn, prefixApplication+id, &a); err != nil {
-			return err
-		}
-		if err := f(&a); err != nil {
-			return err
-		}
-		return putJSON(txn, prefixApplication+id, a)
-	})
-	return a, err
+	return updateJSON(l, prefixApplication+id, f)
 }
 
 // GetApplication returns one application, or ErrNotFound.
@@ -139,17 +129,7 @@ func (l *Ledger) SetOwnApplication(a OwnApplication) error {
 
 // UpdateOwnApplication changes the provider's application atomically.
 func (l *Ledger) UpdateOwnApplication(f func(a *OwnApplication) error) (OwnApplication, error) {
-	var a OwnApplication
-	err := l.db.Update(func(txn *badger.Txn) error {
-		if err := getJSON(txn, keyOwnApplication, &a); err != nil {
-			return err
-		}
-		if err := f(&a); err != nil {
-			return err
-		}
-		return putJSON(txn, keyOwnApplication, a)
-	})
-	return a, err
+	return updateJSON(l, keyOwnApplication, f)
 }
 
 // GetOwnApplication returns the provider's application, or ErrNotFound.
@@ -170,21 +150,7 @@ func (l *Ledger) SetOwnCertificate(raw []byte) error {
 }
 
 // OwnCertificate returns the provider's certificate, or ErrNotFound.
-func (l *Ledger) OwnCertificate() ([]byte, error) {
-	var out []byte
-	err := l.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keyOwnCertificate))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		out, err = item.ValueCopy(nil)
-		return err
-	})
-	return out, err
-}
+func (l *Ledger) OwnCertificate() ([]byte, error) { return l.getRaw(keyOwnCertificate) }
 
 // Notification is a notice kept for the node's operator: a signed record from a
 // coordinator, or one the node wrote itself (Raw empty).
@@ -255,6 +221,39 @@ func (l *Ledger) Revocations() ([][]byte, error) {
 	return out, err
 }
 
+// updateJSON reads the JSON value at key into a T, lets f change it, and writes it back,
+// in one transaction; it returns the value as stored.
+func updateJSON[T any](l *Ledger, key string, f func(v *T) error) (T, error) {
+	var v T
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, key, &v); err != nil {
+			return err
+		}
+		if err := f(&v); err != nil {
+			return err
+		}
+		return putJSON(txn, key, v)
+	})
+	return v, err
+}
+
+// getRaw returns the bytes stored at key, or ErrNotFound.
+func (l *Ledger) getRaw(key string) ([]byte, error) {
+	var out []byte
+	err := l.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(key))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		out, err = item.ValueCopy(nil)
+		return err
+	})
+	return out, err
+}
+
 func putJSON(txn *badger.Txn, key string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -287,18 +286,4 @@ func (l *Ledger) SetOwnAttestation(raw []byte) error {
 }
 
 // OwnAttestation returns the provider's latest benchmark attestation, or ErrNotFound.
-func (l *Ledger) OwnAttestation() ([]byte, error) {
-	var out []byte
-	err := l.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keyOwnAttestation))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		out, err = item.ValueCopy(nil)
-		return err
-	})
-	return out, err
-}
+func (l *Ledger) OwnAttestation() ([]byte, error) { return l.getRaw(keyOwnAttestation) }
