@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // Onboarding state: the coordinator's application queue and audit trail, the provider's own
@@ -287,3 +289,37 @@ func (l *Ledger) SetOwnAttestation(raw []byte) error {
 
 // OwnAttestation returns the provider's latest benchmark attestation, or ErrNotFound.
 func (l *Ledger) OwnAttestation() ([]byte, error) { return l.getRaw(keyOwnAttestation) }
+
+const prefixReliability = "coordinator/reliability/"
+
+// ReliabilityState is what a coordinator keeps per provider to score it.
+type ReliabilityState struct {
+	Provider    string               `json:"provider"`
+	Reliability protocol.Reliability `json:"reliability"`
+	// FirstPerf is each GPU's first accepted performance score: later attestations are
+	// compared with it.
+	FirstPerf     map[string]int `json:"first_perf"`
+	LastAttestSeq uint64         `json:"last_attestation_seq"`
+	// Events are the latest outcomes that lowered a component, newest last.
+	Events    []string `json:"events"`
+	LastScore int      `json:"last_score"`
+}
+
+// UpdateReliability changes a provider's reliability state atomically, creating it empty.
+func (l *Ledger) UpdateReliability(provider string, f func(s *ReliabilityState) error) (ReliabilityState, error) {
+	key := prefixReliability + provider
+	var st ReliabilityState
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, key, &st); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if st.Provider == "" {
+			st = ReliabilityState{Provider: provider, FirstPerf: map[string]int{}, LastScore: -1}
+		}
+		if err := f(&st); err != nil {
+			return err
+		}
+		return putJSON(txn, key, st)
+	})
+	return st, err
+}

@@ -116,8 +116,25 @@ func (c *countingWriter) Flush() {
 	}
 }
 
-// Benchmark routes of the local API.
+// Benchmark and score routes of the local API.
 func (a *APIServer) routeBench(mux *http.ServeMux) {
+	a.route(mux, "GET /v1/scores", func(r *http.Request) (any, error) {
+		all := a.n.Scores()
+		want := r.URL.Query().Get("provider")
+		if want == "" {
+			return all, nil
+		}
+		out := []protocol.ScoreRecord{}
+		for _, s := range all {
+			if s.Provider == want {
+				out = append(out, s)
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("%w: no score record for %s (scores come from the coordinator's probes)", ErrNotFound, want)
+		}
+		return out, nil
+	})
 	a.route(mux, "GET /v1/bench", func(r *http.Request) (any, error) {
 		if a.n.bench == nil {
 			return nil, fmt.Errorf("%w: this node is a %s; providers run benchmarks", ErrWrongRole, a.n.cfg.Role)

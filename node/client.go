@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // Client talks to a running node's local API. The CLI uses nothing else.
@@ -266,4 +268,10 @@ func (c *Client) BenchRun(ctx context.Context, progress func(step, steps int, wh
 func (c *Client) Challenge(ctx context.Context, provider string) (BenchView, error) {
 	var v BenchView
 	return v, c.Do(ctx, http.MethodPost, "/v1/coordinator/challenge", map[string]string{"provider": provider}, &v)
+}
+
+// Scores returns the score records the node holds (one provider's when provider is set).
+func (c *Client) Scores(ctx context.Context, provider string) ([]protocol.ScoreRecord, error) {
+	var v []protocol.ScoreRecord
+	return v, c.Do(ctx, http.MethodGet, "/v1/scores?provider="+url.QueryEscape(provider), nil, &v)
 }

@@ -107,6 +107,11 @@ type TrustConfig struct {
 type CoordinatorConfig struct {
 	// CertificateValidity is how long a certificate is valid after approval.
 	CertificateValidity Duration `toml:"certificate_validity"`
+	// ProbeInterval is the mean time between uptime probes of each provider (each round
+	// starts at a random moment between half and one and a half of it).
+	ProbeInterval Duration `toml:"probe_interval"`
+	// HalfLife is the decay half-life of the reliability score's components.
+	HalfLife Duration `toml:"half_life"`
 	// Notify sends decisions by e-mail and webhook as well as to the provider's node.
 	Notify NotifyConfig `toml:"notify"`
 }
@@ -181,6 +186,8 @@ func Defaults(role string) Config {
 		API: APIConfig{Listen: "127.0.0.1:0"},
 		Coordinator: CoordinatorConfig{
 			CertificateValidity: Duration{180 * 24 * time.Hour},
+			ProbeInterval:       Duration{5 * time.Minute},
+			HalfLife:            Duration{protocol.DefaultHalfLife},
 		},
 		Bench: BenchConfig{Interval: Duration{7 * 24 * time.Hour}, StorageMB: 256, NetworkMB: 16},
 		Jobs: JobsConfig{
@@ -275,6 +282,9 @@ func (c *Config) Check() error {
 	}
 	if _, err := c.TrustedCoordinators(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Coordinator.ProbeInterval.Duration < 100*time.Millisecond || c.Coordinator.HalfLife.Duration < time.Minute {
+		errs = append(errs, errors.New("coordinator.probe_interval must be at least 100ms and coordinator.half_life at least 1m"))
 	}
 	if v := c.Coordinator.CertificateValidity.Duration; v < time.Minute || v > protocol.MaxCertificateValidity {
 		errs = append(errs, fmt.Errorf("coordinator.certificate_validity %s: must be between 1m and %s", c.Coordinator.CertificateValidity, protocol.MaxCertificateValidity))

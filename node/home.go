@@ -263,6 +263,10 @@ coordinators = {{list .Trust.Coordinators}}
 [coordinator]
 # How long a certificate is valid after approval (at most 8784h, 366 days).
 certificate_validity = "{{.Coordinator.CertificateValidity}}"
+# Mean time between uptime probes of each certified provider (random moments around it).
+probe_interval = "{{.Coordinator.ProbeInterval}}"
+# Half-life of the reliability score's components.
+half_life = "{{.Coordinator.HalfLife}}"
 
 [coordinator.notify]
 # Decisions are also sent to the applicant by e-mail and to a webhook, when set.

@@ -70,7 +70,11 @@ type Node struct {
 	bench    *benchRunner // nil unless the role is provider
 	revTopic *pubsub.Topic
 	revSub   *pubsub.Subscription
-	scores   gossipScores
+	// Scores: every node keeps the latest score records; a coordinator makes them.
+	reliability scoreBook
+	scoreTopic  *pubsub.Topic
+	scoreSub    *pubsub.Subscription
+	scores      gossipScores
 	// syncSlots bounds the catalogue syncs served at once.
 	syncSlots chan struct{}
 
@@ -182,6 +186,17 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		return nil, err
 	}
 	n.host.SetStreamHandler(protocol.RevocationSyncProtocol, n.handleRevocationSync)
+	n.reliability.scores = map[peer.ID]*protocol.SignedScore{}
+	if err := n.ps.RegisterTopicValidator(protocol.ScoresTopic, n.validateScore); err != nil {
+		return nil, err
+	}
+	if n.scoreTopic, err = n.ps.Join(protocol.ScoresTopic); err != nil {
+		return nil, err
+	}
+	if n.scoreSub, err = n.scoreTopic.Subscribe(); err != nil {
+		return nil, err
+	}
+	n.goLoop(func() { drain(runCtx, n.scoreSub) })
 	n.goLoop(func() { drain(runCtx, n.revSub) })
 
 	n.goLoop(func() { drain(runCtx, n.sub) })
@@ -200,6 +215,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		n.host.SetStreamHandler(protocol.OfferProtocol, n.handleOfferStream)
 		n.host.SetStreamHandler(protocol.NotifyProtocol, n.handleNotify)
 		n.host.SetStreamHandler(protocol.BenchChallengeProtocol, n.handleBenchChallenge)
+		n.host.SetStreamHandler(protocol.UptimeProtocol, n.handleUptime)
 		n.goLoop(func() { n.prov.run(runCtx) })
 		n.goLoop(func() { n.applicant.run(runCtx) })
 		n.goLoop(func() { n.bench.loop(runCtx) })
@@ -210,6 +226,8 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		}
 		n.host.SetStreamHandler(protocol.ApplyProtocol, n.coord.handleApply)
 		n.host.SetStreamHandler(protocol.BenchNetProtocol, n.handleBenchNet)
+		sc := &scorer{n: n}
+		n.goLoop(func() { sc.loop(runCtx) })
 	}
 	n.log.Info("node started", "peer_id", n.id, "role", cfg.Role, "addrs", n.host.Addrs())
 	return n, nil
@@ -304,12 +322,12 @@ func (n *Node) Close(ctx context.Context) error {
 		if n.book != nil && n.ledger != nil {
 			errs = append(errs, n.book.flush())
 		}
-		for _, sub := range []*pubsub.Subscription{n.sub, n.revSub} {
+		for _, sub := range []*pubsub.Subscription{n.sub, n.revSub, n.scoreSub} {
 			if sub != nil {
 				sub.Cancel()
 			}
 		}
-		for _, t := range []*pubsub.Topic{n.topic, n.revTopic} {
+		for _, t := range []*pubsub.Topic{n.topic, n.revTopic, n.scoreTopic} {
 			if t != nil {
 				t.Close()
 			}

@@ -46,6 +46,9 @@ type OfferRow struct {
 	// Measured figures of the model's GPUs (mean over them) from the offer's benchmark
 	// attestation; absent when the provider has none.
 	Bench *RowBench `json:"bench,omitempty"`
+	// Score is the provider's reliability score (0-100) from a trusted coordinator's
+	// latest score record; absent when none is held.
+	Score *int `json:"score,omitempty"`
 }
 
 // RowBench is the measured performance of one model's GPUs in an offer.
@@ -220,7 +223,14 @@ func (n *Node) search(ctx context.Context, f SearchFilter) ([]OfferRow, searchSt
 	now := n.clock.Now()
 	var rows []OfferRow
 	for _, so := range n.book.live(now) {
-		rows = append(rows, f.Rows(so)...)
+		rs := f.Rows(so)
+		if s := n.Score(so.Signer); s != nil {
+			for i := range rs {
+				v := s.Score
+				rs[i].Score = &v
+			}
+		}
+		rows = append(rows, rs...)
 	}
 	sort.Slice(rows, func(i, j int) bool {
 		if rows[i].PlacementMicroUSDC != rows[j].PlacementMicroUSDC {

@@ -33,6 +33,8 @@ const (
 	KindCountersignature Kind = "countersignature"
 	KindChallenge        Kind = "challenge"
 	KindAttestation      Kind = "attestation"
+	KindUptimeProof      Kind = "uptime-proof"
+	KindScore            Kind = "score"
 )
 
 // MaxClockSkew is how far in the future a record's issue time may lie before it is rejected.
@@ -104,6 +106,8 @@ var kindSpecs = []kindSpec{
 	{kind: KindCountersignature, domain: "/gpunex/record/countersignature", codec: []byte("/gpunex/countersignature"), maxSize: MaxCountersignatureSize},
 	{kind: KindChallenge, domain: "/gpunex/record/challenge", codec: []byte("/gpunex/challenge"), maxSize: MaxChallengeSize},
 	{kind: KindAttestation, domain: "/gpunex/record/attestation", codec: []byte("/gpunex/attestation"), maxSize: MaxAttestationSize},
+	{kind: KindUptimeProof, domain: "/gpunex/record/uptime-proof", codec: []byte("/gpunex/uptime-proof"), maxSize: MaxUptimeProofSize},
+	{kind: KindScore, domain: "/gpunex/record/score", codec: []byte("/gpunex/score"), maxSize: MaxScoreSize},
 }
 
 func specFor(k Kind) (kindSpec, bool) {
@@ -343,6 +347,13 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		rec, err = CheckProposal(raw, now)
 	case KindAttestation:
 		rec, err = CheckAttestation(raw, now, nil)
+	case KindScore:
+		rec, err = CheckScore(raw, now, nil)
+	case KindUptimeProof:
+		var u UptimeProof
+		if err = decodePayload(env, ScoreVersion, &u, func() int { return u.Version }); err == nil {
+			rec = &u
+		}
 	case KindChallenge:
 		var c Challenge
 		if err = decodePayload(env, AttestationVersion, &c, func() int { return c.Version }); err == nil {

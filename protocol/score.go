@@ -1,8 +1,11 @@
 package protocol
 
 import (
+	"fmt"
 	"math"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // Reliability score arithmetic (docs/reliability.md): three components, each an
@@ -94,4 +97,99 @@ func (r Reliability) Score(now time.Time, halfLife time.Duration) int {
 	s := WeightUptime*r.Uptime.Ratio(now, halfLife) + WeightCompletion*r.Completion.Ratio(now, halfLife) +
 		WeightConsistency*r.Consistency.Ratio(now, halfLife)
 	return int(math.Floor(s*100 + 1e-9))
+}
+
+// Uptime probes and score records.
+const (
+	// UptimeProtocol carries a coordinator's probe and the provider's signed answer.
+	UptimeProtocol = "/gpunex/uptime/1.0.0"
+	// ScoresTopic is the gossipsub topic of score records.
+	ScoresTopic = "/gpunex/scores/1"
+	// ScoreVersion is the payload version of uptime proofs and score records.
+	ScoreVersion = 1
+	// MaxUptimeProofSize and MaxScoreSize cap their envelopes.
+	MaxUptimeProofSize = 1 << 10
+	MaxScoreSize       = 4 << 10
+	// ScoreTTL is how long a score record is valid.
+	ScoreTTL = 2 * time.Hour
+)
+
+// UptimeProof is a provider's signed answer to a coordinator's probe nonce.
+type UptimeProof struct {
+	Version     int       `json:"version"`
+	Provider    string    `json:"provider"`
+	Coordinator string    `json:"coordinator"`
+	Nonce       string    `json:"nonce"`
+	SignedAt    time.Time `json:"signed_at"`
+}
+
+// CheckUptimeProof opens a provider's answer to the nonce this coordinator sent.
+func CheckUptimeProof(raw []byte, provider, coordinator string, nonce string) (*UptimeProof, error) {
+	env, err := openKind(raw, KindUptimeProof)
+	if err != nil {
+		return nil, err
+	}
+	var u UptimeProof
+	if err := decodePayload(env, ScoreVersion, &u, func() int { return u.Version }); err != nil {
+		return nil, err
+	}
+	if u.Provider != env.signerText || u.Provider != provider {
+		return nil, fmt.Errorf("%w: uptime proof signed by %s for %s, probe sent to %s", ErrWrongSigner, env.Signer, u.Provider, provider)
+	}
+	if u.Coordinator != coordinator || u.Nonce != nonce {
+		return nil, fmt.Errorf("%w: uptime proof answers another probe", ErrReplay)
+	}
+	return &u, nil
+}
+
+// ScoreRecord is a coordinator's signed reliability score for a provider.
+type ScoreRecord struct {
+	Version      int       `json:"version"`
+	Coordinator  string    `json:"coordinator"`
+	Provider     string    `json:"provider"`
+	Seq          uint64    `json:"seq"`
+	IssuedAt     time.Time `json:"issued_at"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	Score        int       `json:"score"`
+	Uptime       float64   `json:"uptime"`
+	Completion   float64   `json:"completion"`
+	Consistency  float64   `json:"benchmark_consistency"`
+	Probes       float64   `json:"probes"`        // decayed count of probes behind uptime
+	Jobs         float64   `json:"jobs"`          // decayed count of jobs behind completion
+	Benchmarks   float64   `json:"benchmarks"`    // decayed count behind consistency
+	Trend        int       `json:"trend"`         // score change since the previous record
+	Why          []string  `json:"why,omitempty"` // recent events that moved it
+	HalfLifeSecs int64     `json:"half_life_s"`
+}
+
+// SignedScore is a score record that passed the checks.
+type SignedScore struct {
+	ScoreRecord
+	Signer peer.ID
+	Raw    []byte
+}
+
+// CheckScore opens a score record: signed by a trusted coordinator, unexpired, sane.
+func CheckScore(raw []byte, now time.Time, trust Trust) (*SignedScore, error) {
+	env, err := openKind(raw, KindScore)
+	if err != nil {
+		return nil, err
+	}
+	var s ScoreRecord
+	if err := decodePayload(env, ScoreVersion, &s, func() int { return s.Version }); err != nil {
+		return nil, err
+	}
+	if s.Coordinator != env.signerText {
+		return nil, fmt.Errorf("%w: score names coordinator %s but is signed by %s", ErrWrongSigner, s.Coordinator, env.Signer)
+	}
+	if _, err := peer.Decode(s.Provider); err != nil || s.Seq == 0 || s.Score < 0 || s.Score > 100 || len(s.Why) > 20 {
+		return nil, invalid(KindScore, "provider, seq or score out of range")
+	}
+	if err := trust.check(KindScore, env.Signer); err != nil {
+		return nil, err
+	}
+	if err := checkIssued(KindScore, s.IssuedAt, s.ExpiresAt, now); err != nil {
+		return nil, err
+	}
+	return &SignedScore{ScoreRecord: s, Signer: env.Signer, Raw: raw}, nil
 }

@@ -1,0 +1,55 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// TestReliabilityScore: the coordinator probes a certified provider; renters receive signed
+// score records; when the provider goes offline the misses lower its score and say when.
+func TestReliabilityScore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	fastOnboarding(t)
+	ccfg := testConfig(RoleCoordinator)
+	ccfg.Coordinator.ProbeInterval = Duration{200 * time.Millisecond}
+	ccfg.Coordinator.HalfLife = Duration{time.Minute}
+	tn := newTestNetWith(t, ccfg)
+	cfg := providerConfig(0)
+	prov := tn.addUncertified(cfg)
+	renter := tn.add(testConfig(RoleRenter), nil)
+	own, err := prov.applicant.Submit(applicationForm(cfg, true, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	if _, err := tn.boot.coord.Decide(own.ID, Decision{Action: "approve", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "renter holds a score with probes behind it", func() (bool, string) {
+		s := renter.Score(prov.ID())
+		return s != nil && s.Probes >= 3 && s.Score >= 90, ""
+	})
+	before := renter.Score(prov.ID())
+	if before.Uptime < 0.9 || before.Signer != tn.boot.ID() {
+		t.Fatalf("score while online: %+v", before.ScoreRecord)
+	}
+	prov.Close(context.Background())
+	prov.Host().Close() // offline: nobody answers the probes
+	eventually(t, 30*time.Second, "score drops while the provider is offline", func() (bool, string) {
+		s := renter.Score(prov.ID())
+		if s == nil {
+			return false, "no score"
+		}
+		return s.Score < before.Score-5 && len(s.Why) > 0 && strings.Contains(s.Why[len(s.Why)-1], "missed probe"), fmt.Sprintf("%+v", s.ScoreRecord)
+	})
+	if forged := renter.takeScore(before.Raw, "gossip"); protocol.Reason(forged) != "replay" {
+		t.Fatalf("old score record accepted again: %v", forged)
+	}
+}
