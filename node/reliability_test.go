@@ -53,3 +53,23 @@ func TestReliabilityScore(t *testing.T) {
 		t.Fatalf("old score record accepted again: %v", forged)
 	}
 }
+
+func TestSortRows(t *testing.T) {
+	score := func(v int) *int { return &v }
+	rows := []OfferRow{
+		{ID: "a", PriceMicroUSDC: 2_000_000, PlacementMicroUSDC: 1_700_000, Score: score(95), Bench: &RowBench{PerfScore: 100}},
+		{ID: "b", PriceMicroUSDC: 1_800_000, PlacementMicroUSDC: 1_800_000, Score: score(70)},
+		{ID: "c", PriceMicroUSDC: 1_000_000, PlacementMicroUSDC: 1_000_000, Bench: &RowBench{PerfScore: 40}},
+	}
+	for sortBy, want := range map[string]string{"": "cab", "price": "cba", "score": "abc", "perf": "acb"} {
+		f := SearchFilter{Sort: sortBy}
+		f.SortRows(rows)
+		got := ""
+		for _, r := range rows {
+			got += r.ID
+		}
+		if got != want {
+			t.Errorf("sort %q: %s; want %s", sortBy, got, want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -20,6 +21,40 @@ type SearchFilter struct {
 	Region   string
 	MaxPrice protocol.MicroUSDC // per GPU-hour
 	MinGPUs  int
+	// Sort orders the rows: "" (placement: price less the tier and commitment bonus),
+	// "price", "score" (reliability, highest first) or "perf" (performance score per
+	// USDC, highest first). Rows without the figure sort last.
+	Sort string
+}
+
+// SortRows orders search rows as f.Sort says; ties go to the better placement, then the ID.
+func (f SearchFilter) SortRows(rows []OfferRow) {
+	key := func(r OfferRow) float64 {
+		switch f.Sort {
+		case "price":
+			return float64(r.PriceMicroUSDC)
+		case "score":
+			if r.Score == nil {
+				return math.Inf(1)
+			}
+			return -float64(*r.Score)
+		case "perf":
+			if r.Bench == nil || r.PriceMicroUSDC <= 0 {
+				return math.Inf(1)
+			}
+			return -float64(r.Bench.PerfScore) / float64(r.PriceMicroUSDC)
+		}
+		return float64(r.PlacementMicroUSDC)
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if ki, kj := key(rows[i]), key(rows[j]); ki != kj {
+			return ki < kj
+		}
+		if rows[i].PlacementMicroUSDC != rows[j].PlacementMicroUSDC {
+			return rows[i].PlacementMicroUSDC < rows[j].PlacementMicroUSDC
+		}
+		return rows[i].ID < rows[j].ID
+	})
 }
 
 // OfferRow is one GPU model of one provider's live offer, as search shows it.
@@ -232,12 +267,7 @@ func (n *Node) search(ctx context.Context, f SearchFilter) ([]OfferRow, searchSt
 		}
 		rows = append(rows, rs...)
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].PlacementMicroUSDC != rows[j].PlacementMicroUSDC {
-			return rows[i].PlacementMicroUSDC < rows[j].PlacementMicroUSDC
-		}
-		return rows[i].ID < rows[j].ID
-	})
+	f.SortRows(rows)
 	n.log.Debug("search", "dht_providers", st.found, "fetched", st.fetched, "fetch_failed", st.failed, "sync", st.sync, "dht", st.dht, "rows", len(rows), "took", time.Since(start))
 	return rows, st, nil
 }

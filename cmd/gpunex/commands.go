@@ -261,7 +261,7 @@ func offerCommand() *cobra.Command {
 
 func offersCommand() *cobra.Command {
 	c := &cobra.Command{Use: "offers", Short: "Find and inspect offers on the network"}
-	var model, region, maxPrice string
+	var model, region, maxPrice, sortBy string
 	var minGPUs int
 	var asJSON bool
 	search := &cobra.Command{
@@ -284,6 +284,9 @@ func offersCommand() *cobra.Command {
 			}
 			if minGPUs > 0 {
 				q.Set("min_gpus", strconv.Itoa(minGPUs))
+			}
+			if sortBy != "" {
+				q.Set("sort", sortBy)
 			}
 			cl, err := client(cmd)
 			if err != nil {
@@ -329,6 +332,7 @@ func offersCommand() *cobra.Command {
 	search.Flags().StringVar(&maxPrice, "max-price", "", "highest USDC per GPU-hour")
 	search.Flags().IntVar(&minGPUs, "min-gpus", 0, "fewest GPUs of the model")
 	search.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	search.Flags().StringVar(&sortBy, "sort", "", "placement (default: price less the tier and commitment bonus), price, score (reliability) or perf (performance per USDC)")
 
 	var raw bool
 	var out string
