@@ -323,3 +323,29 @@ func (l *Ledger) UpdateReliability(provider string, f func(s *ReliabilityState) 
 	})
 	return st, err
 }
+
+const keyMaintenance = "provider/maintenance"
+
+// Maintenance is a provider's planned maintenance: one window, or a recurring rule.
+type Maintenance struct {
+	ID   string    `json:"id"`
+	From time.Time `json:"from,omitzero"`
+	To   time.Time `json:"to,omitzero"`
+	Rule string    `json:"rule,omitempty"` // e.g. "first sunday 02:00 2h Europe/Paris"
+	Note string    `json:"note,omitempty"`
+}
+
+// MaintenanceList returns the provider's planned maintenance.
+func (l *Ledger) MaintenanceList() ([]Maintenance, error) {
+	var out []Maintenance
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, keyMaintenance, &out) })
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	return out, err
+}
+
+// SetMaintenance replaces the provider's planned maintenance.
+func (l *Ledger) SetMaintenance(ms []Maintenance) error {
+	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, keyMaintenance, ms) })
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -118,6 +119,23 @@ func (c *countingWriter) Flush() {
 
 // Benchmark and score routes of the local API.
 func (a *APIServer) routeBench(mux *http.ServeMux) {
+	a.route(mux, "GET /v1/provider/maintenance", func(r *http.Request) (any, error) {
+		ms, err := a.n.ledger.MaintenanceList()
+		if ms == nil {
+			ms = []ledger.Maintenance{}
+		}
+		return MaintenanceView{Planned: ms, Announced: a.n.maintenanceWindows(a.n.clock.Now())}, err
+	})
+	a.route(mux, "POST /v1/provider/maintenance", func(r *http.Request) (any, error) {
+		var m ledger.Maintenance
+		if err := decodeBody(r, 4096, &m); err != nil {
+			return nil, err
+		}
+		return a.n.AddMaintenance(m)
+	})
+	a.route(mux, "DELETE /v1/provider/maintenance/{id}", func(r *http.Request) (any, error) {
+		return map[string]string{"removed": r.PathValue("id")}, a.n.RemoveMaintenance(r.PathValue("id"))
+	})
 	a.route(mux, "GET /v1/scores", func(r *http.Request) (any, error) {
 		all := a.n.Scores()
 		want := r.URL.Query().Get("provider")

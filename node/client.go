@@ -275,3 +275,20 @@ func (c *Client) Scores(ctx context.Context, provider string) ([]protocol.ScoreR
 	var v []protocol.ScoreRecord
 	return v, c.Do(ctx, http.MethodGet, "/v1/scores?provider="+url.QueryEscape(provider), nil, &v)
 }
+
+// Maintenance lists the provider's planned maintenance and the windows it announces.
+func (c *Client) Maintenance(ctx context.Context) (MaintenanceView, error) {
+	var v MaintenanceView
+	return v, c.Do(ctx, http.MethodGet, "/v1/provider/maintenance", nil, &v)
+}
+
+// AddMaintenance adds a window or a recurring rule.
+func (c *Client) AddMaintenance(ctx context.Context, m Maintenance) (Maintenance, error) {
+	var v Maintenance
+	return v, c.Do(ctx, http.MethodPost, "/v1/provider/maintenance", m, &v)
+}
+
+// RemoveMaintenance removes a window or rule.
+func (c *Client) RemoveMaintenance(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/v1/provider/maintenance/"+url.PathEscape(id), nil, nil)
+}

@@ -129,6 +129,7 @@ func (p *provider) build(now time.Time, withdrawn string) (protocol.Offer, error
 		Addrs:        p.n.Addrs(),
 	}
 	o.ExpiresAt = o.IssuedAt.Add(p.n.cfg.Offers.TTL.Duration)
+	o.Maintenance = p.n.maintenanceWindows(now)
 	if len(o.Addrs) > 16 {
 		o.Addrs = o.Addrs[:16]
 	}

@@ -100,12 +100,15 @@ func (sc *scorer) certified() []peer.ID {
 	return out
 }
 
-// owesUptime says whether a provider is inside its declared availability now, from the
-// schedule its latest offer carries (24/7 when the coordinator holds no offer).
+// owesUptime says whether a provider is inside its declared availability now and outside
+// its declared maintenance, from its latest offer (24/7 when the coordinator holds none).
 func (sc *scorer) owesUptime(p peer.ID, now time.Time) bool {
 	so, _ := sc.n.book.get(p)
 	if so == nil {
 		return true
+	}
+	if protocol.InMaintenance(so.Offer.Maintenance, now) {
+		return false
 	}
 	sched, err := protocol.ParseAvailability(so.Offer.Availability)
 	if err != nil {

@@ -66,6 +66,9 @@ type Offer struct {
 	// envelope, base64 in JSON). Nodes accept an offer only with a valid certificate from
 	// a coordinator they trust, within the models and counts it approves.
 	Certificate []byte `json:"certificate,omitempty"`
+	// Maintenance lists the provider's planned maintenance windows ahead (recurring rules
+	// expanded): it owes no uptime during them.
+	Maintenance []MaintenanceWindow `json:"maintenance,omitempty"`
 	// Attestation is the provider's latest benchmark attestation (an attestation envelope),
 	// when it has one: renters see each GPU's measured figures.
 	Attestation []byte `json:"attestation,omitempty"`
@@ -293,6 +296,14 @@ func (o *Offer) Validate() error {
 		}
 		if g.PricePerGPUHour <= 0 || g.PricePerGPUHour > MaxPricePerGPUHour {
 			return bad("model %s: price %d micro-USDC out of range", g.Model, g.PricePerGPUHour)
+		}
+	}
+	if len(o.Maintenance) > MaxMaintenanceWindows {
+		return bad("%d maintenance windows, at most %d", len(o.Maintenance), MaxMaintenanceWindows)
+	}
+	for _, w := range o.Maintenance {
+		if err := w.validate(); err != nil {
+			return bad("%v", err)
 		}
 	}
 	if len(o.Attestation) > MaxAttestationSize {

@@ -30,7 +30,7 @@ func rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
-		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand())
+		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), maintenanceCommand())
 	return root
 }
 

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpunex/gpunex/node"
+)
+
+func maintenanceCommand() *cobra.Command {
+	c := &cobra.Command{Use: "maintenance", Short: "Plan maintenance: no uptime is owed inside its windows"}
+	var from, to, rule, note string
+	add := &cobra.Command{
+		Use:   "add (--from TIME --to TIME | --rule \"first sunday 02:00 2h Europe/Paris\") [--note TEXT]",
+		Short: "Plan a maintenance window, or a recurring one (nth weekday of each month)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m := node.Maintenance{Rule: rule, Note: note}
+			if rule == "" {
+				if from == "" || to == "" {
+					return errors.New("give --from and --to (RFC 3339, e.g. 2026-12-06T02:00:00+01:00), or --rule")
+				}
+				var err error
+				if m.From, err = time.Parse(time.RFC3339, from); err != nil {
+					return fmt.Errorf("--from: %w", err)
+				}
+				if m.To, err = time.Parse(time.RFC3339, to); err != nil {
+					return fmt.Errorf("--to: %w", err)
+				}
+			}
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.AddMaintenance(cmd.Context(), m)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "maintenance %s planned; announced in the offer now\n", v.ID)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&from, "from", "", "start (RFC 3339)")
+	add.Flags().StringVar(&to, "to", "", "end (RFC 3339)")
+	add.Flags().StringVar(&rule, "rule", "", "recurring: \"first|second|third|fourth|last WEEKDAY HH:MM DURATION [ZONE]\"")
+	add.Flags().StringVar(&note, "note", "", "what the maintenance is for")
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List planned maintenance and the windows announced",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.Maintenance(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), v)
+			}
+			for _, m := range v.Planned {
+				what := m.Rule
+				if what == "" {
+					what = m.From.Local().Format(time.DateTime) + " - " + m.To.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s  %s  %s\n", m.ID, what, m.Note)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "announced windows:")
+			for _, w := range v.Announced {
+				fmt.Fprintf(cmd.OutOrStdout(), "  %s - %s  %s\n", w.From.Local().Format(time.DateTime), w.To.Local().Format(time.DateTime), w.Note)
+			}
+			return nil
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	remove := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove planned maintenance",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			return cl.RemoveMaintenance(cmd.Context(), args[0])
+		},
+	}
+	c.AddCommand(add, list, remove)
+	return c
+}
