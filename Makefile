@@ -9,10 +9,10 @@ PROVIDERS ?= 3
 
 .PHONY: build deps devnet test unit fmt-check vet fuzz bench clean
 
-build:
+build: deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex
 
-## deps: the Debian packages jobs need (containerd, runc, busybox-static), when missing
+## deps: the Debian packages needed (gcc for go-nvml, containerd, runc, busybox-static), when missing
 deps:
 	@.ci/install-deps
 
