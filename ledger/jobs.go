@@ -88,3 +88,31 @@ func (l *Ledger) Jobs() ([]Job, error) {
 	sort.SliceStable(out, func(i, k int) bool { return out[i].CreatedAt.After(out[k].CreatedAt) })
 	return out, err
 }
+
+const prefixJobReport = "coordinator/job-report/"
+
+// JobReport is a job's final receipt as a coordinator received it from the provider.
+type JobReport struct {
+	Job             string    `json:"job"`
+	Provider        string    `json:"provider"`
+	ReceivedAt      time.Time `json:"received_at"`
+	Lease           []byte    `json:"lease"`
+	LeaseCountersig []byte    `json:"lease_countersignature"`
+	Receipt         []byte    `json:"receipt"`
+	ProviderFault   bool      `json:"provider_fault"`
+}
+
+// AddJobReport stores a job report once; the same job again reports false.
+func (l *Ledger) AddJobReport(r JobReport) (bool, error) {
+	added := false
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get([]byte(prefixJobReport + r.Job)); err == nil {
+			return nil
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		added = true
+		return putJSON(txn, prefixJobReport+r.Job, r)
+	})
+	return added, err
+}

@@ -542,6 +542,9 @@ func (r *jobRunner) finish(id string, exit sandbox.Exit) {
 	}
 	r.n.metrics.JobsEnded.WithLabelValues(label).Inc()
 	r.n.log.Info("job ended", "job", id, "reason", reason, "exit_code", exit.Code, "seconds", secs, "amount_usdc", rec.Amount)
+	if j, err := r.n.ledger.GetJob(id); err == nil {
+		go r.n.reportJob(j)
+	}
 }
 
 // reconcile runs at start: jobs the ledger says are running are found again in the

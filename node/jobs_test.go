@@ -18,6 +18,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
@@ -82,8 +83,15 @@ func busyboxArchive(t testing.TB) string {
 // jobNet is a network with a certified provider running jobs in containerd.
 func jobNet(t testing.TB, gpus int) (renter, prov *Node) {
 	t.Helper()
+	_, renter, prov = jobNetWith(t, gpus)
+	return renter, prov
+}
+
+// jobNetWith is jobNet that also returns the network (its coordinator is tn.boot).
+func jobNetWith(t testing.TB, gpus int) (tn *testNet, renter, prov *Node) {
+	t.Helper()
 	rt := testRuntime(t)
-	tn := newTestNet(t)
+	tn = newTestNet(t)
 	cfg := providerConfig(0)
 	cfg.Provider.GPUs[0].Count = gpus
 	cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
@@ -93,7 +101,7 @@ func jobNet(t testing.TB, gpus int) (renter, prov *Node) {
 		_, ok := searchHas(t, renter, prov.ID())
 		return ok, ""
 	})
-	return renter, prov
+	return tn, renter, prov
 }
 
 func offerOf(p *Node) string {
@@ -322,7 +330,7 @@ func TestJobEnds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("containerd")
 	}
-	renter, prov := jobNet(t, 2)
+	tn, renter, prov := jobNetWith(t, 2)
 	archive := busyboxArchive(t)
 	ctx := context.Background()
 	short, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 2, ImageArchive: archive, Args: []string{"sleep", "30"}})
@@ -344,6 +352,15 @@ func TestJobEnds(t *testing.T) {
 	if err != nil || j.State != "ended" || j.ExitReason != "provider shutting down" || len(j.Receipt) == 0 {
 		t.Fatalf("job at shutdown: %+v %v", j, err)
 	}
+	// The coordinator got both receipts: the expired lease is no fault of the provider,
+	// the shutdown is.
+	coord := tn.boot
+	eventually(t, 10*time.Second, "coordinator scores job completion", func() (bool, string) {
+		st, _ := coord.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
+		c := st.Reliability.Completion
+		return c.Total > 1.99 && c.Good > 0.99 && c.Good < 1.01 && strings.Contains(strings.Join(st.Events, ";"), "interrupted: provider shutting down"),
+			fmt.Sprintf("%+v %v", c, st.Events)
+	})
 }
 
 // TestJobTwentyConcurrent: twenty jobs proposed at once on a 20-GPU provider all run and

@@ -226,6 +226,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		}
 		n.host.SetStreamHandler(protocol.ApplyProtocol, n.coord.handleApply)
 		n.host.SetStreamHandler(protocol.BenchNetProtocol, n.handleBenchNet)
+		n.host.SetStreamHandler(protocol.JobReportProtocol, n.handleJobReport)
 		sc := &scorer{n: n}
 		n.goLoop(func() { sc.loop(runCtx) })
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	mrand "math/rand/v2"
 	"sync"
@@ -287,4 +288,87 @@ func (n *Node) Scores() []protocol.ScoreRecord {
 		}
 	}
 	return out
+}
+
+// jobReport is the frame a provider sends on /gpunex/job-report.
+type jobReport struct {
+	Lease           []byte `json:"lease"`
+	LeaseCountersig []byte `json:"lease_countersignature"`
+	Receipt         []byte `json:"receipt"`
+}
+
+// reportJob sends a job's final receipt and its lease to the provider's coordinator. A
+// coordinator that cannot be reached misses it (the completion score then lacks it).
+func (n *Node) reportJob(j ledger.Job) {
+	ids, err := n.cfg.TrustedCoordinators()
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.reach(ctx, ids[0]); err != nil {
+		return
+	}
+	s, err := n.host.NewStream(ctx, ids[0], protocol.JobReportProtocol)
+	if err != nil {
+		n.log.Debug("job report not delivered", "job", j.ID, "err", err)
+		return
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := writeJSONFrame(s, jobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt}); err != nil {
+		return
+	}
+	s.CloseWrite()
+	io.Copy(io.Discard, io.LimitReader(s, 1024))
+}
+
+// handleJobReport takes a provider's final receipt on a coordinator: the lease must be
+// signed by that provider and countersigned by its renter, and the receipt must follow
+// from it. The outcome counts for job completion (provider's fault or not), once per job.
+func (n *Node) handleJobReport(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	remote := s.Conn().RemotePeer()
+	var r jobReport
+	err := readJSONFrame(bufio.NewReader(s), 3*(protocol.MaxLeaseSize+protocol.MaxReceiptSize+protocol.MaxCountersignatureSize), &r)
+	var l *protocol.Lease
+	if err == nil {
+		var signer peer.ID
+		if l, signer, err = protocol.OpenLease(r.Lease); err == nil && signer != remote {
+			err = fmt.Errorf("%w: lease signed by %s, reported by %s", protocol.ErrWrongSigner, signer, remote)
+		}
+	}
+	if err == nil {
+		var renter peer.ID
+		if renter, err = peer.Decode(l.Renter); err == nil {
+			_, err = protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter)
+		}
+	}
+	var rec *protocol.Receipt
+	if err == nil {
+		rec, err = protocol.CheckReceipt(r.Receipt, r.Lease, l)
+	}
+	if err != nil {
+		n.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", protocol.Reason(err)).Inc()
+		writeJSONFrame(s, map[string]string{"error": err.Error()})
+		return
+	}
+	now := n.clock.Now()
+	fault := protocol.ProviderFault(rec.Reason)
+	added, err := n.ledger.AddJobReport(ledger.JobReport{Job: rec.Job, Provider: remote.String(), ReceivedAt: now,
+		Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ProviderFault: fault})
+	if err == nil && added {
+		n.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindReceipt), "report").Inc()
+		n.ledger.UpdateReliability(remote.String(), func(st *ledger.ReliabilityState) error {
+			good := 1.0
+			if fault {
+				good = 0
+				st.Events = appendEvent(st.Events, fmt.Sprintf("job %s interrupted: %s", rec.Job, rec.Reason))
+			}
+			st.Reliability.Completion.Add(rec.EndedAt, good, n.cfg.Coordinator.HalfLife.Duration)
+			return nil
+		})
+	}
+	writeJSONFrame(s, map[string]string{"ok": "true"})
 }

@@ -321,3 +321,15 @@ func CheckCountersignature(raw []byte, signed []byte, of Kind, want peer.ID) (*C
 	}
 	return &c, nil
 }
+
+// JobReportProtocol carries a provider's final receipt of a job, with the lease both sides
+// signed, to its coordinator: the coordinator scores job completion from them (and pays
+// from them, later).
+const JobReportProtocol = "/gpunex/job-report/1.0.0"
+
+// ProviderFault says whether a receipt's reason puts the end of a job on the provider:
+// it shut down mid-lease or lost the job. A job that exited, hit its own limits, was
+// cancelled by the renter or ran to the end of its lease is not the provider's fault.
+func ProviderFault(reason string) bool {
+	return reason == "provider shutting down" || strings.HasPrefix(reason, "lost")
+}
