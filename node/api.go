@@ -173,9 +173,9 @@ func (a *APIServer) search(r *http.Request) (any, error) {
 	q := r.URL.Query()
 	f := SearchFilter{Model: q.Get("model"), Region: q.Get("region"), Sort: q.Get("sort")}
 	switch f.Sort {
-	case "", "placement", "price", "score", "perf":
+	case "", "merit", "placement", "price", "score", "perf":
 	default:
-		return nil, badRequest(fmt.Errorf("sort %q: placement, price, score or perf", f.Sort))
+		return nil, badRequest(fmt.Errorf("sort %q: merit, placement, price, score or perf", f.Sort))
 	}
 	if s := q.Get("max_price"); s != "" {
 		p, err := protocol.ParseUSDC(s)

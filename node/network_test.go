@@ -82,11 +82,17 @@ func TestOfferNetwork(t *testing.T) {
 			}
 		}
 	}
-	// Sorted by price, and filters combine.
+	// By merit by default, by price on request, and filters combine.
 	rows := search(t, renter, SearchFilter{})
 	if len(rows) != len(all) {
 		t.Fatalf("unfiltered search: %d offers; want %d", len(rows), len(all))
 	}
+	for i := 1; i < len(rows); i++ {
+		if rows[i].Rank.Merit > rows[i-1].Rank.Merit {
+			t.Fatalf("not sorted by merit: %v before %v", rows[i-1].Rank, rows[i].Rank)
+		}
+	}
+	rows = search(t, renter, SearchFilter{Sort: "price"})
 	for i := 1; i < len(rows); i++ {
 		if rows[i].PriceMicroUSDC < rows[i-1].PriceMicroUSDC {
 			t.Fatalf("not sorted by price: %s before %s", rows[i-1].PriceUSDC, rows[i].PriceUSDC)

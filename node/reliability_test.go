@@ -102,7 +102,8 @@ func TestSortRows(t *testing.T) {
 		{ID: "b", PriceMicroUSDC: 1_800_000, PlacementMicroUSDC: 1_800_000, Score: score(70)},
 		{ID: "c", PriceMicroUSDC: 1_000_000, PlacementMicroUSDC: 1_000_000, Bench: &RowBench{PerfScore: 40}},
 	}
-	for sortBy, want := range map[string]string{"": "cab", "price": "cba", "score": "abc", "perf": "acb"} {
+	Rank(rows)
+	for sortBy, want := range map[string]string{"placement": "cab", "price": "cba", "score": "abc", "perf": "acb", "": "acb"} {
 		f := SearchFilter{Sort: sortBy}
 		f.SortRows(rows)
 		got := ""

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -21,9 +22,9 @@ type SearchFilter struct {
 	Region   string
 	MaxPrice protocol.MicroUSDC // per GPU-hour
 	MinGPUs  int
-	// Sort orders the rows: "" (placement: price less the tier and commitment bonus),
-	// "price", "score" (reliability, highest first) or "perf" (performance score per
-	// USDC, highest first). Rows without the figure sort last.
+	// Sort orders the rows: "" (merit, see RankTerms), "placement" (price less the tier
+	// and commitment bonus), "price", "score" (reliability, highest first) or "perf"
+	// (performance score per USDC, highest first). Rows without the figure sort last.
 	Sort string
 }
 
@@ -43,8 +44,10 @@ func (f SearchFilter) SortRows(rows []OfferRow) {
 				return math.Inf(1)
 			}
 			return -float64(r.Bench.PerfScore) / float64(r.PriceMicroUSDC)
+		case "placement":
+			return float64(r.PlacementMicroUSDC)
 		}
-		return float64(r.PlacementMicroUSDC)
+		return -r.Rank.Merit
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		if ki, kj := key(rows[i]), key(rows[j]); ki != kj {
@@ -84,6 +87,62 @@ type OfferRow struct {
 	// Score is the provider's reliability score (0-100) from a trusted coordinator's
 	// latest score record; absent when none is held.
 	Score *int `json:"score,omitempty"`
+	// Rank holds the terms of the default order (see Rank).
+	Rank RankTerms `json:"rank"`
+}
+
+// RankTerms are the terms of a row's merit, the default search order (highest first):
+//
+//	merit = (score/100)^2 x perf x (1 + bonus) / price_vs_market
+//
+// score is the reliability score (90, a new provider's, when none is held); perf is the
+// measured performance score over 100 (0.8 when unmeasured); bonus is the tier and
+// commitment placement bonus (PlacementBonusBP / 10000); price_vs_market is the row's price
+// over the median price of the same model in the same region among the rows found (1 when
+// it is the only one).
+type RankTerms struct {
+	Score         int     `json:"score"`
+	Perf          float64 `json:"perf"`
+	Bonus         float64 `json:"bonus"`
+	PriceVsMarket float64 `json:"price_vs_market"`
+	Merit         float64 `json:"merit"`
+}
+
+// Rank fills each row's rank terms from the rows found.
+func Rank(rows []OfferRow) {
+	market := map[string][]protocol.MicroUSDC{}
+	for _, r := range rows {
+		k := r.Model + "|" + r.Region
+		market[k] = append(market[k], r.PriceMicroUSDC)
+	}
+	median := map[string]float64{}
+	for k, ps := range market {
+		slices.Sort(ps)
+		m := float64(ps[len(ps)/2])
+		if len(ps)%2 == 0 {
+			m = float64(ps[len(ps)/2-1]+ps[len(ps)/2]) / 2
+		}
+		median[k] = m
+	}
+	for i := range rows {
+		r := &rows[i]
+		t := RankTerms{Score: 90, Perf: 0.8, PriceVsMarket: 1}
+		if r.Score != nil {
+			t.Score = *r.Score
+		}
+		if r.Bench != nil && r.Bench.PerfScore > 0 {
+			t.Perf = float64(r.Bench.PerfScore) / 100
+		}
+		if r.PriceMicroUSDC > 0 {
+			t.Bonus = 1 - float64(r.PlacementMicroUSDC)/float64(r.PriceMicroUSDC)
+		}
+		if m := median[r.Model+"|"+r.Region]; m > 0 {
+			t.PriceVsMarket = float64(r.PriceMicroUSDC) / m
+		}
+		s := float64(t.Score) / 100
+		t.Merit = math.Round(s*s*t.Perf*(1+t.Bonus)/t.PriceVsMarket*10000) / 10000
+		r.Rank = t
+	}
 }
 
 // RowBench is the measured performance of one model's GPUs in an offer.
@@ -267,6 +326,7 @@ func (n *Node) search(ctx context.Context, f SearchFilter) ([]OfferRow, searchSt
 		}
 		rows = append(rows, rs...)
 	}
+	Rank(rows)
 	f.SortRows(rows)
 	n.log.Debug("search", "dht_providers", st.found, "fetched", st.fetched, "fetch_failed", st.failed, "sync", st.sync, "dht", st.dht, "rows", len(rows), "took", time.Since(start))
 	return rows, st, nil

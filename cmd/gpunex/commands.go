@@ -263,7 +263,7 @@ func offersCommand() *cobra.Command {
 	c := &cobra.Command{Use: "offers", Short: "Find and inspect offers on the network"}
 	var model, region, maxPrice, sortBy string
 	var minGPUs int
-	var asJSON bool
+	var asJSON, explain bool
 	search := &cobra.Command{
 		Use:   "search [--model M] [--region R] [--max-price P] [--min-gpus N] [--json]",
 		Short: "List every live, verified, certified offer that matches, best placed first",
@@ -324,6 +324,15 @@ func offersCommand() *cobra.Command {
 			if sim {
 				fmt.Fprintln(cmd.OutOrStdout(), "* simulated GPUs: no NVIDIA hardware behind them")
 			}
+			if explain {
+				fmt.Fprintln(cmd.OutOrStdout(), "\nmerit = (score/100)^2 x perf x (1 + bonus) / price_vs_market  (highest first; docs/reliability.md)")
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
+				fmt.Fprintln(w, "ID\tSCORE\tPERF\tBONUS\tPRICE/MARKET\tMERIT")
+				for _, r := range rows {
+					fmt.Fprintf(w, "%s\t%d\t%.2f\t%.4f\t%.3f\t%.4f\n", r.ID, r.Rank.Score, r.Rank.Perf, r.Rank.Bonus, r.Rank.PriceVsMarket, r.Rank.Merit)
+				}
+				return w.Flush()
+			}
 			return nil
 		},
 	}
@@ -332,7 +341,8 @@ func offersCommand() *cobra.Command {
 	search.Flags().StringVar(&maxPrice, "max-price", "", "highest USDC per GPU-hour")
 	search.Flags().IntVar(&minGPUs, "min-gpus", 0, "fewest GPUs of the model")
 	search.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	search.Flags().StringVar(&sortBy, "sort", "", "placement (default: price less the tier and commitment bonus), price, score (reliability) or perf (performance per USDC)")
+	search.Flags().StringVar(&sortBy, "sort", "", "merit (default: score, performance, price against the market, tier and commitment), placement, price, score or perf")
+	search.Flags().BoolVar(&explain, "explain", false, "print each offer's ranking terms")
 
 	var raw bool
 	var out string
