@@ -129,7 +129,8 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		say("started containerd       %s", ctrdAddr)
 	}
 
-	coord, err := start("coordinator", InitOptions{Role: RoleCoordinator})
+	// Probes every 2 s and a 30-minute half-life: scores move within minutes.
+	coord, err := start("coordinator", InitOptions{Role: RoleCoordinator, ProbeInterval: 2 * time.Second, HalfLife: 30 * time.Minute})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -49,6 +50,8 @@ type InitOptions struct {
 	ContainerdAddress string
 	// BenchStorageMB and BenchNetworkMB set bench.storage_mb and bench.network_mb.
 	BenchStorageMB, BenchNetworkMB int64
+	// ProbeInterval and HalfLife set coordinator.probe_interval and coordinator.half_life.
+	ProbeInterval, HalfLife time.Duration
 }
 
 // ErrHomeExists is returned by Init when the home already holds an identity.
@@ -88,6 +91,12 @@ func Init(dir string, o InitOptions) (Home, peer.ID, error) {
 	}
 	if o.ContainerdAddress != "" {
 		c.Jobs.ContainerdAddress = o.ContainerdAddress
+	}
+	if o.ProbeInterval > 0 {
+		c.Coordinator.ProbeInterval = Duration{o.ProbeInterval}
+	}
+	if o.HalfLife > 0 {
+		c.Coordinator.HalfLife = Duration{o.HalfLife}
 	}
 	if o.BenchStorageMB > 0 {
 		c.Bench.StorageMB = o.BenchStorageMB

@@ -289,6 +289,26 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if out := mustRun(t, "bench", "show", "--home", p1.Home); !strings.Contains(out, "DELISTED") || !strings.Contains(out, "storage: write") {
 		t.Fatalf("bench show: %s", out)
 	}
+	// Reliability: the coordinator probes provider-1 every 2 s; every node holds its score.
+	for {
+		var scores []struct {
+			Provider string  `json:"provider"`
+			Score    int     `json:"score"`
+			Probes   float64 `json:"probes"`
+		}
+		out, _, _ := gpunex(t, "score", p1.PeerID, "--json", "--home", renter) // not found until the first probe
+		json.Unmarshal([]byte(out), &scores)
+		if len(scores) == 1 && scores[0].Score >= 85 && scores[0].Probes >= 1 {
+			break
+		}
+		if time.Now().After(deadline.Add(15 * time.Second)) {
+			t.Fatalf("score of provider-1: %+v", scores)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if out := mustRun(t, "offers", "search", "--explain", "--home", renter); !strings.Contains(out, "merit = ") {
+		t.Fatalf("search --explain: %s", out)
+	}
 
 	// A job through the CLI: output streamed, the job's exit code returned, cost shown,
 	// output fetched.
