@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -62,14 +61,11 @@ func (l *Ledger) GetJob(id string) (Job, error) {
 
 // CreateJob stores a new job, failing if the ID is taken.
 func (l *Ledger) CreateJob(j Job) error {
-	return l.db.Update(func(txn *badger.Txn) error {
-		if _, err := txn.Get([]byte(prefixJob + j.ID)); err == nil {
-			return fmt.Errorf("job %s exists", j.ID)
-		} else if !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
-		}
-		return putJSON(txn, prefixJob+j.ID, j)
-	})
+	created, err := l.createJSON(prefixJob+j.ID, j)
+	if err == nil && !created {
+		err = fmt.Errorf("job %s exists", j.ID)
+	}
+	return err
 }
 
 // Jobs returns every job, newest first.
@@ -104,15 +100,5 @@ type JobReport struct {
 
 // AddJobReport stores a job report once; the same job again reports false.
 func (l *Ledger) AddJobReport(r JobReport) (bool, error) {
-	added := false
-	err := l.db.Update(func(txn *badger.Txn) error {
-		if _, err := txn.Get([]byte(prefixJobReport + r.Job)); err == nil {
-			return nil
-		} else if !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
-		}
-		added = true
-		return putJSON(txn, prefixJobReport+r.Job, r)
-	})
-	return added, err
+	return l.createJSON(prefixJobReport+r.Job, r)
 }

@@ -57,15 +57,11 @@ type Application struct {
 
 // PutApplication stores a new application; it fails if the ID is taken.
 func (l *Ledger) PutApplication(a Application) error {
-	return l.db.Update(func(txn *badger.Txn) error {
-		key := prefixApplication + a.ID
-		if _, err := txn.Get([]byte(key)); err == nil {
-			return fmt.Errorf("application %s exists", a.ID)
-		} else if !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
-		}
-		return putJSON(txn, key, a)
-	})
+	created, err := l.createJSON(prefixApplication+a.ID, a)
+	if err == nil && !created {
+		err = fmt.Errorf("application %s exists", a.ID)
+	}
+	return err
 }
 
 // UpdateApplication changes an application atomically and returns it as stored.
@@ -171,18 +167,7 @@ type Notification struct {
 func (l *Ledger) AddNotification(n Notification) (bool, error) {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], n.Seq)
-	key := fmt.Sprintf("%s%s/%x", prefixNotification, n.From, b)
-	added := false
-	err := l.db.Update(func(txn *badger.Txn) error {
-		if _, err := txn.Get([]byte(key)); err == nil {
-			return nil
-		} else if !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
-		}
-		added = true
-		return putJSON(txn, key, n)
-	})
-	return added, err
+	return l.createJSON(fmt.Sprintf("%s%s/%x", prefixNotification, n.From, b), n)
 }
 
 // Notifications returns every stored notification, oldest first.
@@ -237,6 +222,22 @@ func updateJSON[T any](l *Ledger, key string, f func(v *T) error) (T, error) {
 		return putJSON(txn, key, v)
 	})
 	return v, err
+}
+
+// createJSON stores v at key unless something is there already; it reports whether it
+// stored it.
+func (l *Ledger) createJSON(key string, v any) (bool, error) {
+	created := false
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get([]byte(key)); err == nil {
+			return nil
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		created = true
+		return putJSON(txn, key, v)
+	})
+	return created, err
 }
 
 // getRaw returns the bytes stored at key, or ErrNotFound.
