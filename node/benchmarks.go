@@ -195,6 +195,12 @@ type Progress func(step, steps int, what string)
 // Run measures everything, signs the attestation, delists or relists GPUs and notifies
 // the operator. GPUs leased to a job are not benchmarked: their previous figures stay.
 func (b *benchRunner) Run(ctx context.Context, progress Progress) (*protocol.SignedAttestation, error) {
+	return b.RunWith(ctx, "", progress)
+}
+
+// RunWith is Run against a given coordinator ("" for the first trusted one): a
+// coordinator's challenge is answered with its own nonce.
+func (b *benchRunner) RunWith(ctx context.Context, coord peer.ID, progress Progress) (*protocol.SignedAttestation, error) {
 	if progress == nil {
 		progress = func(int, int, string) {}
 	}
@@ -215,8 +221,11 @@ func (b *benchRunner) Run(ctx context.Context, progress Progress) (*protocol.Sig
 	}
 	steps, step := len(gpus)+2, 0
 	next := func(what string) { step++; progress(step, steps, what) }
-	next("network and challenge (coordinator " + ids[0].String() + ")")
-	challenge, nb, err := b.n.benchNetwork(ctx, ids[0], b.n.cfg.Bench.NetworkMB<<20)
+	if coord == "" {
+		coord = ids[0]
+	}
+	next("network and challenge (coordinator " + coord.String() + ")")
+	challenge, nb, err := b.n.benchNetwork(ctx, coord, b.n.cfg.Bench.NetworkMB<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +360,7 @@ func (b *benchRunner) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-b.wake:
-		case <-time.After(time.Hour):
+		case <-time.After(min(time.Hour, b.n.cfg.Bench.Interval.Duration)):
 		}
 	}
 }
@@ -430,7 +439,7 @@ func (n *Node) handleBenchChallenge(s network.Stream) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	a, err := n.bench.Run(ctx, nil)
+	a, err := n.bench.RunWith(ctx, remote, nil)
 	if err != nil {
 		writeJSONFrame(s, benchNetMsg{Error: err.Error()})
 		return

@@ -264,10 +264,13 @@ func (c *Client) BenchRun(ctx context.Context, progress func(step, steps int, wh
 	}
 }
 
-// Challenge asks a provider, through this coordinator, to run its benchmarks now.
+// Challenge asks a provider, through this coordinator, to run its benchmarks now. The run
+// may take minutes: the client waits up to 11.
 func (c *Client) Challenge(ctx context.Context, provider string) (BenchView, error) {
 	var v BenchView
-	return v, c.Do(ctx, http.MethodPost, "/v1/coordinator/challenge", map[string]string{"provider": provider}, &v)
+	long := *c
+	long.hc = &http.Client{Timeout: 11 * time.Minute}
+	return v, long.Do(ctx, http.MethodPost, "/v1/coordinator/challenge", map[string]string{"provider": provider}, &v)
 }
 
 // Scores returns the score records the node holds (one provider's when provider is set).

@@ -165,8 +165,8 @@ func rowBench(a *protocol.SignedAttestation, model string) *RowBench {
 	rb := &RowBench{MeasuredAt: a.IssuedAt}
 	score := 0
 	for _, g := range a.GPUs {
-		if g.Model != model || g.Below != "" {
-			continue
+		if g.Model != model || g.Below != "" || g.PerfScore == 0 {
+			continue // delisted, or not measured
 		}
 		rb.GPUs = append(rb.GPUs, g)
 		rb.FP32TFLOPS += g.FP32TFLOPS

@@ -176,9 +176,9 @@ type Datasheet struct {
 	MemBandwidth float64 // GB/s
 }
 
-// Datasheets are the reference figures of the supported models (SXM variants for H100 and
-// A100 80GB, PCIe for A100 40GB; the more conservative figure where variants differ is
-// used for thresholds below).
+// Datasheets are the reference figures of the supported models: where variants differ
+// (H100 SXM/PCIe, A100 SXM/PCIe) the lower, PCIe figures, so that thresholds never delist
+// the slower variant for being what it is.
 var Datasheets = []Datasheet{
 	{"H100-80GB", 51.2, 102.4, 756.5, 2000},   // H100 PCIe: the lower variant
 	{"H200-141GB", 66.9, 133.8, 989.5, 4800},  //
