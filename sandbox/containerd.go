@@ -425,7 +425,17 @@ func (c *Containerd) Wait(ctx context.Context, id string) (Exit, error) {
 			}
 			return Exit{}, fmt.Errorf("wait for job %s: %w", id, err)
 		}
-		return c.exitOf(ctx, ctr, task, st.ExitCode(), st.ExitTime())
+		e, err := c.exitOf(ctx, ctr, task, st.ExitCode(), st.ExitTime())
+		if err != nil {
+			return e, err
+		}
+		// Deleting the ended task makes the shim finish copying the job's output into
+		// its log: without it a reader right after Wait may find the log short. The exit
+		// is recorded in a label, so later Waits still report it.
+		if _, derr := task.Delete(ctx); derr != nil && !errdefs.IsNotFound(derr) && ctx.Err() == nil {
+			c.log.Warn("deleting an ended job's task failed", "job", id, "err", derr)
+		}
+		return e, nil
 	case <-ctx.Done():
 		return Exit{}, ctx.Err()
 	}
