@@ -83,8 +83,8 @@ func (n *NVML) GPUs() ([]GPUInfo, error) {
 	return out, nil
 }
 
-// rawGPU is what NVML says about one device, before mapping: recorded outputs of real
-// GPUs (testdata/) are replayed through fromRaw in the tests.
+// rawGPU is what NVML says about one device, before mapping: the tests replay a fixture of
+// such values (testdata/) through fromRaw.
 type rawGPU struct {
 	Index        int    `json:"index"`
 	Name         string `json:"name"`

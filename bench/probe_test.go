@@ -71,8 +71,10 @@ func TestSimulatedProbe(t *testing.T) {
 	probeSuite(t, p)
 }
 
-// recordedProbe replays NVML output recorded on real machines through the same mapping the
-// live NVML probe uses.
+// recordedProbe replays NVML values through the same mapping the live NVML probe uses. The
+// fixture (testdata/nvml-recorded.json) is hand-written from the names, memory sizes and
+// versions real GPUs report; it is not a capture from a device yet: replace it with one
+// taken on real hardware (the device check of issue 4).
 type recordedProbe struct{ raws []rawGPU }
 
 func (r recordedProbe) GPUs() ([]GPUInfo, error) {
