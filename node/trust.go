@@ -19,6 +19,65 @@ type trustStore struct {
 
 	mu   sync.RWMutex
 	revs map[peer.ID][]*protocol.SignedRevocation // by provider
+
+	// Certificates and attestations ride in every offer a provider publishes, unchanged
+	// for days: their signatures are checked once and the results kept by their bytes.
+	// Only the time rules are applied again.
+	certs   verifiedCache[protocol.SignedCertificate]
+	attests verifiedCache[protocol.SignedAttestation]
+}
+
+// verifiedCache keeps records whose signatures were checked, by their bytes; it is
+// emptied when it holds maxVerifiedCache of them.
+type verifiedCache[T any] struct {
+	mu sync.Mutex
+	m  map[string]*T
+}
+
+const maxVerifiedCache = 8192
+
+// get returns the record for raw, checking it with check the first time.
+func (c *verifiedCache[T]) get(raw []byte, check func() (*T, error)) (v *T, fresh bool, err error) {
+	c.mu.Lock()
+	v = c.m[string(raw)]
+	c.mu.Unlock()
+	if v != nil {
+		return v, false, nil
+	}
+	if v, err = check(); err != nil {
+		return nil, false, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxVerifiedCache {
+		c.m = map[string]*T{}
+	}
+	c.m[string(raw)] = v
+	c.mu.Unlock()
+	return v, true, nil
+}
+
+// certificate checks a certificate, its signatures once per distinct record.
+func (t *trustStore) certificate(raw []byte, now time.Time) (*protocol.SignedCertificate, error) {
+	c, fresh, err := t.certs.get(raw, func() (*protocol.SignedCertificate, error) { return protocol.CheckCertificate(raw, now, t.trust) })
+	if err == nil && !fresh {
+		err = protocol.CheckIssued(protocol.KindCertificate, c.IssuedAt, c.ExpiresAt, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// attestation checks a benchmark attestation, its signatures once per distinct record.
+func (t *trustStore) attestation(raw []byte, now time.Time) (*protocol.SignedAttestation, error) {
+	a, fresh, err := t.attests.get(raw, func() (*protocol.SignedAttestation, error) { return protocol.CheckAttestation(raw, now, t.trust) })
+	if err == nil && !fresh {
+		err = protocol.CheckIssued(protocol.KindAttestation, a.IssuedAt, a.Challenge.IssuedAt.Add(protocol.MaxAttestationAge), now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 func newTrustStore(l *ledger.Ledger, trusted []peer.ID) (*trustStore, error) {
@@ -38,7 +97,7 @@ func newTrustStore(l *ledger.Ledger, trusted []peer.ID) (*trustStore, error) {
 
 // certify checks the certificate an offer carries and records it in so.Cert.
 func (t *trustStore) certify(so *protocol.SignedOffer, now time.Time) error {
-	c, err := protocol.OfferCertificate(&so.Offer, now, t.trust)
+	c, err := protocol.CertifyOffer(&so.Offer, func(raw []byte) (*protocol.SignedCertificate, error) { return t.certificate(raw, now) })
 	if err != nil {
 		return err
 	}
@@ -47,7 +106,7 @@ func (t *trustStore) certify(so *protocol.SignedOffer, now time.Time) error {
 	}
 	so.Cert = c
 	if len(so.Offer.Attestation) > 0 {
-		a, err := protocol.CheckAttestation(so.Offer.Attestation, now, t.trust)
+		a, err := t.attestation(so.Offer.Attestation, now)
 		if err != nil {
 			return fmt.Errorf("offer's attestation: %w", err)
 		}

@@ -327,10 +327,16 @@ func CheckNotification(raw []byte, now time.Time, trust Trust, provider peer.ID)
 // from a trusted coordinator, for this provider, and covering every GPU offered. Revocations
 // are the caller's to check (they are state).
 func OfferCertificate(o *Offer, now time.Time, trust Trust) (*SignedCertificate, error) {
+	return CertifyOffer(o, func(raw []byte) (*SignedCertificate, error) { return CheckCertificate(raw, now, trust) })
+}
+
+// CertifyOffer is OfferCertificate with the certificate checked by check (a node caches
+// the signature checks of certificates it has seen).
+func CertifyOffer(o *Offer, check func(raw []byte) (*SignedCertificate, error)) (*SignedCertificate, error) {
 	if len(o.Certificate) == 0 {
 		return nil, fmt.Errorf("%w: provider %s attached none", ErrNotCertified, o.Provider)
 	}
-	c, err := CheckCertificate(o.Certificate, now, trust)
+	c, err := check(o.Certificate)
 	if err != nil {
 		return nil, fmt.Errorf("offer's certificate: %w", err)
 	}

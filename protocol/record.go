@@ -284,6 +284,12 @@ func decodePayload(env *Envelope, want int, v any, versionOf func() int) error {
 	return nil
 }
 
+// CheckIssued applies the clock rules every kind shares to a record of that kind checked
+// before (a node re-checking a cached certificate or attestation at a later time).
+func CheckIssued(kind Kind, issued, expires, now time.Time) error {
+	return checkIssued(kind, issued, expires, now)
+}
+
 // checkIssued applies the clock rules shared by every kind: not issued in the future
 // (beyond MaxClockSkew), not expired. A zero expiry means the record does not expire.
 func checkIssued(kind Kind, issued, expires, now time.Time) error {
