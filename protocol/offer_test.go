@@ -48,11 +48,7 @@ func validOffer(id peer.ID) Offer {
 
 func sealed(t testing.TB, sk crypto.PrivKey, payload any) []byte {
 	t.Helper()
-	raw, err := Seal(KindOffer, payload, sk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
+	return seal(t, KindOffer, payload, sk)
 }
 
 func TestOfferRoundTrip(t *testing.T) {

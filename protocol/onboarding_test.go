@@ -23,7 +23,7 @@ func validApplication(id peer.ID) Application {
 	}
 }
 
-func seal(t *testing.T, kind Kind, payload any, sk crypto.PrivKey) []byte {
+func seal(t testing.TB, kind Kind, payload any, sk crypto.PrivKey) []byte {
 	t.Helper()
 	raw, err := Seal(kind, payload, sk)
 	if err != nil {
