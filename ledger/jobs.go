@@ -40,6 +40,10 @@ type Job struct {
 	// Exit says how the process ended.
 	ExitCode   int    `json:"exit_code"`
 	ExitReason string `json:"exit_reason,omitempty"`
+	// ReportedAt is when the coordinator acknowledged the provider's report of the final
+	// receipt (zero while it is still to be delivered).
+	ReportedAt  time.Time `json:"reported_at,omitzero"`
+	ReportError string    `json:"report_error,omitempty"`
 }
 
 // PutJob stores a job.
@@ -98,7 +102,14 @@ type JobReport struct {
 	ProviderFault   bool      `json:"provider_fault"`
 }
 
-// AddJobReport stores a job report once; the same job again reports false.
-func (l *Ledger) AddJobReport(r JobReport) (bool, error) {
-	return l.createJSON(prefixJobReport+r.Job, r)
+// GetJobReport returns a job's report, or ErrNotFound.
+func (l *Ledger) GetJobReport(job string) (JobReport, error) {
+	var r JobReport
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixJobReport+job, &r) })
+	return r, err
+}
+
+// JobReports returns the reports received since a time.
+func (l *Ledger) JobReports(since time.Time) ([]JobReport, error) {
+	return scanAll[JobReport](l, prefixJobReport, func(r JobReport) bool { return !r.ReceivedAt.Before(since) })
 }

@@ -74,6 +74,7 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.route(mux, "POST /v1/provider/price", a.setPrice)
 	a.routeOnboarding(mux)
 	a.routeJobs(mux)
+	a.routeMoney(mux)
 	a.routeBench(mux)
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go a.srv.Serve(ln)

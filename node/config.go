@@ -63,6 +63,11 @@ type Config struct {
 	Jobs JobsConfig `toml:"jobs"`
 	// Bench is read only when role is provider.
 	Bench BenchConfig `toml:"bench"`
+	// Settlement is the coordinator's treasury and payouts; Wallet the node's Solana wallet
+	// (a renter deposits from it); Payout how a provider is paid.
+	Settlement SettlementConfig `toml:"settlement"`
+	Wallet     WalletConfig     `toml:"wallet"`
+	Payout     PayoutConfig     `toml:"payout"`
 }
 
 // BenchConfig sets a provider's benchmark runs.
@@ -94,6 +99,68 @@ type JobsConfig struct {
 	BlockedRenters []string `toml:"blocked_renters"`
 	// ProposalsPerMinute caps the proposals taken from one peer.
 	ProposalsPerMinute int `toml:"proposals_per_minute"`
+	// RequireEscrow makes the provider start a job only against a coordinator's escrow
+	// hold covering its maximum cost.
+	RequireEscrow bool `toml:"require_escrow"`
+}
+
+// SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and
+// its payouts (docs/settlement.md).
+type SettlementConfig struct {
+	// RPC is the Solana JSON-RPC endpoint (the devnet's local runtime, solana-test-validator,
+	// devnet or mainnet).
+	RPC string `toml:"rpc"`
+	// Cluster is the expected genesis hash of that cluster; a payout run stops when the RPC
+	// endpoint answers another. Empty skips the check.
+	Cluster string `toml:"cluster"`
+	// Mint is the USDC mint (6 decimals).
+	Mint string `toml:"mint"`
+	// TreasuryKeypair is the treasury's Solana keypair file (Solana CLI JSON, mode 0600),
+	// relative to the home folder unless absolute.
+	TreasuryKeypair string `toml:"treasury_keypair"`
+	// CommissionBPS is the coordinator's commission on each charge, in basis points.
+	CommissionBPS int `toml:"commission_bps"`
+	// MinPayoutUSDC is the least pending amount a scheduled payout pays.
+	MinPayoutUSDC string `toml:"min_payout_usdc"`
+	// PayoutCheck is how often the coordinator checks whether payouts are due.
+	PayoutCheck Duration `toml:"payout_check"`
+	// MarketInterval is how often market statistics are published; MarketWindow the
+	// period they cover.
+	MarketInterval Duration `toml:"market_interval"`
+	MarketWindow   Duration `toml:"market_window"`
+	// The coordinator's own bank account, the debtor of bank-transfer payout files.
+	BankAccountName string `toml:"bank_account_name"`
+	BankIBAN        string `toml:"bank_iban"`
+	BankBIC         string `toml:"bank_bic"`
+}
+
+// WalletConfig is [wallet]: the node's own Solana wallet.
+type WalletConfig struct {
+	// RPC is the Solana JSON-RPC endpoint deposits are sent through.
+	RPC string `toml:"rpc"`
+	// Keypair is the wallet's keypair file (Solana CLI JSON, mode 0600), relative to the
+	// home folder unless absolute; created by `gpunex wallet init`.
+	Keypair string `toml:"keypair"`
+}
+
+// PayoutConfig is [payout]: how and when a provider is paid. The provider signs it and
+// sends it to its coordinator.
+type PayoutConfig struct {
+	Method        string `toml:"method"`   // usdc or bank
+	Schedule      string `toml:"schedule"` // weekly or monthly
+	SolanaAddress string `toml:"solana_address"`
+	AccountName   string `toml:"account_name"`
+	IBAN          string `toml:"iban"`
+	BIC           string `toml:"bic"`
+}
+
+// Settings returns the payout settings to sign, or nil when none are configured.
+func (p PayoutConfig) Settings() *protocol.PayoutSettings {
+	if p.Method == "" {
+		return nil
+	}
+	return &protocol.PayoutSettings{Version: protocol.SettlementVersion, Method: p.Method, Schedule: p.Schedule,
+		SolanaAddress: p.SolanaAddress, AccountName: p.AccountName, IBAN: p.IBAN, BIC: p.BIC}
 }
 
 // TrustConfig lists trusted coordinators.
@@ -199,7 +266,17 @@ func Defaults(role string) Config {
 			Pids:               1024,
 			ScratchMB:          10 << 10,
 			ProposalsPerMinute: 30,
+			RequireEscrow:      true,
 		},
+		Settlement: SettlementConfig{
+			CommissionBPS:   1000,
+			MinPayoutUSDC:   "10.00",
+			TreasuryKeypair: "treasury.json",
+			PayoutCheck:     Duration{time.Hour},
+			MarketInterval:  Duration{time.Hour},
+			MarketWindow:    Duration{7 * 24 * time.Hour},
+		},
+		Wallet: WalletConfig{Keypair: "wallet.json"},
 		Offers: OffersConfig{
 			TTL:           Duration{10 * time.Minute},
 			Republish:     Duration{3 * time.Minute},
@@ -299,6 +376,24 @@ func (c *Config) Check() error {
 	for _, r := range j.BlockedRenters {
 		if _, err := peer.Decode(r); err != nil {
 			errs = append(errs, fmt.Errorf("jobs.blocked_renters %q: not a peer ID", r))
+		}
+	}
+	st := c.Settlement
+	if st.CommissionBPS < 0 || st.CommissionBPS > protocol.MaxCommissionBPS {
+		errs = append(errs, fmt.Errorf("settlement.commission_bps %d: must be between 0 and %d", st.CommissionBPS, protocol.MaxCommissionBPS))
+	}
+	if _, err := protocol.ParseUSDC(st.MinPayoutUSDC); err != nil {
+		errs = append(errs, fmt.Errorf("settlement.min_payout_usdc: %w", err))
+	}
+	if st.Mint != "" && !protocol.ValidSolanaAddress(st.Mint) {
+		errs = append(errs, fmt.Errorf("settlement.mint %q: not a Solana address", st.Mint))
+	}
+	if st.PayoutCheck.Duration < time.Second || st.MarketInterval.Duration < time.Second || st.MarketWindow.Duration < time.Minute {
+		errs = append(errs, errors.New("settlement: payout_check and market_interval must be at least 1s, market_window at least 1m"))
+	}
+	if s := c.Payout.Settings(); s != nil {
+		if err := s.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("payout.%w", err))
 		}
 	}
 	if c.Role == RoleProvider {

@@ -17,12 +17,15 @@ func TestImportBoundaries(t *testing.T) {
 	}
 	// Internal packages each may import.
 	internal := map[string][]string{
-		"protocol":   {},
-		"ledger":     {"protocol"},
-		"sandbox":    {"protocol"},
-		"bench":      {"protocol"},
-		"node":       {"protocol", "ledger", "sandbox", "bench"},
-		"cmd/gpunex": {"node", "protocol"},
+		"protocol": {},
+		"ledger":   {"protocol"},
+		// The chain client and the local Solana runtime stand alone.
+		"ledger/solana":          {},
+		"ledger/solana/localnet": {},
+		"sandbox":                {"protocol"},
+		"bench":                  {"protocol"},
+		"node":                   {"protocol", "ledger", "ledger/solana", "ledger/solana/localnet", "sandbox", "bench"},
+		"cmd/gpunex":             {"node", "protocol"},
 	}
 	// Third-party prefixes protocol may import: it is pure (no network stack, no storage).
 	protocolExternal := []string{

@@ -310,6 +310,9 @@ func (r *jobRunner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lea
 	if _, err := r.n.ledger.GetJob(p.Job); err == nil {
 		return nil, nil, 0, fmt.Errorf("%w: job %s was proposed before", protocol.ErrReplay, p.Job)
 	}
+	if err := r.checkEscrow(p, item.PricePerGPUHour, now); err != nil {
+		return nil, nil, 0, err
+	}
 	if gpus, err = r.reserve(p.Job, p.Model, p.GPUs); err != nil {
 		return nil, nil, 0, err
 	}
@@ -329,6 +332,30 @@ func (r *jobRunner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lea
 		return nil, nil, 0, err
 	}
 	return lease, gpus, 0, nil
+}
+
+// checkEscrow applies jobs.require_escrow: the proposal carries a hold signed by a trusted
+// coordinator that covers the job's maximum cost at this provider's price and lasts past
+// the lease's end. Without the setting a hold, when given, is still checked.
+func (r *jobRunner) checkEscrow(p *protocol.Proposal, price protocol.MicroUSDC, now time.Time) error {
+	if len(p.Hold) == 0 {
+		if r.n.cfg.Jobs.RequireEscrow {
+			return jobErr("this provider requires an escrow hold from its coordinator: deposit USDC (gpunex wallet deposit) and propose again")
+		}
+		return nil
+	}
+	trusted, err := r.n.cfg.TrustedCoordinators()
+	if err != nil {
+		return err
+	}
+	h, err := protocol.CheckHold(p.Hold, now, protocol.NewTrust(trusted...))
+	if err != nil {
+		return jobErr("escrow hold refused: %v", err)
+	}
+	if err := protocol.CheckHoldCovers(h, p, price, now.Add(time.Duration(p.MaxSeconds)*time.Second)); err != nil {
+		return jobErr("escrow hold refused: %v", err)
+	}
+	return nil
 }
 
 // receiveImage takes the job's image: the archive the renter streams (checked against the

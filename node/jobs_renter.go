@@ -99,6 +99,13 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) 
 			return JobView{}, err
 		}
 	}
+	// The escrow hold: the coordinator sets the job's maximum cost aside. A renter without
+	// a coordinator or funds proposes without one; a provider requiring escrow says so.
+	var holdErr error
+	p.Hold, holdErr = n.requestHold(ctx, p)
+	if holdErr != nil {
+		n.log.Info("job proposed without an escrow hold", "job", p.Job, "why", holdErr)
+	}
 	praw, err := protocol.Seal(protocol.KindProposal, p, n.key)
 	if err != nil {
 		return JobView{}, badRequest(err)
@@ -136,7 +143,11 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) 
 	case "counter":
 		return JobView{}, fmt.Errorf("%w: the provider counters at %s USDC per GPU-hour (%s); propose again with that maximum price", ErrJobRefused, m.Price, m.Reason)
 	case "reject":
-		return JobView{}, fmt.Errorf("%w: %s", ErrJobRefused, strings.TrimPrefix(m.Reason, ErrJobRefused.Error()+": "))
+		reason := strings.TrimPrefix(m.Reason, ErrJobRefused.Error()+": ")
+		if holdErr != nil && strings.Contains(reason, "escrow") {
+			reason += " (no hold was given: " + holdErr.Error() + ")"
+		}
+		return JobView{}, fmt.Errorf("%w: %s", ErrJobRefused, reason)
 	default:
 		return JobView{}, fmt.Errorf("provider answered %q: %s", m.Type, m.Reason)
 	}

@@ -43,6 +43,8 @@ type Deps struct {
 	// JobsDir holds each job's folder (image archive, log, output); a temporary folder
 	// when empty.
 	JobsDir string
+	// Home is the home folder; relative key file paths in the config are under it.
+	Home string
 }
 
 // Node is a running gpunex daemon.
@@ -77,6 +79,13 @@ type Node struct {
 	scores      gossipScores
 	// syncSlots bounds the catalogue syncs served at once.
 	syncSlots chan struct{}
+	home      string
+	// money is the coordinator's settlement (nil on other roles); market the latest market
+	// statistics every node keeps.
+	money       *settlement
+	market      marketBook
+	marketTopic *pubsub.Topic
+	marketSub   *pubsub.Subscription
 
 	ownsHost, ownsLedger, ownsSandbox bool
 	tempJobsDir                       string // removed at Close
@@ -90,7 +99,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	n = &Node{cfg: cfg, key: key, log: d.Logger, clock: d.Clock, host: d.Host, ledger: d.Ledger, syncSlots: make(chan struct{}, maxSyncServing)}
+	n = &Node{cfg: cfg, key: key, log: d.Logger, clock: d.Clock, host: d.Host, ledger: d.Ledger, syncSlots: make(chan struct{}, maxSyncServing), home: d.Home}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -196,6 +205,16 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	if n.scoreSub, err = n.scoreTopic.Subscribe(); err != nil {
 		return nil, err
 	}
+	if err := n.ps.RegisterTopicValidator(protocol.MarketTopic, n.validateMarket); err != nil {
+		return nil, err
+	}
+	if n.marketTopic, err = n.ps.Join(protocol.MarketTopic); err != nil {
+		return nil, err
+	}
+	if n.marketSub, err = n.marketTopic.Subscribe(); err != nil {
+		return nil, err
+	}
+	n.goLoop(func() { drain(runCtx, n.marketSub) })
 	n.goLoop(func() { drain(runCtx, n.scoreSub) })
 	n.goLoop(func() { drain(runCtx, n.revSub) })
 
@@ -219,6 +238,8 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		n.goLoop(func() { n.prov.run(runCtx) })
 		n.goLoop(func() { n.applicant.run(runCtx) })
 		n.goLoop(func() { n.bench.loop(runCtx) })
+		n.goLoop(func() { n.reportLoop(runCtx) })
+		n.goLoop(func() { n.payoutSettingsLoop(runCtx) })
 	}
 	if cfg.Role == RoleCoordinator {
 		if n.coord, err = newCoordinator(n); err != nil {
@@ -227,6 +248,11 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		n.host.SetStreamHandler(protocol.ApplyProtocol, n.coord.handleApply)
 		n.host.SetStreamHandler(protocol.BenchNetProtocol, n.handleBenchNet)
 		n.host.SetStreamHandler(protocol.JobReportProtocol, n.handleJobReport)
+		if n.money, err = newSettlement(n); err != nil {
+			return nil, err
+		}
+		n.host.SetStreamHandler(protocol.WalletProtocol, n.money.handleWallet)
+		n.goLoop(func() { n.money.loop(runCtx) })
 		sc := &scorer{n: n}
 		n.goLoop(func() { sc.loop(runCtx) })
 	}

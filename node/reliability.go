@@ -6,9 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"math"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -297,8 +297,9 @@ type jobReport struct {
 	Receipt         []byte `json:"receipt"`
 }
 
-// reportJob sends a job's final receipt and its lease to the provider's coordinator. A
-// coordinator that cannot be reached misses it (the completion score then lacks it).
+// reportJob sends a job's final receipt and its lease to the provider's coordinator,
+// which charges the job's escrow hold and counts the outcome. The job records the
+// coordinator's acknowledgement; reportLoop retries until there is one.
 func (n *Node) reportJob(j ledger.Job) {
 	ids, err := n.cfg.TrustedCoordinators()
 	if err != nil || len(ids) == 0 {
@@ -320,7 +321,18 @@ func (n *Node) reportJob(j ledger.Job) {
 		return
 	}
 	s.CloseWrite()
-	io.Copy(io.Discard, io.LimitReader(s, 1024))
+	answer, err := readAnswer(s)
+	if err != nil {
+		return
+	}
+	n.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+		if answer["ok"] == "true" {
+			j.ReportedAt = n.clock.Now()
+		} else if e := answer["error"]; e != "" && !strings.HasPrefix(e, "not recorded") {
+			j.ReportError = e // refused for good: retrying cannot help
+		}
+		return nil
+	})
 }
 
 // handleJobReport takes a provider's final receipt on a coordinator: the lease must be
@@ -356,9 +368,19 @@ func (n *Node) handleJobReport(s network.Stream) {
 	}
 	now := n.clock.Now()
 	fault := protocol.ProviderFault(rec.Reason)
-	added, err := n.ledger.AddJobReport(ledger.JobReport{Job: rec.Job, Provider: remote.String(), ReceivedAt: now,
-		Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ProviderFault: fault})
-	if err == nil && added {
+	out, err := n.money.charge(context.Background(), ledger.ReportCharge{
+		Report: ledger.JobReport{Job: rec.Job, Provider: remote.String(), ReceivedAt: now,
+			Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ProviderFault: fault},
+		Receipt: protocol.RecordSHA256(r.Receipt), Amount: rec.Amount, Model: rec.Model, GPUs: rec.GPUs,
+		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter, CommissionBPS: n.cfg.Settlement.CommissionBPS})
+	if err != nil {
+		writeJSONFrame(s, map[string]string{"error": "not recorded: " + err.Error()})
+		return
+	}
+	if e := out.Earning; e != nil {
+		n.log.Info("job charged", "job", rec.Job, "provider", remote, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())
+	}
+	if out.Added {
 		n.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindReceipt), "report").Inc()
 		n.ledger.UpdateReliability(remote.String(), func(st *ledger.ReliabilityState) error {
 			good := 1.0

@@ -83,6 +83,8 @@ func testConfig(role string) Config {
 	// No system containerd in tests: job tests give the provider a private one.
 	c.Jobs.ContainerdAddress = "/nonexistent/containerd.sock"
 	c.Bench.StorageMB, c.Bench.NetworkMB = 1, 1
+	// Job tests run without money unless they ask for escrow (settlement_test.go).
+	c.Jobs.RequireEscrow = false
 	return c
 }
 

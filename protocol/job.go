@@ -66,6 +66,9 @@ type Proposal struct {
 	Args     []string  `json:"args,omitempty"`
 	Env      []string  `json:"env,omitempty"`
 	Egress   bool      `json:"egress,omitempty"`
+	// Hold is the coordinator's signed escrow hold for this job (an EscrowHold envelope):
+	// a provider that requires escrow starts the job only against it.
+	Hold []byte `json:"escrow_hold,omitempty"`
 }
 
 // Limits are the sandbox limits a lease grants.

@@ -108,6 +108,10 @@ var kindSpecs = []kindSpec{
 	{kind: KindAttestation, domain: "/gpunex/record/attestation", codec: []byte("/gpunex/attestation"), maxSize: MaxAttestationSize},
 	{kind: KindUptimeProof, domain: "/gpunex/record/uptime-proof", codec: []byte("/gpunex/uptime-proof"), maxSize: MaxUptimeProofSize},
 	{kind: KindScore, domain: "/gpunex/record/score", codec: []byte("/gpunex/score"), maxSize: MaxScoreSize},
+	{kind: KindEscrowHold, domain: "/gpunex/record/escrow-hold", codec: []byte("/gpunex/escrow-hold"), maxSize: MaxEscrowHoldSize},
+	{kind: KindPayoutSettings, domain: "/gpunex/record/payout-settings", codec: []byte("/gpunex/payout-settings"), maxSize: MaxPayoutSettingsSize},
+	{kind: KindPayoutBatch, domain: "/gpunex/record/payout-batch", codec: []byte("/gpunex/payout-batch"), maxSize: MaxPayoutBatchSize},
+	{kind: KindMarketStats, domain: "/gpunex/record/market-stats", codec: []byte("/gpunex/market-stats"), maxSize: MaxMarketStatsSize},
 }
 
 func specFor(k Kind) (kindSpec, bool) {
@@ -355,6 +359,14 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		rec, err = CheckAttestation(raw, now, nil)
 	case KindScore:
 		rec, err = CheckScore(raw, now, nil)
+	case KindEscrowHold:
+		rec, err = CheckHold(raw, now, nil)
+	case KindPayoutSettings:
+		rec, _, err = CheckPayoutSettings(raw, now)
+	case KindPayoutBatch:
+		rec, err = CheckBatch(raw, nil)
+	case KindMarketStats:
+		rec, err = CheckMarketStats(raw, now, nil)
 	case KindUptimeProof:
 		var u UptimeProof
 		if err = decodePayload(env, ScoreVersion, &u, func() int { return u.Version }); err == nil {

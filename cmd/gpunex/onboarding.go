@@ -567,7 +567,7 @@ func coordinatorCommand() *cobra.Command {
 			return printBench(cmd.OutOrStdout(), v)
 		},
 	}
-	c.AddCommand(apps, revoke, challenge)
+	c.AddCommand(apps, revoke, challenge, payoutsCommand())
 	return c
 }
 

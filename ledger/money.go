@@ -1,0 +1,555 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The coordinator's money book: renters' accounts, deposits credited, escrow holds,
+// providers' earnings and payout batches. Every change that moves money is one badger
+// transaction, so a crash leaves either all of it or none.
+
+const (
+	prefixAccount  = "money/account/"
+	prefixDeposit  = "money/deposit/"
+	prefixHold     = "money/hold/"
+	prefixEarning  = "money/earning/" // + provider + "/" + receipt SHA-256
+	prefixSettings = "money/settings/"
+	prefixBatch    = "money/batch/"
+	prefixBatchDay = "money/batch-day/"
+)
+
+// ErrInsufficientFunds is returned when a renter's available balance cannot cover a hold.
+var ErrInsufficientFunds = errors.New("insufficient funds")
+
+// Account is a renter's balance at the coordinator.
+type Account struct {
+	Renter    string             `json:"renter"`
+	Available protocol.MicroUSDC `json:"available"`
+	Held      protocol.MicroUSDC `json:"held"`
+	Deposited protocol.MicroUSDC `json:"deposited"`
+	Charged   protocol.MicroUSDC `json:"charged"`
+}
+
+// Deposit is a confirmed on-chain deposit, credited once.
+type Deposit struct {
+	Signature  string             `json:"signature"`
+	Renter     string             `json:"renter"`
+	Amount     protocol.MicroUSDC `json:"amount"`
+	CreditedAt time.Time          `json:"credited_at"`
+}
+
+// Hold states.
+const (
+	HoldHeld     = "held"
+	HoldCharged  = "charged"
+	HoldReleased = "released"
+)
+
+// Hold is an escrow hold for one job.
+type Hold struct {
+	Job       string             `json:"job"`
+	Renter    string             `json:"renter"`
+	Provider  string             `json:"provider"`
+	Amount    protocol.MicroUSDC `json:"amount"`
+	IssuedAt  time.Time          `json:"issued_at"`
+	ExpiresAt time.Time          `json:"expires_at"`
+	Raw       []byte             `json:"raw"` // the signed EscrowHold
+	State     string             `json:"state"`
+	Charge    protocol.MicroUSDC `json:"charge,omitempty"`
+	Receipt   string             `json:"receipt,omitempty"` // hex SHA-256 of the receipt charged
+}
+
+// Earning is what a provider earned from one receipt.
+type Earning struct {
+	Receipt    string             `json:"receipt"` // hex SHA-256 of the receipt envelope
+	Job        string             `json:"job"`
+	Provider   string             `json:"provider"`
+	Renter     string             `json:"renter"`
+	Model      string             `json:"model"`
+	GPUs       int                `json:"gpus"`
+	Seconds    int64              `json:"seconds"`
+	EndedAt    time.Time          `json:"ended_at"`
+	Charge     protocol.MicroUSDC `json:"charge"`
+	Commission protocol.MicroUSDC `json:"commission"`
+	Net        protocol.MicroUSDC `json:"net"`
+	Batch      string             `json:"batch,omitempty"` // the payout batch paying it; "" while pending
+}
+
+// PayoutSettings is a provider's latest signed payout settings.
+type PayoutSettings struct {
+	protocol.PayoutSettings
+	Raw []byte `json:"raw"`
+}
+
+// GetAccount returns a renter's account (zero when it never deposited).
+func (l *Ledger) GetAccount(renter string) (Account, error) {
+	a := Account{Renter: renter}
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixAccount+renter, &a) })
+	if errors.Is(err, ErrNotFound) {
+		err = nil
+	}
+	return a, err
+}
+
+func getAccount(txn *badger.Txn, renter string) (Account, error) {
+	a := Account{Renter: renter}
+	if err := getJSON(txn, prefixAccount+renter, &a); err != nil && !errors.Is(err, ErrNotFound) {
+		return a, err
+	}
+	return a, nil
+}
+
+// CreditDeposit credits a confirmed deposit to its renter once: the same signature again
+// reports false and changes nothing.
+func (l *Ledger) CreditDeposit(d Deposit) (bool, Account, error) {
+	created := false
+	var a Account
+	err := l.db.Update(func(txn *badger.Txn) error {
+		var prev Deposit
+		if err := getJSON(txn, prefixDeposit+d.Signature, &prev); err == nil {
+			a, err = getAccount(txn, prev.Renter)
+			return err
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		var err error
+		if a, err = getAccount(txn, d.Renter); err != nil {
+			return err
+		}
+		a.Available += d.Amount
+		a.Deposited += d.Amount
+		created = true
+		if err := putJSON(txn, prefixDeposit+d.Signature, d); err != nil {
+			return err
+		}
+		return putJSON(txn, prefixAccount+d.Renter, a)
+	})
+	return created, a, err
+}
+
+// Deposits returns a renter's credited deposits, oldest first ("" for all).
+func (l *Ledger) Deposits(renter string) ([]Deposit, error) {
+	out, err := scanAll[Deposit](l, prefixDeposit, func(d Deposit) bool { return renter == "" || d.Renter == renter })
+	sort.Slice(out, func(i, k int) bool { return out[i].CreditedAt.Before(out[k].CreditedAt) })
+	return out, err
+}
+
+// PlaceHold moves a hold's amount from the renter's available to held funds and stores
+// the hold. The same job again returns the hold already placed (a retried request) if its
+// terms are the same, and an error otherwise.
+func (l *Ledger) PlaceHold(h Hold) (Hold, error) {
+	var out Hold
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixHold+h.Job, &out); err == nil {
+			if out.Renter != h.Renter || out.Provider != h.Provider || out.Amount != h.Amount || out.State != HoldHeld {
+				return fmt.Errorf("job %s already has a %s hold of %s USDC on %s", h.Job, out.State, out.Amount, out.Provider)
+			}
+			return nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		a, err := getAccount(txn, h.Renter)
+		if err != nil {
+			return err
+		}
+		if a.Available < h.Amount {
+			return fmt.Errorf("%w: the job may cost up to %s USDC and %s USDC is available (deposit with gpunex wallet deposit)", ErrInsufficientFunds, h.Amount, a.Available)
+		}
+		a.Available -= h.Amount
+		a.Held += h.Amount
+		h.State = HoldHeld
+		out = h
+		if err := putJSON(txn, prefixHold+h.Job, h); err != nil {
+			return err
+		}
+		return putJSON(txn, prefixAccount+h.Renter, a)
+	})
+	return out, err
+}
+
+// GetHold returns a job's hold, or ErrNotFound.
+func (l *Ledger) GetHold(job string) (Hold, error) {
+	var h Hold
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixHold+job, &h) })
+	return h, err
+}
+
+// Holds returns a renter's holds ("" for all), newest first.
+func (l *Ledger) Holds(renter string) ([]Hold, error) {
+	out, err := scanAll[Hold](l, prefixHold, func(h Hold) bool { return renter == "" || h.Renter == renter })
+	sort.Slice(out, func(i, k int) bool { return out[i].IssuedAt.After(out[k].IssuedAt) })
+	return out, err
+}
+
+// ReleaseExpiredHolds returns to their renters the holds still unused at their expiry.
+func (l *Ledger) ReleaseExpiredHolds(now time.Time) (int, error) {
+	holds, err := l.Holds("")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, h := range holds {
+		if h.State != HoldHeld || now.Before(h.ExpiresAt) {
+			continue
+		}
+		err := l.db.Update(func(txn *badger.Txn) error {
+			var cur Hold
+			if err := getJSON(txn, prefixHold+h.Job, &cur); err != nil || cur.State != HoldHeld {
+				return err
+			}
+			a, err := getAccount(txn, cur.Renter)
+			if err != nil {
+				return err
+			}
+			a.Held -= cur.Amount
+			a.Available += cur.Amount
+			cur.State = HoldReleased
+			n++
+			if err := putJSON(txn, prefixHold+cur.Job, cur); err != nil {
+				return err
+			}
+			return putJSON(txn, prefixAccount+cur.Renter, a)
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// ReportCharge is a provider's job report and, when the job had a hold, the charge it
+// turns into: ChargeReports stores both in one transaction.
+type ReportCharge struct {
+	Report JobReport
+	// Receipt is the hex SHA-256 of the receipt envelope; Amount its amount.
+	Receipt       string
+	Amount        protocol.MicroUSDC
+	Model         string
+	GPUs          int
+	Seconds       int64
+	EndedAt       time.Time
+	Renter        string
+	CommissionBPS int
+}
+
+// ReportOutcome says what ChargeReports did with one report.
+type ReportOutcome struct {
+	Added   bool     // the report was new
+	Earning *Earning // the charge made, nil when the job had no hold (or the report was old)
+}
+
+// ChargeReports stores job reports and charges their holds, many per transaction: the
+// renter's hold becomes a charge (the receipt's amount, at most the hold), the rest
+// returns to the renter's available funds, and the provider earns the charge less the
+// commission. A report already stored changes nothing.
+func (l *Ledger) ChargeReports(items []ReportCharge) ([]ReportOutcome, error) {
+	out := make([]ReportOutcome, len(items))
+	for start := 0; start < len(items); {
+		end := start
+		err := l.db.Update(func(txn *badger.Txn) error {
+			for end = start; end < len(items); end++ {
+				o, err := chargeOne(txn, items[end])
+				if errors.Is(err, badger.ErrTxnTooBig) {
+					if end == start {
+						return err
+					}
+					return nil // commit what fits; the rest goes in the next transaction
+				}
+				if err != nil {
+					return err
+				}
+				out[end] = o
+			}
+			return nil
+		})
+		if err != nil {
+			return out[:start], err
+		}
+		start = end
+	}
+	return out, nil
+}
+
+func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
+	key := prefixJobReport + it.Report.Job
+	if _, err := txn.Get([]byte(key)); err == nil {
+		return ReportOutcome{}, nil
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return ReportOutcome{}, err
+	}
+	if err := putJSON(txn, key, it.Report); err != nil {
+		return ReportOutcome{}, err
+	}
+	var h Hold
+	if err := getJSON(txn, prefixHold+it.Report.Job, &h); errors.Is(err, ErrNotFound) || (err == nil && (h.State != HoldHeld || h.Provider != it.Report.Provider)) {
+		return ReportOutcome{Added: true}, nil
+	} else if err != nil {
+		return ReportOutcome{}, err
+	}
+	a, err := getAccount(txn, h.Renter)
+	if err != nil {
+		return ReportOutcome{}, err
+	}
+	charge := protocol.Charge(it.Amount, h.Amount)
+	commission := protocol.Commission(charge, it.CommissionBPS)
+	a.Held -= h.Amount
+	a.Available += h.Amount - charge
+	a.Charged += charge
+	h.State, h.Charge, h.Receipt = HoldCharged, charge, it.Receipt
+	e := Earning{Receipt: it.Receipt, Job: it.Report.Job, Provider: it.Report.Provider, Renter: h.Renter,
+		Model: it.Model, GPUs: it.GPUs, Seconds: it.Seconds, EndedAt: it.EndedAt,
+		Charge: charge, Commission: commission, Net: charge - commission}
+	for k, v := range map[string]any{prefixHold + h.Job: h, prefixAccount + h.Renter: a, earningKey(e.Provider, e.Receipt): e} {
+		if err := putJSON(txn, k, v); err != nil {
+			return ReportOutcome{}, err
+		}
+	}
+	return ReportOutcome{Added: true, Earning: &e}, nil
+}
+
+func earningKey(provider, receipt string) string { return prefixEarning + provider + "/" + receipt }
+
+// Earnings returns a provider's earnings ("" for all), oldest first.
+func (l *Ledger) Earnings(provider string) ([]Earning, error) {
+	prefix := prefixEarning
+	if provider != "" {
+		prefix += provider + "/"
+	}
+	out, err := scanAll[Earning](l, prefix, nil)
+	sort.Slice(out, func(i, k int) bool { return out[i].EndedAt.Before(out[k].EndedAt) })
+	return out, err
+}
+
+// PutPayoutSettings stores a provider's signed payout settings unless a newer sequence is
+// stored already; it reports whether it replaced them.
+func (l *Ledger) PutPayoutSettings(s PayoutSettings) (bool, error) {
+	stored := false
+	err := l.db.Update(func(txn *badger.Txn) error {
+		var cur PayoutSettings
+		if err := getJSON(txn, prefixSettings+s.Provider, &cur); err == nil && cur.Seq >= s.Seq {
+			return nil
+		} else if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		stored = true
+		return putJSON(txn, prefixSettings+s.Provider, s)
+	})
+	return stored, err
+}
+
+// GetPayoutSettings returns a provider's payout settings, or ErrNotFound.
+func (l *Ledger) GetPayoutSettings(provider string) (PayoutSettings, error) {
+	var s PayoutSettings
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixSettings+provider, &s) })
+	return s, err
+}
+
+// Batch states beyond protocol's planned, settling and settled.
+const (
+	// BatchFailed: a check failed before anything was sent; nothing was paid.
+	BatchFailed = "failed"
+)
+
+// Transaction states of the payout state machine (docs/settlement.md).
+const (
+	TxPlanned   = "planned"   // not signed yet
+	TxSigned    = "signed"    // signed, signature and bytes recorded, maybe sent
+	TxConfirmed = "confirmed" // found on chain, confirmed
+)
+
+// BatchTx is one Solana transaction of a payout batch.
+type BatchTx struct {
+	Payouts   []int  `json:"payouts"` // indexes into Batch.Payouts
+	State     string `json:"state"`
+	Signature string `json:"signature,omitempty"`
+	Raw       []byte `json:"raw,omitempty"`
+	// LastValid is the last block height at which the signed transaction can land.
+	LastValid uint64 `json:"last_valid_block_height,omitempty"`
+	Attempts  int    `json:"attempts"`
+	Fee       uint64 `json:"fee_lamports,omitempty"`
+	// CreateATA lists the payouts whose token account the transaction creates.
+	CreateATA []int `json:"create_ata,omitempty"`
+}
+
+// Batch is a payout batch as the coordinator settles it.
+type Batch struct {
+	protocol.PayoutBatch
+	CreatedAt time.Time `json:"created_at"`
+	Error     string    `json:"error,omitempty"`
+	Txs       []BatchTx `json:"txs,omitempty"`
+	// Record is the latest signed PayoutBatch envelope.
+	Record []byte `json:"record,omitempty"`
+	// Settings are the providers' signed payout settings the batch relied on.
+	Settings map[string][]byte `json:"settings,omitempty"`
+	DryRun   bool              `json:"-"`
+}
+
+// NextBatchID returns a new batch ID for the day: YYYYMMDD-NNN.
+func (l *Ledger) NextBatchID(now time.Time) (string, error) {
+	day := now.UTC().Format("20060102")
+	var n int
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixBatchDay+day, &n); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		n++
+		return putJSON(txn, prefixBatchDay+day, n)
+	})
+	return fmt.Sprintf("%s-%03d", day, n), err
+}
+
+// CreateBatch stores a new batch and marks each receipt it pays as taken by it, so no
+// other batch pays it. A receipt already in a batch fails the whole call.
+func (l *Ledger) CreateBatch(b Batch) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get([]byte(prefixBatch + b.Batch)); err == nil {
+			return fmt.Errorf("batch %s exists", b.Batch)
+		}
+		for _, p := range b.Payouts {
+			for _, r := range p.Receipts {
+				var e Earning
+				if err := getJSON(txn, earningKey(p.Provider, r), &e); err != nil {
+					return fmt.Errorf("receipt %s of %s: %w", r, p.Provider, err)
+				}
+				if e.Batch != "" {
+					return fmt.Errorf("receipt %s is already in batch %s", r, e.Batch)
+				}
+				e.Batch = b.Batch
+				if err := putJSON(txn, earningKey(p.Provider, r), e); err != nil {
+					return err
+				}
+			}
+		}
+		return putJSON(txn, prefixBatch+b.Batch, b)
+	})
+}
+
+// PutBatch stores a batch's new state.
+func (l *Ledger) PutBatch(b Batch) error {
+	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixBatch+b.Batch, b) })
+}
+
+// GetBatch returns a batch, or ErrNotFound.
+func (l *Ledger) GetBatch(id string) (Batch, error) {
+	var b Batch
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixBatch+id, &b) })
+	return b, err
+}
+
+// Batches returns every batch, newest first.
+func (l *Ledger) Batches() ([]Batch, error) {
+	out, err := scanAll[Batch](l, prefixBatch, nil)
+	sort.Slice(out, func(i, k int) bool { return out[i].Batch > out[k].Batch })
+	return out, err
+}
+
+// scanAll decodes every value under a prefix, keeping those keep accepts (nil keeps all).
+func scanAll[T any](l *Ledger, prefix string, keep func(T) bool) ([]T, error) {
+	var out []T
+	err := l.db.View(func(txn *badger.Txn) error {
+		return scan(txn, prefix, func(key string, val []byte) error {
+			var v T
+			if err := json.Unmarshal(val, &v); err != nil {
+				return fmt.Errorf("ledger: %s: %w", key, err)
+			}
+			if keep == nil || keep(v) {
+				out = append(out, v)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PendingByProvider sums each provider's earnings not yet in a batch, with their receipts
+// sorted.
+func PendingByProvider(earnings []Earning) map[string]PendingPayout {
+	out := map[string]PendingPayout{}
+	for _, e := range earnings {
+		if e.Batch != "" {
+			continue
+		}
+		p := out[e.Provider]
+		p.Amount += e.Net
+		p.Receipts = append(p.Receipts, e.Receipt)
+		out[e.Provider] = p
+	}
+	for k, p := range out {
+		slices.Sort(p.Receipts)
+		out[k] = p
+	}
+	return out
+}
+
+// PendingPayout is what a provider is owed and for which receipts.
+type PendingPayout struct {
+	Amount   protocol.MicroUSDC
+	Receipts []string
+}
+
+// UnsettledUSDC reports whether a batch has Solana transactions not confirmed yet.
+func (b Batch) UnsettledUSDC() bool {
+	for _, t := range b.Txs {
+		if t.State != TxConfirmed {
+			return true
+		}
+	}
+	return false
+}
+
+const prefixScheduledRun = "money/scheduled-run/"
+
+// ScheduledPayoutDone reports whether the scheduled payouts of a day (YYYY-MM-DD) ran.
+func (l *Ledger) ScheduledPayoutDone(day string) (bool, error) {
+	var done bool
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixScheduledRun+day, &done) })
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return done, err
+}
+
+// MarkScheduledPayoutDone records that the scheduled payouts of a day ran.
+func (l *Ledger) MarkScheduledPayoutDone(day string) error {
+	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixScheduledRun+day, true) })
+}
+
+// NextPayoutSettingsSeq returns the sequence for a provider's next payout settings.
+func (l *Ledger) NextPayoutSettingsSeq(now time.Time) (uint64, error) {
+	return l.nextSeq("provider/payout-settings-seq", now)
+}
+
+const prefixOwnDeposit = "wallet/deposit/"
+
+// OwnDeposit is a deposit this node sent, recorded before it is sent so that a crash
+// between sending and claiming loses nothing: the claim is retried.
+type OwnDeposit struct {
+	Signature string             `json:"signature"`
+	Amount    protocol.MicroUSDC `json:"amount"`
+	Raw       []byte             `json:"raw,omitempty"`
+	LastValid uint64             `json:"last_valid_block_height"`
+	SentAt    time.Time          `json:"sent_at"`
+	Claimed   bool               `json:"claimed"`
+	Error     string             `json:"error,omitempty"`
+}
+
+// PutOwnDeposit stores a deposit's state.
+func (l *Ledger) PutOwnDeposit(d OwnDeposit) error {
+	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixOwnDeposit+d.Signature, d) })
+}
+
+// OwnDeposits returns this node's deposits, oldest first.
+func (l *Ledger) OwnDeposits() ([]OwnDeposit, error) {
+	out, err := scanAll[OwnDeposit](l, prefixOwnDeposit, nil)
+	sort.Slice(out, func(i, k int) bool { return out[i].SentAt.Before(out[k].SentAt) })
+	return out, err
+}

@@ -1,0 +1,382 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	sol "github.com/gagliardetto/solana-go"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	chain "github.com/gpunex/gpunex/ledger/solana"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The settlement audit: anyone holding a payout batch, the receipts it pays and a Solana
+// RPC endpoint recomputes every amount and checks every transaction. docs/settlement.md,
+// "Audit".
+
+// AuditBundle is a payout batch with everything needed to audit it: the signed batch, the
+// records behind each receipt, and the providers' signed payout settings.
+type AuditBundle struct {
+	Batch    []byte         `json:"batch"`
+	Receipts []AuditReceipt `json:"receipts"`
+	Settings [][]byte       `json:"settings"`
+}
+
+// AuditReceipt is one paid receipt with the lease (signed by the provider, countersigned
+// by the renter) and the escrow hold it follows from.
+type AuditReceipt struct {
+	Receipt         []byte `json:"receipt"`
+	Lease           []byte `json:"lease"`
+	LeaseCountersig []byte `json:"lease_countersignature"`
+	Hold            []byte `json:"hold"`
+}
+
+// bundle assembles a batch's audit bundle from the coordinator's ledger.
+func (s *settlement) bundle(id string) (*AuditBundle, error) {
+	l := s.n.ledger
+	b, err := l.GetBatch(id)
+	if err != nil {
+		return nil, fmt.Errorf("batch %s: %w", id, err)
+	}
+	out := &AuditBundle{Batch: b.Record}
+	for _, p := range b.Payouts {
+		earnings, err := l.Earnings(p.Provider)
+		if err != nil {
+			return nil, err
+		}
+		byReceipt := map[string]ledger.Earning{}
+		for _, e := range earnings {
+			byReceipt[e.Receipt] = e
+		}
+		for _, r := range p.Receipts {
+			e, ok := byReceipt[r]
+			if !ok {
+				return nil, fmt.Errorf("batch %s: receipt %s has no earning", id, r)
+			}
+			rep, err := l.GetJobReport(e.Job)
+			if err != nil {
+				return nil, fmt.Errorf("job %s: report: %w", e.Job, err)
+			}
+			h, err := l.GetHold(e.Job)
+			if err != nil {
+				return nil, fmt.Errorf("job %s: hold: %w", e.Job, err)
+			}
+			out.Receipts = append(out.Receipts, AuditReceipt{Receipt: rep.Receipt, Lease: rep.Lease, LeaseCountersig: rep.LeaseCountersig, Hold: h.Raw})
+		}
+		if raw := b.Settings[p.Provider]; raw != nil {
+			out.Settings = append(out.Settings, raw)
+		}
+	}
+	return out, nil
+}
+
+// PayoutBundle returns a batch's audit bundle: from the ledger on a coordinator, from the
+// trusted coordinator otherwise. Known are the signed records of every batch the
+// coordinator lists, for the double-payment check.
+func (n *Node) PayoutBundle(ctx context.Context, id string) (*AuditBundle, [][]byte, error) {
+	if n.money != nil {
+		b, err := n.money.bundle(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		known, err := n.money.batchRecords("")
+		return b, known, err
+	}
+	resp, err := n.walletCall(ctx, walletRequest{Op: "bundle", Batch: id})
+	if err != nil {
+		return nil, nil, err
+	}
+	all, err := n.walletCall(ctx, walletRequest{Op: "batches"})
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp.Bundle, all.Batches, nil
+}
+
+// AuditOptions configure Audit.
+type AuditOptions struct {
+	// RPC is the Solana JSON-RPC endpoint the transactions are read from.
+	RPC string
+	// Trust are the coordinators whose batches are accepted; empty accepts any signer and
+	// the report names it.
+	Trust []peer.ID
+	// Known are signed PayoutBatch records of other batches: a receipt paid in one of them
+	// and in the audited batch is a double payment.
+	Known [][]byte
+}
+
+// AuditReport is the auditor's verdict on one batch.
+type AuditReport struct {
+	Batch         string   `json:"batch"`
+	Coordinator   string   `json:"coordinator"`
+	Trusted       bool     `json:"trusted"`
+	State         string   `json:"state"`
+	Payouts       int      `json:"payouts"`
+	Receipts      int      `json:"receipts"`
+	Transactions  int      `json:"transactions"`
+	TotalUSDC     string   `json:"total_usdc"`
+	KnownBatches  int      `json:"known_batches"`
+	OK            bool     `json:"ok"`
+	Discrepancies []string `json:"discrepancies"`
+}
+
+// Audit recomputes every payout of a batch from the signed receipts, checks each Solana
+// transaction that paid it (signature, amounts, recipients, mint, memo, cluster), and
+// checks that no receipt is paid twice across the batches it knows. Every discrepancy is
+// named; the report is OK only when there is none.
+func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditReport) {
+	rep.Discrepancies = []string{}
+	bad := func(format string, args ...any) {
+		rep.Discrepancies = append(rep.Discrepancies, fmt.Sprintf(format, args...))
+	}
+	defer func() { rep.OK = len(rep.Discrepancies) == 0 }()
+
+	var trust protocol.Trust
+	if len(o.Trust) > 0 {
+		trust = protocol.NewTrust(o.Trust...)
+	}
+	b, err := protocol.CheckBatch(bundle.Batch, trust)
+	if err != nil {
+		bad("the batch record does not verify: %v", err)
+		return rep
+	}
+	rep.Batch, rep.Coordinator, rep.Trusted, rep.State, rep.Payouts = b.Batch, b.Coordinator, trust != nil, b.State, len(b.Payouts)
+
+	// 1. Recompute each receipt's share from the records both sides signed.
+	type share struct {
+		provider string
+		net      protocol.MicroUSDC
+	}
+	shares := map[string]share{}
+	for i, r := range bundle.Receipts {
+		sha := protocol.RecordSHA256(r.Receipt)
+		net, provider, err := auditReceipt(r, b)
+		if err != nil {
+			bad("receipt %d (%s): %v", i+1, sha, err)
+			continue
+		}
+		shares[sha] = share{provider, net}
+	}
+	settings := map[string]*protocol.PayoutSettings{}
+	for _, raw := range bundle.Settings {
+		s, signer, err := protocol.CheckPayoutSettings(raw, time.Now())
+		if err != nil {
+			bad("payout settings: %v", err)
+			continue
+		}
+		settings[signer.String()] = s
+	}
+	var total protocol.MicroUSDC
+	for _, p := range b.Payouts {
+		var sum protocol.MicroUSDC
+		for _, r := range p.Receipts {
+			sh, ok := shares[r]
+			switch {
+			case !ok:
+				bad("payout to %s: receipt %s is not in the bundle or does not verify", p.Provider, r)
+			case sh.provider != p.Provider:
+				bad("payout to %s: receipt %s belongs to provider %s", p.Provider, r, sh.provider)
+			default:
+				sum += sh.net
+			}
+		}
+		rep.Receipts += len(p.Receipts)
+		total += p.Amount
+		if sum != p.Amount {
+			bad("payout to %s: batch says %s USDC, its receipts add up to %s USDC", p.Provider, p.Amount, sum)
+		}
+		if s := settings[p.Provider]; s == nil {
+			bad("payout to %s: no payout settings signed by the provider", p.Provider)
+		} else if s.Method != p.Method || s.Destination() != p.Destination {
+			bad("payout to %s: paid by %s to %s, but the provider's signed settings say %s to %s", p.Provider, p.Method, p.Destination, s.Method, s.Destination())
+		}
+		if !p.Paid {
+			bad("payout to %s of %s USDC is not paid yet", p.Provider, p.Amount)
+		}
+	}
+	rep.TotalUSDC = total.String()
+
+	// 2. No receipt paid twice across the batches known.
+	seen := map[string]bool{b.Batch: true}
+	for _, raw := range o.Known {
+		other, err := protocol.CheckBatch(raw, trust)
+		if err != nil || other.Coordinator != b.Coordinator {
+			continue
+		}
+		if !seen[other.Batch] {
+			seen[other.Batch] = true
+			rep.KnownBatches++
+		}
+		if other.Batch == b.Batch {
+			continue
+		}
+		for _, op := range other.Payouts {
+			for _, p := range b.Payouts {
+				for _, r := range p.Receipts {
+					if slices.Contains(op.Receipts, r) {
+						bad("receipt %s is paid in batch %s and again in batch %s", r, other.Batch, b.Batch)
+					}
+				}
+				if op.Transaction != "" && op.Transaction == p.Transaction {
+					bad("transaction %s is claimed by batch %s and by batch %s", p.Transaction, other.Batch, b.Batch)
+				}
+			}
+		}
+	}
+
+	// 3. The chain: each USDC payout's transaction moved exactly that amount to that
+	// recipient's token account, from the treasury, in the batch's mint, with its memo.
+	var usdc []protocol.Payout
+	for _, p := range b.Payouts {
+		if p.Method == protocol.PayoutUSDC && p.Paid {
+			usdc = append(usdc, p)
+		}
+	}
+	if len(usdc) == 0 {
+		return rep
+	}
+	if o.RPC == "" {
+		bad("no Solana RPC endpoint given: the %d USDC payouts were not checked on chain", len(usdc))
+		return rep
+	}
+	auditChain(ctx, chain.Dial(o.RPC), b, usdc, bad, &rep)
+	return rep
+}
+
+// auditReceipt checks one receipt's records and returns the provider's share of it.
+func auditReceipt(r AuditReceipt, b *protocol.SignedBatch) (protocol.MicroUSDC, string, error) {
+	l, signer, err := protocol.OpenLease(r.Lease)
+	if err != nil {
+		return 0, "", fmt.Errorf("lease: %w", err)
+	}
+	if l.Provider != signer.String() {
+		return 0, "", fmt.Errorf("lease names provider %s but is signed by %s", l.Provider, signer)
+	}
+	renter, err := peer.Decode(l.Renter)
+	if err != nil {
+		return 0, "", fmt.Errorf("lease renter: %w", err)
+	}
+	if _, err := protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter); err != nil {
+		return 0, "", fmt.Errorf("the renter's countersignature of the lease: %w", err)
+	}
+	rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l)
+	if err != nil {
+		return 0, "", err
+	}
+	// The hold was valid when issued; its expiry has no bearing on an audit afterwards.
+	h, err := protocol.CheckHold(r.Hold, holdIssuedAt(r.Hold), protocol.NewTrust(b.Signer))
+	if err != nil {
+		return 0, "", fmt.Errorf("escrow hold: %w", err)
+	}
+	if h.Job != rec.Job || h.Provider != rec.Provider || h.Renter != rec.Renter {
+		return 0, "", fmt.Errorf("escrow hold is for job %s (%s -> %s), not this receipt", h.Job, h.Renter, h.Provider)
+	}
+	charge := protocol.Charge(rec.Amount, h.Amount)
+	return charge - protocol.Commission(charge, b.CommissionBPS), rec.Provider, nil
+}
+
+// holdIssuedAt reads a hold's issue time without checking it (the check follows).
+func holdIssuedAt(raw []byte) time.Time {
+	env, err := protocol.Open(raw)
+	if err != nil {
+		return time.Now()
+	}
+	var h protocol.EscrowHold
+	if err := json.Unmarshal(env.Payload, &h); err != nil {
+		return time.Now()
+	}
+	return h.IssuedAt
+}
+
+func auditChain(ctx context.Context, c *chain.Client, b *protocol.SignedBatch, usdc []protocol.Payout, bad func(string, ...any), rep *AuditReport) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if genesis, err := c.GenesisHash(ctx); err != nil {
+		bad("RPC %s: %v", c.URL(), err)
+		return
+	} else if b.Cluster != "" && genesis != b.Cluster {
+		bad("the RPC endpoint is on cluster %s, the batch was paid on %s", genesis, b.Cluster)
+		return
+	}
+	mint, err1 := sol.PublicKeyFromBase58(b.Mint)
+	treasury, err2 := sol.PublicKeyFromBase58(b.Treasury)
+	if err := errors.Join(err1, err2); err != nil {
+		bad("batch mint or treasury: %v", err)
+		return
+	}
+	from := chain.ATA(treasury, mint)
+	byTx := map[string][]protocol.Payout{}
+	var order []string
+	for _, p := range usdc {
+		if p.Transaction == "" {
+			bad("payout to %s is marked paid without a transaction", p.Provider)
+			continue
+		}
+		if _, ok := byTx[p.Transaction]; !ok {
+			order = append(order, p.Transaction)
+		}
+		byTx[p.Transaction] = append(byTx[p.Transaction], p)
+	}
+	rep.Transactions = len(order)
+	for _, sigText := range order {
+		sig, err := sol.SignatureFromBase58(sigText)
+		if err != nil {
+			bad("transaction %q: %v", sigText, err)
+			continue
+		}
+		tx, err := c.Transaction(ctx, sig)
+		if err != nil {
+			bad("transaction %s: %v", sigText, err)
+			continue
+		}
+		if tx.Failed != "" {
+			bad("transaction %s failed on chain: %s", sigText, tx.Failed)
+			continue
+		}
+		if !slices.Contains(tx.Memos, protocol.PayoutMemo(b.Batch)) {
+			bad("transaction %s does not carry the memo %q (memos: %q)", sigText, protocol.PayoutMemo(b.Batch), tx.Memos)
+		}
+		if !slices.Contains(tx.Signers, treasury) {
+			bad("transaction %s is not signed by the treasury %s", sigText, treasury)
+		}
+		used := make([]bool, len(tx.Transfers))
+		for _, p := range byTx[sigText] {
+			owner, err := sol.PublicKeyFromBase58(p.Destination)
+			if err != nil {
+				bad("payout to %s: destination %q: %v", p.Provider, p.Destination, err)
+				continue
+			}
+			to := chain.ATA(owner, mint)
+			found := false
+			for i, t := range tx.Transfers {
+				if used[i] || t.Destination != to {
+					continue
+				}
+				used[i], found = true, true
+				switch {
+				case !t.Checked || t.Mint != mint || t.Decimals != USDCDecimals:
+					bad("payout to %s: transfer is not a TransferChecked of mint %s with 6 decimals", p.Provider, mint)
+				case t.Source != from || t.Authority != treasury:
+					bad("payout to %s: transfer comes from %s, not the treasury's account %s", p.Provider, t.Source, from)
+				case t.Amount != uint64(p.Amount):
+					bad("payout to %s: transaction %s moved %s USDC, the batch says %s USDC", p.Provider, sigText, protocol.MicroUSDC(t.Amount), p.Amount)
+				}
+				break
+			}
+			if !found {
+				bad("payout to %s: transaction %s has no transfer to its token account %s", p.Provider, sigText, to)
+			}
+		}
+		for i, t := range tx.Transfers {
+			if !used[i] {
+				bad("transaction %s moves %s USDC to %s, which no payout of the batch explains", sigText, protocol.MicroUSDC(t.Amount), t.Destination)
+			}
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	sol "github.com/gagliardetto/solana-go"
+
+	chain "github.com/gpunex/gpunex/ledger/solana"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// A provider's earnings: the charges its coordinator made from its receipts, less the
+// commission, grouped by period, GPU or model, with the payouts that paid them.
+
+// EarningsQuery selects what `gpunex earnings` shows.
+type EarningsQuery struct {
+	Period string    `json:"period"` // week or month: the current one
+	From   time.Time `json:"from,omitzero"`
+	To     time.Time `json:"to,omitzero"`
+	By     string    `json:"by"` // gpu or model
+}
+
+// EarningRow is one paid-for job.
+type EarningRow struct {
+	Job            string    `json:"job"`
+	EndedAt        time.Time `json:"ended_at"`
+	Model          string    `json:"model"`
+	GPUs           int       `json:"gpus"`
+	Seconds        int64     `json:"seconds"`
+	ChargeUSDC     string    `json:"charge_usdc"`
+	CommissionUSDC string    `json:"commission_usdc"`
+	NetUSDC        string    `json:"net_usdc"`
+	Net            int64     `json:"net_micro_usdc"`
+	Batch          string    `json:"batch,omitempty"`
+	Paid           bool      `json:"paid"`
+}
+
+// EarningsGroup sums earnings per GPU or per model.
+type EarningsGroup struct {
+	Key        string `json:"key"`
+	Jobs       int    `json:"jobs"`
+	GPUSeconds int64  `json:"gpu_seconds"`
+	NetUSDC    string `json:"net_usdc"`
+	Net        int64  `json:"net_micro_usdc"`
+}
+
+// PayoutRow is one payout to this provider.
+type PayoutRow struct {
+	Batch       string    `json:"batch"`
+	IssuedAt    time.Time `json:"issued_at"`
+	State       string    `json:"state"`
+	Method      string    `json:"method"`
+	Destination string    `json:"destination"`
+	AmountUSDC  string    `json:"amount_usdc"`
+	Amount      int64     `json:"amount_micro_usdc"`
+	Receipts    int       `json:"receipts"`
+	Paid        bool      `json:"paid"`
+	Transaction string    `json:"transaction,omitempty"`
+	Explorer    string    `json:"explorer,omitempty"`
+}
+
+// EarningsView is what `gpunex earnings` prints.
+type EarningsView struct {
+	From           time.Time       `json:"from"`
+	To             time.Time       `json:"to"`
+	TotalUSDC      string          `json:"total_usdc"` // net earned in the period
+	Total          int64           `json:"total_micro_usdc"`
+	ChargedUSDC    string          `json:"charged_usdc"`
+	CommissionUSDC string          `json:"commission_usdc"`
+	PendingUSDC    string          `json:"pending_usdc"` // earned, not paid yet (any period)
+	Pending        int64           `json:"pending_micro_usdc"`
+	PaidUSDC       string          `json:"paid_usdc"` // paid out, all time
+	By             string          `json:"by"`
+	Groups         []EarningsGroup `json:"groups"`
+	History        []EarningRow    `json:"history"`
+	Payouts        []PayoutRow     `json:"payouts"`
+}
+
+// periodStart is the start of the current week (Monday) or month, in UTC.
+func periodStart(period string, now time.Time) (time.Time, error) {
+	now = now.UTC()
+	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	switch period {
+	case "", "month":
+		return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC), nil
+	case "week":
+		return day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7)), nil
+	}
+	return time.Time{}, fmt.Errorf("period %q: use week or month", period)
+}
+
+// Earnings asks the coordinator for this provider's charges and payouts and sums them.
+func (n *Node) Earnings(ctx context.Context, q EarningsQuery) (EarningsView, error) {
+	if n.cfg.Role != RoleProvider {
+		return EarningsView{}, badRequest(errors.New("earnings are a provider's"))
+	}
+	now := n.clock.Now()
+	from, err := periodStart(q.Period, now)
+	if err != nil {
+		return EarningsView{}, badRequest(err)
+	}
+	to := now.UTC()
+	if !q.From.IsZero() {
+		from = q.From
+	}
+	if !q.To.IsZero() {
+		to = q.To
+	}
+	if q.By == "" {
+		q.By = "model"
+	}
+	if q.By != "model" && q.By != "gpu" {
+		return EarningsView{}, badRequest(fmt.Errorf("by %q: use gpu or model", q.By))
+	}
+	resp, err := n.walletCall(ctx, walletRequest{Op: "earnings"})
+	if err != nil {
+		return EarningsView{}, err
+	}
+	v := EarningsView{From: from, To: to, By: q.By, Groups: []EarningsGroup{}, History: []EarningRow{}, Payouts: []PayoutRow{}}
+	trusted, _ := n.cfg.TrustedCoordinators()
+	paid := map[string]bool{}
+	var paidTotal protocol.MicroUSDC
+	for _, raw := range resp.Batches {
+		b, err := protocol.CheckBatch(raw, protocol.NewTrust(trusted...))
+		if err != nil {
+			continue
+		}
+		for _, p := range b.Payouts {
+			if p.Provider != n.id.String() {
+				continue
+			}
+			row := PayoutRow{Batch: b.Batch, IssuedAt: b.IssuedAt, State: b.State, Method: p.Method, Destination: p.Destination,
+				AmountUSDC: p.Amount.String(), Amount: int64(p.Amount), Receipts: len(p.Receipts), Paid: p.Paid, Transaction: p.Transaction}
+			if p.Paid {
+				paidTotal += p.Amount
+				for _, r := range p.Receipts {
+					paid[r] = true
+				}
+				if sig, err := sol.SignatureFromBase58(p.Transaction); err == nil && p.Method == protocol.PayoutUSDC {
+					row.Explorer = chain.ExplorerURL(sig, n.cfg.Wallet.RPC)
+				}
+			}
+			v.Payouts = append(v.Payouts, row)
+		}
+	}
+	sort.Slice(v.Payouts, func(i, k int) bool { return v.Payouts[i].IssuedAt.After(v.Payouts[k].IssuedAt) })
+	v.PaidUSDC = paidTotal.String()
+	gpusOf := map[string][]string{}
+	if jobs, err := n.ledger.Jobs(); err == nil {
+		for _, j := range jobs {
+			if j.Side == "provider" {
+				gpusOf[j.ID] = j.GPUs
+			}
+		}
+	}
+	groups := map[string]*EarningsGroup{}
+	add := func(key string, gpuSeconds int64, net protocol.MicroUSDC, job bool) {
+		g := groups[key]
+		if g == nil {
+			g = &EarningsGroup{Key: key}
+			groups[key] = g
+		}
+		g.GPUSeconds += gpuSeconds
+		g.Net += int64(net)
+		if job {
+			g.Jobs++
+		}
+	}
+	var total, charged, commission, pending protocol.MicroUSDC
+	for _, e := range resp.Earnings {
+		isPaid := paid[e.Receipt]
+		if !isPaid {
+			pending += e.Net
+		}
+		if e.EndedAt.Before(from) || e.EndedAt.After(to) {
+			continue
+		}
+		total += e.Net
+		charged += e.Charge
+		commission += e.Commission
+		v.History = append(v.History, EarningRow{Job: e.Job, EndedAt: e.EndedAt, Model: e.Model, GPUs: e.GPUs, Seconds: e.Seconds,
+			ChargeUSDC: e.Charge.String(), CommissionUSDC: e.Commission.String(), NetUSDC: e.Net.String(), Net: int64(e.Net),
+			Batch: e.Batch, Paid: isPaid})
+		if q.By == "model" {
+			add(e.Model, int64(e.GPUs)*e.Seconds, e.Net, true)
+			continue
+		}
+		// Per GPU: the job's net split evenly over the GPUs it held, the remainder of the
+		// division going to the first, so the parts add up to the whole.
+		uuids := gpusOf[e.Job]
+		if len(uuids) == 0 {
+			add("unknown GPU ("+e.Model+")", int64(e.GPUs)*e.Seconds, e.Net, true)
+			continue
+		}
+		share := e.Net / protocol.MicroUSDC(len(uuids))
+		for i, u := range uuids {
+			part := share
+			if i == 0 {
+				part += e.Net - share*protocol.MicroUSDC(len(uuids))
+			}
+			add(u, e.Seconds, part, true)
+		}
+	}
+	for _, g := range groups {
+		g.NetUSDC = protocol.MicroUSDC(g.Net).String()
+		v.Groups = append(v.Groups, *g)
+	}
+	sort.Slice(v.Groups, func(i, k int) bool { return v.Groups[i].Key < v.Groups[k].Key })
+	slices.Reverse(v.History)
+	v.Total, v.TotalUSDC = int64(total), total.String()
+	v.ChargedUSDC, v.CommissionUSDC = charged.String(), commission.String()
+	v.Pending, v.PendingUSDC = int64(pending), pending.String()
+	return v, nil
+}

@@ -1,0 +1,501 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sol "github.com/gagliardetto/solana-go"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	chain "github.com/gpunex/gpunex/ledger/solana"
+	"github.com/gpunex/gpunex/ledger/solana/localnet"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// chainEnv is a local Solana runtime with a USDC-style mint and a funded treasury.
+type chainEnv struct {
+	rt       *localnet.Runtime
+	c        *chain.Client
+	treasury sol.PrivateKey
+	mint     sol.PublicKey
+	dir      string
+}
+
+func newChainEnv(t testing.TB) *chainEnv {
+	t.Helper()
+	rt := localnet.ForTest(t)
+	ctx := context.Background()
+	e := &chainEnv{rt: rt, c: chain.Dial(rt.URL), dir: t.TempDir()}
+	var err error
+	if e.treasury, err = chain.NewKeypair(); err != nil {
+		t.Fatal(err)
+	}
+	if err := chain.WriteKeypair(filepath.Join(e.dir, "treasury.json"), e.treasury); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Airdrop(ctx, e.treasury.PublicKey(), 100_000_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if e.mint, err = e.c.CreateMint(ctx, e.treasury, USDCDecimals); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// fund gives a wallet SOL for fees and USDC.
+func (e *chainEnv) fund(t testing.TB, owner sol.PublicKey, micro uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.c.Airdrop(ctx, owner, 1_000_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if micro > 0 {
+		if err := e.c.MintTo(ctx, e.treasury, e.mint, owner, micro); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (e *chainEnv) usdc(t testing.TB, owner sol.PublicKey) uint64 {
+	t.Helper()
+	b, err := e.c.TokenBalance(context.Background(), owner, e.mint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (e *chainEnv) coordinatorConfig() Config {
+	c := testConfig(RoleCoordinator)
+	c.Settlement.RPC, c.Settlement.Mint, c.Settlement.Cluster = e.rt.URL, e.mint.String(), e.rt.GenesisHash
+	c.Settlement.TreasuryKeypair = filepath.Join(e.dir, "treasury.json")
+	c.Settlement.MinPayoutUSDC = "0.000001"
+	c.Settlement.MarketInterval = Duration{time.Second}
+	return c
+}
+
+// TestMoneyEndToEnd: a renter deposits USDC and runs a job against an escrow hold; the
+// provider's receipt charges it; a payout batch pays the provider on chain, less the
+// commission; the auditor passes the batch and fails an altered one.
+func TestMoneyEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd and Solana")
+	}
+	e := newChainEnv(t)
+	rt := testRuntime(t)
+	tn := newTestNetWith(t, e.coordinatorConfig())
+	ctx := context.Background()
+
+	provWallet, _ := chain.NewKeypair()
+	pcfg := providerConfig(0)
+	pcfg.Provider.GPUs[0].Count, pcfg.Provider.GPUs[0].PriceUSDC = 2, "3.60"
+	pcfg.Jobs.MemoryMBPerGPU, pcfg.Jobs.ScratchMB, pcfg.Jobs.Pids = 64, 16, 64
+	pcfg.Jobs.RequireEscrow = true
+	pcfg.Payout = PayoutConfig{Method: protocol.PayoutUSDC, Schedule: protocol.PayoutWeekly, SolanaAddress: provWallet.PublicKey().String()}
+	prov := tn.addWith(pcfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
+
+	renterWallet, _ := chain.NewKeypair()
+	chain.WriteKeypair(filepath.Join(e.dir, "renter.json"), renterWallet)
+	e.fund(t, renterWallet.PublicKey(), 100_000_000)
+	rcfg := testConfig(RoleRenter)
+	rcfg.Wallet = WalletConfig{RPC: e.rt.URL, Keypair: filepath.Join(e.dir, "renter.json")}
+	renter := tn.add(rcfg, nil)
+	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
+		_, ok := searchHas(t, renter, prov.ID())
+		return ok, ""
+	})
+	archive := busyboxArchive(t)
+	job := JobRequest{Offer: offerOf(prov), GPUs: 2, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sh", "-c", "sleep 2"}}
+
+	// Without funds the provider refuses: no hold.
+	if _, err := renter.ProposeJob(ctx, job); !errors.Is(err, ErrJobRefused) || !strings.Contains(err.Error(), "insufficient funds") {
+		t.Fatalf("a job without funds: %v", err)
+	}
+	dep, err := renter.Deposit(ctx, 100_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dep.Credited || dep.Balance == nil || dep.Balance.Available != 100_000_000 {
+		t.Fatalf("deposit: %+v", dep)
+	}
+	if e.usdc(t, renterWallet.PublicKey()) != 0 || e.usdc(t, e.treasury.PublicKey()) != 100_000_000 {
+		t.Fatal("the deposit did not move the USDC to the treasury")
+	}
+	// A second claim of the same transaction credits nothing more.
+	if _, err := renter.ClaimDeposits(ctx, dep.Signature); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := renter.Balance(ctx); b.Available != 100_000_000 {
+		t.Fatalf("a deposit credited twice: %+v", b)
+	}
+
+	v, err := renter.ProposeJob(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := protocol.HoldAmount(3_600_000, 2, 60)
+	if b, _ := renter.Balance(ctx); b.Held != hold || b.Available != 100_000_000-hold {
+		t.Fatalf("balance while the job runs: %+v (hold %d)", b, hold)
+	}
+	final, err := renter.JobLogs(ctx, v.ID, true, io.Discard)
+	if err != nil || final.State != "ended" {
+		t.Fatalf("job: %+v %v", final, err)
+	}
+	charge := final.Cost
+	net := charge - protocol.Commission(charge, 1000)
+	eventually(t, 20*time.Second, "job charged", func() (bool, string) {
+		b, _ := renter.Balance(ctx)
+		return b.Held == 0 && b.Available == 100_000_000-charge, fmt.Sprintf("%+v", b)
+	})
+	if charge <= 0 {
+		t.Fatalf("the job cost nothing: %+v", final)
+	}
+
+	coord := tn.boot
+	eventually(t, 10*time.Second, "provider's payout settings at the coordinator", func() (bool, string) {
+		_, err := coord.ledger.GetPayoutSettings(prov.ID().String())
+		return err == nil, ""
+	})
+	batch, err := coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.State != protocol.BatchSettled || len(batch.Payouts) != 1 || batch.Payouts[0].Amount != net || len(batch.Transactions) != 1 {
+		t.Fatalf("batch: %+v", batch)
+	}
+	if got := e.usdc(t, provWallet.PublicKey()); got != uint64(net) {
+		t.Fatalf("provider's wallet holds %d micro-USDC, want %d", got, net)
+	}
+	// Running again pays nothing more.
+	again, err := coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+	if err != nil || again.State != "empty" {
+		t.Fatalf("second run: %+v %v", again, err)
+	}
+
+	earn, err := prov.Earnings(ctx, EarningsQuery{Period: "month", By: "gpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if earn.Total != int64(net) || earn.Pending != 0 || len(earn.Payouts) != 1 || !earn.Payouts[0].Paid || len(earn.Groups) != 2 {
+		t.Fatalf("earnings: %+v", earn)
+	}
+	if earn.Groups[0].Net+earn.Groups[1].Net != int64(net) {
+		t.Fatalf("per-GPU earnings do not add up: %+v", earn.Groups)
+	}
+
+	// The auditor passes the batch...
+	bundle, known, err := renter.PayoutBundle(ctx, batch.BatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Audit(ctx, *bundle, AuditOptions{RPC: e.rt.URL, Trust: []peer.ID{coord.ID()}, Known: known})
+	if !rep.OK || rep.Receipts != 1 || rep.Transactions != 1 {
+		t.Fatalf("audit of the real batch: %+v", rep)
+	}
+	// ...and fails one whose amount was altered (the signature breaks), one the
+	// coordinator signed with a wrong amount, and a receipt paid in a second batch.
+	altered := *bundle
+	altered.Batch = []byte(strings.Replace(string(bundle.Batch), fmt.Sprintf(`"amount_micro_usdc":%d`, net), fmt.Sprintf(`"amount_micro_usdc":%d`, net+1), 1))
+	if rep := Audit(ctx, altered, AuditOptions{RPC: e.rt.URL}); rep.OK {
+		t.Fatal("an altered batch passed the audit")
+	}
+	sb, _ := protocol.CheckBatch(bundle.Batch, nil)
+	wrong := sb.PayoutBatch
+	wrong.Payouts = append([]protocol.Payout{}, wrong.Payouts...)
+	wrong.Payouts[0].Amount = net + 5
+	wrongRaw, _ := protocol.Seal(protocol.KindPayoutBatch, wrong, coord.key)
+	rep = Audit(ctx, AuditBundle{Batch: wrongRaw, Receipts: bundle.Receipts, Settings: bundle.Settings}, AuditOptions{RPC: e.rt.URL})
+	if rep.OK || !strings.Contains(strings.Join(rep.Discrepancies, "\n"), "receipts add up to") || !strings.Contains(strings.Join(rep.Discrepancies, "\n"), "moved") {
+		t.Fatalf("a batch with a wrong amount: %+v", rep)
+	}
+	twice := sb.PayoutBatch
+	twice.Batch = "20990101-001"
+	twiceRaw, _ := protocol.Seal(protocol.KindPayoutBatch, twice, coord.key)
+	rep = Audit(ctx, *bundle, AuditOptions{RPC: e.rt.URL, Known: [][]byte{twiceRaw}})
+	if rep.OK || !strings.Contains(strings.Join(rep.Discrepancies, "\n"), "paid in batch 20990101-001 and again") {
+		t.Fatalf("a receipt paid twice: %+v", rep)
+	}
+
+	// Market statistics reach the provider.
+	eventually(t, 10*time.Second, "market advice", func() (bool, string) {
+		adv, err := prov.RecommendPrice("", "")
+		return err == nil && len(adv) == 1 && adv[0].ListedGPUs == 2 && adv[0].Leases == 1 && adv[0].Recommended > 0, fmt.Sprintf("%+v %v", adv, err)
+	})
+}
+
+// payoutFixture is a coordinator holding earnings of several providers, without jobs: the
+// payout state machine's tests.
+type payoutFixture struct {
+	e         *chainEnv
+	coord     *Node
+	providers []sol.PrivateKey
+	ids       []peer.ID
+	round     int
+}
+
+func newPayoutFixture(t *testing.T, dataDir string, providers int) *payoutFixture {
+	t.Helper()
+	e := newChainEnv(t)
+	f := &payoutFixture{e: e}
+	f.coord = startCoordinator(t, e.coordinatorConfig(), dataDir)
+	for range providers {
+		w, _ := chain.NewKeypair()
+		sk, _, _ := crypto.GenerateEd25519Key(nil)
+		id, _ := peer.IDFromPrivateKey(sk)
+		raw, err := protocol.Seal(protocol.KindPayoutSettings, protocol.PayoutSettings{Version: 1, Provider: id.String(), Seq: 1,
+			IssuedAt: time.Now(), Method: protocol.PayoutUSDC, Schedule: protocol.PayoutWeekly, SolanaAddress: w.PublicKey().String()}, sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.coord.money.serve(context.Background(), id, walletRequest{Op: "settings", Settings: raw}); err != nil {
+			t.Fatal(err)
+		}
+		f.providers, f.ids = append(f.providers, w), append(f.ids, id)
+	}
+	return f
+}
+
+// startCoordinator starts a coordinator whose ledger is on disk in dataDir.
+func startCoordinator(t testing.TB, cfg Config, dataDir string) *Node {
+	t.Helper()
+	sk, err := loadOrCreateKey(filepath.Join(dataDir, "identity.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(context.Background(), cfg, sk, Deps{DataDir: filepath.Join(dataDir, "data"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	return n
+}
+
+func loadOrCreateKey(path string) (crypto.PrivKey, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		return crypto.UnmarshalPrivateKey(b)
+	}
+	sk, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := crypto.MarshalPrivateKey(sk)
+	os.MkdirAll(filepath.Dir(path), 0o700)
+	return sk, os.WriteFile(path, b, 0o600)
+}
+
+// earn books a charged job of the given amount for each provider, and puts the USDC the
+// renter would have deposited into the treasury.
+func (f *payoutFixture) earn(t testing.TB, amount protocol.MicroUSDC) {
+	t.Helper()
+	f.earnUnfunded(t, amount)
+	if err := f.e.c.MintTo(context.Background(), f.e.treasury, f.e.mint, f.e.treasury.PublicKey(), uint64(amount)*uint64(len(f.ids))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// earnUnfunded books earnings whose USDC never reached the treasury.
+func (f *payoutFixture) earnUnfunded(t testing.TB, amount protocol.MicroUSDC) {
+	t.Helper()
+	l := f.coord.ledger
+	f.round++
+	if _, _, err := l.CreditDeposit(ledger.Deposit{Signature: fmt.Sprint("fixture-", f.round), Renter: "renter", Amount: amount * protocol.MicroUSDC(len(f.ids))}); err != nil {
+		t.Fatal(err)
+	}
+	var items []ledger.ReportCharge
+	for i, id := range f.ids {
+		job := fmt.Sprintf("%08x%08x", f.round, i)
+		if _, err := l.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: id.String(), Amount: amount, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, ledger.ReportCharge{Report: ledger.JobReport{Job: job, Provider: id.String(), ReceivedAt: time.Now()},
+			Receipt: receiptSHA(f.round, i), Amount: amount, EndedAt: time.Now(), CommissionBPS: 1000})
+	}
+	if _, err := l.ChargeReports(items); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func receiptSHA(round, i int) string { return fmt.Sprintf("%032x%032x", round, i) }
+
+// paid checks that every provider's wallet holds exactly want.
+func (f *payoutFixture) paid(t testing.TB, want uint64) {
+	t.Helper()
+	for i, w := range f.providers {
+		if got := f.e.usdc(t, w.PublicKey()); got != want {
+			t.Fatalf("provider %d holds %d micro-USDC, want %d (paid twice or not at all)", i, got, want)
+		}
+	}
+}
+
+// TestPayoutFailureAtEveryStep: a run stopped at each step of the state machine (as a
+// crash would stop it), or hit by an RPC failure, is finished by the next run: every
+// provider is paid exactly once.
+func TestPayoutFailureAtEveryStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Solana")
+	}
+	f := newPayoutFixture(t, t.TempDir(), 3)
+	ctx := context.Background()
+	s := f.coord.money
+	var want uint64
+	for _, step := range []string{"planned", "signed", "sent", "confirmed"} {
+		t.Run(step, func(t *testing.T) {
+			f.earn(t, 1_000_000)
+			want += 900_000
+			var hit atomic.Bool
+			s.hook = func(name string) error {
+				if name == step && hit.CompareAndSwap(false, true) {
+					return fmt.Errorf("injected stop at %s", step)
+				}
+				return nil
+			}
+			if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err == nil || !hit.Load() {
+				t.Fatalf("the run did not stop at %s: %v", step, err)
+			}
+			s.hook = nil
+			if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err != nil {
+				t.Fatal(err)
+			}
+			f.paid(t, want)
+		})
+	}
+	t.Run("expired-before-send", func(t *testing.T) {
+		// Signed and recorded, never sent, and its blockhash expires: it is signed again.
+		f.earn(t, 1_000_000)
+		want += 900_000
+		s.hook = func(name string) error {
+			if name == "signed" {
+				return errors.New("injected stop before sending")
+			}
+			return nil
+		}
+		f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+		s.hook = nil
+		if err := f.e.rt.ExpireBlockhash(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err != nil {
+			t.Fatal(err)
+		}
+		f.paid(t, want)
+		bs, _ := f.coord.ledger.Batches()
+		if bs[0].Txs[0].Attempts != 2 {
+			t.Fatalf("the expired transaction was signed %d times, want 2", bs[0].Txs[0].Attempts)
+		}
+	})
+	t.Run("lost-send-response", func(t *testing.T) {
+		// The RPC node takes the transaction but the answer is lost: the state machine
+		// finds it on chain instead of paying again.
+		f.earn(t, 1_000_000)
+		want += 900_000
+		lost := &loseResponses{method: "sendTransaction", base: http.DefaultTransport}
+		s.client = chain.DialHTTP(f.e.rt.URL, &http.Client{Transport: lost})
+		defer func() { s.client = chain.Dial(f.e.rt.URL) }()
+		if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err != nil {
+			t.Fatal(err)
+		}
+		if lost.lost.Load() == 0 {
+			t.Fatal("no answer was lost: the test did not test anything")
+		}
+		f.paid(t, want)
+	})
+	t.Run("wrong-mint-and-underfunded", func(t *testing.T) {
+		f.earn(t, 1_000_000)
+		saved := s.mint
+		s.mint = f.e.treasury.PublicKey() // an account that is not a mint
+		_, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+		s.mint = saved
+		if !errors.Is(err, chain.ErrWrongMint) {
+			t.Fatalf("wrong mint: %v", err)
+		}
+		f.earnUnfunded(t, 500_000_000_000)
+		if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); !errors.Is(err, chain.ErrUnderfunded) {
+			t.Fatalf("underfunded treasury: %v", err)
+		}
+		f.paid(t, want) // nothing was sent
+	})
+}
+
+// loseResponses forwards requests but drops the answer of one JSON-RPC method.
+type loseResponses struct {
+	method string
+	base   http.RoundTripper
+	lost   atomic.Int32
+}
+
+func (l *loseResponses) RoundTrip(r *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	resp, err := l.base.RoundTrip(r)
+	if err == nil && strings.Contains(string(body), `"`+l.method+`"`) && l.lost.Add(1) == 1 {
+		resp.Body.Close()
+		return nil, errors.New("injected: connection reset after the request was sent")
+	}
+	return resp, err
+}
+
+// TestPayoutSurvivesKill9: the coordinator process is killed with SIGKILL right after it
+// broadcast a payout transaction, before recording it; a restarted coordinator finishes
+// the batch from its ledger and the chain, and pays nobody twice.
+func TestPayoutSurvivesKill9(t *testing.T) {
+	if os.Getenv("GPUNEX_PAYOUT_CHILD") != "" {
+		payoutChild(t)
+		return
+	}
+	if testing.Short() {
+		t.Skip("Solana")
+	}
+	dir := t.TempDir()
+	f := newPayoutFixture(t, dir, 20) // two transactions
+	f.earn(t, 2_000_000)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	f.coord.Close(ctx)
+	cancel()
+
+	for _, step := range []string{"sent", "confirmed"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPayoutSurvivesKill9$", "-test.v")
+		cmd.Env = append(os.Environ(), "GPUNEX_PAYOUT_CHILD="+dir, "GPUNEX_TEST_CRASH_AT="+step,
+			"GPUNEX_CHILD_RPC="+f.e.rt.URL, "GPUNEX_CHILD_MINT="+f.e.mint.String(), "GPUNEX_CHILD_GENESIS="+f.e.rt.GenesisHash,
+			"GPUNEX_CHILD_TREASURY="+filepath.Join(f.e.dir, "treasury.json"))
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys() == nil || !strings.Contains(ee.String(), "killed") {
+			t.Fatalf("the child was not killed at %s: %v\n%s", step, err, out)
+		}
+	}
+	// A restarted coordinator resumes the batch at start.
+	cfg := f.e.coordinatorConfig()
+	n := startCoordinator(t, cfg, dir)
+	eventually(t, 60*time.Second, "batch settled after restart", func() (bool, string) {
+		bs, _ := n.ledger.Batches()
+		return len(bs) == 1 && bs[0].State == protocol.BatchSettled, fmt.Sprint(len(bs))
+	})
+	f.paid(t, 1_800_000)
+}
+
+// payoutChild is the coordinator process TestPayoutSurvivesKill9 kills.
+func payoutChild(t *testing.T) {
+	dir := os.Getenv("GPUNEX_PAYOUT_CHILD")
+	cfg := testConfig(RoleCoordinator)
+	cfg.Settlement.RPC, cfg.Settlement.Mint, cfg.Settlement.Cluster = os.Getenv("GPUNEX_CHILD_RPC"), os.Getenv("GPUNEX_CHILD_MINT"), os.Getenv("GPUNEX_CHILD_GENESIS")
+	cfg.Settlement.TreasuryKeypair, cfg.Settlement.MinPayoutUSDC = os.Getenv("GPUNEX_CHILD_TREASURY"), "0.01"
+	n := startCoordinator(t, cfg, dir)
+	_, err := n.RunPayouts(context.Background(), PayoutRunOptions{Now: true})
+	t.Fatalf("the run returned instead of being killed: %v", err)
+}

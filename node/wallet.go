@@ -1,0 +1,360 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	sol "github.com/gagliardetto/solana-go"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	chain "github.com/gpunex/gpunex/ledger/solana"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The renter's and the provider's side of money: the wallet stream to the coordinator,
+// deposits, balances, escrow holds for jobs, payout settings and job reports.
+
+// coordinatorID is the coordinator this node deals with: the first trusted one.
+func (n *Node) coordinatorID() (peer.ID, error) {
+	if n.cfg.Role == RoleCoordinator {
+		return n.id, nil
+	}
+	ids, err := n.cfg.TrustedCoordinators()
+	if err != nil {
+		return "", err
+	}
+	if len(ids) == 0 {
+		return "", errors.New("no coordinator in trust.coordinators")
+	}
+	return ids[0], nil
+}
+
+// walletCall sends one request on the wallet stream to the coordinator (or serves it
+// locally on a coordinator).
+func (n *Node) walletCall(ctx context.Context, req walletRequest) (walletResponse, error) {
+	if n.money != nil {
+		return n.money.serve(ctx, n.id, req)
+	}
+	c, err := n.coordinatorID()
+	if err != nil {
+		return walletResponse{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := n.reach(ctx, c); err != nil {
+		return walletResponse{}, fmt.Errorf("reach coordinator %s: %w", c, err)
+	}
+	s, err := n.host.NewStream(ctx, c, protocol.WalletProtocol)
+	if err != nil {
+		return walletResponse{}, fmt.Errorf("reach coordinator %s: %w", c, err)
+	}
+	defer s.Close()
+	if d, ok := ctx.Deadline(); ok {
+		s.SetDeadline(d)
+	}
+	if err := writeJSONFrame(s, req); err != nil {
+		return walletResponse{}, err
+	}
+	s.CloseWrite()
+	var resp walletResponse
+	if err := readJSONFrame(bufio.NewReader(s), protocol.MaxPayoutBatchSize*4, &resp); err != nil {
+		return walletResponse{}, fmt.Errorf("coordinator's answer: %w", err)
+	}
+	if resp.Error != "" {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}
+
+// requestHold asks the coordinator to set the proposal's maximum cost aside.
+func (n *Node) requestHold(ctx context.Context, p protocol.Proposal) ([]byte, error) {
+	if _, err := n.coordinatorID(); err != nil {
+		return nil, err
+	}
+	expires := p.IssuedAt.Add(protocol.ProposalTTL + time.Duration(p.MaxSeconds)*time.Second + protocol.HoldGrace + time.Minute)
+	resp, err := n.walletCall(ctx, walletRequest{Op: "hold", Job: p.Job, Provider: p.Provider,
+		Amount: protocol.HoldAmount(p.MaxPrice, p.GPUs, p.MaxSeconds), ExpiresAt: expires})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Hold, nil
+}
+
+// WalletKey loads this node's Solana wallet keypair.
+func (n *Node) WalletKey() (sol.PrivateKey, error) {
+	k, err := chain.LoadKeypair(n.keyPath(n.cfg.Wallet.Keypair))
+	if err != nil {
+		return nil, fmt.Errorf("wallet.keypair: %w (create one with gpunex wallet init)", err)
+	}
+	return k, nil
+}
+
+// DepositView is what `gpunex wallet deposit` prints.
+type DepositView struct {
+	Signature  string             `json:"signature"`
+	Amount     protocol.MicroUSDC `json:"amount_micro_usdc"`
+	AmountUSDC string             `json:"amount_usdc"`
+	Credited   bool               `json:"credited"`
+	Explorer   string             `json:"explorer,omitempty"`
+	Balance    *BalanceView       `json:"balance,omitempty"`
+}
+
+// Deposit sends USDC from this node's wallet to the coordinator's treasury, with a memo
+// naming this node, waits for confirmation and has the coordinator credit it. The signed
+// transaction is recorded before it is sent: after a crash, ClaimDeposits finishes it.
+func (n *Node) Deposit(ctx context.Context, amount protocol.MicroUSDC) (DepositView, error) {
+	if amount <= 0 {
+		return DepositView{}, badRequest(errors.New("the amount must be positive"))
+	}
+	if n.cfg.Wallet.RPC == "" {
+		return DepositView{}, errors.New("wallet.rpc is not set: name the Solana RPC endpoint in config.toml")
+	}
+	key, err := n.WalletKey()
+	if err != nil {
+		return DepositView{}, err
+	}
+	info, err := n.walletCall(ctx, walletRequest{Op: "info"})
+	if err != nil {
+		return DepositView{}, err
+	}
+	if info.Info.Treasury == "" || info.Info.Mint == "" {
+		return DepositView{}, errors.New("the coordinator takes no deposits: its treasury or mint is not configured")
+	}
+	treasury, err1 := sol.PublicKeyFromBase58(info.Info.Treasury)
+	mint, err2 := sol.PublicKeyFromBase58(info.Info.Mint)
+	if err := errors.Join(err1, err2); err != nil {
+		return DepositView{}, fmt.Errorf("coordinator's treasury facts: %w", err)
+	}
+	c := chain.Dial(n.cfg.Wallet.RPC)
+	if info.Info.Cluster != "" {
+		if g, err := c.GenesisHash(ctx); err != nil {
+			return DepositView{}, fmt.Errorf("wallet.rpc %s: %w", n.cfg.Wallet.RPC, err)
+		} else if g != info.Info.Cluster {
+			return DepositView{}, fmt.Errorf("%w: wallet.rpc is on cluster %s, the coordinator settles on %s", chain.ErrWrongCluster, g, info.Info.Cluster)
+		}
+	}
+	have, err := c.TokenBalance(ctx, key.PublicKey(), mint)
+	if err != nil {
+		return DepositView{}, err
+	}
+	if have < uint64(amount) {
+		return DepositView{}, fmt.Errorf("%w: the wallet %s holds %s USDC, %s asked", chain.ErrUnderfunded, key.PublicKey(), protocol.MicroUSDC(have), amount)
+	}
+	hash, lastValid, err := c.LatestBlockhash(ctx)
+	if err != nil {
+		return DepositView{}, err
+	}
+	raw, sig, err := chain.DepositTransaction(hash, key, treasury, mint, USDCDecimals, uint64(amount), protocol.DepositMemo(n.id))
+	if err != nil {
+		return DepositView{}, err
+	}
+	d := ledger.OwnDeposit{Signature: sig.String(), Amount: amount, Raw: raw, LastValid: lastValid, SentAt: n.clock.Now()}
+	if err := n.ledger.PutOwnDeposit(d); err != nil {
+		return DepositView{}, err
+	}
+	if err := c.Send(ctx, raw); err != nil {
+		d.Error = err.Error()
+		n.ledger.PutOwnDeposit(d)
+		return DepositView{}, err
+	}
+	st, err := c.WaitConfirmed(ctx, sig, lastValid)
+	if err != nil {
+		return DepositView{}, fmt.Errorf("deposit %s: %w", sig, err)
+	}
+	if st.Err != "" {
+		d.Error, d.Raw = st.Err, nil
+		n.ledger.PutOwnDeposit(d)
+		return DepositView{}, fmt.Errorf("deposit %s failed on chain: %s", sig, st.Err)
+	}
+	v, err := n.claim(ctx, d)
+	v.Explorer = chain.ExplorerURL(sig, n.cfg.Wallet.RPC)
+	return v, err
+}
+
+// claim asks the coordinator to credit a confirmed deposit.
+func (n *Node) claim(ctx context.Context, d ledger.OwnDeposit) (DepositView, error) {
+	v := DepositView{Signature: d.Signature, Amount: d.Amount, AmountUSDC: d.Amount.String()}
+	var resp walletResponse
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if resp, err = n.walletCall(ctx, walletRequest{Op: "claim", Signature: d.Signature}); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return v, fmt.Errorf("deposit %s is on chain but not credited yet (gpunex wallet claim %s retries): %w", d.Signature, d.Signature, err)
+	}
+	d.Claimed, d.Raw, d.Error = true, nil, ""
+	n.ledger.PutOwnDeposit(d)
+	v.Credited = true
+	if resp.Account != nil {
+		b := balanceView(*resp.Account, nil)
+		v.Balance = &b
+	}
+	return v, nil
+}
+
+// ClaimDeposits has the coordinator credit this node's deposits not credited yet (after a
+// crash or a coordinator outage), or one named by its signature.
+func (n *Node) ClaimDeposits(ctx context.Context, signature string) ([]DepositView, error) {
+	if signature != "" {
+		v, err := n.claim(ctx, ledger.OwnDeposit{Signature: signature})
+		return []DepositView{v}, err
+	}
+	deps, err := n.ledger.OwnDeposits()
+	if err != nil {
+		return nil, err
+	}
+	var out []DepositView
+	var errs []error
+	for _, d := range deps {
+		if d.Claimed {
+			continue
+		}
+		v, err := n.claim(ctx, d)
+		out = append(out, v)
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// BalanceView is a renter's balance at the coordinator.
+type BalanceView struct {
+	Available     protocol.MicroUSDC `json:"available_micro_usdc"`
+	Held          protocol.MicroUSDC `json:"held_micro_usdc"`
+	AvailableUSDC string             `json:"available_usdc"`
+	HeldUSDC      string             `json:"held_usdc"`
+	DepositedUSDC string             `json:"deposited_usdc"`
+	ChargedUSDC   string             `json:"charged_usdc"`
+	Holds         []HoldView         `json:"holds"`
+	// Wallet is the node's own Solana wallet and its USDC, when configured.
+	Wallet     string `json:"wallet,omitempty"`
+	WalletUSDC string `json:"wallet_usdc,omitempty"`
+}
+
+// HoldView is one escrow hold.
+type HoldView struct {
+	Job        string    `json:"job"`
+	Provider   string    `json:"provider"`
+	AmountUSDC string    `json:"amount_usdc"`
+	State      string    `json:"state"`
+	ChargeUSDC string    `json:"charge_usdc,omitempty"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+func balanceView(a ledger.Account, holds []ledger.Hold) BalanceView {
+	v := BalanceView{Available: a.Available, Held: a.Held, AvailableUSDC: a.Available.String(), HeldUSDC: a.Held.String(),
+		DepositedUSDC: a.Deposited.String(), ChargedUSDC: a.Charged.String(), Holds: []HoldView{}}
+	for _, h := range holds {
+		hv := HoldView{Job: h.Job, Provider: h.Provider, AmountUSDC: h.Amount.String(), State: h.State, ExpiresAt: h.ExpiresAt}
+		if h.State == ledger.HoldCharged {
+			hv.ChargeUSDC = h.Charge.String()
+		}
+		v.Holds = append(v.Holds, hv)
+	}
+	return v
+}
+
+// Balance returns this node's balance at the coordinator, and its wallet's USDC.
+func (n *Node) Balance(ctx context.Context) (BalanceView, error) {
+	resp, err := n.walletCall(ctx, walletRequest{Op: "balance"})
+	if err != nil {
+		return BalanceView{}, err
+	}
+	v := balanceView(*resp.Account, resp.Holds)
+	if key, err := n.WalletKey(); err == nil && n.cfg.Wallet.RPC != "" {
+		v.Wallet = key.PublicKey().String()
+		if info, err := n.walletCall(ctx, walletRequest{Op: "info"}); err == nil && info.Info.Mint != "" {
+			if mint, err := sol.PublicKeyFromBase58(info.Info.Mint); err == nil {
+				if have, err := chain.Dial(n.cfg.Wallet.RPC).TokenBalance(ctx, key.PublicKey(), mint); err == nil {
+					v.WalletUSDC = protocol.MicroUSDC(have).String()
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+// InitWallet creates this node's Solana wallet keypair (refusing to overwrite one) and
+// returns its address.
+func (n *Node) InitWallet() (string, error) {
+	k, err := chain.NewKeypair()
+	if err != nil {
+		return "", err
+	}
+	if err := chain.WriteKeypair(n.keyPath(n.cfg.Wallet.Keypair), k); err != nil {
+		return "", err
+	}
+	return k.PublicKey().String(), nil
+}
+
+// payoutSettingsLoop signs the provider's [payout] settings and delivers them to the
+// coordinator, retrying until it acknowledges them.
+func (n *Node) payoutSettingsLoop(ctx context.Context) {
+	ps := n.cfg.Payout.Settings()
+	if ps == nil {
+		return
+	}
+	ps.Provider, ps.IssuedAt = n.id.String(), n.clock.Now().UTC()
+	seq, err := n.ledger.NextPayoutSettingsSeq(ps.IssuedAt)
+	if err != nil {
+		n.log.Warn("payout settings not sent", "err", err)
+		return
+	}
+	ps.Seq = seq
+	raw, err := protocol.Seal(protocol.KindPayoutSettings, ps, n.key)
+	if err != nil {
+		n.log.Warn("payout settings not sent", "err", err)
+		return
+	}
+	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		if _, err := n.walletCall(ctx, walletRequest{Op: "settings", Settings: raw}); err == nil {
+			n.log.Info("payout settings delivered to the coordinator", "method", ps.Method, "schedule", ps.Schedule)
+			return
+		} else {
+			n.log.Debug("payout settings not delivered yet", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// reportLoop delivers the final receipts the coordinator has not acknowledged yet (a
+// coordinator that was down, a lost connection), so that every job is charged and counted.
+func (n *Node) reportLoop(ctx context.Context) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for {
+		jobs, _ := n.ledger.Jobs()
+		for _, j := range jobs {
+			if j.Side == "provider" && j.State == ledger.JobEnded && len(j.Receipt) > 0 && j.ReportedAt.IsZero() && j.ReportError == "" {
+				n.reportJob(j)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readAnswer reads a coordinator's short JSON answer.
+func readAnswer(r io.Reader) (map[string]string, error) {
+	var m map[string]string
+	err := readJSONFrame(bufio.NewReader(io.LimitReader(r, 4096)), 4096, &m)
+	return m, err
+}
