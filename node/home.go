@@ -287,7 +287,35 @@ smtp_password_file = "{{.Coordinator.Notify.SMTPPasswordFile}}"
 # Receives a JSON POST per decision, signed with HMAC-SHA256 when a secret file is set.
 webhook_url = "{{.Coordinator.Notify.WebhookURL}}"
 webhook_secret_file = "{{.Coordinator.Notify.WebhookSecretFile}}"
-{{end}}{{if eq .Role "provider"}}
+
+[settlement]
+# Solana JSON-RPC endpoint, expected genesis hash (empty: not checked) and USDC mint
+# (mainnet EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v, devnet 4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU).
+rpc = "{{.Settlement.RPC}}"
+cluster = "{{.Settlement.Cluster}}"
+mint = "{{.Settlement.Mint}}"
+# The treasury's Solana keypair (Solana CLI JSON, mode 0600), relative to this folder.
+treasury_keypair = "{{.Settlement.TreasuryKeypair}}"
+# Commission on each charge, in basis points (1000 = 10%), shown to everyone.
+commission_bps = {{.Settlement.CommissionBPS}}
+# Least pending amount a scheduled payout pays.
+min_payout_usdc = "{{.Settlement.MinPayoutUSDC}}"
+# How often due payouts and expired holds are checked; how often market statistics are
+# published and the period they cover.
+payout_check = "{{.Settlement.PayoutCheck}}"
+market_interval = "{{.Settlement.MarketInterval}}"
+market_window = "{{.Settlement.MarketWindow}}"
+# The coordinator's bank account, debtor of bank-transfer payout files (pain.001).
+bank_account_name = "{{.Settlement.BankAccountName}}"
+bank_iban = "{{.Settlement.BankIBAN}}"
+bank_bic = "{{.Settlement.BankBIC}}"
+{{end}}
+[wallet]
+# This node's Solana wallet (renters deposit from it): RPC endpoint and keypair file
+# (created by ` + "`gpunex wallet init`" + `, mode 0600, relative to this folder).
+rpc = "{{.Wallet.RPC}}"
+keypair = "{{.Wallet.Keypair}}"
+{{if eq .Role "provider"}}
 [provider]
 # Where the GPUs are (free text, lower case): renters filter on it.
 region = "{{.Provider.Region}}"
@@ -324,6 +352,18 @@ scratch_mb = {{.Jobs.ScratchMB}}
 blocked_renters = {{list .Jobs.BlockedRenters}}
 # Most proposals taken from one peer per minute.
 proposals_per_minute = {{.Jobs.ProposalsPerMinute}}
+# Start a job only against the coordinator's escrow hold covering its maximum cost.
+require_escrow = {{.Jobs.RequireEscrow}}
+
+[payout]
+# How you are paid: method "usdc" (to solana_address) or "bank" (account_name, iban, bic),
+# schedule "weekly" (Mondays) or "monthly" (first business day). Empty method: not set yet.
+method = "{{.Payout.Method}}"
+schedule = "{{.Payout.Schedule}}"
+solana_address = "{{.Payout.SolanaAddress}}"
+account_name = "{{.Payout.AccountName}}"
+iban = "{{.Payout.IBAN}}"
+bic = "{{.Payout.BIC}}"
 {{range .Provider.GPUs}}
 [[provider.gpus]]
 # GPU model as renters search for it, e.g. H100-80GB, A100-80GB, L40S-48GB, L4-24GB, RTX4090-24GB.

@@ -245,7 +245,7 @@ type payoutFixture struct {
 	round     int
 }
 
-func newPayoutFixture(t *testing.T, dataDir string, providers int) *payoutFixture {
+func newPayoutFixture(t testing.TB, dataDir string, providers int) *payoutFixture {
 	t.Helper()
 	e := newChainEnv(t)
 	f := &payoutFixture{e: e}
@@ -498,4 +498,29 @@ func payoutChild(t *testing.T) {
 	n := startCoordinator(t, cfg, dir)
 	_, err := n.RunPayouts(context.Background(), PayoutRunOptions{Now: true})
 	t.Fatalf("the run returned instead of being killed: %v", err)
+}
+
+// BenchmarkPayouts1000 settles 1,000 provider payouts on the local Solana runtime, twice:
+// first to wallets without a USDC token account (the batch creates them), then again once
+// they exist (every later week). It reports transactions, fees and wall time of each.
+func BenchmarkPayouts1000(b *testing.B) {
+	for range b.N {
+		f := newPayoutFixture(b, b.TempDir(), 1000)
+		ctx := context.Background()
+		for _, round := range []string{"first", "later"} {
+			f.earn(b, 1_000_000)
+			start := time.Now()
+			v, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			wall := time.Since(start)
+			if v.State != protocol.BatchSettled || len(v.Payouts) != 1000 {
+				b.Fatalf("batch %+v", v.State)
+			}
+			b.ReportMetric(float64(len(v.Transactions)), round+"-transactions")
+			b.ReportMetric(float64(v.FeesLamports), round+"-fee-lamports")
+			b.ReportMetric(wall.Seconds(), round+"-seconds")
+		}
+	}
 }
