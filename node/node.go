@@ -241,6 +241,9 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 		n.goLoop(func() { n.reportLoop(runCtx) })
 		n.goLoop(func() { n.payoutSettingsLoop(runCtx) })
 	}
+	if cfg.Role != RoleCoordinator {
+		n.goLoop(func() { n.claimLoop(runCtx) })
+	}
 	if cfg.Role == RoleCoordinator {
 		if n.coord, err = newCoordinator(n); err != nil {
 			return nil, err

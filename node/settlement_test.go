@@ -417,12 +417,19 @@ func TestPayoutFailureAtEveryStep(t *testing.T) {
 	})
 	t.Run("wrong-mint-and-underfunded", func(t *testing.T) {
 		f.earn(t, 1_000_000)
-		saved := s.mint
+		savedMint := s.mint
 		s.mint = f.e.treasury.PublicKey() // an account that is not a mint
 		_, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
-		s.mint = saved
+		s.mint = savedMint
 		if !errors.Is(err, chain.ErrWrongMint) {
 			t.Fatalf("wrong mint: %v", err)
+		}
+		saved := f.coord.cfg.Settlement.Cluster
+		f.coord.cfg.Settlement.Cluster = "11111111111111111111111111111111"
+		_, err = f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+		f.coord.cfg.Settlement.Cluster = saved
+		if !errors.Is(err, chain.ErrWrongCluster) {
+			t.Fatalf("wrong cluster: %v", err)
 		}
 		f.earnUnfunded(t, 500_000_000_000)
 		if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); !errors.Is(err, chain.ErrUnderfunded) {

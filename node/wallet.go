@@ -358,3 +358,25 @@ func readAnswer(r io.Reader) (map[string]string, error) {
 	err := readJSONFrame(bufio.NewReader(io.LimitReader(r, 4096)), 4096, &m)
 	return m, err
 }
+
+// claimLoop finishes deposits a crash or a coordinator outage left uncredited: at start
+// and every minute while any is left.
+func (n *Node) claimLoop(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		deps, _ := n.ledger.OwnDeposits()
+		for _, d := range deps {
+			if !d.Claimed && d.Error == "" {
+				if _, err := n.claim(ctx, d); err != nil {
+					n.log.Debug("deposit not credited yet", "signature", d.Signature, "err", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
