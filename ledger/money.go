@@ -56,16 +56,18 @@ const (
 
 // Hold is an escrow hold for one job.
 type Hold struct {
-	Job       string             `json:"job"`
-	Renter    string             `json:"renter"`
-	Provider  string             `json:"provider"`
-	Amount    protocol.MicroUSDC `json:"amount"`
-	IssuedAt  time.Time          `json:"issued_at"`
-	ExpiresAt time.Time          `json:"expires_at"`
-	Raw       []byte             `json:"raw"` // the signed EscrowHold
-	State     string             `json:"state"`
-	Charge    protocol.MicroUSDC `json:"charge,omitempty"`
-	Receipt   string             `json:"receipt,omitempty"` // hex SHA-256 of the receipt charged
+	Job      string             `json:"job"`
+	Renter   string             `json:"renter"`
+	Provider string             `json:"provider"`
+	Amount   protocol.MicroUSDC `json:"amount"`
+	// CommissionBPS is the commission rate the signed hold fixes for this job.
+	CommissionBPS int                `json:"commission_bps"`
+	IssuedAt      time.Time          `json:"issued_at"`
+	ExpiresAt     time.Time          `json:"expires_at"`
+	Raw           []byte             `json:"raw"` // the signed EscrowHold
+	State         string             `json:"state"`
+	Charge        protocol.MicroUSDC `json:"charge,omitempty"`
+	Receipt       string             `json:"receipt,omitempty"` // hex SHA-256 of the receipt charged
 }
 
 // Earning is what a provider earned from one receipt.
@@ -231,14 +233,13 @@ func (l *Ledger) ReleaseExpiredHolds(now time.Time) (int, error) {
 type ReportCharge struct {
 	Report JobReport
 	// Receipt is the hex SHA-256 of the receipt envelope; Amount its amount.
-	Receipt       string
-	Amount        protocol.MicroUSDC
-	Model         string
-	GPUs          int
-	Seconds       int64
-	EndedAt       time.Time
-	Renter        string
-	CommissionBPS int
+	Receipt string
+	Amount  protocol.MicroUSDC
+	Model   string
+	GPUs    int
+	Seconds int64
+	EndedAt time.Time
+	Renter  string
 }
 
 // ReportOutcome says what ChargeReports did with one report.
@@ -254,27 +255,29 @@ type ReportOutcome struct {
 func (l *Ledger) ChargeReports(items []ReportCharge) ([]ReportOutcome, error) {
 	out := make([]ReportOutcome, len(items))
 	for start := 0; start < len(items); {
-		end := start
-		err := l.db.Update(func(txn *badger.Txn) error {
-			for end = start; end < len(items); end++ {
-				o, err := chargeOne(txn, items[end])
-				if errors.Is(err, badger.ErrTxnTooBig) {
-					if end == start {
+		// All of a group or nothing: a group too big for one transaction is halved.
+		n := len(items) - start
+		for {
+			err := l.db.Update(func(txn *badger.Txn) error {
+				for i := start; i < start+n; i++ {
+					o, err := chargeOne(txn, items[i])
+					if err != nil {
 						return err
 					}
-					return nil // commit what fits; the rest goes in the next transaction
+					out[i] = o
 				}
-				if err != nil {
-					return err
-				}
-				out[end] = o
+				return nil
+			})
+			if errors.Is(err, badger.ErrTxnTooBig) && n > 1 {
+				n /= 2
+				continue
 			}
-			return nil
-		})
-		if err != nil {
-			return out[:start], err
+			if err != nil {
+				return out[:start], err
+			}
+			break
 		}
-		start = end
+		start += n
 	}
 	return out, nil
 }
@@ -300,7 +303,7 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 		return ReportOutcome{}, err
 	}
 	charge := protocol.Charge(it.Amount, h.Amount)
-	commission := protocol.Commission(charge, it.CommissionBPS)
+	commission := protocol.Commission(charge, h.CommissionBPS)
 	a.Held -= h.Amount
 	a.Available += h.Amount - charge
 	a.Charged += charge
@@ -352,12 +355,6 @@ func (l *Ledger) GetPayoutSettings(provider string) (PayoutSettings, error) {
 	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixSettings+provider, &s) })
 	return s, err
 }
-
-// Batch states beyond protocol's planned, settling and settled.
-const (
-	// BatchFailed: a check failed before anything was sent; nothing was paid.
-	BatchFailed = "failed"
-)
 
 // Transaction states of the payout state machine (docs/settlement.md).
 const (
@@ -494,6 +491,17 @@ func PendingByProvider(earnings []Earning) map[string]PendingPayout {
 type PendingPayout struct {
 	Amount   protocol.MicroUSDC
 	Receipts []string
+}
+
+// Signed reports whether the latest signed record lists every confirmed transaction.
+func (b Batch) Signed() bool {
+	n := 0
+	for _, t := range b.Txs {
+		if t.State == TxConfirmed {
+			n++
+		}
+	}
+	return len(b.Record) > 0 && n == len(b.Transactions)
 }
 
 // UnsettledUSDC reports whether a batch has Solana transactions not confirmed yet.

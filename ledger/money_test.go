@@ -33,7 +33,7 @@ func TestMoneyFlowThroughOneJob(t *testing.T) {
 	if _, err := l.PlaceHold(Hold{Job: jobID(1), Renter: "renter", Provider: "prov", Amount: 150_000_000, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, ErrInsufficientFunds) {
 		t.Fatalf("a hold above the balance: %v", err)
 	}
-	h := Hold{Job: jobID(1), Renter: "renter", Provider: "prov", Amount: 4_201_166, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
+	h := Hold{Job: jobID(1), Renter: "renter", Provider: "prov", Amount: 4_201_166, CommissionBPS: 1000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
 	if _, err := l.PlaceHold(h); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestMoneyFlowThroughOneJob(t *testing.T) {
 		t.Fatalf("after the hold (placed once although asked twice): %+v", a)
 	}
 	rc := ReportCharge{Report: JobReport{Job: jobID(1), Provider: "prov", ReceivedAt: now}, Receipt: receiptHash(1),
-		Amount: 1_050_000, Model: "L4-24GB", GPUs: 2, Seconds: 900, EndedAt: now, CommissionBPS: 1000}
+		Amount: 1_050_000, Model: "L4-24GB", GPUs: 2, Seconds: 900, EndedAt: now}
 	out, err := l.ChargeReports([]ReportCharge{rc})
 	if err != nil || !out[0].Added || out[0].Earning == nil {
 		t.Fatalf("charge: %v %+v", err, out)
@@ -98,8 +98,8 @@ func TestBatchTakesEachReceiptOnce(t *testing.T) {
 	l.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 100_000_000, CreditedAt: now})
 	var items []ReportCharge
 	for i := range 3 {
-		l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 1_000_000, ExpiresAt: now.Add(time.Hour)})
-		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Amount: 1_000_000, CommissionBPS: 1000})
+		l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 1_000_000, CommissionBPS: 1000, ExpiresAt: now.Add(time.Hour)})
+		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Amount: 1_000_000})
 	}
 	if _, err := l.ChargeReports(items); err != nil {
 		t.Fatal(err)
@@ -146,10 +146,10 @@ func BenchmarkChargeReports(b *testing.B) {
 	l.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: protocol.MicroUSDC(n) * 2_000_000})
 	items := make([]ReportCharge, n)
 	for i := range n {
-		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 2_000_000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 2_000_000, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 			b.Fatal(err)
 		}
-		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Amount: 1_000_000, CommissionBPS: 1000}
+		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Amount: 1_000_000}
 	}
 	b.ResetTimer()
 	start := time.Now()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -133,7 +134,7 @@ func errorCode(err error) int {
 	switch {
 	case errors.As(err, &he):
 		return he.code
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ledger.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, ErrWrongRole):
 		return http.StatusConflict

@@ -188,8 +188,8 @@ func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditRe
 		}
 		rep.Receipts += len(p.Receipts)
 		total += p.Amount
-		if sum != p.Amount {
-			bad("payout to %s: batch says %s USDC, its receipts add up to %s USDC", p.Provider, p.Amount, sum)
+		if sum != p.Amount+p.Rounding {
+			bad("payout to %s: batch says %s USDC (+%s rounding), its receipts add up to %s USDC", p.Provider, p.Amount, p.Rounding, sum)
 		}
 		if s := settings[p.Provider]; s == nil {
 			bad("payout to %s: no payout settings signed by the provider", p.Provider)
@@ -278,7 +278,7 @@ func auditReceipt(r AuditReceipt, b *protocol.SignedBatch) (protocol.MicroUSDC, 
 		return 0, "", fmt.Errorf("escrow hold is for job %s (%s -> %s), not this receipt", h.Job, h.Renter, h.Provider)
 	}
 	charge := protocol.Charge(rec.Amount, h.Amount)
-	return charge - protocol.Commission(charge, b.CommissionBPS), rec.Provider, nil
+	return charge - protocol.Commission(charge, h.CommissionBPS), rec.Provider, nil
 }
 
 // holdIssuedAt reads a hold's issue time without checking it (the check follows).

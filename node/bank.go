@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -20,7 +19,7 @@ import (
 // BankExport renders a batch's unpaid bank payouts in a format: csv or pain001.
 func (n *Node) BankExport(id, format string) ([]byte, string, error) {
 	if n.money == nil {
-		return nil, "", errors.New("payout batches are kept by a coordinator")
+		return nil, "", fmt.Errorf("%w: payout batches are kept by a coordinator", ErrWrongRole)
 	}
 	b, err := n.ledger.GetBatch(id)
 	if err != nil {
@@ -28,7 +27,7 @@ func (n *Node) BankExport(id, format string) ([]byte, string, error) {
 	}
 	type line struct {
 		p    protocol.Payout
-		s    ledger.PayoutSettings
+		s    protocol.PayoutSettings
 		cent string
 	}
 	var lines []line
@@ -36,15 +35,15 @@ func (n *Node) BankExport(id, format string) ([]byte, string, error) {
 		if p.Method != protocol.PayoutBank || p.Paid {
 			continue
 		}
-		s, err := n.ledger.GetPayoutSettings(p.Provider)
-		if err != nil {
-			return nil, "", fmt.Errorf("provider %s: payout settings: %w", p.Provider, err)
+		// The settings the batch was planned with, as the provider signed them.
+		s, _, err := protocol.CheckPayoutSettings(b.Settings[p.Provider], n.clock.Now())
+		if err != nil || s.Destination() != p.Destination {
+			return nil, "", fmt.Errorf("provider %s: the batch's payout settings do not verify: %v", p.Provider, err)
 		}
-		if p.Amount%10_000 != 0 {
-			// Cents only: the rest stays for the next batch would need re-planning; say so.
+		if p.Amount%protocol.BankCent != 0 {
 			return nil, "", fmt.Errorf("payout to %s of %s USDC is not a whole number of cents", p.Provider, p.Amount)
 		}
-		lines = append(lines, line{p: p, s: s, cent: fmt.Sprintf("%d.%02d", p.Amount/1_000_000, p.Amount%1_000_000/10_000)})
+		lines = append(lines, line{p: p, s: *s, cent: fmt.Sprintf("%d.%02d", p.Amount/1_000_000, p.Amount%1_000_000/10_000)})
 	}
 	if len(lines) == 0 {
 		return nil, "", fmt.Errorf("batch %s has no unpaid bank payout", id)

@@ -96,6 +96,8 @@ type coordinator struct {
 	n   *Node
 	out *Outbound
 	mu  sync.Mutex // one submission or decision at a time
+	// rate limits apply-stream requests per peer (queue spam).
+	rate *peerRate
 }
 
 func newCoordinator(n *Node) (*coordinator, error) {
@@ -108,7 +110,7 @@ func newCoordinator(n *Node) (*coordinator, error) {
 	if oc.WebhookSecret, err = readSecretFile(nc.WebhookSecretFile, "coordinator.notify.webhook_secret_file"); err != nil {
 		return nil, err
 	}
-	return &coordinator{n: n, out: NewOutbound(oc, n.log.With("subsystem", "notify"))}, nil
+	return &coordinator{n: n, out: NewOutbound(oc, n.log.With("subsystem", "notify")), rate: newPeerRate(applicationsPerMinute)}, nil
 }
 
 // readSecretFile reads a secret from a file that only its owner may read.
@@ -136,7 +138,10 @@ func (c *coordinator) handleApply(s network.Stream) {
 	s.SetDeadline(time.Now().Add(applyTimeout))
 	var req applyRequest
 	resp := applyResponse{OK: true}
-	if err := readJSONFrame(bufio.NewReader(s), maxApplyFrame, &req); err != nil {
+	if !c.rate.allow(s.Conn().RemotePeer(), time.Now()) {
+		c.n.book.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
+		resp = applyResponse{Error: fmt.Sprintf("more than %d requests in a minute: slow down", applicationsPerMinute), Reason: "rate_limited"}
+	} else if err := readJSONFrame(bufio.NewReader(s), maxApplyFrame, &req); err != nil {
 		c.n.book.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
 		resp = applyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
 	} else {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -97,7 +96,7 @@ func periodStart(period string, now time.Time) (time.Time, error) {
 // Earnings asks the coordinator for this provider's charges and payouts and sums them.
 func (n *Node) Earnings(ctx context.Context, q EarningsQuery) (EarningsView, error) {
 	if n.cfg.Role != RoleProvider {
-		return EarningsView{}, badRequest(errors.New("earnings are a provider's"))
+		return EarningsView{}, fmt.Errorf("%w: earnings are a provider's", ErrWrongRole)
 	}
 	now := n.clock.Now()
 	from, err := periodStart(q.Period, now)

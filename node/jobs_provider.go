@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
-	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
@@ -33,7 +32,7 @@ type jobRunner struct {
 
 	mu      sync.Mutex
 	gpus    []gpuSlot
-	rate    map[peer.ID][]time.Time
+	rate    *peerRate
 	cancels map[string]context.CancelFunc // running jobs' watchers
 	images  map[string]string             // image references by archive SHA-256
 	imports map[string]*sync.Mutex        // one import per archive at a time
@@ -52,7 +51,7 @@ func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRun
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	r := &jobRunner{n: n, rt: rt, rtErr: rtErr, dir: dir, rate: map[peer.ID][]time.Time{}, cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
+	r := &jobRunner{n: n, rt: rt, rtErr: rtErr, dir: dir, rate: newPeerRate(n.cfg.Jobs.ProposalsPerMinute), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
 	// The GPUs jobs get are the ones the probe finds, with their real UUIDs and indexes
 	// (simulated ones where the configuration declares them).
 	gpus, err := DetectGPUs(n.cfg, n.id)
@@ -69,24 +68,6 @@ func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRun
 		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Simulated: g.Simulated}})
 	}
 	return r, nil
-}
-
-// allow applies the per-peer proposal rate limit.
-func (r *jobRunner) allow(p peer.ID, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	recent := r.rate[p][:0]
-	for _, t := range r.rate[p] {
-		if now.Sub(t) < time.Minute {
-			recent = append(recent, t)
-		}
-	}
-	if len(recent) >= r.n.cfg.Jobs.ProposalsPerMinute {
-		r.rate[p] = recent
-		return false
-	}
-	r.rate[p] = append(recent, now)
-	return true
 }
 
 // reserve takes n free GPUs of a model for a job, or says how many are free.
@@ -179,7 +160,7 @@ func (r *jobRunner) handleJob(s network.Stream) {
 		r.n.log.Info("proposal refused", "renter", remote, "reason", reason, "err", err)
 	}
 	now := r.n.clock.Now()
-	if !r.allow(remote, now) {
+	if !r.rate.allow(remote, now) {
 		refuse("rate_limited", fmt.Errorf("more than %d proposals in a minute from %s: slow down", r.n.cfg.Jobs.ProposalsPerMinute, remote))
 		return
 	}

@@ -406,7 +406,7 @@ func TestJobTwentyConcurrent(t *testing.T) {
 func TestProposalRateLimit(t *testing.T) {
 	n := &Node{cfg: testConfig(RoleProvider)}
 	n.cfg.Jobs.ProposalsPerMinute = 3
-	r := &jobRunner{n: n, rate: map[peer.ID][]time.Time{}}
+	r := newPeerRate(n.cfg.Jobs.ProposalsPerMinute)
 	a, b := peer.ID("a"), peer.ID("b")
 	now := time.Now()
 	for i := 0; i < 3; i++ {

@@ -107,7 +107,7 @@ func due(schedule string, now time.Time) bool {
 // any batch a crash left unfinished.
 func (n *Node) RunPayouts(ctx context.Context, o PayoutRunOptions) (BatchView, error) {
 	if n.money == nil {
-		return BatchView{}, errors.New("payouts are run by a coordinator")
+		return BatchView{}, fmt.Errorf("%w: payouts are run by a coordinator", ErrWrongRole)
 	}
 	return n.money.run(ctx, o)
 }
@@ -188,8 +188,14 @@ func (s *settlement) plan(ctx context.Context, o PayoutRunOptions) (ledger.Batch
 			continue
 		}
 		root, _ := protocol.MerkleRoot(pp.Receipts)
-		b.Payouts = append(b.Payouts, protocol.Payout{Provider: p, Method: settings.Method, Destination: settings.Destination(),
-			Amount: pp.Amount, Receipts: pp.Receipts, MerkleRoot: root})
+		payout := protocol.Payout{Provider: p, Method: settings.Method, Destination: settings.Destination(),
+			Amount: pp.Amount, Receipts: pp.Receipts, MerkleRoot: root}
+		if settings.Method == protocol.PayoutBank {
+			// Banks pay whole cents: the sub-cent rest is recorded and stays with the treasury.
+			payout.Rounding = pp.Amount % protocol.BankCent
+			payout.Amount -= payout.Rounding
+		}
+		b.Payouts = append(b.Payouts, payout)
 		b.Settings[p] = settings.Raw
 		if settings.Method == protocol.PayoutUSDC {
 			usdcTotal += pp.Amount
@@ -325,7 +331,7 @@ func (s *settlement) resumeLocked(ctx context.Context) error {
 	}
 	for i := len(batches) - 1; i >= 0; i-- {
 		b := batches[i]
-		if b.State == protocol.BatchSettled || b.State == ledger.BatchFailed || !b.UnsettledUSDC() {
+		if b.State == protocol.BatchSettled || (!b.UnsettledUSDC() && b.Signed()) {
 			continue
 		}
 		s.n.log.Info("resuming payout batch", "batch", b.Batch)
@@ -525,7 +531,7 @@ func (s *settlement) scheduledPayouts(ctx context.Context) {
 // ConfirmBankPayouts marks a batch's bank payouts paid, with the bank's reference.
 func (n *Node) ConfirmBankPayouts(id, reference string, providers []string) (BatchView, error) {
 	if n.money == nil {
-		return BatchView{}, errors.New("payouts are run by a coordinator")
+		return BatchView{}, fmt.Errorf("%w: payouts are run by a coordinator", ErrWrongRole)
 	}
 	s := n.money
 	s.runMu.Lock()
@@ -560,7 +566,7 @@ func (n *Node) ConfirmBankPayouts(id, reference string, providers []string) (Bat
 // Batch returns a payout batch.
 func (n *Node) Batch(id string) (BatchView, []byte, error) {
 	if n.money == nil {
-		return BatchView{}, nil, errors.New("payout batches are kept by a coordinator")
+		return BatchView{}, nil, fmt.Errorf("%w: payout batches are kept by a coordinator", ErrWrongRole)
 	}
 	b, err := n.ledger.GetBatch(id)
 	if err != nil {
@@ -572,7 +578,7 @@ func (n *Node) Batch(id string) (BatchView, []byte, error) {
 // Batches lists the payout batches, newest first.
 func (n *Node) Batches() ([]BatchView, error) {
 	if n.money == nil {
-		return nil, errors.New("payout batches are kept by a coordinator")
+		return nil, fmt.Errorf("%w: payout batches are kept by a coordinator", ErrWrongRole)
 	}
 	bs, err := n.ledger.Batches()
 	out := make([]BatchView, len(bs))

@@ -372,7 +372,7 @@ func (n *Node) handleJobReport(s network.Stream) {
 		Report: ledger.JobReport{Job: rec.Job, Provider: remote.String(), ReceivedAt: now,
 			Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ProviderFault: fault},
 		Receipt: protocol.RecordSHA256(r.Receipt), Amount: rec.Amount, Model: rec.Model, GPUs: rec.GPUs,
-		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter, CommissionBPS: n.cfg.Settlement.CommissionBPS})
+		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter})
 	if err != nil {
 		writeJSONFrame(s, map[string]string{"error": "not recorded: " + err.Error()})
 		return

@@ -41,10 +41,13 @@ type settlement struct {
 	// crashAt names a step at which the process kills itself (GPUNEX_TEST_CRASH_AT; the
 	// kill -9 tests of the payout state machine).
 	crashAt string
+	// rate limits wallet requests per peer.
+	rate *peerRate
 }
 
 func newSettlement(n *Node) (*settlement, error) {
-	s := &settlement{n: n, charges: make(chan chargeRequest, 4096), crashAt: os.Getenv("GPUNEX_TEST_CRASH_AT")}
+	s := &settlement{n: n, charges: make(chan chargeRequest, 4096), crashAt: os.Getenv("GPUNEX_TEST_CRASH_AT"),
+		rate: newPeerRate(walletRequestsPerMinute)}
 	st := n.cfg.Settlement
 	if st.RPC != "" {
 		s.client = chain.Dial(st.RPC)
@@ -127,7 +130,13 @@ type walletResponse struct {
 	Extra    map[string]string `json:"extra,omitempty"`
 }
 
-const maxWalletRequest = 8 << 10
+const (
+	maxWalletRequest = 8 << 10
+	// walletRequestsPerMinute is the most wallet requests served to one peer a minute.
+	walletRequestsPerMinute = 120
+	// applicationsPerMinute is the most apply-stream requests served to one peer a minute.
+	applicationsPerMinute = 20
+)
 
 func (s *settlement) info() WalletInfo {
 	st := s.n.cfg.Settlement
@@ -147,6 +156,11 @@ func (s *settlement) handleWallet(st network.Stream) {
 	defer st.Close()
 	st.SetDeadline(time.Now().Add(60 * time.Second))
 	remote := st.Conn().RemotePeer()
+	if !s.rate.allow(remote, time.Now()) {
+		s.n.metrics.RecordsRejected.WithLabelValues("wallet-request", "stream", "rate_limited").Inc()
+		writeJSONFrame(st, walletResponse{Error: fmt.Sprintf("more than %d wallet requests in a minute: slow down", walletRequestsPerMinute)})
+		return
+	}
 	var req walletRequest
 	if err := readJSONFrame(bufio.NewReader(st), maxWalletRequest, &req); err != nil {
 		writeJSONFrame(st, walletResponse{Error: "bad request: " + err.Error()})
@@ -164,6 +178,7 @@ func (s *settlement) serve(ctx context.Context, remote peer.ID, req walletReques
 	switch req.Op {
 	case "info":
 		wi := s.info()
+		wi.DepositMemo = protocol.DepositMemo(remote)
 		return walletResponse{Info: &wi}, nil
 	case "claim":
 		d, credited, err := s.claimDeposit(ctx, req.Signature)
@@ -233,6 +248,11 @@ func (s *settlement) claimDeposit(ctx context.Context, signature string) (ledger
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if want := s.n.cfg.Settlement.Cluster; want != "" {
+		if got, err := s.client.GenesisHash(ctx); err != nil || got != want {
+			return ledger.Deposit{}, false, fmt.Errorf("%w: settlement.rpc answers cluster %q, expected %s (%v)", chain.ErrWrongCluster, got, want, err)
+		}
+	}
 	st, err := s.client.Status(ctx, sig)
 	if err != nil {
 		return ledger.Deposit{}, false, fmt.Errorf("deposit %s: %w", signature, err)
@@ -303,7 +323,8 @@ func (s *settlement) placeHold(renter peer.ID, req walletRequest) ([]byte, error
 		return nil, fmt.Errorf("hold expiry %s out of range (at most %s ahead)", req.ExpiresAt.UTC().Format(time.RFC3339), maxHoldPeriod)
 	}
 	h := protocol.EscrowHold{Version: protocol.SettlementVersion, Coordinator: s.n.id.String(), Renter: renter.String(),
-		Provider: prov.String(), Job: req.Job, Amount: req.Amount, IssuedAt: now.UTC(), ExpiresAt: req.ExpiresAt.UTC()}
+		Provider: prov.String(), Job: req.Job, Amount: req.Amount, CommissionBPS: s.n.cfg.Settlement.CommissionBPS,
+		IssuedAt: now.UTC(), ExpiresAt: req.ExpiresAt.UTC()}
 	if prev, err := s.n.ledger.GetHold(req.Job); err == nil {
 		return prev.Raw, checkSameHold(prev, h)
 	}
@@ -312,7 +333,7 @@ func (s *settlement) placeHold(renter peer.ID, req walletRequest) ([]byte, error
 		return nil, err
 	}
 	stored, err := s.n.ledger.PlaceHold(ledger.Hold{Job: h.Job, Renter: h.Renter, Provider: h.Provider, Amount: h.Amount,
-		IssuedAt: h.IssuedAt, ExpiresAt: h.ExpiresAt, Raw: raw})
+		CommissionBPS: h.CommissionBPS, IssuedAt: h.IssuedAt, ExpiresAt: h.ExpiresAt, Raw: raw})
 	if err != nil {
 		return nil, err
 	}

@@ -320,11 +320,11 @@ func (f *payoutFixture) earnUnfunded(t testing.TB, amount protocol.MicroUSDC) {
 	var items []ledger.ReportCharge
 	for i, id := range f.ids {
 		job := fmt.Sprintf("%08x%08x", f.round, i)
-		if _, err := l.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: id.String(), Amount: amount, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if _, err := l.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: id.String(), Amount: amount, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		items = append(items, ledger.ReportCharge{Report: ledger.JobReport{Job: job, Provider: id.String(), ReceivedAt: time.Now()},
-			Receipt: receiptSHA(f.round, i), Amount: amount, EndedAt: time.Now(), CommissionBPS: 1000})
+			Receipt: receiptSHA(f.round, i), Amount: amount, EndedAt: time.Now()})
 	}
 	if _, err := l.ChargeReports(items); err != nil {
 		t.Fatal(err)
@@ -332,6 +332,30 @@ func (f *payoutFixture) earnUnfunded(t testing.TB, amount protocol.MicroUSDC) {
 }
 
 func receiptSHA(round, i int) string { return fmt.Sprintf("%032x%032x", round, i) }
+
+// settled checks that every batch is settled and that its latest signed record says so,
+// naming the transaction of each payout.
+func (f *payoutFixture) settled(t testing.TB) {
+	t.Helper()
+	bs, err := f.coord.ledger.Batches()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		rec, err := protocol.CheckBatch(b.Record, protocol.NewTrust(f.coord.ID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.State != protocol.BatchSettled || rec.State != protocol.BatchSettled || len(rec.Transactions) != len(b.Txs) {
+			t.Fatalf("batch %s: state %s, signed record says %s with %d of %d transactions", b.Batch, b.State, rec.State, len(rec.Transactions), len(b.Txs))
+		}
+		for _, p := range rec.Payouts {
+			if !p.Paid || p.Transaction == "" {
+				t.Fatalf("batch %s: the signed record does not show %s paid", b.Batch, p.Provider)
+			}
+		}
+	}
+}
 
 // paid checks that every provider's wallet holds exactly want.
 func (f *payoutFixture) paid(t testing.TB, want uint64) {
@@ -373,6 +397,7 @@ func TestPayoutFailureAtEveryStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.paid(t, want)
+			f.settled(t)
 		})
 	}
 	t.Run("expired-before-send", func(t *testing.T) {
@@ -529,5 +554,52 @@ func BenchmarkPayouts1000(b *testing.B) {
 			b.ReportMetric(float64(v.FeesLamports), round+"-fee-lamports")
 			b.ReportMetric(wall.Seconds(), round+"-seconds")
 		}
+	}
+}
+
+// TestBankPayouts: a provider paid by bank transfer gets whole cents (the sub-cent rest is
+// recorded in the batch), exported as CSV and pain.001 from the settings it signed, and
+// marked paid once the bank confirms.
+func TestBankPayouts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Solana")
+	}
+	e := newChainEnv(t)
+	cfg := e.coordinatorConfig()
+	cfg.Settlement.BankAccountName, cfg.Settlement.BankIBAN, cfg.Settlement.BankBIC = "GPUNEX OPERATOR", "DE89370400440532013000", "COBADEFFXXX"
+	coord := startCoordinator(t, cfg, t.TempDir())
+	f := &payoutFixture{e: e, coord: coord}
+	sk, _, _ := crypto.GenerateEd25519Key(nil)
+	id, _ := peer.IDFromPrivateKey(sk)
+	raw, _ := protocol.Seal(protocol.KindPayoutSettings, protocol.PayoutSettings{Version: 1, Provider: id.String(), Seq: 1, IssuedAt: time.Now(),
+		Method: protocol.PayoutBank, Schedule: protocol.PayoutMonthly, AccountName: "Ada GPU SARL", IBAN: "FR1420041010050500013M02606", BIC: "PSSTFRPPPAR"}, sk)
+	if _, err := coord.money.serve(context.Background(), id, walletRequest{Op: "settings", Settings: raw}); err != nil {
+		t.Fatal(err)
+	}
+	f.ids = []peer.ID{id}
+	f.earnUnfunded(t, 1_371_741) // the provider earns 90%: 1,234,566.9 -> 1,234,567 micro-USDC
+	v, err := coord.RunPayouts(context.Background(), PayoutRunOptions{Now: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := coord.ledger.GetBatch(v.BatchID)
+	p := b.Payouts[0]
+	if p.Method != protocol.PayoutBank || p.Amount != 1_230_000 || p.Rounding != 4_567 || p.Paid || len(v.Transactions) != 0 || v.State != protocol.BatchSettling {
+		t.Fatalf("bank payout %+v, batch %+v", p, v)
+	}
+	csvFile, _, err := coord.BankExport(v.BatchID, "csv")
+	if err != nil || !strings.Contains(string(csvFile), "FR1420041010050500013M02606,PSSTFRPPPAR,1.23,USD") {
+		t.Fatalf("csv: %v\n%s", err, csvFile)
+	}
+	xmlFile, _, err := coord.BankExport(v.BatchID, "pain001")
+	if err != nil || !strings.Contains(string(xmlFile), `<InstdAmt Ccy="USD">1.23</InstdAmt>`) || !strings.Contains(string(xmlFile), "<IBAN>DE89370400440532013000</IBAN>") {
+		t.Fatalf("pain.001: %v\n%s", err, xmlFile)
+	}
+	done, err := coord.ConfirmBankPayouts(v.BatchID, "BANK-REF-42", nil)
+	if err != nil || done.State != protocol.BatchSettled || !done.Payouts[0].Paid {
+		t.Fatalf("confirm: %+v %v", done, err)
+	}
+	if _, _, err := coord.BankExport(v.BatchID, "csv"); err == nil {
+		t.Fatal("a paid batch exported again")
 	}
 }

@@ -64,6 +64,9 @@ func DepositMemo(renter peer.ID) string { return "gpunex deposit " + renter.Stri
 // PayoutMemo is the memo of every transaction of a payout batch.
 func PayoutMemo(batch string) string { return "gpunex payout " + batch }
 
+// BankCent is one cent of USD in micro-USDC: bank payouts are whole cents.
+const BankCent MicroUSDC = 10_000
+
 // HoldAmount is the most a job may cost: its maximum price for all its GPUs over its
 // longest run, plus the one second a receipt may round up to (docs/protocols/jobs.md).
 func HoldAmount(maxPrice MicroUSDC, gpus int, maxSeconds int64) MicroUSDC {
@@ -89,7 +92,10 @@ type EscrowHold struct {
 	Provider    string    `json:"provider"`
 	Job         string    `json:"job"`
 	Amount      MicroUSDC `json:"amount_micro_usdc"`
-	IssuedAt    time.Time `json:"issued_at"`
+	// CommissionBPS is the coordinator's commission on this job's charge, fixed when the
+	// hold is made: a later change of rate does not touch it.
+	CommissionBPS int       `json:"commission_bps"`
+	IssuedAt      time.Time `json:"issued_at"`
 	// ExpiresAt is when the hold returns to the renter if no receipt charged it.
 	ExpiresAt time.Time `json:"expires_at"`
 }
@@ -120,7 +126,7 @@ func CheckHold(raw []byte, now time.Time, trust Trust) (*SignedHold, error) {
 	if _, err := peer.Decode(h.Provider); err != nil {
 		return nil, invalid(KindEscrowHold, "provider %q is not a peer ID", h.Provider)
 	}
-	if !ValidJobID(h.Job) || h.Amount <= 0 || h.IssuedAt.IsZero() || !h.ExpiresAt.After(h.IssuedAt) {
+	if !ValidJobID(h.Job) || h.Amount <= 0 || h.IssuedAt.IsZero() || !h.ExpiresAt.After(h.IssuedAt) || h.CommissionBPS < 0 || h.CommissionBPS > MaxCommissionBPS {
 		return nil, invalid(KindEscrowHold, "job, amount or period out of range")
 	}
 	if err := trust.check(KindEscrowHold, env.Signer); err != nil {
@@ -296,6 +302,10 @@ type Payout struct {
 	Method      string    `json:"method"`
 	Destination string    `json:"destination"` // Solana address or IBAN
 	Amount      MicroUSDC `json:"amount_micro_usdc"`
+	// Rounding is what a bank payout leaves unpaid to pay whole cents (under 0.01 USDC,
+	// kept by the treasury); zero for USDC payouts. Amount + Rounding is what the
+	// receipts earned.
+	Rounding MicroUSDC `json:"rounding_micro_usdc,omitempty"`
 	// Receipts are the hex SHA-256 of every receipt envelope this payout pays, sorted.
 	Receipts   []string `json:"receipts"`
 	MerkleRoot string   `json:"merkle_root"`
@@ -368,6 +378,9 @@ func CheckBatch(raw []byte, trust Trust) (*SignedBatch, error) {
 		}
 		if p.Amount < 0 || len(p.Receipts) == 0 {
 			return nil, bad("payout %d: negative amount or no receipts", i)
+		}
+		if p.Rounding < 0 || p.Rounding >= BankCent || (p.Rounding != 0 && p.Method != PayoutBank) {
+			return nil, bad("payout %d: rounding of %d micro-USDC (only bank payouts round, by less than a cent)", i, p.Rounding)
 		}
 		if !slices.IsSorted(p.Receipts) {
 			return nil, bad("payout %d: receipts are not sorted", i)
