@@ -5,7 +5,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/gpunex/gpunex/node.Version=$(VERSION)
 # Each fuzzer runs this long in `make test`; run `make fuzz FUZZTIME=5m` for a real session.
 FUZZTIME ?= 5s
-PROVIDERS ?= 3
+PROVIDERS ?= 4
 
 .PHONY: build deps devnet test unit fmt-check vet fuzz bench clean
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,7 +24,31 @@ type DevnetOptions struct {
 	Providers int
 	Binary    string    // the gpunex binary the nodes run
 	Out       io.Writer // progress and summary
+	// Outage names the provider the devnet kills once it is ready and restarts later, to
+	// show its reliability score dropping and recovering: "provider-K", "none", or ""
+	// (DevnetOutageAuto) for provider-1 when at least two providers are certified.
+	Outage string
+	// OutageAfter is the time from "devnet ready" to the outage; OutageFor how long the
+	// provider stays offline.
+	OutageAfter, OutageFor time.Duration
 }
+
+// Devnet outage choices besides a provider's name, and the default timings.
+const (
+	DevnetOutageAuto  = "auto"
+	DevnetOutageNone  = "none"
+	DevnetOutageAfter = 30 * time.Second
+	DevnetOutageFor   = 60 * time.Second
+)
+
+// The devnet coordinator's reliability settings: a probe round every 2 s on average (1 to
+// 3 s) and a 1-minute half-life (the least config.toml accepts), so that a provider offline
+// for a minute loses about 25 points, and the weight of its misses halves every minute after
+// it returns, however long the devnet has run (docs/reliability.md, "The devnet's outage").
+const (
+	DevnetProbeInterval = 2 * time.Second
+	DevnetHalfLife      = time.Minute
+)
 
 // DevnetNode describes one node in devnet.json.
 type DevnetNode struct {
@@ -33,11 +58,18 @@ type DevnetNode struct {
 	PeerID string `json:"peer_id"`
 	API    string `json:"api"`
 	PID    int    `json:"pid"`
+	// Offline is true while the devnet's outage keeps this node down.
+	Offline bool `json:"offline,omitempty"`
 }
 
 // DevnetFile is the content of devnet.json.
 type DevnetFile struct {
 	Nodes []DevnetNode `json:"nodes"`
+	// SolanaRPC is the devnet's local Solana runtime; USDCMint its test USDC mint and
+	// Cluster its genesis hash.
+	SolanaRPC string `json:"solana_rpc"`
+	USDCMint  string `json:"usdc_mint"`
+	Cluster   string `json:"cluster"`
 }
 
 // The devnet's provider mix: models with their VRAM and a typical price, and regions.
@@ -54,7 +86,7 @@ var devnetRegions = []string{"eu-west", "us-east", "ap-south"}
 type devnetProc struct {
 	DevnetNode
 	cmd  *exec.Cmd
-	done chan error
+	done chan error // receives cmd.Wait's result; whoever takes it puts it back
 }
 
 // RunDevnet starts a coordinator, the providers and a renter as separate processes of the
@@ -68,6 +100,16 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if o.OutageAfter <= 0 {
+		o.OutageAfter = DevnetOutageAfter
+	}
+	if o.OutageFor <= 0 {
+		o.OutageFor = DevnetOutageFor
+	}
+	outage, err := devnetOutageName(o)
+	if err != nil {
+		return err
+	}
 	say := func(format string, a ...any) { fmt.Fprintf(o.Out, format+"\n", a...) }
 	listen := []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}
 	jsonPath := filepath.Join(dir, "devnet.json")
@@ -75,17 +117,68 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 
 	var procs []*devnetProc
 	var ctrd *sandbox.Daemon
+	var money *devnetChain
 	defer func() {
 		os.Remove(jsonPath)
 		stopAll(procs, say)
 		if ctrd != nil {
 			ctrd.Stop() // after the providers, so that they stop their jobs themselves
 		}
+		if money != nil {
+			money.rt.Stop()
+		}
 	}()
 
+	// launch runs a node on its home and waits for its API; a restart appends to node.log.
+	launch := func(p *devnetProc, restart bool) error {
+		h := Home{Dir: p.Home}
+		h.RemoveAPIAddr()
+		flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+		if restart {
+			flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+		}
+		logf, err := os.OpenFile(h.Path("node.log"), flags, 0o644)
+		if err != nil {
+			return err
+		}
+		defer logf.Close()
+		cmd := exec.Command(o.Binary, "node", "run", "--home", h.Dir)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = devnetProcAttr()
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("%s: %w", p.Name, err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		p.cmd, p.done, p.PID, p.Offline = cmd, done, cmd.Process.Pid, false
+		if !restart {
+			procs = append(procs, p)
+		}
+		cl, st, err := waitAPI(ctx, h, p)
+		if err != nil {
+			return fmt.Errorf("%s did not start (see %s): %w", p.Name, h.Path("node.log"), err)
+		}
+		p.API, p.PeerID = cl.Base, st.PeerID
+		return nil
+	}
 	start := func(name string, opts InitOptions) (*devnetProc, error) {
 		h := Home{Dir: filepath.Join(dir, name)}
 		opts.Listen = listen
+		if name == outage {
+			// Over TCP only, to the coordinator as well: once the provider is killed, the
+			// kernel closes its connection and refuses new ones at once, so that each probe
+			// round counts a miss. A QUIC connection or dial to a dead peer would hang until
+			// the probe's 10 s timeout (and a live-looking connection for up to its idle
+			// timeout), leaving one miss per 12 s and holding up every round.
+			opts.Listen = listen[:1]
+			var tcp []string
+			for _, a := range opts.Bootstrap {
+				if strings.Contains(a, "/tcp/") {
+					tcp = append(tcp, a)
+				}
+			}
+			opts.Bootstrap = tcp
+		}
 		opts.OfferTTL, opts.Republish = "2m", "30s"
 		opts.Force = true // a devnet starts fresh every time
 		opts.BenchStorageMB, opts.BenchNetworkMB = 16, 4
@@ -95,27 +188,14 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		if _, _, err := Init(h.Dir, opts); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		h.RemoveAPIAddr()
-		logf, err := os.Create(h.Path("node.log"))
-		if err != nil {
+		if err := money.configure(ctx, h); err != nil {
+			return nil, fmt.Errorf("%s: money settings: %w", name, err)
+		}
+		p := &devnetProc{DevnetNode: DevnetNode{Name: name, Role: opts.Role, Home: h.Dir}}
+		if err := launch(p, false); err != nil {
 			return nil, err
 		}
-		defer logf.Close()
-		cmd := exec.Command(o.Binary, "node", "run", "--home", h.Dir)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = devnetProcAttr()
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		p := &devnetProc{DevnetNode: DevnetNode{Name: name, Role: opts.Role, Home: h.Dir, PID: cmd.Process.Pid}, cmd: cmd, done: make(chan error, 1)}
-		go func() { p.done <- cmd.Wait() }()
-		procs = append(procs, p)
-		cl, st, err := waitAPI(ctx, h, p)
-		if err != nil {
-			return nil, fmt.Errorf("%s did not start (see %s): %w", name, h.Path("node.log"), err)
-		}
-		p.API, p.PeerID = cl.Base, st.PeerID
-		say("started %-12s %s  %s", name, st.PeerID, cl.Base)
+		say("started %-12s %s  %s", name, p.PeerID, p.API)
 		return p, nil
 	}
 
@@ -129,8 +209,19 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		say("started containerd       %s", ctrdAddr)
 	}
 
-	// Probes every 2 s and a 30-minute half-life: scores move within minutes.
-	coord, err := start("coordinator", InitOptions{Role: RoleCoordinator, ProbeInterval: 2 * time.Second, HalfLife: 30 * time.Minute})
+	// Money: a local Solana runtime with a test USDC mint (docs/settlement.md).
+	solanaLog, err := os.Create(filepath.Join(dir, "solana.log"))
+	if err != nil {
+		return err
+	}
+	defer solanaLog.Close()
+	if money, err = startDevnetChain(ctx, solanaLog); err != nil {
+		return fmt.Errorf("the local Solana runtime did not start (run make deps): %w", err)
+	}
+	say("started Solana runtime   %s (test USDC mint %s)", money.rt.URL, money.mint)
+
+	// Frequent probes and a short half-life: scores move within a minute.
+	coord, err := start("coordinator", InitOptions{Role: RoleCoordinator, ProbeInterval: DevnetProbeInterval, HalfLife: DevnetHalfLife})
 	if err != nil {
 		return err
 	}
@@ -192,17 +283,26 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 			return err
 		}
 	}
+	if err := devnetDepositFunds(ctx, rcl, say); err != nil {
+		return err
+	}
 	demo := ""
 	if ctrdAddr != "" {
 		if demo, err = devnetJob(ctx, rcl, dir, say); err != nil {
 			return fmt.Errorf("the demo job failed: %w", err)
 		}
+		if err := devnetSettle(ctx, cl, rcl, money.rt.URL, dir, say); err != nil {
+			return err
+		}
 	}
-	var f DevnetFile
-	for _, p := range procs {
-		f.Nodes = append(f.Nodes, p.DevnetNode)
+	writeFile := func() error {
+		f := DevnetFile{SolanaRPC: money.rt.URL, USDCMint: money.mint.String(), Cluster: money.rt.GenesisHash}
+		for _, p := range procs {
+			f.Nodes = append(f.Nodes, p.DevnetNode)
+		}
+		return writeJSONFile(jsonPath, f)
 	}
-	if err := writeJSONFile(jsonPath, f); err != nil {
+	if err := writeFile(); err != nil {
 		return err
 	}
 	say("devnet ready: %s", jsonPath)
@@ -212,12 +312,63 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		say("     gpunex job run --home %s --offer %s --gpus 1 --max-hours 0.1 --image-archive %s -- sh -c 'echo hello; ls /output'",
 			renter.Home, demo, filepath.Join(dir, "busybox.tar"))
 	}
+	say("     gpunex wallet balance --home %s; gpunex earnings --home %s; gpunex price recommend --home %s",
+		renter.Home, filepath.Join(dir, "provider-1"), filepath.Join(dir, "provider-1"))
+	say("     gpunex coordinator payouts list --home %s", coord.Home)
+	var out *devnetProc
+	for _, p := range procs {
+		if p.Name == outage {
+			out = p
+		}
+	}
+	switch {
+	case o.Outage == "" || o.Outage == DevnetOutageAuto:
+		if out == nil {
+			say("no outage: it needs two certified providers to compare (--providers 2, or 4 or more)")
+		}
+	case out != nil && !want[out.PeerID]:
+		say("%s is not certified: the coordinator does not probe it and it has no score to lose", out.Name)
+	}
+	var outageAt, backAt <-chan time.Time
+	if out != nil {
+		outageAt = time.After(o.OutageAfter)
+		say("in %s, %s goes offline for %s (killed, as in a power cut, then restarted on the same home):", devnetSeconds(o.OutageAfter), out.Name, devnetSeconds(o.OutageFor))
+		say("     watch its reliability score and its place in search drop, then recover:")
+		say("     gpunex score --home %s; gpunex offers search --explain --home %s", renter.Home, renter.Home)
+	}
 	say("Ctrl-C stops every node.")
 	for {
 		select {
 		case <-ctx.Done():
 			say("stopping the devnet…")
 			return nil
+		case <-outageAt:
+			standing := devnetStanding(ctx, rcl, out.PeerID)
+			// SIGKILL, as in a power cut: the offer is not withdrawn and stays listed
+			// until it expires, while the coordinator's probes fail.
+			out.cmd.Process.Kill()
+			err := <-out.done
+			out.done <- err
+			out.Offline = true
+			Home{Dir: out.Home}.RemoveAPIAddr()
+			if err := writeFile(); err != nil {
+				return err
+			}
+			say("%s goes offline for %s to show its reliability score dropping (it had %s)", out.Name, devnetSeconds(o.OutageFor), standing)
+			backAt = time.After(o.OutageFor)
+		case <-backAt:
+			say("%s comes back (%s)…", out.Name, devnetStanding(ctx, rcl, out.PeerID))
+			if err := launch(out, true); err != nil {
+				if ctx.Err() != nil {
+					say("stopping the devnet…")
+					return nil
+				}
+				return err
+			}
+			if err := writeFile(); err != nil {
+				return err
+			}
+			say("%s is back, same home and peer ID, API %s: its score climbs again as it answers the probes", out.Name, out.API)
 		case <-time.After(time.Second):
 			if err := checkAlive(procs); err != nil {
 				return err
@@ -225,6 +376,71 @@ func RunDevnet(ctx context.Context, o DevnetOptions) (err error) {
 		}
 	}
 }
+
+// devnetOutageName returns the name of the provider the devnet takes offline, or "" for
+// none. Auto picks provider-1 (Enterprise, with the H100s: the best-placed offer) when at
+// least two providers are certified (devnetOnboard: all of them below three providers,
+// all but the last two from three on), so that it has a comparable provider to fall behind.
+func devnetOutageName(o DevnetOptions) (string, error) {
+	switch o.Outage {
+	case DevnetOutageNone:
+		return "", nil
+	case "", DevnetOutageAuto:
+		certified := o.Providers
+		if certified >= 3 {
+			certified -= 2
+		}
+		if certified < 2 {
+			return "", nil
+		}
+		return "provider-1", nil
+	}
+	if k, ok := strings.CutPrefix(o.Outage, "provider-"); ok {
+		if n, err := strconv.Atoi(k); err == nil && n >= 1 && n <= o.Providers && k == strconv.Itoa(n) {
+			return o.Outage, nil
+		}
+		return "", fmt.Errorf("--outage %s: no such provider (provider-1 to provider-%d)", o.Outage, o.Providers)
+	}
+	return "", fmt.Errorf("--outage %s: a provider's name (provider-1 to provider-%d), auto or none", o.Outage, o.Providers)
+}
+
+// devnetStanding describes a provider's score and search position as the renter sees them,
+// e.g. "score 93, ranked 1st of 2 offers".
+func devnetStanding(ctx context.Context, renter *Client, provider string) string {
+	var parts []string
+	if s, err := renter.Scores(ctx, provider); err == nil && len(s) > 0 {
+		parts = append(parts, fmt.Sprintf("score %d", s[0].Score))
+	}
+	if rows, err := renter.Search(ctx, url.Values{}); err == nil {
+		for i, r := range rows {
+			if r.Provider == provider {
+				parts = append(parts, fmt.Sprintf("ranked %s of %d offers", ordinal(i+1), len(rows)))
+				break
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "no score or offer seen yet"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// devnetSeconds prints a duration as seconds: "60s" rather than "1m0s".
+func devnetSeconds(d time.Duration) string { return fmt.Sprintf("%gs", d.Seconds()) }
 
 // devnetJob has the renter run a job on the first approved provider, with a busybox image
 // built from the host's busybox-static, and prints its output as it streams. It returns the
@@ -248,7 +464,7 @@ func devnetJob(ctx context.Context, renter *Client, dir string, say func(string,
 	offer := rows[0]
 	say("the renter runs a job on %s (%s)…", offer.Provider, offer.Model)
 	v, err := renter.ProposeJob(ctx, JobRequest{Offer: offer.ID, GPUs: 1, MaxSeconds: 120, ImageArchive: archive,
-		Args: []string{"sh", "-c", "echo hello from a gpunex sandbox on $(hostname); echo allocated GPUs: $GPUNEX_VISIBLE_GPUS; echo done > /output/result.txt"}})
+		Args: []string{"sh", "-c", "echo hello from a gpunex sandbox on $(hostname); echo allocated GPUs: $GPUNEX_VISIBLE_GPUS; echo done > /output/result.txt; sleep 3"}})
 	if err != nil {
 		return "", err
 	}
@@ -414,6 +630,9 @@ func waitAPI(ctx context.Context, h Home, p *devnetProc) (*Client, Status, error
 
 func checkAlive(procs []*devnetProc) error {
 	for _, p := range procs {
+		if p.Offline {
+			continue
+		}
 		select {
 		case err := <-p.done:
 			p.done <- err
@@ -425,7 +644,8 @@ func checkAlive(procs []*devnetProc) error {
 }
 
 // stopAll sends SIGTERM to every node (renter and providers first, coordinator last) and
-// waits for each; a node still running after 10 s is killed.
+// waits for each; a node still running after 10 s is killed. A node taken offline has
+// exited already: its done channel holds its exit.
 func stopAll(procs []*devnetProc, say func(string, ...any)) {
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].cmd.Process.Signal(syscall.SIGTERM)

@@ -30,7 +30,8 @@ func rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
-		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), maintenanceCommand())
+		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), maintenanceCommand(),
+		walletCommand(), earningsCommand(), priceCommand(), auditCommand())
 	return root
 }
 
@@ -147,7 +148,7 @@ func runNode(h node.Home, level string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	n, err := node.New(ctx, cfg, key, node.Deps{DataDir: h.Path(node.DataDir), JobsDir: h.Path("jobs"), Logger: log})
+	n, err := node.New(ctx, cfg, key, node.Deps{DataDir: h.Path(node.DataDir), JobsDir: h.Path("jobs"), Logger: log, Home: h.Dir})
 	if err != nil {
 		return err
 	}
@@ -417,15 +418,24 @@ func verifyCommand() *cobra.Command {
 }
 
 func devnetCommand() *cobra.Command {
-	var dir string
+	var dir, outage string
 	var providers int
+	var outageAfter, outageFor time.Duration
 	c := &cobra.Command{
 		Use:   "devnet --dir DIR --providers N",
 		Short: "Run a whole local marketplace: a coordinator, N providers with simulated GPUs, a renter",
-		Args:  cobra.NoArgs,
+		Long: `Run a whole local marketplace: a coordinator, N providers with simulated GPUs and a renter,
+each a gpunex node process with its home in DIR. Once the renter sees every certified offer,
+the devnet writes DIR/devnet.json; then, to show reliability scores at work, it kills one
+provider (--outage; by default provider-1, the best-placed, when two or more providers are
+certified) and restarts it later on the same home. Ctrl-C stops every node.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if providers < 1 || providers > 64 {
 				return fmt.Errorf("--providers %d: between 1 and 64", providers)
+			}
+			if outageAfter < time.Second || outageFor < time.Second {
+				return fmt.Errorf("--outage-after %s, --outage-for %s: at least 1s each", outageAfter, outageFor)
 			}
 			exe, err := os.Executable()
 			if err != nil {
@@ -433,10 +443,14 @@ func devnetCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return node.RunDevnet(ctx, node.DevnetOptions{Dir: dir, Providers: providers, Binary: exe, Out: cmd.OutOrStdout()})
+			return node.RunDevnet(ctx, node.DevnetOptions{Dir: dir, Providers: providers, Binary: exe, Out: cmd.OutOrStdout(),
+				Outage: outage, OutageAfter: outageAfter, OutageFor: outageFor})
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "devnet", "directory for the nodes' homes and devnet.json")
-	c.Flags().IntVar(&providers, "providers", 3, "number of providers")
+	c.Flags().IntVar(&providers, "providers", 4, "number of providers (with 3 or more, the last is rejected and the one before it left pending)")
+	c.Flags().StringVar(&outage, "outage", node.DevnetOutageAuto, "provider to kill once the devnet is ready and restart later, to show its reliability score dropping and recovering: provider-K, auto (provider-1, when two or more providers are certified) or none")
+	c.Flags().DurationVar(&outageAfter, "outage-after", node.DevnetOutageAfter, "time from \"devnet ready\" to the outage")
+	c.Flags().DurationVar(&outageFor, "outage-for", node.DevnetOutageFor, "how long the provider stays offline")
 	return c
 }

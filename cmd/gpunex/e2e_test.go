@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -149,6 +150,11 @@ type searchRow struct {
 	Bench     *struct {
 		PerfScore int `json:"perf_score"`
 	} `json:"bench"`
+	Score *int `json:"score"`
+	Rank  struct {
+		Score int     `json:"score"`
+		Merit float64 `json:"merit"`
+	} `json:"rank"`
 }
 
 func searchJSON(t *testing.T, home string, args ...string) []searchRow {
@@ -161,35 +167,58 @@ func searchJSON(t *testing.T, home string, args ...string) []searchRow {
 	return rows
 }
 
-// TestDevnetEndToEnd: devnet up, search, price change, raw record verified, tampered
-// record refused, devnet down, no process left.
-func TestDevnetEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end")
+// devnetOutput collects a devnet's output lines as they come, for the test to wait on.
+type devnetOutput struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// wait returns the first line that starts with want, waiting for it until the deadline.
+func (d *devnetOutput) wait(t *testing.T, want string, deadline time.Time) string {
+	t.Helper()
+	for {
+		d.mu.Lock()
+		for _, l := range d.lines {
+			if strings.HasPrefix(l, want) {
+				d.mu.Unlock()
+				return l
+			}
+		}
+		d.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("the devnet did not print %q in time", want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	dir := t.TempDir()
-	dev := exec.Command(binary, "devnet", "--dir", dir, "--providers", "3")
+}
+
+// startDevnet runs `gpunex devnet` with args in dir and waits for "devnet ready"; it
+// returns the process, its output and devnet.json as written then.
+func startDevnet(t *testing.T, dir string, args ...string) (*exec.Cmd, *devnetOutput, node.DevnetFile) {
+	t.Helper()
+	dev := exec.Command(binary, append([]string{"devnet", "--dir", dir}, args...)...)
 	stdout, _ := dev.StdoutPipe()
 	dev.Stderr = os.Stderr
 	if err := dev.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer dev.Process.Kill()
-	ready := make(chan struct{})
+	t.Cleanup(func() { dev.Process.Kill() })
+	out := &devnetOutput{}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			t.Log(sc.Text())
-			if strings.HasPrefix(sc.Text(), "devnet ready") {
-				close(ready)
-			}
+			out.mu.Lock()
+			out.lines = append(out.lines, sc.Text())
+			out.mu.Unlock()
 		}
 	}()
-	select {
-	case <-ready:
-	case <-time.After(120 * time.Second):
-		t.Fatal("devnet not ready in 120 s")
-	}
+	out.wait(t, "devnet ready", time.Now().Add(120*time.Second))
+	return dev, out, readDevnetFile(t, dir)
+}
+
+func readDevnetFile(t *testing.T, dir string) node.DevnetFile {
+	t.Helper()
 	var f node.DevnetFile
 	b, err := os.ReadFile(filepath.Join(dir, "devnet.json"))
 	if err != nil {
@@ -198,43 +227,208 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Nodes) != 5 {
-		t.Fatalf("devnet.json lists %d nodes; want 5", len(f.Nodes))
+	return f
+}
+
+// stopDevnet sends SIGTERM and checks that the devnet exits cleanly, that none of the
+// given processes is left and that devnet.json is gone.
+func stopDevnet(t *testing.T, dev *exec.Cmd, dir string, pids map[int]string) {
+	t.Helper()
+	dev.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- dev.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("devnet exit: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("devnet did not stop within 20 s")
+	}
+	for pid, name := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("%s (pid %d) still running", name, pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "devnet.json")); err == nil {
+		t.Error("devnet.json left behind after stop")
+	}
+}
+
+type scoreJSON struct {
+	Provider string  `json:"provider"`
+	Score    int     `json:"score"`
+	Trend    int     `json:"trend"`
+	Probes   float64 `json:"probes"`
+}
+
+// scoresOf returns the scores the node at home holds, by provider.
+func scoresOf(t *testing.T, home string) map[string]scoreJSON {
+	t.Helper()
+	var list []scoreJSON
+	json.Unmarshal([]byte(mustRun(t, "score", "--json", "--home", home)), &list)
+	m := map[string]scoreJSON{}
+	for _, s := range list {
+		m[s.Provider] = s
+	}
+	return m
+}
+
+// position is the index of provider's first row in rows, or -1.
+func position(rows []searchRow, provider string) int {
+	for i, r := range rows {
+		if r.Provider == provider {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestDevnetEndToEnd: devnet up; onboarding; a provider's outage lowers its score and its
+// place in search, both recover after it returns; search, price change, raw record
+// verified, tampered record refused, benchmarks, a job; devnet down, no process left.
+func TestDevnetEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	// provider-1, the best-placed, goes offline 5 s after "devnet ready", for 20 s.
+	dev, devOut, f := startDevnet(t, dir, "--providers", "4", "--outage-after", "5s", "--outage-for", "20s")
+	renter := filepath.Join(dir, "renter-1")
+	before := searchJSON(t, renter) // within the 5 s: the order before the outage
+	if len(f.Nodes) != 6 {
+		t.Fatalf("devnet.json lists %d nodes; want 6", len(f.Nodes))
 	}
 	names := map[string]node.DevnetNode{}
 	for _, n := range f.Nodes {
 		names[n.Name] = n
-		if !strings.HasPrefix(n.PeerID, "12D3KooW") || !strings.HasPrefix(n.API, "http://127.0.0.1:") || n.Home != filepath.Join(dir, n.Name) {
+		if !strings.HasPrefix(n.PeerID, "12D3KooW") || !strings.HasPrefix(n.API, "http://127.0.0.1:") || n.Home != filepath.Join(dir, n.Name) || n.Offline {
 			t.Fatalf("devnet.json entry incomplete: %+v", n)
 		}
 	}
-	// Onboarding: provider-1 approved, provider-2 left pending, provider-3 rejected; only
-	// the certified provider's offer is in search.
+	p1, p2 := names["provider-1"], names["provider-2"]
+
+	// Money: the renter deposited test USDC and its demo job was charged from the escrow
+	// hold; a payout batch paid provider-1 on the local Solana runtime; the auditor passes
+	// the batch and fails an altered copy.
+	if f.SolanaRPC == "" || f.USDCMint == "" || f.Cluster == "" {
+		t.Fatalf("devnet.json lacks the Solana runtime: %+v", f)
+	}
+	var bal node.BalanceView
+	json.Unmarshal([]byte(mustRun(t, "wallet", "balance", "--json", "--home", renter)), &bal)
+	if bal.DepositedUSDC != "100.00" || bal.Held != 0 || bal.Available >= 100_000_000 || bal.Available <= 99_000_000 || bal.WalletUSDC != "900.00" {
+		t.Fatalf("renter's balance after the demo job: %+v", bal)
+	}
+	var batches []node.BatchView
+	json.Unmarshal([]byte(mustRun(t, "coordinator", "payouts", "list", "--json", "--home", names["coordinator"].Home)), &batches)
+	if len(batches) != 1 || batches[0].State != "settled" || len(batches[0].Payouts) != 1 || batches[0].Payouts[0].Provider != p1.PeerID || len(batches[0].Transactions) != 1 {
+		t.Fatalf("payout batches: %+v", batches)
+	}
+	bundleFile := filepath.Join(dir, "payout-"+batches[0].BatchID+".json")
+	if out := mustRun(t, "audit", "payouts", "--batch", bundleFile, "--rpc", f.SolanaRPC, "--coordinator", names["coordinator"].PeerID); !strings.Contains(out, "OK: every amount") {
+		t.Fatalf("audit: %s", out)
+	}
+	if out, _, code := gpunex(t, "audit", "payouts", "--batch", strings.TrimSuffix(bundleFile, ".json")+"-altered.json", "--rpc", f.SolanaRPC); code != 1 || !strings.Contains(out, "DISCREPANCY") {
+		t.Fatalf("audit of an altered batch: exit %d, %s", code, out)
+	}
+	rawBatch := filepath.Join(dir, "batch.rec")
+	os.WriteFile(rawBatch, []byte(mustRun(t, "coordinator", "payouts", "show", batches[0].BatchID, "--raw", "--home", names["coordinator"].Home)), 0o644)
+	if out := mustRun(t, "verify", rawBatch); !strings.Contains(out, "OK: payout-batch record signed by "+names["coordinator"].PeerID) {
+		t.Fatalf("verify batch: %s", out)
+	}
+	// Onboarding: provider-1 and provider-2 approved, provider-3 left pending, provider-4
+	// rejected; only the certified providers' offers are in search.
 	var queue []node.ApplicationView
 	json.Unmarshal([]byte(mustRun(t, "coordinator", "applications", "list", "--json", "--home", names["coordinator"].Home)), &queue)
 	statuses := map[string]string{}
 	for _, a := range queue {
 		statuses[a.Provider] = a.Status
 	}
-	if statuses[names["provider-1"].PeerID] != "approved" || statuses[names["provider-2"].PeerID] != "pending" || statuses[names["provider-3"].PeerID] != "rejected" {
+	if statuses[p1.PeerID] != "approved" || statuses[p2.PeerID] != "approved" || statuses[names["provider-3"].PeerID] != "pending" ||
+		statuses[names["provider-4"].PeerID] != "rejected" {
 		t.Fatalf("coordinator queue: %+v", queue)
 	}
-	if out := mustRun(t, "apply", "status", "--home", names["provider-3"].Home); !strings.Contains(out, "rejected") || !strings.Contains(out, "reason: ") {
+	if out := mustRun(t, "apply", "status", "--home", names["provider-4"].Home); !strings.Contains(out, "rejected") || !strings.Contains(out, "reason: ") {
 		t.Fatalf("rejected provider's status: %s", out)
 	}
-	renter := filepath.Join(dir, "renter-1")
-	rows := searchJSON(t, renter)
-	for _, r := range rows {
-		if r.Provider != names["provider-1"].PeerID || r.Tier != "enterprise" {
-			t.Fatalf("renter sees %+v; want provider-1's certified offer only", rows)
+	tiers := map[string]string{p1.PeerID: "enterprise", p2.PeerID: "community"}
+	for _, r := range before {
+		if tiers[r.Provider] == "" || r.Tier != tiers[r.Provider] {
+			t.Fatalf("renter sees %+v; want the certified offers of provider-1 (enterprise) and provider-2 (community) only", before)
 		}
-	}
-	for _, r := range rows {
 		if r.ID == "" || r.Model == "" || r.GPUs < 1 || r.VRAMGB < 1 || r.Price == "" || r.Region == "" || r.ExpiresAt.Before(time.Now()) {
 			t.Fatalf("incomplete row: %+v", r)
 		}
 	}
-	p1 := names["provider-1"]
+
+	// Reliability. The devnet takes the best-placed provider (provider-1: Enterprise, so
+	// ranked above provider-2) offline: it is killed, as in a power cut, so its offer stays
+	// listed while the coordinator's probes fail.
+	line := devOut.wait(t, "provider-1 goes offline for 20s", time.Now().Add(30*time.Second))
+	if position(before, p1.PeerID) != 0 || position(before, p2.PeerID) < 1 {
+		t.Fatalf("outage: %q; search before it: %+v", line, before)
+	}
+	var pre int // the score the renter held just before the devnet killed provider-1
+	if _, after, _ := strings.Cut(line, "(it had "); !strings.HasPrefix(after, "score ") || !strings.Contains(after, "ranked 1st") {
+		t.Fatalf("outage line %q: want the score and the first place provider-1 had", line)
+	} else if _, err := fmt.Sscanf(after, "score %d", &pre); err != nil {
+		t.Fatalf("outage line %q: %v", line, err)
+	}
+	if _, errOut, code := gpunex(t, "status", "--home", p1.Home); code == 0 {
+		t.Fatal("provider-1 answers while offline")
+	} else if !strings.Contains(errOut, "node run") {
+		t.Fatalf("status of the offline provider: %s", errOut)
+	}
+	if g := readDevnetFile(t, dir); !g.Nodes[1].Offline || g.Nodes[1].Name != "provider-1" {
+		t.Fatalf("devnet.json during the outage: %+v", g.Nodes[1])
+	}
+	// Its score falls below its own and provider-2's, and its offer below provider-2's.
+	minSeen := pre
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		sc := scoresOf(t, renter)
+		rows := searchJSON(t, renter)
+		s1, s2 := sc[p1.PeerID], sc[p2.PeerID]
+		if s1.Score > 0 {
+			minSeen = min(minSeen, s1.Score)
+		}
+		i1, i2 := position(rows, p1.PeerID), position(rows, p2.PeerID)
+		if s1.Score > 0 && s1.Score < pre && s1.Score < s2.Score && i1 > i2 && i2 >= 0 && rows[i1].Rank.Merit < rows[i2].Rank.Merit {
+			t.Logf("during the outage: provider-1 %d (was %d), provider-2 %d; provider-1's offer ranked %d, merit %.3f < %.3f",
+				s1.Score, pre, s2.Score, i1+1, rows[i1].Rank.Merit, rows[i2].Rank.Merit)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("during the outage: scores %+v (before: %d), rows %+v", sc, pre, rows)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if out := mustRun(t, "offers", "search", "--explain", "--home", renter); !strings.Contains(out, "merit = ") {
+		t.Fatalf("search --explain: %s", out)
+	}
+	// Back on the same home: same peer ID, a new process; its score climbs from the lowest
+	// seen and its offer regains first place.
+	devOut.wait(t, "provider-1 is back", time.Now().Add(60*time.Second))
+	g := readDevnetFile(t, dir)
+	if n := g.Nodes[1]; n.Offline || n.PeerID != p1.PeerID || n.PID == p1.PID || n.API == "" {
+		t.Fatalf("devnet.json after the outage: %+v (before: %+v)", n, p1)
+	}
+	deadline = time.Now().Add(120 * time.Second)
+	for {
+		s1 := scoresOf(t, renter)[p1.PeerID]
+		rows := searchJSON(t, renter)
+		if s1.Score < minSeen {
+			minSeen = s1.Score // records issued before the first probe after the return
+		} else if s1.Score > minSeen && position(rows, p1.PeerID) == 0 {
+			t.Logf("after the outage: provider-1 %d (lowest %d), ranked first again", s1.Score, minSeen)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the outage: provider-1 %+v (lowest %d), rows %+v", s1, minSeen, rows)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
 	h100 := searchJSON(t, renter, "--model", "H100-80GB")
 	if len(h100) != 1 || h100[0].Provider != p1.PeerID {
 		t.Fatalf("search by model: %+v", h100)
@@ -245,7 +439,7 @@ func TestDevnetEndToEnd(t *testing.T) {
 
 	// Price change: the renter sees it within seconds.
 	mustRun(t, "offer", "set-price", "--home", p1.Home, "--model", "H100-80GB", "--usdc", "1.87")
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for {
 		got := searchJSON(t, renter, "--model", "H100-80GB")
 		if len(got) == 1 && got[0].Price == "1.87" {
@@ -277,7 +471,12 @@ func TestDevnetEndToEnd(t *testing.T) {
 	deadline = time.Now().Add(20 * time.Second)
 	for {
 		out := mustRun(t, "notifications", "--home", p1.Home)
-		rows := searchJSON(t, renter)
+		var rows []searchRow
+		for _, r := range searchJSON(t, renter) {
+			if r.Provider == p1.PeerID {
+				rows = append(rows, r)
+			}
+		}
 		if strings.Contains(out, "L4-24GB) delisted") && strings.Contains(out, "under the threshold") && len(rows) == 1 && rows[0].Model == "H100-80GB" && rows[0].Bench != nil && rows[0].Bench.PerfScore > 90 {
 			break
 		}
@@ -288,26 +487,6 @@ func TestDevnetEndToEnd(t *testing.T) {
 	}
 	if out := mustRun(t, "bench", "show", "--home", p1.Home); !strings.Contains(out, "DELISTED") || !strings.Contains(out, "storage: write") {
 		t.Fatalf("bench show: %s", out)
-	}
-	// Reliability: the coordinator probes provider-1 every 2 s; every node holds its score.
-	for {
-		var scores []struct {
-			Provider string  `json:"provider"`
-			Score    int     `json:"score"`
-			Probes   float64 `json:"probes"`
-		}
-		out, _, _ := gpunex(t, "score", p1.PeerID, "--json", "--home", renter) // not found until the first probe
-		json.Unmarshal([]byte(out), &scores)
-		if len(scores) == 1 && scores[0].Score >= 85 && scores[0].Probes >= 1 {
-			break
-		}
-		if time.Now().After(deadline.Add(15 * time.Second)) {
-			t.Fatalf("score of provider-1: %+v", scores)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if out := mustRun(t, "offers", "search", "--explain", "--home", renter); !strings.Contains(out, "merit = ") {
-		t.Fatalf("search --explain: %s", out)
 	}
 
 	// A job through the CLI: output streamed, the job's exit code returned, cost shown,
@@ -333,26 +512,54 @@ func TestDevnetEndToEnd(t *testing.T) {
 		t.Fatalf("too many GPUs: exit %d, %s", code, errOut)
 	}
 
-	// Down: SIGTERM stops everything, no process is left behind.
-	dev.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- dev.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("devnet exit: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("devnet did not stop within 20 s")
+	// The provider's earnings: the demo job, paid by the batch, and the CLI job, pending;
+	// the market advice for its model.
+	var earn node.EarningsView
+	json.Unmarshal([]byte(mustRun(t, "earnings", "--json", "--by", "gpu", "--home", p1.Home)), &earn)
+	if earn.Total <= 0 || len(earn.Payouts) != 1 || !earn.Payouts[0].Paid || earn.Payouts[0].Transaction != batches[0].Payouts[0].Transaction || len(earn.History) < 1 {
+		t.Fatalf("earnings: %+v", earn)
 	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var adv []node.PriceAdvice
+		out, _, _ := gpunex(t, "price", "recommend", "--model", "H100-80GB", "--json", "--home", p1.Home)
+		json.Unmarshal([]byte(out), &adv)
+		if len(adv) == 1 && adv[0].Leases >= 1 && adv[0].Recommended > 0 && adv[0].YourPriceUSDC != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("price recommend: %s", out)
+		}
+		time.Sleep(time.Second)
+	}
+
+	// Down: SIGTERM stops everything, no process is left behind (provider-1's first
+	// process included).
+	pids := map[int]string{p1.PID: "provider-1 before its outage"}
+	for _, n := range readDevnetFile(t, dir).Nodes {
+		pids[n.PID] = n.Name
+	}
+	stopDevnet(t, dev, dir, pids)
+}
+
+// TestDevnetStopDuringOutage: Ctrl-C while a provider is offline stops every node and
+// leaves no process behind.
+func TestDevnetStopDuringOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	dev, devOut, f := startDevnet(t, dir, "--providers", "2", "--outage", "provider-2", "--outage-after", "1s", "--outage-for", "10m")
+	devOut.wait(t, "provider-2 goes offline", time.Now().Add(20*time.Second))
+	pids := map[int]string{}
 	for _, n := range f.Nodes {
-		if syscall.Kill(n.PID, 0) == nil {
-			t.Errorf("%s (pid %d) still running", n.Name, n.PID)
-		}
+		pids[n.PID] = n.Name
 	}
-	if _, err := os.Stat(filepath.Join(dir, "devnet.json")); err == nil {
-		t.Error("devnet.json left behind after stop")
+	g := readDevnetFile(t, dir)
+	if len(g.Nodes) != 4 || g.Nodes[2].Name != "provider-2" || !g.Nodes[2].Offline {
+		t.Fatalf("devnet.json during the outage: %+v", g.Nodes)
 	}
+	stopDevnet(t, dev, dir, pids)
 }
 
 // startNode runs `gpunex node run` for a home and waits for its API. Benchmarks are
