@@ -806,6 +806,13 @@ func TestProviderJobSurvivesKill9(t *testing.T) {
 	_, cst := startNode(t, coord)
 	mustRun(t, "init", "--home", prov, "--role", "provider", "--listen", local, "--bootstrap", cst.Addrs[0], "--containerd", d.Address())
 	mustRun(t, "init", "--home", renter, "--role", "renter", "--listen", local, "--bootstrap", cst.Addrs[0])
+	// This test is about the job, not its payment: the provider runs it without escrow.
+	cfgPath := filepath.Join(prov, "config.toml")
+	cfgText, _ := os.ReadFile(cfgPath)
+	if !strings.Contains(string(cfgText), "require_escrow = true") {
+		t.Fatal("provider config lacks require_escrow")
+	}
+	os.WriteFile(cfgPath, []byte(strings.Replace(string(cfgText), "require_escrow = true", "require_escrow = false", 1)), 0o600)
 	p, pst := startNode(t, prov)
 	startNode(t, renter)
 	certify(t, coord, prov)
