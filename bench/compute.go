@@ -35,7 +35,9 @@ func Compute(ctx context.Context, g GPUInfo, run uint64) (protocol.GPUBenchmark,
 	}
 	d, ok := protocol.DatasheetFor(g.Model)
 	if !ok {
-		return out, fmt.Errorf("no datasheet for %s: a simulated GPU needs a model on the supported list", g.Model)
+		// Nothing to simulate from: the GPU is attested without figures (as a real GPU
+		// whose figures could not be measured), and the rest of the run goes on.
+		return out, fmt.Errorf("%w: no datasheet for %s: a simulated GPU needs a model on the supported list", ErrComputeUnavailable, g.Model)
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%d", g.UUID, run)

@@ -36,4 +36,8 @@ func TestComputeSimulated(t *testing.T) {
 	if _, err := Compute(context.Background(), GPUInfo{UUID: "GPU-x", Model: "H100-80GB"}, 1); !errors.Is(err, ErrComputeUnavailable) {
 		t.Fatalf("real GPU: %v", err)
 	}
+	// A simulated model without a datasheet has no figures, but does not stop the run.
+	if r, err := Compute(context.Background(), GPUInfo{UUID: "GPU-y", Model: "B200-192GB", Simulated: true}, 1); !errors.Is(err, ErrComputeUnavailable) || r.PerfScore != 0 || r.Below != "" {
+		t.Fatalf("simulated model without a datasheet: %+v %v", r, err)
+	}
 }

@@ -38,6 +38,13 @@ type benchNetMsg struct {
 func (n *Node) handleBenchNet(s network.Stream) {
 	defer s.Close()
 	remote := s.Conn().RemotePeer()
+	if n.coord != nil && !n.coord.benchRate.allow(remote, time.Now()) {
+		// A benchmark run opens one stream; more than a few a minute is abuse (each may
+		// ask for 64 MiB transfers).
+		n.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "rate_limited").Inc()
+		s.Reset()
+		return
+	}
 	in := bufio.NewReader(s)
 	buf := make([]byte, 64<<10)
 	for {
@@ -246,7 +253,24 @@ func (b *benchRunner) RunWith(ctx context.Context, coord peer.ID, progress Progr
 			a.DriverVersion, a.CUDAVersion = g.DriverVersion, g.CUDAVersion
 		}
 		if g.Health.Error != "" {
-			a.GPUs = append(a.GPUs, protocol.GPUBenchmark{UUID: fmt.Sprintf("lost-%d", g.Index), Model: "LOST", Below: "GPU lost: " + g.Health.Error})
+			// Counted against its model, so that the offer lists one GPU fewer: the model
+			// the probe still reports, else the one this GPU had in the last attestation,
+			// else the only model declared.
+			model := g.Model
+			if p, ok := prev[g.UUID]; ok && model == "" {
+				model = p.Model
+			}
+			if items, err := b.n.cfg.Provider.Items(); err == nil && model == "" && len(items) == 1 {
+				model = items[0].Model
+			}
+			if model == "" {
+				model = "LOST"
+			}
+			uuid := g.UUID
+			if uuid == "" {
+				uuid = fmt.Sprintf("lost-%d", g.Index)
+			}
+			a.GPUs = append(a.GPUs, protocol.GPUBenchmark{UUID: uuid, Model: model, Below: protocol.LostPrefix + g.Health.Error})
 			continue
 		}
 		if b.n.jobs != nil && b.n.jobs.busy(g.UUID) {

@@ -96,8 +96,9 @@ type coordinator struct {
 	n   *Node
 	out *Outbound
 	mu  sync.Mutex // one submission or decision at a time
-	// rate limits apply-stream requests per peer (queue spam).
-	rate *peerRate
+	// rate limits apply-stream requests per peer (queue spam); benchRate the network
+	// benchmark streams.
+	rate, benchRate *peerRate
 }
 
 func newCoordinator(n *Node) (*coordinator, error) {
@@ -110,7 +111,8 @@ func newCoordinator(n *Node) (*coordinator, error) {
 	if oc.WebhookSecret, err = readSecretFile(nc.WebhookSecretFile, "coordinator.notify.webhook_secret_file"); err != nil {
 		return nil, err
 	}
-	return &coordinator{n: n, out: NewOutbound(oc, n.log.With("subsystem", "notify")), rate: newPeerRate(applicationsPerMinute)}, nil
+	return &coordinator{n: n, out: NewOutbound(oc, n.log.With("subsystem", "notify")), rate: newPeerRate(applicationsPerMinute),
+		benchRate: newPeerRate(benchRunsPerMinute)}, nil
 }
 
 // readSecretFile reads a secret from a file that only its owner may read.

@@ -170,7 +170,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 	}
 	n.ps, err = pubsub.NewGossipSub(runCtx, n.host, append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
-		pubsub.WithMaxMessageSize(64 << 10),
+		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
 	}, gossipScoreOptions(n.scores.record)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("start gossipsub: %w", err)

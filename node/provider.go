@@ -151,8 +151,10 @@ func (p *provider) build(now time.Time, withdrawn string) (protocol.Offer, error
 	if p.n.bench != nil {
 		if a := p.n.bench.Latest(); a != nil && now.Sub(a.Challenge.IssuedAt) < protocol.MaxAttestationAge {
 			o.Attestation = a.Raw
-			delisted = p.n.bench.delisted()
 		}
+		// GPUs under a threshold stay out until a run passes, even once the attestation is
+		// too old to attach (jobs refuse them the same way).
+		delisted = p.n.bench.delisted()
 	}
 	for _, g := range p.base {
 		if v, ok := prices[g.Model]; ok {

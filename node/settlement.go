@@ -136,6 +136,8 @@ const (
 	walletRequestsPerMinute = 120
 	// applicationsPerMinute is the most apply-stream requests served to one peer a minute.
 	applicationsPerMinute = 20
+	// benchRunsPerMinute is the most network benchmark streams served to one peer a minute.
+	benchRunsPerMinute = 6
 )
 
 func (s *settlement) info() WalletInfo {

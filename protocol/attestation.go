@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -16,7 +17,7 @@ const (
 	// AttestationVersion is the payload version of attestations and challenges.
 	AttestationVersion = 1
 	// MaxAttestationSize caps an attestation envelope (it travels inside offers).
-	MaxAttestationSize = 6 << 10
+	MaxAttestationSize = 64 << 10
 	// MaxChallengeSize caps a challenge envelope.
 	MaxChallengeSize = 1 << 10
 	// MaxAttestationAge is how old an attestation's challenge may be: a provider re-runs
@@ -34,6 +35,9 @@ type Challenge struct {
 	Nonce       string    `json:"nonce"` // 32 hex digits
 	IssuedAt    time.Time `json:"issued_at"`
 }
+
+// LostPrefix starts the delisting reason of a GPU that fell off the bus: it has no figures.
+const LostPrefix = "GPU lost: "
 
 // GPUBenchmark is one GPU's measured figures. A figure of 0 was not measured.
 type GPUBenchmark struct {
@@ -158,6 +162,12 @@ func CheckAttestation(raw []byte, now time.Time, trust Trust) (*SignedAttestatio
 		}
 		if g.PerfScore != ScoreGPU(g) {
 			return nil, bad("GPU %s: perf_score %d does not follow from its figures (%d)", g.UUID, g.PerfScore, ScoreGPU(g))
+		}
+		// The delisting reason follows from the figures, so that a provider cannot keep a
+		// GPU under its threshold listed; a lost GPU (no figures) says it is lost.
+		lost := strings.HasPrefix(g.Below, LostPrefix) && g.FP32TFLOPS == 0 && g.FP16TFLOPS == 0 && g.TensorTFLOPS == 0 && g.MemBandwidth == 0
+		if !lost && g.Below != Shortfall(g) {
+			return nil, bad("GPU %s: below %q does not follow from its figures (%q)", g.UUID, g.Below, Shortfall(g))
 		}
 	}
 	if err := checkIssued(KindAttestation, a.IssuedAt, c.IssuedAt.Add(MaxAttestationAge), now); err != nil {

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,11 +64,73 @@ func TestAttestationChecks(t *testing.T) {
 	if _, err := CheckAttestation(seal(t, KindAttestation, inflated, psk), testNow.Add(time.Hour), trust); Reason(err) != "invalid" {
 		t.Fatalf("inflated score: %v", err)
 	}
+	// A GPU under its threshold cannot be kept listed by leaving out (or rewording) its
+	// delisting reason; a lost GPU says so and has no figures.
+	slow := GPUBenchmark{UUID: "GPU-2", Model: "L4-24GB", TensorTFLOPS: 50, MemBandwidth: 280}
+	slow.PerfScore = ScoreGPU(slow)
+	for _, below := range []string{"", "all fine"} {
+		hidden := a
+		hidden.GPUs = []GPUBenchmark{g, slow}
+		hidden.GPUs[1].Below = below
+		if _, err := CheckAttestation(seal(t, KindAttestation, hidden, psk), testNow.Add(time.Hour), trust); Reason(err) != "invalid" {
+			t.Fatalf("a delisting reason of %q for a GPU under its threshold: %v", below, err)
+		}
+	}
+	honest := a
+	slow.Below = Shortfall(slow)
+	honest.GPUs = []GPUBenchmark{g, slow, {UUID: "lost-3", Model: "L4-24GB", Below: LostPrefix + "GPU is lost"}}
+	if _, err := CheckAttestation(seal(t, KindAttestation, honest, psk), testNow.Add(time.Hour), trust); err != nil {
+		t.Fatalf("delisted and lost GPUs stated honestly: %v", err)
+	}
 	_, other := newKey(t)
 	stolen := a
 	stolen.Provider = other.String()
 	osk, _ := newKey(t)
 	if _, err := CheckAttestation(seal(t, KindAttestation, stolen, osk), testNow.Add(time.Hour), trust); err == nil {
 		t.Fatal("another provider's challenge accepted")
+	}
+}
+
+// TestWorstCaseOfferFits: the largest offer an honest provider can make fits its caps: an
+// attestation of the most GPUs, every one under a threshold (the longest reason), with
+// full-length UUIDs; 16 models, 16 addresses, 16 maintenance windows, the longest
+// availability text and a full certificate.
+func TestWorstCaseOfferFits(t *testing.T) {
+	sk, id := newKey(t)
+	now := time.Now().UTC()
+	ch := seal(t, KindChallenge, Challenge{Version: 1, Coordinator: id.String(), Provider: id.String(), Nonce: strings.Repeat("ab", 16), IssuedAt: now}, sk)
+	a := Attestation{Version: 1, Provider: id.String(), Seq: uint64(now.UnixNano()), IssuedAt: now, Challenge: ch,
+		DriverVersion: "580.105.08", CUDAVersion: "13.0",
+		Storage: StorageBenchmark{SeqWriteMBps: 1234.5, SeqReadMBps: 6543.2, RandReadIOPS: 123456.7, BytesMeasured: 1 << 30},
+		Network: NetworkBenchmark{Peer: id.String(), RTTMilli: 12.3, UpMbps: 987.6, DownMbps: 987.6}}
+	for i := range MaxOfferItems * 8 {
+		g := GPUBenchmark{UUID: fmt.Sprintf("GPU-%08x-1163-9228-11b4-922811b48326", i), Model: "RTXA6000-48GB",
+			FP32TFLOPS: 12.3, FP16TFLOPS: 12.3, TensorTFLOPS: 45.6, MemBandwidth: 234.5, DurationMilli: 65432}
+		g.PerfScore, g.Below = ScoreGPU(g), Shortfall(g)
+		a.GPUs = append(a.GPUs, g)
+	}
+	att := seal(t, KindAttestation, a, sk)
+	if len(att) > MaxAttestationSize {
+		t.Fatalf("attestation of %d GPUs is %d bytes, over its cap of %d", len(a.GPUs), len(att), MaxAttestationSize)
+	}
+	o := validOffer(id)
+	o.Attestation = att
+	o.Certificate = make([]byte, MaxCertificateSize)
+	o.Availability = strings.Repeat("x", maxAvailabilityLen)
+	o.GPUs = nil
+	for i := range MaxOfferItems {
+		o.GPUs = append(o.GPUs, OfferGPUs{Model: fmt.Sprintf("MODEL-%02d-%s", i, strings.Repeat("X", 40)), Count: MaxGPUsPerItem, VRAMGB: 141, PricePerGPUHour: MaxPricePerGPUHour})
+	}
+	o.Addrs = nil
+	for range maxAddrs {
+		o.Addrs = append(o.Addrs, "/ip4/1.2.3.4/tcp/4001/p2p/"+id.String()+strings.Repeat("/x", (maxAddrLen-80)/2))
+	}
+	for i := range MaxMaintenanceWindows {
+		o.Maintenance = append(o.Maintenance, MaintenanceWindow{From: now.Add(time.Duration(i) * time.Hour), To: now.Add(time.Duration(i)*time.Hour + time.Minute), Note: strings.Repeat("n", maxTextLen)})
+	}
+	data, _ := json.Marshal(o)
+	t.Logf("attestation %d bytes (cap %d), offer payload %d bytes (cap %d)", len(att), MaxAttestationSize, len(data), MaxOfferSize)
+	if len(data)+512 > MaxOfferSize {
+		t.Fatalf("the worst-case offer payload is %d bytes, over the cap of %d with the envelope", len(data), MaxOfferSize)
 	}
 }

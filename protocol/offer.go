@@ -21,7 +21,7 @@ const (
 	// OfferVersion is the payload version this code writes and accepts.
 	OfferVersion = 1
 	// MaxOfferSize caps a marshalled offer envelope.
-	MaxOfferSize = 16 << 10
+	MaxOfferSize = 128 << 10
 	// MaxOfferTTL is the longest validity an offer may claim.
 	MaxOfferTTL = 24 * time.Hour
 	// MaxOfferItems caps the number of GPU models in one offer.
