@@ -17,6 +17,9 @@ const (
 	JobRunning = "running" // the container was started
 	JobEnded   = "ended"   // the final receipt is written
 	JobFailed  = "failed"  // it never ran (image refused, start failed); no charge
+	// JobReleased marks, on a provider, a job ID whose escrow hold it let the coordinator
+	// release before any lease: a proposal for it is refused from then on.
+	JobReleased = "released"
 )
 
 // Job is one job, as the provider or the renter keeps it.

@@ -228,6 +228,32 @@ func (l *Ledger) ReleaseExpiredHolds(now time.Time) (int, error) {
 	return n, nil
 }
 
+// ReleaseHold returns a held hold's amount to its renter (the provider confirmed that the
+// job never ran); a hold no longer held is an error.
+func (l *Ledger) ReleaseHold(job string) (Hold, error) {
+	var h Hold
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixHold+job, &h); err != nil {
+			return err
+		}
+		if h.State != HoldHeld {
+			return fmt.Errorf("the hold of job %s is %s", job, h.State)
+		}
+		a, err := getAccount(txn, h.Renter)
+		if err != nil {
+			return err
+		}
+		a.Held -= h.Amount
+		a.Available += h.Amount
+		h.State = HoldReleased
+		if err := putJSON(txn, prefixHold+job, h); err != nil {
+			return err
+		}
+		return putJSON(txn, prefixAccount+h.Renter, a)
+	})
+	return h, err
+}
+
 // ReportCharge is a provider's job report and, when the job had a hold, the charge it
 // turns into: ChargeReports stores both in one transaction.
 type ReportCharge struct {

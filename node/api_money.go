@@ -50,6 +50,18 @@ func (a *APIServer) routeMoney(mux *http.ServeMux) {
 		}
 		return a.n.ClaimDeposits(r.Context(), req.Signature)
 	})
+	a.route(mux, "POST /v1/wallet/release", func(r *http.Request) (any, error) {
+		var req struct {
+			Job string `json:"job"`
+		}
+		if err := decodeBody(r, 1024, &req); err != nil {
+			return nil, err
+		}
+		if !protocol.ValidJobID(req.Job) {
+			return nil, badRequest(errors.New("job ID: 16 lower-case hex digits"))
+		}
+		return a.n.ReleaseHold(r.Context(), req.Job)
+	})
 	a.route(mux, "GET /v1/wallet/balance", func(r *http.Request) (any, error) { return a.n.Balance(r.Context()) })
 	a.route(mux, "GET /v1/earnings", func(r *http.Request) (any, error) {
 		q := r.URL.Query()
@@ -215,4 +227,10 @@ func (c *Client) ConfirmBank(ctx context.Context, id, reference string, provider
 func (c *Client) BankExport(ctx context.Context, id, format string) (string, error) {
 	var v map[string]string
 	return v["file"], c.Do(ctx, http.MethodGet, "/v1/payouts/"+url.PathEscape(id)+"/bank?format="+url.QueryEscape(format), nil, &v)
+}
+
+// ReleaseHold asks for a job's hold back.
+func (c *Client) ReleaseHold(ctx context.Context, job string) (BalanceView, error) {
+	var v BalanceView
+	return v, c.Do(ctx, http.MethodPost, "/v1/wallet/release", map[string]string{"job": job}, &v)
 }

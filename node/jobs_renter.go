@@ -41,10 +41,9 @@ type JobRequest struct {
 
 // ProposeJob negotiates a job with a provider and, once both sides signed the lease and the
 // image is delivered, returns the started job.
-func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) {
+func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (_ JobView, err error) {
 	var provider peer.ID
 	var model string
-	var err error
 	switch {
 	case req.Offer != "":
 		if provider, model, err = protocol.ParseOfferID(req.Offer); err != nil {
@@ -105,6 +104,13 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (JobView, error) 
 	p.Hold, holdErr = n.requestHold(ctx, p)
 	if holdErr != nil {
 		n.log.Info("job proposed without an escrow hold", "job", p.Job, "why", holdErr)
+	} else {
+		// A job that does not run gives its hold back: the provider confirms it never ran.
+		defer func() {
+			if err != nil {
+				go n.releaseAfterFailure(p.Job)
+			}
+		}()
 	}
 	praw, err := protocol.Seal(protocol.KindProposal, p, n.key)
 	if err != nil {
@@ -402,7 +408,9 @@ func (n *Node) Jobs() ([]JobView, error) {
 	}
 	out := []JobView{}
 	for _, j := range js {
-		out = append(out, viewJob(j))
+		if j.State != ledger.JobReleased { // a job ID whose hold was released: it never ran
+			out = append(out, viewJob(j))
+		}
 	}
 	return out, nil
 }

@@ -296,6 +296,7 @@ func (n *Node) startJobs(ctx context.Context, d Deps) error {
 	}
 	n.host.SetStreamHandler(protocol.JobProtocol, n.jobs.handleJob)
 	n.host.SetStreamHandler(protocol.JobControlProtocol, n.jobs.handleControl)
+	n.host.SetStreamHandler(protocol.HoldReleaseProtocol, n.jobs.handleHoldRelease)
 	return nil
 }
 

@@ -203,6 +203,13 @@ func (s *settlement) serve(ctx context.Context, remote peer.ID, req walletReques
 	case "hold":
 		raw, err := s.placeHold(remote, req)
 		return walletResponse{Hold: raw}, err
+	case "release":
+		h, err := s.release(ctx, remote, req.Job)
+		if err != nil {
+			return walletResponse{}, err
+		}
+		a, err := l.GetAccount(h.Renter)
+		return walletResponse{Account: &a}, err
 	case "settings":
 		ps, signer, err := protocol.CheckPayoutSettings(req.Settings, s.n.clock.Now())
 		if err != nil {
@@ -460,4 +467,48 @@ func (s *settlement) ensureTreasuryAccount(ctx context.Context) {
 			s.n.log.Warn("treasury token account not created", "err", err)
 		}
 	}
+}
+
+// release returns a renter's hold for a job the provider confirms never ran.
+func (s *settlement) release(ctx context.Context, renter peer.ID, job string) (ledger.Hold, error) {
+	h, err := s.n.ledger.GetHold(job)
+	switch {
+	case err != nil:
+		return h, fmt.Errorf("job %s: no hold: %w", job, err)
+	case h.Renter != renter.String():
+		return h, fmt.Errorf("job %s: the hold is not yours", job)
+	case h.State != ledger.HoldHeld:
+		return h, fmt.Errorf("job %s: the hold is already %s", job, h.State)
+	}
+	prov, err := peer.Decode(h.Provider)
+	if err != nil {
+		return h, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := s.n.reach(ctx, prov); err != nil {
+		return h, fmt.Errorf("the provider cannot be asked whether job %s ran (%v): the hold returns at %s", job, err, h.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	st, err := s.n.host.NewStream(ctx, prov, protocol.HoldReleaseProtocol)
+	if err != nil {
+		return h, fmt.Errorf("the provider cannot be asked whether job %s ran (%v): the hold returns at %s", job, err, h.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	defer st.Close()
+	st.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := writeJSONFrame(st, holdRelease{Job: job}); err != nil {
+		return h, err
+	}
+	st.CloseWrite()
+	var a holdRelease
+	if err := readJSONFrame(bufio.NewReader(st), 1024, &a); err != nil {
+		return h, fmt.Errorf("the provider's answer: %w", err)
+	}
+	if !a.Release || a.Job != job {
+		return h, fmt.Errorf("the provider does not release job %s: %s", job, a.Reason)
+	}
+	h, err = s.n.ledger.ReleaseHold(job)
+	if err == nil {
+		s.n.log.Info("hold released: the job never ran", "job", job, "renter", renter, "usdc", h.Amount.String())
+	}
+	return h, err
 }

@@ -141,6 +141,18 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatalf("a deposit credited twice: %+v", b)
 	}
 
+	// A proposal the provider counters (its price is above the maximum): the hold placed
+	// for it comes back once the provider confirms the job never ran.
+	low := job
+	low.MaxPrice = "1.00"
+	if _, err := renter.ProposeJob(ctx, low); !errors.Is(err, ErrJobRefused) {
+		t.Fatalf("a proposal under the price: %v", err)
+	}
+	eventually(t, 15*time.Second, "the countered proposal's hold released", func() (bool, string) {
+		b, _ := renter.Balance(ctx)
+		return b.Held == 0 && b.Available == 100_000_000 && len(b.Holds) == 1 && b.Holds[0].State == ledger.HoldReleased, fmt.Sprintf("%+v", b)
+	})
+
 	v, err := renter.ProposeJob(ctx, job)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +167,10 @@ func TestMoneyEndToEnd(t *testing.T) {
 	}
 	charge := final.Cost
 	net := charge - protocol.Commission(charge, 1000)
+	// A job that ran cannot have its hold released: the receipt settles it.
+	if a := prov.jobs.releaseAnswer(v.ID); a.Release {
+		t.Fatal("the provider would release the hold of a job that ran")
+	}
 	eventually(t, 20*time.Second, "job charged", func() (bool, string) {
 		b, _ := renter.Balance(ctx)
 		return b.Held == 0 && b.Available == 100_000_000-charge, fmt.Sprintf("%+v", b)

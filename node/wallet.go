@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	sol "github.com/gagliardetto/solana-go"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -379,4 +381,75 @@ func (n *Node) claimLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// holdRelease is the coordinator's question to a provider and its answer.
+type holdRelease struct {
+	Job     string `json:"job"`
+	Release bool   `json:"release,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// handleHoldRelease answers a trusted coordinator asking whether a job's hold may be
+// released: yes when the job never got a lease here (the job ID is then marked so that no
+// proposal for it is taken later) or failed before it started; no once it has a lease.
+func (r *jobRunner) handleHoldRelease(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	remote := s.Conn().RemotePeer()
+	trusted, _ := r.n.cfg.TrustedCoordinators()
+	var q holdRelease
+	if !slices.Contains(trusted, remote) {
+		writeJSONFrame(s, holdRelease{Reason: "only a trusted coordinator may ask"})
+		return
+	}
+	if err := readJSONFrame(bufio.NewReader(s), 1024, &q); err != nil || !protocol.ValidJobID(q.Job) {
+		writeJSONFrame(s, holdRelease{Reason: "bad request"})
+		return
+	}
+	writeJSONFrame(s, r.releaseAnswer(q.Job))
+}
+
+func (r *jobRunner) releaseAnswer(job string) holdRelease {
+	now := r.n.clock.Now()
+	err := r.n.ledger.CreateJob(ledger.Job{ID: job, Side: "provider", State: ledger.JobReleased, CreatedAt: now, UpdatedAt: now,
+		Error: "escrow hold released before any lease"})
+	if err == nil {
+		return holdRelease{Job: job, Release: true}
+	}
+	j, gerr := r.n.ledger.GetJob(job)
+	switch {
+	case gerr != nil:
+		return holdRelease{Job: job, Reason: gerr.Error()}
+	case j.State == ledger.JobReleased, j.State == ledger.JobFailed && len(j.Receipt) == 0:
+		return holdRelease{Job: job, Release: true}
+	}
+	return holdRelease{Job: job, Reason: fmt.Sprintf("job %s is %s here: its final receipt settles the hold", job, j.State)}
+}
+
+// ReleaseHold asks the coordinator to return a job's hold: the provider must confirm
+// that the job never ran.
+func (n *Node) ReleaseHold(ctx context.Context, job string) (BalanceView, error) {
+	resp, err := n.walletCall(ctx, walletRequest{Op: "release", Job: job})
+	if err != nil {
+		return BalanceView{}, err
+	}
+	return balanceView(*resp.Account, resp.Holds), nil
+}
+
+// releaseAfterFailure asks for a failed proposal's hold back, a few times: a provider that
+// is still marking a failed start answers no at first.
+func (n *Node) releaseAfterFailure(job string) {
+	for _, wait := range []time.Duration{0, 2 * time.Second, 10 * time.Second, 30 * time.Second} {
+		time.Sleep(wait)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := n.ReleaseHold(ctx, job)
+		cancel()
+		if err == nil {
+			n.log.Info("escrow hold released: the job did not run", "job", job)
+			return
+		}
+		n.log.Debug("escrow hold not released yet", "job", job, "err", err)
+	}
+	n.log.Info("escrow hold kept until it expires (gpunex wallet release retries)", "job", job)
 }

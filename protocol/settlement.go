@@ -46,6 +46,9 @@ const (
 	// WalletProtocol carries a renter's and a provider's requests to the coordinator:
 	// treasury facts, deposit claims, balances, escrow holds, payout settings, batches.
 	WalletProtocol = "/gpunex/wallet/1.0.0"
+	// HoldReleaseProtocol is served by providers: the coordinator asks whether a job ever
+	// ran before it releases the job's escrow hold at the renter's request.
+	HoldReleaseProtocol = "/gpunex/hold-release/1.0.0"
 	// MarketTopic carries the coordinator's signed market statistics.
 	MarketTopic = "/gpunex/market/1"
 )

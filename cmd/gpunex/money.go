@@ -97,6 +97,26 @@ func walletCommand() *cobra.Command {
 			return err
 		},
 	}
+	release := &cobra.Command{
+		Use:   "release JOB",
+		Short: "Ask for the escrow hold of a job that did not run (the provider confirms it never ran)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			b, err := cl.ReleaseHold(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), b)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "hold released: available %s USDC, held %s USDC\n", b.AvailableUSDC, b.HeldUSDC)
+			return nil
+		},
+	}
 	balance := &cobra.Command{
 		Use:   "balance [--json]",
 		Short: "Show available and held funds at the coordinator, and the wallet's own USDC",
@@ -130,7 +150,7 @@ func walletCommand() *cobra.Command {
 		},
 	}
 	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(initCmd, deposit, claim, balance)
+	c.AddCommand(initCmd, deposit, claim, release, balance)
 	return c
 }
 
