@@ -259,6 +259,16 @@ func FuzzOnboardingPayload(f *testing.F) {
 	f.Add(uint8(3), mustJSON(f, Notification{Version: 1, Coordinator: id.String(), Provider: prov.String(), Seq: 1, IssuedAt: testNow, Status: StatusPending}))
 	f.Add(uint8(0), []byte(`{"version":1,"gpus":[{"model":"X","count":-1}]}`))
 	f.Add(uint8(4), mustJSON(f, validProposal(id.String(), prov.String())))
+	// Settlement records (kinds 13-16 of kindSpecs).
+	f.Add(uint8(12), mustJSON(f, EscrowHold{Version: 1, Coordinator: id.String(), Renter: prov.String(), Provider: prov.String(),
+		Job: "0123456789abcdef", Amount: 5, CommissionBPS: 1000, IssuedAt: testNow, ExpiresAt: testNow.Add(time.Hour)}))
+	f.Add(uint8(13), mustJSON(f, PayoutSettings{Version: 1, Provider: id.String(), Seq: 1, IssuedAt: testNow, Method: PayoutBank,
+		Schedule: PayoutMonthly, AccountName: "A", IBAN: "FR1420041010050500013M02606", BIC: "PSSTFRPPPAR"}))
+	root, _ := MerkleRoot([]string{strings.Repeat("a", 64)})
+	f.Add(uint8(14), mustJSON(f, PayoutBatch{Version: 1, Batch: "20261207-001", Coordinator: id.String(), Seq: 1, IssuedAt: testNow, State: BatchPlanned,
+		MerkleRoot: root, Payouts: []Payout{{Provider: prov.String(), Method: PayoutUSDC, Amount: 1, Receipts: []string{strings.Repeat("a", 64)}, MerkleRoot: root}}}))
+	f.Add(uint8(15), mustJSON(f, MarketStats{Version: 1, Coordinator: id.String(), Seq: 1, IssuedAt: testNow, ExpiresAt: testNow.Add(time.Hour),
+		Markets: []Market{{Model: "H100-80GB", Region: "eu-west", ListedGPUs: 8, Recommended: 2_000_000}}}))
 	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
 		spec := kindSpecs[1+int(kind)%(len(kindSpecs)-1)] // every kind but the offer
 		env, err := record.Seal(&payloadRecord{spec: spec, data: payload}, sk)
