@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/gpunex/gpunex/node.Version=$(VERSION)
 FUZZTIME ?= 5s
 PROVIDERS ?= 4
 
-.PHONY: build deps devnet test unit fmt-check vet fuzz bench clean
+.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench clean
 
 build: deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex
@@ -21,13 +21,18 @@ devnet: build deps
 	$(BIN) devnet --dir devnet --providers $(PROVIDERS)
 
 ## test: formatting, vet, every test (real libp2p hosts on loopback, the real binary), short fuzzing
-test: deps fmt-check vet unit fuzz
+test: deps fmt-check vet cross unit fuzz
 
 fmt-check:
 	@out=$$($(dir $(GO))gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...
+
+## cross: the CLI builds for renters and auditors on macOS and Windows (no NVML, no jobs there)
+cross:
+	GOOS=darwin CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/gpunex
+	GOOS=windows CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/gpunex
 
 unit:
 	$(GO) test -count=1 -timeout 20m ./...

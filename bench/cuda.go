@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package bench
 
 // The CUDA driver API, loaded at run time: libcuda.so.1 is opened with dlopen and each

@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package bench
 
 import (
@@ -83,22 +85,6 @@ func (n *NVML) GPUs() ([]GPUInfo, error) {
 	return out, nil
 }
 
-// rawGPU is what NVML says about one device, before mapping: the tests replay a fixture of
-// such values (testdata/) through fromRaw.
-type rawGPU struct {
-	Index        int    `json:"index"`
-	Name         string `json:"name"`
-	UUID         string `json:"uuid"`
-	MemoryTotal  uint64 `json:"memory_total"`
-	Driver       string `json:"driver"`
-	CUDA         int    `json:"cuda"`
-	PCIBusID     string `json:"pci_bus_id"`
-	Temperature  int    `json:"temperature"`
-	ThrottleMask uint64 `json:"throttle_mask"`
-	ECC          int64  `json:"ecc"`
-	Error        string `json:"error,omitempty"`
-}
-
 func readDevice(i int, driver string, cuda int) GPUInfo {
 	raw := rawGPU{Index: i, Driver: driver, CUDA: cuda, ECC: -1}
 	fail := func(what string, ret nvml.Return) GPUInfo {
@@ -133,29 +119,4 @@ func readDevice(i int, driver string, cuda int) GPUInfo {
 		raw.ECC = int64(e)
 	}
 	return fromRaw(raw)
-}
-
-func cString(b []int8) string {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		out = append(out, byte(c))
-	}
-	return string(out)
-}
-
-// fromRaw maps NVML's values to a GPUInfo.
-func fromRaw(r rawGPU) GPUInfo {
-	g := GPUInfo{
-		Index: r.Index, UUID: r.UUID, Name: r.Name, MemoryBytes: r.MemoryTotal,
-		VRAMGB: nominalGB(int((r.MemoryTotal + (1<<30)/2) >> 30)), DriverVersion: r.Driver, CUDAVersion: cudaVersion(r.CUDA),
-		PCIBusID: r.PCIBusID,
-		Health:   Health{TemperatureC: r.Temperature, Throttle: throttleReasons(r.ThrottleMask), ECCUncorrected: r.ECC, Error: r.Error},
-	}
-	if r.Name != "" {
-		g.Model = CanonicalModel(r.Name, r.MemoryTotal)
-	}
-	return g
 }

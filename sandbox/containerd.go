@@ -803,11 +803,7 @@ func diskUsage(dir string, limit int64) int64 {
 			return nil
 		}
 		if info, err := d.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				used += st.Blocks * 512
-			} else {
-				used += info.Size()
-			}
+			used += allocated(info)
 		}
 		if used > limit {
 			return filepath.SkipAll

@@ -90,7 +90,7 @@ func StartContainerd(ctx context.Context, dir string) (*Daemon, error) {
 	d.cmd.Dir = dir
 	// Own process group: a Ctrl-C meant for the caller does not reach the daemon before Stop
 	// has cleaned up; Pdeathsig ends it if the caller dies without calling Stop.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	d.cmd.SysProcAttr = daemonProcAttr()
 	if err := d.cmd.Start(); err != nil {
 		d.cleanupSock()
 		return nil, fmt.Errorf("start containerd: %w", err)

@@ -1,0 +1,45 @@
+package bench
+
+// The mapping of NVML's values, shared by the NVML probe and the tests that replay recorded
+// values on machines without a driver.
+
+// rawGPU is what NVML says about one device, before mapping: the tests replay a fixture of
+// such values (testdata/) through fromRaw.
+type rawGPU struct {
+	Index        int    `json:"index"`
+	Name         string `json:"name"`
+	UUID         string `json:"uuid"`
+	MemoryTotal  uint64 `json:"memory_total"`
+	Driver       string `json:"driver"`
+	CUDA         int    `json:"cuda"`
+	PCIBusID     string `json:"pci_bus_id"`
+	Temperature  int    `json:"temperature"`
+	ThrottleMask uint64 `json:"throttle_mask"`
+	ECC          int64  `json:"ecc"`
+	Error        string `json:"error,omitempty"`
+}
+
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
+}
+
+// fromRaw maps NVML's values to a GPUInfo.
+func fromRaw(r rawGPU) GPUInfo {
+	g := GPUInfo{
+		Index: r.Index, UUID: r.UUID, Name: r.Name, MemoryBytes: r.MemoryTotal,
+		VRAMGB: nominalGB(int((r.MemoryTotal + (1<<30)/2) >> 30)), DriverVersion: r.Driver, CUDAVersion: cudaVersion(r.CUDA),
+		PCIBusID: r.PCIBusID,
+		Health:   Health{TemperatureC: r.Temperature, Throttle: throttleReasons(r.ThrottleMask), ECCUncorrected: r.ECC, Error: r.Error},
+	}
+	if r.Name != "" {
+		g.Model = CanonicalModel(r.Name, r.MemoryTotal)
+	}
+	return g
+}
