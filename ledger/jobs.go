@@ -47,6 +47,9 @@ type Job struct {
 	// receipt (zero while it is still to be delivered).
 	ReportedAt  time.Time `json:"reported_at,omitzero"`
 	ReportError string    `json:"report_error,omitempty"`
+	// CountersigReported is set once the coordinator has the renter's countersignature of
+	// the receipt too (it often arrives after the first report).
+	CountersigReported bool `json:"countersig_reported,omitempty"`
 }
 
 // PutJob stores a job.
@@ -102,7 +105,10 @@ type JobReport struct {
 	Lease           []byte    `json:"lease"`
 	LeaseCountersig []byte    `json:"lease_countersignature"`
 	Receipt         []byte    `json:"receipt"`
-	ProviderFault   bool      `json:"provider_fault"`
+	// ReceiptCountersig is the renter's countersignature of the receipt, when the provider
+	// has it (it may come with a later report of the same job).
+	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
+	ProviderFault     bool   `json:"provider_fault"`
 }
 
 // GetJobReport returns a job's report, or ErrNotFound.

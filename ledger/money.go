@@ -310,9 +310,15 @@ func (l *Ledger) ChargeReports(items []ReportCharge) ([]ReportOutcome, error) {
 
 func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 	key := prefixJobReport + it.Report.Job
-	if _, err := txn.Get([]byte(key)); err == nil {
+	var prev JobReport
+	if err := getJSON(txn, key, &prev); err == nil {
+		// Known already: only the renter's countersignature of the receipt may be added.
+		if len(prev.ReceiptCountersig) == 0 && len(it.Report.ReceiptCountersig) > 0 && string(prev.Receipt) == string(it.Report.Receipt) {
+			prev.ReceiptCountersig = it.Report.ReceiptCountersig
+			return ReportOutcome{}, putJSON(txn, key, prev)
+		}
 		return ReportOutcome{}, nil
-	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+	} else if !errors.Is(err, ErrNotFound) {
 		return ReportOutcome{}, err
 	}
 	if err := putJSON(txn, key, it.Report); err != nil {

@@ -35,6 +35,9 @@ type AuditReceipt struct {
 	Lease           []byte `json:"lease"`
 	LeaseCountersig []byte `json:"lease_countersignature"`
 	Hold            []byte `json:"hold"`
+	// ReceiptCountersig is the renter's countersignature of the receipt, when the
+	// coordinator has it.
+	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
 }
 
 // bundle assembles a batch's audit bundle from the coordinator's ledger.
@@ -67,7 +70,8 @@ func (s *settlement) bundle(id string) (*AuditBundle, error) {
 			if err != nil {
 				return nil, fmt.Errorf("job %s: hold: %w", e.Job, err)
 			}
-			out.Receipts = append(out.Receipts, AuditReceipt{Receipt: rep.Receipt, Lease: rep.Lease, LeaseCountersig: rep.LeaseCountersig, Hold: h.Raw})
+			out.Receipts = append(out.Receipts, AuditReceipt{Receipt: rep.Receipt, Lease: rep.Lease, LeaseCountersig: rep.LeaseCountersig, Hold: h.Raw,
+				ReceiptCountersig: rep.ReceiptCountersig})
 		}
 		if raw := b.Settings[p.Provider]; raw != nil {
 			out.Settings = append(out.Settings, raw)
@@ -113,15 +117,18 @@ type AuditOptions struct {
 
 // AuditReport is the auditor's verdict on one batch.
 type AuditReport struct {
-	Batch         string   `json:"batch"`
-	Coordinator   string   `json:"coordinator"`
-	Trusted       bool     `json:"trusted"`
-	State         string   `json:"state"`
-	Payouts       int      `json:"payouts"`
-	Receipts      int      `json:"receipts"`
-	Transactions  int      `json:"transactions"`
-	TotalUSDC     string   `json:"total_usdc"`
-	KnownBatches  int      `json:"known_batches"`
+	Batch        string `json:"batch"`
+	Coordinator  string `json:"coordinator"`
+	Trusted      bool   `json:"trusted"`
+	State        string `json:"state"`
+	Payouts      int    `json:"payouts"`
+	Receipts     int    `json:"receipts"`
+	Transactions int    `json:"transactions"`
+	TotalUSDC    string `json:"total_usdc"`
+	KnownBatches int    `json:"known_batches"`
+	// Countersigned counts the receipts the renter countersigned too; the others rest on
+	// the provider's signature and the lease both signed.
+	Countersigned int      `json:"countersigned_receipts"`
 	OK            bool     `json:"ok"`
 	Discrepancies []string `json:"discrepancies"`
 }
@@ -160,6 +167,15 @@ func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditRe
 		if err != nil {
 			bad("receipt %d (%s): %v", i+1, sha, err)
 			continue
+		}
+		if len(r.ReceiptCountersig) > 0 {
+			rec, _, _ := protocol.OpenLease(r.Lease)
+			renter, _ := peer.Decode(rec.Renter)
+			if _, err := protocol.CheckCountersignature(r.ReceiptCountersig, r.Receipt, protocol.KindReceipt, renter); err != nil {
+				bad("receipt %d (%s): the renter's countersignature: %v", i+1, sha, err)
+				continue
+			}
+			rep.Countersigned++
 		}
 		shares[sha] = share{provider, net}
 	}

@@ -675,7 +675,9 @@ func (r *jobRunner) handleControl(s network.Stream) {
 			sendMsg(s, jobMsg{Type: "error", Reason: err.Error()})
 			return
 		}
-		r.n.ledger.UpdateJob(j.ID, func(j *ledger.Job) error { j.ReceiptCountersig = m.Record; return nil })
+		if j, err := r.n.ledger.UpdateJob(j.ID, func(j *ledger.Job) error { j.ReceiptCountersig = m.Record; return nil }); err == nil {
+			go r.n.reportJob(j) // the coordinator keeps the renter's countersignature too
+		}
 		sendMsg(s, jobMsg{Type: "ok"})
 	case "fetch":
 		s.SetDeadline(time.Now().Add(10 * time.Minute))

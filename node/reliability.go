@@ -292,9 +292,10 @@ func (n *Node) Scores() []protocol.ScoreRecord {
 
 // jobReport is the frame a provider sends on /gpunex/job-report.
 type jobReport struct {
-	Lease           []byte `json:"lease"`
-	LeaseCountersig []byte `json:"lease_countersignature"`
-	Receipt         []byte `json:"receipt"`
+	Lease             []byte `json:"lease"`
+	LeaseCountersig   []byte `json:"lease_countersignature"`
+	Receipt           []byte `json:"receipt"`
+	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
 }
 
 // reportJob sends a job's final receipt and its lease to the provider's coordinator,
@@ -317,7 +318,7 @@ func (n *Node) reportJob(j ledger.Job) {
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := writeJSONFrame(s, jobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt}); err != nil {
+	if err := writeJSONFrame(s, jobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt, ReceiptCountersig: j.ReceiptCountersig}); err != nil {
 		return
 	}
 	s.CloseWrite()
@@ -325,9 +326,13 @@ func (n *Node) reportJob(j ledger.Job) {
 	if err != nil {
 		return
 	}
+	sentCountersig := len(j.ReceiptCountersig) > 0
 	n.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
 		if answer["ok"] == "true" {
-			j.ReportedAt = n.clock.Now()
+			if j.ReportedAt.IsZero() {
+				j.ReportedAt = n.clock.Now()
+			}
+			j.CountersigReported = j.CountersigReported || sentCountersig
 		} else if e := answer["error"]; e != "" && !strings.HasPrefix(e, "not recorded") {
 			j.ReportError = e // refused for good: retrying cannot help
 		}
@@ -361,6 +366,12 @@ func (n *Node) handleJobReport(s network.Stream) {
 	if err == nil {
 		rec, err = protocol.CheckReceipt(r.Receipt, r.Lease, l)
 	}
+	if err == nil && len(r.ReceiptCountersig) > 0 {
+		renter, _ := peer.Decode(l.Renter)
+		if _, cerr := protocol.CheckCountersignature(r.ReceiptCountersig, r.Receipt, protocol.KindReceipt, renter); cerr != nil {
+			err = fmt.Errorf("the renter's countersignature of the receipt: %w", cerr)
+		}
+	}
 	if err != nil {
 		n.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", protocol.Reason(err)).Inc()
 		writeJSONFrame(s, map[string]string{"error": err.Error()})
@@ -370,7 +381,7 @@ func (n *Node) handleJobReport(s network.Stream) {
 	fault := protocol.ProviderFault(rec.Reason)
 	out, err := n.money.charge(context.Background(), ledger.ReportCharge{
 		Report: ledger.JobReport{Job: rec.Job, Provider: remote.String(), ReceivedAt: now,
-			Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ProviderFault: fault},
+			Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ReceiptCountersig: r.ReceiptCountersig, ProviderFault: fault},
 		Receipt: protocol.RecordSHA256(r.Receipt), Amount: rec.Amount, Model: rec.Model, GPUs: rec.GPUs,
 		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter})
 	if err != nil {

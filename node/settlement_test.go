@@ -180,6 +180,10 @@ func TestMoneyEndToEnd(t *testing.T) {
 	}
 
 	coord := tn.boot
+	eventually(t, 10*time.Second, "the renter's countersignature of the receipt at the coordinator", func() (bool, string) {
+		r, err := coord.ledger.GetJobReport(v.ID)
+		return err == nil && len(r.ReceiptCountersig) > 0, ""
+	})
 	eventually(t, 10*time.Second, "provider's payout settings at the coordinator", func() (bool, string) {
 		_, err := coord.ledger.GetPayoutSettings(prov.ID().String())
 		return err == nil, ""
@@ -217,7 +221,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := Audit(ctx, *bundle, AuditOptions{RPC: e.rt.URL, Trust: []peer.ID{coord.ID()}, Known: known})
-	if !rep.OK || rep.Receipts != 1 || rep.Transactions != 1 {
+	if !rep.OK || rep.Receipts != 1 || rep.Transactions != 1 || rep.Countersigned != 1 {
 		t.Fatalf("audit of the real batch: %+v", rep)
 	}
 	// ...and fails one whose amount was altered (the signature breaks), one the

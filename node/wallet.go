@@ -342,7 +342,8 @@ func (n *Node) reportLoop(ctx context.Context) {
 	for {
 		jobs, _ := n.ledger.Jobs()
 		for _, j := range jobs {
-			if j.Side == "provider" && j.State == ledger.JobEnded && len(j.Receipt) > 0 && j.ReportedAt.IsZero() && j.ReportError == "" {
+			unreported := j.ReportedAt.IsZero() || (len(j.ReceiptCountersig) > 0 && !j.CountersigReported)
+			if j.Side == "provider" && j.State == ledger.JobEnded && len(j.Receipt) > 0 && unreported && j.ReportError == "" {
 				n.reportJob(j)
 			}
 		}

@@ -493,8 +493,8 @@ func auditCommand() *cobra.Command {
 				if !rep.Trusted {
 					trust = "NOT checked against trusted coordinators (give --coordinator)"
 				}
-				fmt.Fprintf(out, "batch %s by coordinator %s (%s), state %s\n%d payouts, %d receipts, %d transactions, %s USDC; %d other batches known\n",
-					rep.Batch, rep.Coordinator, trust, rep.State, rep.Payouts, rep.Receipts, rep.Transactions, rep.TotalUSDC, rep.KnownBatches)
+				fmt.Fprintf(out, "batch %s by coordinator %s (%s), state %s\n%d payouts, %d receipts (%d countersigned by their renter), %d transactions, %s USDC; %d other batches known\n",
+					rep.Batch, rep.Coordinator, trust, rep.State, rep.Payouts, rep.Receipts, rep.Countersigned, rep.Transactions, rep.TotalUSDC, rep.KnownBatches)
 				for _, d := range rep.Discrepancies {
 					fmt.Fprintf(out, "DISCREPANCY: %s\n", d)
 				}
