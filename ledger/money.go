@@ -548,7 +548,7 @@ func (b Batch) UnsettledUSDC() bool {
 
 const prefixScheduledRun = "money/scheduled-run/"
 
-// ScheduledPayoutDone reports whether the scheduled payouts of a day (YYYY-MM-DD) ran.
+// ScheduledPayoutDone reports whether the scheduled payouts of a key (schedule/YYYY-MM-DD) ran.
 func (l *Ledger) ScheduledPayoutDone(day string) (bool, error) {
 	var done bool
 	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixScheduledRun+day, &done) })
@@ -558,7 +558,7 @@ func (l *Ledger) ScheduledPayoutDone(day string) (bool, error) {
 	return done, err
 }
 
-// MarkScheduledPayoutDone records that the scheduled payouts of a day ran.
+// MarkScheduledPayoutDone records that the scheduled payouts of a key ran.
 func (l *Ledger) MarkScheduledPayoutDone(day string) error {
 	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixScheduledRun+day, true) })
 }

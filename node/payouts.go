@@ -30,6 +30,20 @@ type PayoutRunOptions struct {
 	Min *protocol.MicroUSDC `json:"min_micro_usdc,omitempty"`
 	// DryRun plans and checks the batch but stores and sends nothing.
 	DryRun bool `json:"dry_run"`
+	// schedules, set by the scheduled run, names the schedules it pays (a due day the
+	// coordinator missed included); nil pays the schedules due today.
+	schedules map[string]bool
+}
+
+// pays reports whether a run pays providers of a schedule at time now.
+func (o PayoutRunOptions) pays(schedule string, now time.Time) bool {
+	if o.Now {
+		return true
+	}
+	if o.schedules != nil {
+		return o.schedules[schedule]
+	}
+	return due(schedule, now)
 }
 
 // PayoutView is one payout as the CLI shows it.
@@ -100,6 +114,19 @@ func due(schedule string, now time.Time) bool {
 		d = d.AddDate(0, 0, 1)
 	}
 	return now.Day() == d.Day()
+}
+
+// lastDue is the latest day, up to now's, on which a schedule pays (UTC midnight).
+func lastDue(schedule string, now time.Time) time.Time {
+	now = now.UTC()
+	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 40; i++ {
+		if due(schedule, day) {
+			return day
+		}
+		day = day.AddDate(0, 0, -1)
+	}
+	return day
 }
 
 // RunPayouts plans a payout batch of every due provider and settles it; it first finishes
@@ -182,7 +209,7 @@ func (s *settlement) plan(ctx context.Context, o PayoutRunOptions) (ledger.Batch
 		case pp.Amount < min:
 			skipped = append(skipped, fmt.Sprintf("%s: %s USDC pending, below the minimum of %s", p, pp.Amount, min))
 			continue
-		case !o.Now && !due(settings.Schedule, now):
+		case !o.pays(settings.Schedule, now):
 			skipped = append(skipped, fmt.Sprintf("%s: %s payouts are not due today", p, settings.Schedule))
 			continue
 		}
@@ -508,22 +535,31 @@ func (s *settlement) confirmTx(ctx context.Context, b *ledger.Batch, i int) erro
 	return s.step("confirmed")
 }
 
-// scheduledPayouts runs the day's batch once, for the providers whose schedule is due.
+// scheduledPayouts pays each schedule once per due day: weekly on Mondays, monthly on the
+// first business day. A due day the coordinator missed (it was down) is paid at the next
+// check, as long as no later due day has come.
 func (s *settlement) scheduledPayouts(ctx context.Context) {
 	now := s.n.clock.Now().UTC()
-	if !due(protocol.PayoutWeekly, now) && !due(protocol.PayoutMonthly, now) {
+	schedules := map[string]bool{}
+	var keys []string
+	for _, sch := range []string{protocol.PayoutWeekly, protocol.PayoutMonthly} {
+		key := sch + "/" + lastDue(sch, now).Format("2006-01-02")
+		if done, _ := s.n.ledger.ScheduledPayoutDone(key); !done {
+			schedules[sch] = true
+			keys = append(keys, key)
+		}
+	}
+	if len(schedules) == 0 {
 		return
 	}
-	day := now.Format("2006-01-02")
-	if done, _ := s.n.ledger.ScheduledPayoutDone(day); done {
-		return
-	}
-	v, err := s.run(ctx, PayoutRunOptions{})
+	v, err := s.run(ctx, PayoutRunOptions{schedules: schedules})
 	if err != nil {
 		s.n.log.Warn("scheduled payouts failed; they are retried at the next check", "err", err)
 		return
 	}
-	s.n.ledger.MarkScheduledPayoutDone(day)
+	for _, k := range keys {
+		s.n.ledger.MarkScheduledPayoutDone(k)
+	}
 	if v.BatchID != "" && v.State != "empty" {
 		s.n.log.Info("scheduled payouts", "batch", v.BatchID, "payouts", len(v.Payouts), "usdc", v.TotalUSDC)
 	}

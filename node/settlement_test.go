@@ -623,3 +623,45 @@ func TestBankPayouts(t *testing.T) {
 		t.Fatal("a paid batch exported again")
 	}
 }
+
+func TestPayoutSchedule(t *testing.T) {
+	day := func(s string) time.Time { d, _ := time.Parse("2006-01-02", s); return d.Add(15 * time.Hour) }
+	cases := []struct {
+		schedule, now, due, last string
+	}{
+		{protocol.PayoutWeekly, "2026-12-07", "yes", "2026-12-07"}, // a Monday
+		{protocol.PayoutWeekly, "2026-12-09", "no", "2026-12-07"},
+		{protocol.PayoutMonthly, "2026-11-02", "yes", "2026-11-02"}, // Nov 1 is a Sunday
+		{protocol.PayoutMonthly, "2026-11-01", "no", "2026-10-01"},  // before it: October's
+		{protocol.PayoutMonthly, "2026-08-03", "yes", "2026-08-03"}, // Aug 1 is a Saturday
+		{protocol.PayoutMonthly, "2026-12-01", "yes", "2026-12-01"}, // a Tuesday
+		{protocol.PayoutMonthly, "2026-12-15", "no", "2026-12-01"},
+	}
+	for _, c := range cases {
+		if got := due(c.schedule, day(c.now)); got != (c.due == "yes") {
+			t.Errorf("due(%s, %s) = %v", c.schedule, c.now, got)
+		}
+		if got := lastDue(c.schedule, day(c.now)).Format("2006-01-02"); got != c.last {
+			t.Errorf("lastDue(%s, %s) = %s, want %s", c.schedule, c.now, got, c.last)
+		}
+	}
+}
+
+// TestScheduledPayoutsCatchUp: a weekly provider whose Monday the coordinator missed is paid
+// at the next check, once: the next checks that week pay nothing more.
+func TestScheduledPayoutsCatchUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Solana")
+	}
+	f := newPayoutFixture(t, t.TempDir(), 2)
+	f.earn(t, 1_000_000)
+	s := f.coord.money
+	s.scheduledPayouts(context.Background())
+	f.paid(t, 900_000)
+	f.earn(t, 1_000_000)
+	s.scheduledPayouts(context.Background())
+	f.paid(t, 900_000)
+	if bs, _ := f.coord.ledger.Batches(); len(bs) != 1 {
+		t.Fatalf("%d batches: a due day paid twice", len(bs))
+	}
+}
