@@ -665,3 +665,59 @@ func TestScheduledPayoutsCatchUp(t *testing.T) {
 		t.Fatalf("%d batches: a due day paid twice", len(bs))
 	}
 }
+
+// TestDepositRecordedButNotSent: a renter that crashed after recording its signed deposit
+// and before sending it sends it again and has it credited, once; one whose blockhash
+// expired meanwhile is marked as having moved nothing.
+func TestDepositRecordedButNotSent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Solana")
+	}
+	e := newChainEnv(t)
+	tn := newTestNetWith(t, e.coordinatorConfig())
+	ctx := context.Background()
+	w, _ := chain.NewKeypair()
+	e.fund(t, w.PublicKey(), 50_000_000)
+	chain.WriteKeypair(filepath.Join(e.dir, "renter.json"), w)
+	rcfg := testConfig(RoleRenter)
+	rcfg.Wallet = WalletConfig{RPC: e.rt.URL, Keypair: filepath.Join(e.dir, "renter.json")}
+	renter := tn.add(rcfg, nil)
+	eventually(t, 10*time.Second, "treasury token account", func() (bool, string) {
+		ok, _ := e.c.AccountExists(ctx, chain.ATA(e.treasury.PublicKey(), e.mint))
+		return ok, ""
+	})
+	record := func(amount uint64) ledger.OwnDeposit {
+		hash, lastValid, err := e.c.LatestBlockhash(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, sig, err := chain.DepositTransaction(hash, w, e.treasury.PublicKey(), e.mint, USDCDecimals, amount, protocol.DepositMemo(renter.ID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := ledger.OwnDeposit{Signature: sig.String(), Amount: protocol.MicroUSDC(amount), Raw: raw, LastValid: lastValid, SentAt: time.Now()}
+		renter.ledger.PutOwnDeposit(d)
+		return d
+	}
+	d := record(20_000_000)
+	if renter.depositLanded(ctx, &d) {
+		t.Fatal("a deposit never sent counted as landed")
+	}
+	eventually(t, 10*time.Second, "the deposit sent again lands", func() (bool, string) { return renter.depositLanded(ctx, &d), "" })
+	if _, err := renter.ClaimDeposits(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
+		t.Fatalf("after the resent deposit: %+v, wallet %d", b, e.usdc(t, w.PublicKey()))
+	}
+	late := record(5_000_000)
+	if err := e.rt.ExpireBlockhash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if renter.depositLanded(ctx, &late) || late.Error == "" {
+		t.Fatalf("an expired deposit: %+v", late)
+	}
+	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
+		t.Fatalf("the expired deposit moved money: %+v", b)
+	}
+}

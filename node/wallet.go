@@ -370,7 +370,7 @@ func (n *Node) claimLoop(ctx context.Context) {
 	for {
 		deps, _ := n.ledger.OwnDeposits()
 		for _, d := range deps {
-			if !d.Claimed && d.Error == "" {
+			if !d.Claimed && d.Error == "" && n.depositLanded(ctx, &d) {
 				if _, err := n.claim(ctx, d); err != nil {
 					n.log.Debug("deposit not credited yet", "signature", d.Signature, "err", err)
 				}
@@ -453,4 +453,43 @@ func (n *Node) releaseAfterFailure(job string) {
 		n.log.Debug("escrow hold not released yet", "job", job, "err", err)
 	}
 	n.log.Info("escrow hold kept until it expires (gpunex wallet release retries)", "job", job)
+}
+
+// depositLanded finishes a deposit a crash may have left between recording and sending: on
+// chain, it is ready to claim; not on chain and still valid, it is sent again (the same
+// signed bytes cannot pay twice); expired unseen, it moved nothing and is marked so.
+func (n *Node) depositLanded(ctx context.Context, d *ledger.OwnDeposit) bool {
+	if n.cfg.Wallet.RPC == "" || len(d.Raw) == 0 {
+		return true
+	}
+	sig, err := sol.SignatureFromBase58(d.Signature)
+	if err != nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c := chain.Dial(n.cfg.Wallet.RPC)
+	height, err := c.BlockHeight(ctx) // first: see settleTx
+	if err != nil {
+		return false
+	}
+	st, err := c.Status(ctx, sig)
+	switch {
+	case err != nil:
+		return false
+	case st.Found && st.Err != "":
+		d.Error, d.Raw = "failed on chain: "+st.Err, nil
+	case st.Found:
+		return true
+	case height > d.LastValid:
+		d.Error, d.Raw = "never landed: its blockhash expired, nothing moved; deposit again", nil
+	default:
+		if err := c.Send(ctx, d.Raw); err != nil {
+			n.log.Debug("deposit sent again", "signature", d.Signature, "err", err)
+		}
+		return false // claimed at the next round, once confirmed
+	}
+	n.ledger.PutOwnDeposit(*d)
+	n.log.Warn("deposit not credited", "signature", d.Signature, "why", d.Error)
+	return false
 }
