@@ -111,10 +111,14 @@ type JobReport struct {
 	ProviderFault     bool   `json:"provider_fault"`
 }
 
-// GetJobReport returns a job's report, or ErrNotFound.
-func (l *Ledger) GetJobReport(job string) (JobReport, error) {
+// jobReportKey keys a report by job and reporting provider: a report from another peer
+// for the same job ID never stands in the way of the provider's own.
+func jobReportKey(job, provider string) string { return prefixJobReport + job + "/" + provider }
+
+// GetJobReport returns a provider's report of a job, or ErrNotFound.
+func (l *Ledger) GetJobReport(job, provider string) (JobReport, error) {
 	var r JobReport
-	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixJobReport+job, &r) })
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, jobReportKey(job, provider), &r) })
 	return r, err
 }
 

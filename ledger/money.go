@@ -272,6 +272,8 @@ type ReportCharge struct {
 type ReportOutcome struct {
 	Added   bool     // the report was new
 	Earning *Earning // the charge made, nil when the job had no hold (or the report was old)
+	// Refused says why a report was not stored: it contradicts the job's escrow hold.
+	Refused string
 }
 
 // ChargeReports stores job reports and charges their holds, many per transaction: the
@@ -309,7 +311,7 @@ func (l *Ledger) ChargeReports(items []ReportCharge) ([]ReportOutcome, error) {
 }
 
 func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
-	key := prefixJobReport + it.Report.Job
+	key := jobReportKey(it.Report.Job, it.Report.Provider)
 	var prev JobReport
 	if err := getJSON(txn, key, &prev); err == nil {
 		// Known already: only the renter's countersignature of the receipt may be added.
@@ -321,14 +323,21 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 	} else if !errors.Is(err, ErrNotFound) {
 		return ReportOutcome{}, err
 	}
+	var h Hold
+	err := getJSON(txn, prefixHold+it.Report.Job, &h)
+	switch {
+	case err == nil && (h.Provider != it.Report.Provider || h.Renter != it.Renter):
+		// The job's hold names another provider or renter: this report is not about that
+		// job, and it neither charges the hold nor takes the job's place.
+		return ReportOutcome{Refused: fmt.Sprintf("job %s is held for renter %s on provider %s, not this lease", h.Job, h.Renter, h.Provider)}, nil
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return ReportOutcome{}, err
+	}
 	if err := putJSON(txn, key, it.Report); err != nil {
 		return ReportOutcome{}, err
 	}
-	var h Hold
-	if err := getJSON(txn, prefixHold+it.Report.Job, &h); errors.Is(err, ErrNotFound) || (err == nil && (h.State != HoldHeld || h.Provider != it.Report.Provider)) {
+	if errors.Is(err, ErrNotFound) || h.State != HoldHeld {
 		return ReportOutcome{Added: true}, nil
-	} else if err != nil {
-		return ReportOutcome{}, err
 	}
 	a, err := getAccount(txn, h.Renter)
 	if err != nil {
@@ -419,8 +428,18 @@ type Batch struct {
 	Record []byte `json:"record,omitempty"`
 	// Settings are the providers' signed payout settings the batch relied on.
 	Settings map[string][]byte `json:"settings,omitempty"`
-	DryRun   bool              `json:"-"`
+	// Marking is set while the batch's receipts are being marked as taken by it (in
+	// chunks: a batch may pay more receipts than one ledger transaction holds).
+	Marking bool `json:"marking,omitempty"`
+	DryRun  bool `json:"-"`
 }
+
+// BatchFailed is the state of a batch that could not take its receipts (one was in another
+// batch already); it pays nothing.
+const BatchFailed = "failed"
+
+// markChunk is how many receipts one ledger transaction marks.
+const markChunk = 500
 
 // NextBatchID returns a new batch ID for the day: YYYYMMDD-NNN.
 func (l *Ledger) NextBatchID(now time.Time) (string, error) {
@@ -436,30 +455,111 @@ func (l *Ledger) NextBatchID(now time.Time) (string, error) {
 	return fmt.Sprintf("%s-%03d", day, n), err
 }
 
-// CreateBatch stores a new batch and marks each receipt it pays as taken by it, so no
-// other batch pays it. A receipt already in a batch fails the whole call.
+// CreateBatch stores a new batch, then marks each receipt it pays as taken by it, in
+// chunks, so that no other batch pays it. A crash in between leaves the batch marked
+// Marking: FinishMarking completes it before anything is planned or sent.
 func (l *Ledger) CreateBatch(b Batch) error {
-	return l.db.Update(func(txn *badger.Txn) error {
+	b.Marking = true
+	err := l.db.Update(func(txn *badger.Txn) error {
 		if _, err := txn.Get([]byte(prefixBatch + b.Batch)); err == nil {
 			return fmt.Errorf("batch %s exists", b.Batch)
 		}
-		for _, p := range b.Payouts {
-			for _, r := range p.Receipts {
+		return putJSON(txn, prefixBatch+b.Batch, b)
+	})
+	if err != nil {
+		return err
+	}
+	return l.markReceipts(b)
+}
+
+// markReceipts marks a batch's receipts as taken by it. A receipt in another batch fails the
+// batch: its own marks are undone and it is stored as failed.
+func (l *Ledger) markReceipts(b Batch) error {
+	type item struct{ provider, receipt string }
+	var all []item
+	for _, p := range b.Payouts {
+		for _, r := range p.Receipts {
+			all = append(all, item{p.Provider, r})
+		}
+	}
+	var conflict error
+	for start := 0; start < len(all) && conflict == nil; start += markChunk {
+		chunk := all[start:min(start+markChunk, len(all))]
+		err := l.db.Update(func(txn *badger.Txn) error {
+			for _, it := range chunk {
 				var e Earning
-				if err := getJSON(txn, earningKey(p.Provider, r), &e); err != nil {
-					return fmt.Errorf("receipt %s of %s: %w", r, p.Provider, err)
+				if err := getJSON(txn, earningKey(it.provider, it.receipt), &e); err != nil {
+					return fmt.Errorf("receipt %s of %s: %w", it.receipt, it.provider, err)
+				}
+				if e.Batch == b.Batch {
+					continue
 				}
 				if e.Batch != "" {
-					return fmt.Errorf("receipt %s is already in batch %s", r, e.Batch)
+					conflict = fmt.Errorf("receipt %s is already in batch %s", it.receipt, e.Batch)
+					return nil
 				}
 				e.Batch = b.Batch
-				if err := putJSON(txn, earningKey(p.Provider, r), e); err != nil {
+				if err := putJSON(txn, earningKey(it.provider, it.receipt), e); err != nil {
 					return err
 				}
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return putJSON(txn, prefixBatch+b.Batch, b)
+	}
+	if conflict != nil {
+		for start := 0; start < len(all); start += markChunk {
+			chunk := all[start:min(start+markChunk, len(all))]
+			if err := l.db.Update(func(txn *badger.Txn) error {
+				for _, it := range chunk {
+					var e Earning
+					if err := getJSON(txn, earningKey(it.provider, it.receipt), &e); err != nil || e.Batch != b.Batch {
+						continue
+					}
+					e.Batch = ""
+					if err := putJSON(txn, earningKey(it.provider, it.receipt), e); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return l.db.Update(func(txn *badger.Txn) error {
+		var cur Batch
+		if err := getJSON(txn, prefixBatch+b.Batch, &cur); err != nil {
+			return err
+		}
+		cur.Marking = false
+		if conflict != nil {
+			cur.State, cur.Error = BatchFailed, conflict.Error()
+			if err := putJSON(txn, prefixBatch+b.Batch, cur); err != nil {
+				return err
+			}
+			return conflict
+		}
+		return putJSON(txn, prefixBatch+b.Batch, cur)
 	})
+}
+
+// FinishMarking completes the marking of the batches a crash interrupted.
+func (l *Ledger) FinishMarking() error {
+	bs, err := l.Batches()
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		if b.Marking {
+			if err := l.markReceipts(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // PutBatch stores a batch's new state.

@@ -44,7 +44,7 @@ func TestMoneyFlowThroughOneJob(t *testing.T) {
 	if a.Available != 100_000_000-4_201_166 || a.Held != 4_201_166 {
 		t.Fatalf("after the hold (placed once although asked twice): %+v", a)
 	}
-	rc := ReportCharge{Report: JobReport{Job: jobID(1), Provider: "prov", ReceivedAt: now}, Receipt: receiptHash(1),
+	rc := ReportCharge{Report: JobReport{Job: jobID(1), Provider: "prov", ReceivedAt: now}, Receipt: receiptHash(1), Renter: "renter",
 		Amount: 1_050_000, Model: "L4-24GB", GPUs: 2, Seconds: 900, EndedAt: now}
 	out, err := l.ChargeReports([]ReportCharge{rc})
 	if err != nil || !out[0].Added || out[0].Earning == nil {
@@ -71,14 +71,20 @@ func TestChargeCappedAtHoldAndExpiredHoldsReturn(t *testing.T) {
 	l.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 10_000_000, CreditedAt: now})
 	l.PlaceHold(Hold{Job: jobID(1), Renter: "r", Provider: "p", Amount: 2_000_000, ExpiresAt: now.Add(time.Hour)})
 	l.PlaceHold(Hold{Job: jobID(2), Renter: "r", Provider: "p", Amount: 3_000_000, ExpiresAt: now.Add(time.Hour)})
-	out, err := l.ChargeReports([]ReportCharge{{Report: JobReport{Job: jobID(1), Provider: "p"}, Receipt: receiptHash(1), Amount: 9_000_000}})
+	out, err := l.ChargeReports([]ReportCharge{{Report: JobReport{Job: jobID(1), Provider: "p"}, Receipt: receiptHash(1), Renter: "r", Amount: 9_000_000}})
 	if err != nil || out[0].Earning.Charge != 2_000_000 {
 		t.Fatalf("a receipt above its hold is charged the hold: %v %+v", err, out)
 	}
-	// A report by another provider than the hold's charges nothing.
-	out, _ = l.ChargeReports([]ReportCharge{{Report: JobReport{Job: jobID(2), Provider: "intruder"}, Receipt: receiptHash(2), Amount: 1}})
-	if out[0].Earning != nil {
-		t.Fatal("charged a hold for another provider's report")
+	// A report by another provider than the hold's, or for another renter, is refused and
+	// charges nothing.
+	for _, it := range []ReportCharge{
+		{Report: JobReport{Job: jobID(2), Provider: "intruder"}, Receipt: receiptHash(2), Renter: "r", Amount: 1},
+		{Report: JobReport{Job: jobID(2), Provider: "p"}, Receipt: receiptHash(3), Renter: "sockpuppet", Amount: 1},
+	} {
+		out, _ = l.ChargeReports([]ReportCharge{it})
+		if out[0].Earning != nil || out[0].Refused == "" || out[0].Added {
+			t.Fatalf("a report that contradicts the hold: %+v", out[0])
+		}
 	}
 	if n, err := l.ReleaseExpiredHolds(now.Add(30 * time.Minute)); n != 0 || err != nil {
 		t.Fatalf("released early: %d %v", n, err)
@@ -99,7 +105,7 @@ func TestBatchTakesEachReceiptOnce(t *testing.T) {
 	var items []ReportCharge
 	for i := range 3 {
 		l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 1_000_000, CommissionBPS: 1000, ExpiresAt: now.Add(time.Hour)})
-		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Amount: 1_000_000})
+		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000})
 	}
 	if _, err := l.ChargeReports(items); err != nil {
 		t.Fatal(err)
@@ -149,7 +155,7 @@ func BenchmarkChargeReports(b *testing.B) {
 		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 2_000_000, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 			b.Fatal(err)
 		}
-		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Amount: 1_000_000}
+		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000}
 	}
 	b.ResetTimer()
 	start := time.Now()
@@ -159,4 +165,48 @@ func BenchmarkChargeReports(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "receipts/s")
+}
+
+// TestBatchOfManyReceipts: a batch paying more receipts than one ledger transaction holds is
+// stored and takes all of them; a batch whose marking a crash interrupted is completed by
+// FinishMarking before anything else.
+func TestBatchOfManyReceipts(t *testing.T) {
+	l := openTemp(t, t.TempDir())
+	const n = 4000
+	l.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: n * 1_000_000})
+	var items []ReportCharge
+	for i := range n {
+		prov := "p0" // 3,000 receipts
+		if i%4 == 3 {
+			prov = "p1"
+		}
+		l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: prov, Amount: 1_000_000, ExpiresAt: time.Now().Add(time.Hour)})
+		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: prov}, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000})
+	}
+	if _, err := l.ChargeReports(items); err != nil {
+		t.Fatal(err)
+	}
+	earnings, _ := l.Earnings("")
+	pending := PendingByProvider(earnings)
+	b := Batch{PayoutBatch: protocol.PayoutBatch{Batch: "20261207-001", Payouts: []protocol.Payout{
+		{Provider: "p0", Amount: pending["p0"].Amount, Receipts: pending["p0"].Receipts}}}}
+	if err := l.CreateBatch(b); err != nil {
+		t.Fatalf("a batch of %d receipts: %v", len(pending["p0"].Receipts), err)
+	}
+	// As if the process died right after storing the second batch.
+	b2 := Batch{PayoutBatch: protocol.PayoutBatch{Batch: "20261207-002", Payouts: []protocol.Payout{
+		{Provider: "p1", Amount: pending["p1"].Amount, Receipts: pending["p1"].Receipts}}}, Marking: true}
+	if err := l.PutBatch(b2); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.FinishMarking(); err != nil {
+		t.Fatal(err)
+	}
+	earnings, _ = l.Earnings("")
+	if left := PendingByProvider(earnings); len(left) != 0 {
+		t.Fatalf("receipts left pending: %d providers", len(left))
+	}
+	if got, _ := l.GetBatch("20261207-002"); got.Marking {
+		t.Fatal("marking not finished")
+	}
 }

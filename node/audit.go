@@ -62,7 +62,7 @@ func (s *settlement) bundle(id string) (*AuditBundle, error) {
 			if !ok {
 				return nil, fmt.Errorf("batch %s: receipt %s has no earning", id, r)
 			}
-			rep, err := l.GetJobReport(e.Job)
+			rep, err := l.GetJobReport(e.Job, e.Provider)
 			if err != nil {
 				return nil, fmt.Errorf("job %s: report: %w", e.Job, err)
 			}
@@ -113,6 +113,9 @@ type AuditOptions struct {
 	// Known are signed PayoutBatch records of other batches: a receipt paid in one of them
 	// and in the audited batch is a double payment.
 	Known [][]byte
+	// KnownJobs maps the jobs of batches audited before to their batch: a job paid there and
+	// again here (under another receipt) is a double payment.
+	KnownJobs map[string]string
 }
 
 // AuditReport is the auditor's verdict on one batch.
@@ -131,6 +134,8 @@ type AuditReport struct {
 	Countersigned int      `json:"countersigned_receipts"`
 	OK            bool     `json:"ok"`
 	Discrepancies []string `json:"discrepancies"`
+	// Jobs are the jobs the batch pays, for the next audits' double-payment check.
+	Jobs []string `json:"jobs"`
 }
 
 // Audit recomputes every payout of a batch from the signed receipts, checks each Solana
@@ -161,13 +166,24 @@ func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditRe
 		net      protocol.MicroUSDC
 	}
 	shares := map[string]share{}
+	jobs := map[string]string{} // job -> receipt
 	for i, r := range bundle.Receipts {
 		sha := protocol.RecordSHA256(r.Receipt)
-		net, provider, err := auditReceipt(r, b)
+		net, provider, job, err := auditReceipt(r, b)
 		if err != nil {
 			bad("receipt %d (%s): %v", i+1, sha, err)
 			continue
 		}
+		// One job, one hold, one charge: two receipts of a job would charge its hold twice.
+		if other, ok := jobs[job]; ok && other != sha {
+			bad("job %s is paid by two receipts, %s and %s", job, other, sha)
+			continue
+		}
+		if prev, ok := o.KnownJobs[job]; ok && prev != b.Batch {
+			bad("job %s was paid in batch %s already", job, prev)
+		}
+		jobs[job] = sha
+		rep.Jobs = append(rep.Jobs, job)
 		if len(r.ReceiptCountersig) > 0 {
 			rec, _, _ := protocol.OpenLease(r.Lease)
 			renter, _ := peer.Decode(rec.Renter)
@@ -266,35 +282,38 @@ func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditRe
 }
 
 // auditReceipt checks one receipt's records and returns the provider's share of it.
-func auditReceipt(r AuditReceipt, b *protocol.SignedBatch) (protocol.MicroUSDC, string, error) {
+func auditReceipt(r AuditReceipt, b *protocol.SignedBatch) (net protocol.MicroUSDC, provider, job string, err error) {
 	l, signer, err := protocol.OpenLease(r.Lease)
 	if err != nil {
-		return 0, "", fmt.Errorf("lease: %w", err)
+		return 0, "", "", fmt.Errorf("lease: %w", err)
 	}
 	if l.Provider != signer.String() {
-		return 0, "", fmt.Errorf("lease names provider %s but is signed by %s", l.Provider, signer)
+		return 0, "", "", fmt.Errorf("lease names provider %s but is signed by %s", l.Provider, signer)
+	}
+	if err := protocol.CheckLeaseTerms(l); err != nil {
+		return 0, "", "", err
 	}
 	renter, err := peer.Decode(l.Renter)
 	if err != nil {
-		return 0, "", fmt.Errorf("lease renter: %w", err)
+		return 0, "", "", fmt.Errorf("lease renter: %w", err)
 	}
 	if _, err := protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter); err != nil {
-		return 0, "", fmt.Errorf("the renter's countersignature of the lease: %w", err)
+		return 0, "", "", fmt.Errorf("the renter's countersignature of the lease: %w", err)
 	}
 	rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l)
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	// The hold was valid when issued; its expiry has no bearing on an audit afterwards.
 	h, err := protocol.CheckHold(r.Hold, holdIssuedAt(r.Hold), protocol.NewTrust(b.Signer))
 	if err != nil {
-		return 0, "", fmt.Errorf("escrow hold: %w", err)
+		return 0, "", "", fmt.Errorf("escrow hold: %w", err)
 	}
 	if h.Job != rec.Job || h.Provider != rec.Provider || h.Renter != rec.Renter {
-		return 0, "", fmt.Errorf("escrow hold is for job %s (%s -> %s), not this receipt", h.Job, h.Renter, h.Provider)
+		return 0, "", "", fmt.Errorf("escrow hold is for job %s (%s -> %s), not this receipt", h.Job, h.Renter, h.Provider)
 	}
 	charge := protocol.Charge(rec.Amount, h.Amount)
-	return charge - protocol.Commission(charge, h.CommissionBPS), rec.Provider, nil
+	return charge - protocol.Commission(charge, h.CommissionBPS), rec.Provider, rec.Job, nil
 }
 
 // holdIssuedAt reads a hold's issue time without checking it (the check follows).

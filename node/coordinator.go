@@ -99,6 +99,8 @@ type coordinator struct {
 	// rate limits apply-stream requests per peer (queue spam); benchRate the network
 	// benchmark streams.
 	rate, benchRate *peerRate
+	// reportRate limits job reports per provider.
+	reportRate *peerRate
 }
 
 func newCoordinator(n *Node) (*coordinator, error) {
@@ -112,7 +114,7 @@ func newCoordinator(n *Node) (*coordinator, error) {
 		return nil, err
 	}
 	return &coordinator{n: n, out: NewOutbound(oc, n.log.With("subsystem", "notify")), rate: newPeerRate(applicationsPerMinute),
-		benchRate: newPeerRate(benchRunsPerMinute)}, nil
+		benchRate: newPeerRate(benchRunsPerMinute), reportRate: newPeerRate(reportsPerMinute)}, nil
 }
 
 // readSecretFile reads a secret from a file that only its owner may read.

@@ -233,7 +233,7 @@ func (r *jobRunner) handleJob(s network.Stream) {
 	}
 	// A pull and the start take their time: the renter waits up to two minutes after
 	// the image, and learns the outcome either way.
-	s.SetDeadline(time.Now().Add(10 * time.Minute))
+	s.SetDeadline(time.Now().Add(providerStartTimeout))
 	if err == nil {
 		err = r.start(p, lease, ref, gpus)
 	}
@@ -249,6 +249,10 @@ func (r *jobRunner) handleJob(s network.Stream) {
 	v := viewJob(j)
 	sendMsg(s, jobMsg{Type: "started", Status: &v})
 }
+
+// providerStartTimeout bounds a provider's pull and start of a job's image; the renter
+// waits a minute longer for the outcome.
+const providerStartTimeout = 10 * time.Minute
 
 // decide applies the provider's policy to a checked proposal. It returns a signed lease and
 // the GPUs reserved for it, or the price to counter with, or why not.

@@ -196,7 +196,9 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (_ JobView, err e
 			return fail(fmt.Errorf("send image archive: %w", err))
 		}
 	}
-	s.SetDeadline(time.Now().Add(2 * time.Minute))
+	// The provider takes up to 10 minutes to pull the image and start: wait for its word
+	// rather than give up on a job it may still start (and charge).
+	s.SetDeadline(time.Now().Add(providerStartTimeout + time.Minute))
 	if m, err = readMsg(in); err != nil {
 		return fail(fmt.Errorf("waiting for the start: %w", err))
 	}

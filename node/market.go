@@ -12,6 +12,7 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -64,8 +65,13 @@ func (s *settlement) computeMarket(now time.Time) (protocol.MarketStats, error) 
 		return protocol.MarketStats{}, err
 	}
 	for _, r := range reports {
+		// Only jobs paid through an escrow hold count: anyone can sign a lease with a
+		// renter of its own, nobody can make the coordinator charge one.
+		if h, err := s.n.ledger.GetHold(r.Job); err != nil || h.State != ledger.HoldCharged || h.Provider != r.Provider {
+			continue
+		}
 		l, _, err := protocol.OpenLease(r.Lease)
-		if err != nil {
+		if err != nil || protocol.CheckLeaseTerms(l) != nil {
 			continue
 		}
 		rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l)

@@ -141,14 +141,20 @@ func (n *Node) RunPayouts(ctx context.Context, o PayoutRunOptions) (BatchView, e
 func (s *settlement) run(ctx context.Context, o PayoutRunOptions) (BatchView, error) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
+	var stuck error
 	if !o.DryRun {
-		if err := s.resumeLocked(ctx); err != nil {
-			return BatchView{}, fmt.Errorf("an unfinished batch could not be settled first: %w", err)
+		// A batch that cannot settle (its error is kept on it) does not hold up new
+		// batches: their receipts are not in it.
+		if stuck = s.resumeLocked(ctx); stuck != nil {
+			s.n.log.Warn("an unfinished payout batch did not settle; planning the next one anyway", "err", stuck)
 		}
 	}
 	b, skipped, err := s.plan(ctx, o)
 	if err != nil {
-		return BatchView{}, err
+		return BatchView{}, errors.Join(err, stuck)
+	}
+	if stuck != nil {
+		skipped = append(skipped, "an earlier batch is unfinished: "+stuck.Error())
 	}
 	if len(b.Payouts) == 0 {
 		v := s.view(b)
@@ -236,17 +242,17 @@ func (s *settlement) plan(ctx context.Context, o PayoutRunOptions) (ledger.Batch
 	}
 	slices.Sort(all)
 	b.MerkleRoot, _ = protocol.MerkleRoot(all)
+	// The ID first: the transactions are sized with the memo that names it.
+	b.Batch = "dry-run"
+	if !o.DryRun {
+		if b.Batch, err = l.NextBatchID(now); err != nil {
+			return ledger.Batch{}, nil, err
+		}
+	}
 	if usdcTotal > 0 {
 		if err := s.planTransactions(ctx, &b, usdcTotal); err != nil {
 			return ledger.Batch{}, nil, err
 		}
-	}
-	if o.DryRun {
-		b.Batch = "dry-run"
-		return b, skipped, nil
-	}
-	if b.Batch, err = l.NextBatchID(now); err != nil {
-		return ledger.Batch{}, nil, err
 	}
 	return b, skipped, nil
 }
@@ -280,7 +286,9 @@ func (s *settlement) planTransactions(ctx context.Context, b *ledger.Batch, tota
 		if err != nil {
 			return fmt.Errorf("provider %s: payout address %q: %w", p.Provider, p.Destination, err)
 		}
-		exists, err := s.client.AccountExists(ctx, chain.ATA(owner, s.mint))
+		// A token account of the mint, not merely an address someone sent lamports to
+		// (the idempotent create handles a pre-funded address; a transfer to it fails).
+		exists, err := s.client.IsTokenAccount(ctx, chain.ATA(owner, s.mint), s.mint)
 		if err != nil {
 			return err
 		}
@@ -290,7 +298,7 @@ func (s *settlement) planTransactions(ctx context.Context, b *ledger.Batch, tota
 		pays = append(pays, chain.Payment{Owner: owner, Amount: uint64(p.Amount), CreateATA: !exists})
 		index = append(index, i)
 	}
-	groups := chain.SplitPayments(protocol.PayoutMemo("00000000-000"), pays)
+	groups := chain.SplitPayments(protocol.PayoutMemo(b.Batch), pays)
 	next := 0
 	for _, g := range groups {
 		tx := ledger.BatchTx{State: ledger.TxPlanned}
@@ -353,13 +361,16 @@ func (s *settlement) resume(ctx context.Context) error {
 }
 
 func (s *settlement) resumeLocked(ctx context.Context) error {
+	if err := s.n.ledger.FinishMarking(); err != nil {
+		return err
+	}
 	batches, err := s.n.ledger.Batches()
 	if err != nil {
 		return err
 	}
 	for i := len(batches) - 1; i >= 0; i-- {
 		b := batches[i]
-		if b.State == protocol.BatchSettled || (!b.UnsettledUSDC() && b.Signed()) {
+		if b.State == protocol.BatchSettled || b.State == ledger.BatchFailed || (!b.UnsettledUSDC() && b.Signed()) {
 			continue
 		}
 		s.n.log.Info("resuming payout batch", "batch", b.Batch)
@@ -447,12 +458,12 @@ func (s *settlement) settleTx(ctx context.Context, b *ledger.Batch, i int) error
 				return err
 			}
 			switch {
-			case st.Found && st.Err != "":
-				// Failed on chain: nothing moved. Sign it again on the next run.
+			case st.Found && st.Err != "" && st.Confirmed:
+				// Failed on chain, confirmed: nothing moved. Sign it again on the next run.
 				tx.State = ledger.TxPlanned
 				s.n.ledger.PutBatch(*b)
 				return fmt.Errorf("transaction %s failed on chain: %s", tx.Signature, st.Err)
-			case st.Found && st.Confirmed:
+			case st.Found && st.Confirmed && st.Err == "":
 				if err := s.confirmTx(ctx, b, i); err != nil {
 					return err
 				}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -347,6 +348,11 @@ func (n *Node) handleJobReport(s network.Stream) {
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	remote := s.Conn().RemotePeer()
+	if n.coord != nil && !n.coord.reportRate.allow(remote, time.Now()) {
+		n.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", "rate_limited").Inc()
+		writeJSONFrame(s, map[string]string{"error": "not recorded: more than " + strconv.Itoa(reportsPerMinute) + " reports in a minute: slow down"})
+		return
+	}
 	var r jobReport
 	err := readJSONFrame(bufio.NewReader(s), 3*(protocol.MaxLeaseSize+protocol.MaxReceiptSize+protocol.MaxCountersignatureSize), &r)
 	var l *protocol.Lease
@@ -361,6 +367,9 @@ func (n *Node) handleJobReport(s network.Stream) {
 		if renter, err = peer.Decode(l.Renter); err == nil {
 			_, err = protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter)
 		}
+	}
+	if err == nil {
+		err = protocol.CheckLeaseTerms(l)
 	}
 	var rec *protocol.Receipt
 	if err == nil {
@@ -386,6 +395,11 @@ func (n *Node) handleJobReport(s network.Stream) {
 		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter})
 	if err != nil {
 		writeJSONFrame(s, map[string]string{"error": "not recorded: " + err.Error()})
+		return
+	}
+	if out.Refused != "" {
+		n.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", "invalid").Inc()
+		writeJSONFrame(s, map[string]string{"error": out.Refused})
 		return
 	}
 	if e := out.Earning; e != nil {

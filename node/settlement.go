@@ -138,6 +138,9 @@ const (
 	applicationsPerMinute = 20
 	// benchRunsPerMinute is the most network benchmark streams served to one peer a minute.
 	benchRunsPerMinute = 6
+	// reportsPerMinute is the most job reports taken from one provider a minute (each job
+	// ends once; retries come every 15 s).
+	reportsPerMinute = 600
 )
 
 func (s *settlement) info() WalletInfo {

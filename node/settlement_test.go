@@ -181,7 +181,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 
 	coord := tn.boot
 	eventually(t, 10*time.Second, "the renter's countersignature of the receipt at the coordinator", func() (bool, string) {
-		r, err := coord.ledger.GetJobReport(v.ID)
+		r, err := coord.ledger.GetJobReport(v.ID, prov.ID().String())
 		return err == nil && len(r.ReceiptCountersig) > 0, ""
 	})
 	eventually(t, 10*time.Second, "provider's payout settings at the coordinator", func() (bool, string) {
@@ -344,7 +344,7 @@ func (f *payoutFixture) earnUnfunded(t testing.TB, amount protocol.MicroUSDC) {
 			t.Fatal(err)
 		}
 		items = append(items, ledger.ReportCharge{Report: ledger.JobReport{Job: job, Provider: id.String(), ReceivedAt: time.Now()},
-			Receipt: receiptSHA(f.round, i), Amount: amount, EndedAt: time.Now()})
+			Receipt: receiptSHA(f.round, i), Renter: "renter", Amount: amount, EndedAt: time.Now()})
 	}
 	if _, err := l.ChargeReports(items); err != nil {
 		t.Fatal(err)
@@ -720,4 +720,72 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
 		t.Fatalf("the expired deposit moved money: %+v", b)
 	}
+}
+
+// signedJob builds the records of a job as a provider key and a renter key sign them: the
+// lease, the renter's countersignature and a receipt of the given seconds.
+func signedJob(t testing.TB, provKey, renterKey crypto.PrivKey, job string, price protocol.MicroUSDC, gpus int, seconds int64) ledger.Job {
+	t.Helper()
+	prov, _ := peer.IDFromPrivateKey(provKey)
+	renter, _ := peer.IDFromPrivateKey(renterKey)
+	now := time.Now().UTC().Add(-time.Duration(seconds+5) * time.Second)
+	l := protocol.Lease{Version: 1, Job: job, Proposal: strings.Repeat("0", 64), Renter: renter.String(), Provider: prov.String(),
+		Model: "H100-80GB", GPUs: gpus, Price: price, IssuedAt: now, EndsAt: now.Add(time.Hour),
+		Limits: protocol.Limits{MemoryBytes: 1, CPUMillis: 1, Pids: 1, ScratchBytes: 1}}
+	lease, err := protocol.Seal(protocol.KindLease, l, provKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindLease,
+		SHA256: protocol.RecordSHA256(lease), Job: job, Signer: renter.String(), SignedAt: now}, renterKey)
+	r := protocol.Receipt{Version: 1, Job: job, Lease: protocol.RecordSHA256(lease), Provider: prov.String(), Renter: renter.String(),
+		Model: l.Model, GPUs: gpus, StartedAt: now, EndedAt: now.Add(time.Duration(seconds) * time.Second), Seconds: seconds,
+		Price: price, Amount: protocol.Cost(price, gpus, seconds), Reason: "exited"}
+	receipt, err := protocol.Seal(protocol.KindReceipt, r, provKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.Job{ID: job, Side: "provider", State: ledger.JobEnded, Lease: lease, LeaseCountersig: cs, Receipt: receipt}
+}
+
+// TestForgedReportsChargeNothing: job reports built to mint money (figures that overflow),
+// to charge a renter's hold with a lease of another renter, or to take the place of the
+// real provider's report are refused; the real report still charges the hold.
+func TestForgedReportsChargeNothing(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(RoleRenter), nil)
+	ctx := context.Background()
+	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
+	const job = "00000000000000aa"
+	if _, err := coord.money.serve(ctx, renter.ID(), walletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
+		Amount: 7_300_000, ExpiresAt: time.Now().Add(48 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	sockKey, _, _ := crypto.GenerateEd25519Key(nil)
+	sock, _ := peer.IDFromPrivateKey(sockKey)
+	balance := func() ledger.Account { a, _ := coord.ledger.GetAccount(renter.ID().String()); return a }
+
+	// Figures that overflow: refused by the lease's range rules.
+	prov.reportJob(signedJob(t, prov.key, sockKey, "00000000000000bb", 1<<62, 4, 1))
+	if a, _ := coord.ledger.GetAccount(sock.String()); a.Available != 0 || a.Charged != 0 {
+		t.Fatalf("an overflowing lease moved money: %+v", a)
+	}
+	if _, err := coord.ledger.GetJobReport("00000000000000bb", prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("an overflowing report was stored: %v", err)
+	}
+	// The provider's own lease for the renter's job, countersigned by a renter of its own.
+	prov.reportJob(signedJob(t, prov.key, sockKey, job, 3_600_000, 1, 3600))
+	// The renter's self-signed report of its own job, to take the provider's place.
+	renter.reportJob(signedJob(t, renter.key, renter.key, job, 1, 1, 1))
+	if h, _ := coord.ledger.GetHold(job); h.State != ledger.HoldHeld || balance().Charged != 0 {
+		t.Fatalf("a forged report touched the hold: %+v %+v", h, balance())
+	}
+	// The real report charges it.
+	prov.reportJob(signedJob(t, prov.key, renter.key, job, 3_600_000, 2, 60))
+	eventually(t, 5*time.Second, "the real report charged", func() (bool, string) {
+		h, _ := coord.ledger.GetHold(job)
+		return h.State == ledger.HoldCharged && h.Charge == 120_000 && balance().Charged == 120_000, fmt.Sprintf("%+v", h)
+	})
 }

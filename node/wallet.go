@@ -160,9 +160,9 @@ func (n *Node) Deposit(ctx context.Context, amount protocol.MicroUSDC) (DepositV
 		return DepositView{}, err
 	}
 	if err := c.Send(ctx, raw); err != nil {
-		d.Error = err.Error()
-		n.ledger.PutOwnDeposit(d)
-		return DepositView{}, err
+		// It may have landed all the same: the deposit stays recorded, and the claim loop
+		// sends it again, claims it, or marks it expired (depositLanded).
+		return DepositView{}, fmt.Errorf("deposit %s: %w (it may still land: it is checked and credited automatically; gpunex wallet claim does it now)", sig, err)
 	}
 	st, err := c.WaitConfirmed(ctx, sig, lastValid)
 	if err != nil {

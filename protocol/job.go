@@ -129,6 +129,25 @@ type Countersignature struct {
 	SignedAt time.Time `json:"signed_at"`
 }
 
+// CheckLeaseTerms applies the range rules of a lease on its own (a coordinator or an
+// auditor holds the lease, not the proposal): a price, a GPU count and a period that a
+// proposal could have asked for, so that every amount computed from it is in range.
+func CheckLeaseTerms(l *Lease) error {
+	switch {
+	case !ValidJobID(l.Job):
+		return invalid(KindLease, "job %q is not 16 lower-case hex digits", l.Job)
+	case l.Price <= 0 || l.Price > MaxPricePerGPUHour:
+		return invalid(KindLease, "price %d micro-USDC out of range", l.Price)
+	case l.GPUs < 1 || l.GPUs > MaxGPUsPerItem:
+		return invalid(KindLease, "gpus %d out of range 1-%d", l.GPUs, MaxGPUsPerItem)
+	case l.IssuedAt.IsZero() || !l.EndsAt.After(l.IssuedAt) || l.EndsAt.Sub(l.IssuedAt) > MaxJobDuration:
+		return invalid(KindLease, "period out of range")
+	case checkText("model", l.Model, true) != nil:
+		return invalid(KindLease, "model %q", l.Model)
+	}
+	return nil
+}
+
 // Cost is what GPUs x seconds cost at a price per GPU-hour, in micro-USDC, rounded down
 // to the micro-USDC: price x gpus x seconds / 3600.
 func Cost(price MicroUSDC, gpus int, seconds int64) MicroUSDC {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/big"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ const (
 	MaxEscrowHoldSize = 2 << 10
 	// MaxPayoutSettingsSize caps a payout settings envelope.
 	MaxPayoutSettingsSize = 2 << 10
-	// MaxPayoutBatchSize caps a payout batch envelope: 1,000 payouts of 30 receipts fit.
+	// MaxPayoutBatchSize caps a payout batch envelope: it lists about 50,000 receipts.
 	MaxPayoutBatchSize = 4 << 20
 	// MaxMarketStatsSize caps a market statistics envelope.
 	MaxMarketStatsSize = 64 << 10
@@ -77,13 +78,18 @@ func HoldAmount(maxPrice MicroUSDC, gpus int, maxSeconds int64) MicroUSDC {
 }
 
 // Charge is what a receipt costs the renter: its amount, never more than the hold.
-func Charge(receiptAmount, held MicroUSDC) MicroUSDC { return min(receiptAmount, held) }
+func Charge(receiptAmount, held MicroUSDC) MicroUSDC { return max(0, min(receiptAmount, held)) }
 
 // Commission is the coordinator's share of a charge in basis points, rounded down to the
 // micro-USDC (in the provider's favour); the provider earns charge - commission, so a
 // charge is always split exactly, never creating or losing a micro-USDC.
 func Commission(charge MicroUSDC, bps int) MicroUSDC {
-	return MicroUSDC(int64(charge) * int64(bps) / 10_000)
+	if charge <= 0 || bps <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(charge), uint64(bps))
+	q, _ := bits.Div64(hi, lo, 10_000) // bps <= 10,000: the quotient fits
+	return MicroUSDC(q)
 }
 
 // EscrowHold is the coordinator's signed promise that a renter's funds are set aside for
@@ -526,7 +532,7 @@ func Recommend(m Market) (MicroUSDC, string) {
 		return 0, "no listings or leases yet"
 	}
 	factor := int64(850 + 3*m.Utilisation/10)
-	return MicroUSDC(int64(base) * factor / 1000), basis
+	return min(MaxPricePerGPUHour, MicroUSDC(int64(base)*factor/1000)), basis
 }
 
 // Median of prices, rounded down; zero for none.

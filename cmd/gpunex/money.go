@@ -468,7 +468,8 @@ func auditCommand() *cobra.Command {
 				return err
 			}
 			h := home(cmd).Dir
-			o := node.AuditOptions{RPC: rpc, Known: append(known, loadKnownBatches(h)...)}
+			knownBatches, knownJobs := loadKnownBatches(h)
+			o := node.AuditOptions{RPC: rpc, Known: append(known, knownBatches...), KnownJobs: knownJobs}
 			for _, s := range coordinators {
 				id, err := peer.Decode(s)
 				if err != nil {
@@ -483,7 +484,7 @@ func auditCommand() *cobra.Command {
 			}
 			rep := node.Audit(cmd.Context(), bundle, o)
 			if rep.OK {
-				rememberBatch(h, rep.Batch, bundle.Batch)
+				rememberBatch(h, rep, bundle.Batch)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -518,25 +519,44 @@ func auditCommand() *cobra.Command {
 	return c
 }
 
-// loadKnownBatches reads the batch records this auditor passed before (home/audit/).
-func loadKnownBatches(home string) [][]byte {
-	entries, _ := os.ReadDir(filepath.Join(home, "audit"))
-	var out [][]byte
+// loadKnownBatches reads the batch records this auditor passed before (home/audit/), and
+// the jobs each paid.
+func loadKnownBatches(home string) ([][]byte, map[string]string) {
+	dir := filepath.Join(home, "audit")
+	entries, _ := os.ReadDir(dir)
+	var records [][]byte
+	jobs := map[string]string{}
 	for _, e := range entries {
-		if b, err := os.ReadFile(filepath.Join(home, "audit", e.Name())); err == nil {
-			out = append(out, b)
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, ".batch"):
+			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+				records = append(records, b)
+			}
+		case strings.HasSuffix(name, ".jobs"):
+			var list []string
+			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil && json.Unmarshal(b, &list) == nil {
+				for _, j := range list {
+					jobs[j] = strings.TrimSuffix(name, ".jobs")
+				}
+			}
 		}
 	}
-	return out
+	return records, jobs
 }
 
-// rememberBatch keeps a passed batch's record, for the double-payment check of later audits.
-func rememberBatch(home, id string, record []byte) {
-	if id == "" || strings.ContainsAny(id, "/\\") {
+// rememberBatch keeps a passed batch's record and jobs, for the double-payment checks of
+// later audits.
+func rememberBatch(home string, rep node.AuditReport, record []byte) {
+	if rep.Batch == "" || strings.ContainsAny(rep.Batch, "/\\") {
 		return
 	}
 	dir := filepath.Join(home, "audit")
-	if os.MkdirAll(dir, 0o700) == nil {
-		os.WriteFile(filepath.Join(dir, id+".batch"), record, 0o600)
+	if os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	os.WriteFile(filepath.Join(dir, rep.Batch+".batch"), record, 0o600)
+	if b, err := json.Marshal(rep.Jobs); err == nil {
+		os.WriteFile(filepath.Join(dir, rep.Batch+".jobs"), b, 0o600)
 	}
 }

@@ -225,6 +225,17 @@ func (c *Client) AccountExists(ctx context.Context, pk sol.PublicKey) (bool, err
 	return a != nil, nil
 }
 
+// IsTokenAccount reports whether addr holds an SPL Token (or Token-2022) account of mint:
+// an address that merely holds lamports, or nothing, is not one.
+func (c *Client) IsTokenAccount(ctx context.Context, addr, mint sol.PublicKey) (bool, error) {
+	a, err := c.account(ctx, addr)
+	if err != nil || a == nil {
+		return false, err
+	}
+	data := a.Data.GetBinary()
+	return isTokenProgram(a.Owner) && len(data) >= 165 && sol.PublicKeyFromBytes(data[:32]) == mint, nil
+}
+
 // LatestBlockhash returns a recent blockhash and the last block height at which a
 // transaction using it can land.
 func (c *Client) LatestBlockhash(ctx context.Context) (sol.Hash, uint64, error) {
