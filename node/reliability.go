@@ -119,6 +119,9 @@ func (sc *scorer) owesUptime(p peer.ID, now time.Time) bool {
 	return sched.Open(now)
 }
 
+// probeConcurrency is how many probes a round runs at once.
+const probeConcurrency = 128
+
 // round probes every certified provider once (in parallel, a few at a time), records the
 // outcomes and the benchmark consistency of new attestations, then signs and gossips a
 // score record for each.
@@ -126,7 +129,9 @@ func (sc *scorer) round(ctx context.Context) {
 	provs := sc.certified()
 	halfLife := sc.n.cfg.Coordinator.HalfLife.Duration
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	// Many at a time: a provider that is down holds its slot until the probe times out
+	// (10 s), and a round must fit its interval with thousands of providers.
+	sem := make(chan struct{}, probeConcurrency)
 	for _, p := range provs {
 		wg.Add(1)
 		sem <- struct{}{}
