@@ -204,24 +204,13 @@ func (l *Ledger) ReleaseExpiredHolds(now time.Time) (int, error) {
 			continue
 		}
 		err := l.db.Update(func(txn *badger.Txn) error {
-			var cur Hold
-			if err := getJSON(txn, prefixHold+h.Job, &cur); err != nil || cur.State != HoldHeld {
-				return err
-			}
-			a, err := getAccount(txn, cur.Renter)
-			if err != nil {
-				return err
-			}
-			a.Held -= cur.Amount
-			a.Available += cur.Amount
-			cur.State = HoldReleased
-			n++
-			if err := putJSON(txn, prefixHold+cur.Job, cur); err != nil {
-				return err
-			}
-			return putJSON(txn, prefixAccount+cur.Renter, a)
+			_, err := releaseHold(txn, h.Job)
+			return err
 		})
-		if err != nil {
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, errNotHeld):
 			return n, err
 		}
 	}
@@ -232,26 +221,36 @@ func (l *Ledger) ReleaseExpiredHolds(now time.Time) (int, error) {
 // job never ran); a hold no longer held is an error.
 func (l *Ledger) ReleaseHold(job string) (Hold, error) {
 	var h Hold
-	err := l.db.Update(func(txn *badger.Txn) error {
-		if err := getJSON(txn, prefixHold+job, &h); err != nil {
-			return err
-		}
-		if h.State != HoldHeld {
-			return fmt.Errorf("the hold of job %s is %s", job, h.State)
-		}
-		a, err := getAccount(txn, h.Renter)
-		if err != nil {
-			return err
-		}
-		a.Held -= h.Amount
-		a.Available += h.Amount
-		h.State = HoldReleased
-		if err := putJSON(txn, prefixHold+job, h); err != nil {
-			return err
-		}
-		return putJSON(txn, prefixAccount+h.Renter, a)
+	err := l.db.Update(func(txn *badger.Txn) (err error) {
+		h, err = releaseHold(txn, job)
+		return err
 	})
 	return h, err
+}
+
+// errNotHeld: the hold was charged or released already.
+var errNotHeld = errors.New("hold not held")
+
+// releaseHold returns a held hold's amount to its renter's available funds.
+func releaseHold(txn *badger.Txn, job string) (Hold, error) {
+	var h Hold
+	if err := getJSON(txn, prefixHold+job, &h); err != nil {
+		return h, err
+	}
+	if h.State != HoldHeld {
+		return h, fmt.Errorf("%w: the hold of job %s is %s", errNotHeld, job, h.State)
+	}
+	a, err := getAccount(txn, h.Renter)
+	if err != nil {
+		return h, err
+	}
+	a.Held -= h.Amount
+	a.Available += h.Amount
+	h.State = HoldReleased
+	if err := putJSON(txn, prefixHold+job, h); err != nil {
+		return h, err
+	}
+	return h, putJSON(txn, prefixAccount+h.Renter, a)
 }
 
 // ReportCharge is a provider's job report and, when the job had a hold, the charge it
@@ -482,51 +481,52 @@ func (l *Ledger) markReceipts(b Batch) error {
 			all = append(all, item{p.Provider, r})
 		}
 	}
+	// setBatch moves every receipt whose batch is from to batch to, markChunk per ledger
+	// transaction; a receipt in another batch sets conflict (and stops the marking).
 	var conflict error
-	for start := 0; start < len(all) && conflict == nil; start += markChunk {
-		chunk := all[start:min(start+markChunk, len(all))]
-		err := l.db.Update(func(txn *badger.Txn) error {
-			for _, it := range chunk {
-				var e Earning
-				if err := getJSON(txn, earningKey(it.provider, it.receipt), &e); err != nil {
-					return fmt.Errorf("receipt %s of %s: %w", it.receipt, it.provider, err)
-				}
-				if e.Batch == b.Batch {
-					continue
-				}
-				if e.Batch != "" {
-					conflict = fmt.Errorf("receipt %s is already in batch %s", it.receipt, e.Batch)
-					return nil
-				}
-				e.Batch = b.Batch
-				if err := putJSON(txn, earningKey(it.provider, it.receipt), e); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	if conflict != nil {
+	setBatch := func(from, to string) error {
 		for start := 0; start < len(all); start += markChunk {
-			chunk := all[start:min(start+markChunk, len(all))]
-			if err := l.db.Update(func(txn *badger.Txn) error {
-				for _, it := range chunk {
+			err := l.db.Update(func(txn *badger.Txn) error {
+				for _, it := range all[start:min(start+markChunk, len(all))] {
+					key := earningKey(it.provider, it.receipt)
 					var e Earning
-					if err := getJSON(txn, earningKey(it.provider, it.receipt), &e); err != nil || e.Batch != b.Batch {
-						continue
+					if err := getJSON(txn, key, &e); err != nil {
+						return fmt.Errorf("receipt %s of %s: %w", it.receipt, it.provider, err)
 					}
-					e.Batch = ""
-					if err := putJSON(txn, earningKey(it.provider, it.receipt), e); err != nil {
-						return err
+					switch e.Batch {
+					case to:
+						continue
+					case from:
+						e.Batch = to
+						if err := putJSON(txn, key, e); err != nil {
+							return err
+						}
+					default:
+						if conflict == nil {
+							conflict = fmt.Errorf("receipt %s is already in batch %s", it.receipt, e.Batch)
+						}
+						if to != "" {
+							return conflict
+						}
 					}
 				}
 				return nil
-			}); err != nil {
+			})
+			if err != nil && err != conflict {
 				return err
 			}
+			if conflict != nil && to != "" {
+				return nil
+			}
+		}
+		return nil
+	}
+	if err := setBatch("", b.Batch); err != nil {
+		return err
+	}
+	if conflict != nil {
+		if err := setBatch(b.Batch, ""); err != nil {
+			return err
 		}
 	}
 	return l.db.Update(func(txn *badger.Txn) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -160,14 +159,7 @@ func (n *Node) takeMarket(raw []byte, source string) error {
 
 // validateMarket is the market topic validator.
 func (n *Node) validateMarket(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-	switch err := n.takeMarket(msg.Data, "gossip"); {
-	case err == nil:
-		return pubsub.ValidationAccept
-	case slices.Contains([]string{"replay", "future", "expired", "untrusted"}, protocol.Reason(err)):
-		return pubsub.ValidationIgnore
-	default:
-		return pubsub.ValidationReject
-	}
+	return recordVerdict(n.takeMarket(msg.Data, "gossip"))
 }
 
 // PriceAdvice is what `gpunex price recommend` prints for one market.

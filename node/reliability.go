@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -262,10 +263,17 @@ func (n *Node) takeScore(raw []byte, source string) error {
 
 // validateScore is the scores topic validator.
 func (n *Node) validateScore(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-	switch err := n.takeScore(msg.Data, "gossip"); {
+	return recordVerdict(n.takeScore(msg.Data, "gossip"))
+}
+
+// recordVerdict is the gossip verdict on a coordinator's record: a stale, early (clock
+// skew) or foreign-coordinator record is ignored, since an honest relay may forward one;
+// anything else that fails is rejected, at a cost to the sender's gossip score.
+func recordVerdict(err error) pubsub.ValidationResult {
+	switch {
 	case err == nil:
 		return pubsub.ValidationAccept
-	case protocol.Reason(err) == "replay", protocol.Reason(err) == "future", protocol.Reason(err) == "expired", protocol.Reason(err) == "untrusted":
+	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrFuture), errors.Is(err, protocol.ErrExpired), errors.Is(err, protocol.ErrUntrusted):
 		return pubsub.ValidationIgnore
 	default:
 		return pubsub.ValidationReject
@@ -312,24 +320,10 @@ func (n *Node) reportJob(j ledger.Job) {
 	if err != nil || len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.reach(ctx, ids[0]); err != nil {
-		return
-	}
-	s, err := n.host.NewStream(ctx, ids[0], protocol.JobReportProtocol)
-	if err != nil {
+	var answer map[string]string
+	report := jobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt, ReceiptCountersig: j.ReceiptCountersig}
+	if err := n.exchange(context.Background(), ids[0], protocol.JobReportProtocol, 10*time.Second, report, 4096, &answer); err != nil {
 		n.log.Debug("job report not delivered", "job", j.ID, "err", err)
-		return
-	}
-	defer s.Close()
-	s.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := writeJSONFrame(s, jobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt, ReceiptCountersig: j.ReceiptCountersig}); err != nil {
-		return
-	}
-	s.CloseWrite()
-	answer, err := readAnswer(s)
-	if err != nil {
 		return
 	}
 	sentCountersig := len(j.ReceiptCountersig) > 0

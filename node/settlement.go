@@ -487,24 +487,9 @@ func (s *settlement) release(ctx context.Context, renter peer.ID, job string) (l
 	if err != nil {
 		return h, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := s.n.reach(ctx, prov); err != nil {
-		return h, fmt.Errorf("the provider cannot be asked whether job %s ran (%v): the hold returns at %s", job, err, h.ExpiresAt.UTC().Format(time.RFC3339))
-	}
-	st, err := s.n.host.NewStream(ctx, prov, protocol.HoldReleaseProtocol)
-	if err != nil {
-		return h, fmt.Errorf("the provider cannot be asked whether job %s ran (%v): the hold returns at %s", job, err, h.ExpiresAt.UTC().Format(time.RFC3339))
-	}
-	defer st.Close()
-	st.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := writeJSONFrame(st, holdRelease{Job: job}); err != nil {
-		return h, err
-	}
-	st.CloseWrite()
 	var a holdRelease
-	if err := readJSONFrame(bufio.NewReader(st), 1024, &a); err != nil {
-		return h, fmt.Errorf("the provider's answer: %w", err)
+	if err := s.n.exchange(ctx, prov, protocol.HoldReleaseProtocol, 15*time.Second, holdRelease{Job: job}, 1024, &a); err != nil {
+		return h, fmt.Errorf("the provider cannot be asked whether job %s ran (%v): the hold returns at %s", job, err, h.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	if !a.Release || a.Job != job {
 		return h, fmt.Errorf("the provider does not release job %s: %s", job, a.Reason)

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
 	sol "github.com/gagliardetto/solana-go"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
@@ -46,31 +46,40 @@ func (n *Node) walletCall(ctx context.Context, req walletRequest) (walletRespons
 	if err != nil {
 		return walletResponse{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := n.reach(ctx, c); err != nil {
-		return walletResponse{}, fmt.Errorf("reach coordinator %s: %w", c, err)
+	var resp walletResponse
+	if err := n.exchange(ctx, c, protocol.WalletProtocol, 60*time.Second, req, protocol.MaxPayoutBatchSize*4, &resp); err != nil {
+		return walletResponse{}, fmt.Errorf("coordinator %s: %w", c, err)
 	}
-	s, err := n.host.NewStream(ctx, c, protocol.WalletProtocol)
+	if resp.Error != "" {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}
+
+// exchange sends one JSON frame to a peer on a protocol and reads one JSON frame back (at
+// most max bytes), all within timeout.
+func (n *Node) exchange(ctx context.Context, p peer.ID, proto string, timeout time.Duration, req any, max int, resp any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := n.reach(ctx, p); err != nil {
+		return err
+	}
+	s, err := n.host.NewStream(ctx, p, libp2pprotocol.ID(proto))
 	if err != nil {
-		return walletResponse{}, fmt.Errorf("reach coordinator %s: %w", c, err)
+		return err
 	}
 	defer s.Close()
 	if d, ok := ctx.Deadline(); ok {
 		s.SetDeadline(d)
 	}
 	if err := writeJSONFrame(s, req); err != nil {
-		return walletResponse{}, err
+		return err
 	}
 	s.CloseWrite()
-	var resp walletResponse
-	if err := readJSONFrame(bufio.NewReader(s), protocol.MaxPayoutBatchSize*4, &resp); err != nil {
-		return walletResponse{}, fmt.Errorf("coordinator's answer: %w", err)
+	if err := readJSONFrame(bufio.NewReader(s), max, resp); err != nil {
+		return fmt.Errorf("answer: %w", err)
 	}
-	if resp.Error != "" {
-		return resp, errors.New(resp.Error)
-	}
-	return resp, nil
+	return nil
 }
 
 // requestHold asks the coordinator to set the proposal's maximum cost aside.
@@ -353,13 +362,6 @@ func (n *Node) reportLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// readAnswer reads a coordinator's short JSON answer.
-func readAnswer(r io.Reader) (map[string]string, error) {
-	var m map[string]string
-	err := readJSONFrame(bufio.NewReader(io.LimitReader(r, 4096)), 4096, &m)
-	return m, err
 }
 
 // claimLoop finishes deposits a crash or a coordinator outage left uncredited: at start
