@@ -201,6 +201,16 @@ func (a *applicant) run(ctx context.Context) {
 				}
 				a.note(func(o *ledger.OwnApplication) { o.UpdatedAt = a.n.clock.Now() })
 			}
+		case own.Status == protocol.StatusApproved && a.n.certificateNeedsRenewal(a.n.clock.Now()):
+			// The coordinator pushes a renewed certificate; ask as well, in case that push
+			// did not reach this node.
+			wait = renewAskEvery
+			if a.n.clock.Now().Sub(own.UpdatedAt) >= renewAskEvery {
+				if err := a.exchange(ctx, applyRequest{Op: "status"}); err != nil {
+					a.n.log.Info("asking for a renewed certificate failed; will retry", "in", renewAskEvery, "err", err)
+				}
+				a.note(func(o *ledger.OwnApplication) { o.UpdatedAt = a.n.clock.Now() })
+			}
 		default:
 			wait = time.Hour // decided
 		}

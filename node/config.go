@@ -174,6 +174,9 @@ type TrustConfig struct {
 type CoordinatorConfig struct {
 	// CertificateValidity is how long a certificate is valid after approval.
 	CertificateValidity Duration `toml:"certificate_validity"`
+	// CertificateRenewBefore is how long before its expiry an approved, unrevoked
+	// provider's certificate is renewed (0: never renewed automatically).
+	CertificateRenewBefore Duration `toml:"certificate_renew_before"`
 	// ProbeInterval is the mean time between uptime probes of each provider (each round
 	// starts at a random moment between half and one and a half of it).
 	ProbeInterval Duration `toml:"probe_interval"`
@@ -252,9 +255,10 @@ func Defaults(role string) Config {
 		},
 		API: APIConfig{Listen: "127.0.0.1:0"},
 		Coordinator: CoordinatorConfig{
-			CertificateValidity: Duration{180 * 24 * time.Hour},
-			ProbeInterval:       Duration{5 * time.Minute},
-			HalfLife:            Duration{protocol.DefaultHalfLife},
+			CertificateValidity:    Duration{180 * 24 * time.Hour},
+			CertificateRenewBefore: Duration{30 * 24 * time.Hour},
+			ProbeInterval:          Duration{5 * time.Minute},
+			HalfLife:               Duration{protocol.DefaultHalfLife},
 		},
 		Bench: BenchConfig{Interval: Duration{7 * 24 * time.Hour}, StorageMB: 256, NetworkMB: 16},
 		Jobs: JobsConfig{
@@ -365,6 +369,9 @@ func (c *Config) Check() error {
 	}
 	if v := c.Coordinator.CertificateValidity.Duration; v < time.Minute || v > protocol.MaxCertificateValidity {
 		errs = append(errs, fmt.Errorf("coordinator.certificate_validity %s: must be between 1m and %s", c.Coordinator.CertificateValidity, protocol.MaxCertificateValidity))
+	}
+	if r := c.Coordinator.CertificateRenewBefore.Duration; r < 0 || (r > 0 && r >= c.Coordinator.CertificateValidity.Duration) {
+		errs = append(errs, fmt.Errorf("coordinator.certificate_renew_before %s: must be 0 (no automatic renewal) or shorter than coordinator.certificate_validity (%s)", c.Coordinator.CertificateRenewBefore, c.Coordinator.CertificateValidity))
 	}
 	if b := c.Bench; b.Interval.Duration < time.Minute || b.Interval.Duration > protocol.MaxAttestationAge-24*time.Hour || b.StorageMB < 1 || b.NetworkMB < 1 || b.NetworkMB > protocol.MaxBenchTransfer>>20 {
 		errs = append(errs, fmt.Errorf("bench: interval between 1m and %s, storage_mb at least 1, network_mb 1-%d", protocol.MaxAttestationAge-24*time.Hour, protocol.MaxBenchTransfer>>20))

@@ -272,6 +272,9 @@ coordinators = {{list .Trust.Coordinators}}
 [coordinator]
 # How long a certificate is valid after approval (at most 8784h, 366 days).
 certificate_validity = "{{.Coordinator.CertificateValidity}}"
+# Certificates of approved providers that were not revoked are renewed this long before
+# they expire ("0s": never; providers then apply again).
+certificate_renew_before = "{{.Coordinator.CertificateRenewBefore}}"
 # Mean time between uptime probes of each certified provider (random moments around it).
 probe_interval = "{{.Coordinator.ProbeInterval}}"
 # Half-life of the reliability score's components.

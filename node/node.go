@@ -249,6 +249,7 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 			return nil, err
 		}
 		n.host.SetStreamHandler(protocol.ApplyProtocol, n.coord.handleApply)
+		n.goLoop(func() { n.coord.renewLoop(runCtx) })
 		n.host.SetStreamHandler(protocol.BenchNetProtocol, n.handleBenchNet)
 		n.host.SetStreamHandler(protocol.JobReportProtocol, n.handleJobReport)
 		if n.money, err = newSettlement(n); err != nil {

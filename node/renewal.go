@@ -1,0 +1,127 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Certificate renewal. A coordinator renews, before they expire, the certificates of the
+// providers it approved and did not revoke, so that a provider in good standing does not
+// drop out of the market when its certificate ages; the provider gets the new certificate
+// pushed, or asks for it (applicant.run) when its own nears expiry.
+
+var (
+	// renewCheckEvery is how often a coordinator looks for certificates to renew.
+	renewCheckEvery = time.Hour
+	// renewAskBefore is when a provider starts asking its coordinator for a renewed
+	// certificate (in case the push did not reach it), and renewAskEvery how often.
+	renewAskBefore = 30 * 24 * time.Hour
+	renewAskEvery  = 6 * time.Hour
+)
+
+// renewLoop renews due certificates at start and then every renewCheckEvery.
+func (c *coordinator) renewLoop(ctx context.Context) {
+	if c.n.cfg.Coordinator.CertificateRenewBefore.Duration <= 0 {
+		return
+	}
+	for {
+		if n, err := c.renewDue(c.n.clock.Now()); err != nil {
+			c.n.log.Warn("certificate renewal", "renewed", n, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.n.clock.After(renewCheckEvery):
+		}
+	}
+}
+
+// renewDue renews every approved, unrevoked certificate that expires within
+// coordinator.certificate_renew_before of now (or has expired), and tells each provider.
+// It returns how many it renewed.
+func (c *coordinator) renewDue(now time.Time) (int, error) {
+	before := c.n.cfg.Coordinator.CertificateRenewBefore.Duration
+	c.mu.Lock()
+	apps, err := c.n.ledger.Applications()
+	if err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	var renewed []ledger.Application
+	var errs []error
+	for _, a := range apps {
+		if a.Status != protocol.StatusApproved || len(a.Certificate) == 0 {
+			continue
+		}
+		old, err := protocol.OpenCertificate(a.Certificate, c.n.trust.trust)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("application %s: stored certificate: %w", a.ID, err))
+			continue
+		}
+		if old.Signer != c.n.id || old.ExpiresAt.Sub(now) > before || c.n.trust.revocationOf(old) != nil {
+			continue
+		}
+		updated, err := c.n.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
+			if a.Status != protocol.StatusApproved || !bytes.Equal(a.Certificate, old.Raw) {
+				return errNothingToRenew // decided again meanwhile
+			}
+			cert, err := c.reissue(&old.Certificate, now)
+			if err != nil {
+				return err
+			}
+			until := now.UTC().Add(c.n.cfg.Coordinator.CertificateValidity.Duration).Format(time.RFC3339)
+			a.Certificate, a.UpdatedAt = cert, now
+			a.Message = "certificate renewed until " + until
+			a.Events = append(a.Events, ledger.Event{At: now, Actor: "coordinator", Action: "renewed",
+				Detail: fmt.Sprintf("certificate %d expiring %s replaced, valid until %s", old.Serial, old.ExpiresAt.UTC().Format(time.RFC3339), until)})
+			return c.sign(a, cert, now)
+		})
+		if errors.Is(err, errNothingToRenew) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("application %s: %w", a.ID, err))
+			continue
+		}
+		renewed = append(renewed, updated)
+	}
+	c.mu.Unlock()
+	for _, a := range renewed {
+		c.n.log.Info("certificate renewed", "application", a.ID, "provider", a.Provider, "message", a.Message)
+		c.tell(a)
+	}
+	return len(renewed), errors.Join(errs...)
+}
+
+var errNothingToRenew = errors.New("nothing to renew")
+
+// reissue signs a new certificate with the same provider, application, tier, GPUs and
+// commitment as old, a new serial, valid from now for coordinator.certificate_validity.
+func (c *coordinator) reissue(old *protocol.Certificate, now time.Time) ([]byte, error) {
+	serial, err := c.n.ledger.NextSerial("certificate", now)
+	if err != nil {
+		return nil, err
+	}
+	cert := *old
+	cert.Serial, cert.IssuedAt = serial, now.UTC()
+	cert.ExpiresAt = cert.IssuedAt.Add(c.n.cfg.Coordinator.CertificateValidity.Duration)
+	return protocol.Seal(protocol.KindCertificate, cert, c.n.key)
+}
+
+// certificateNeedsRenewal says whether a provider should ask its coordinator for its
+// status because its own certificate is missing, unreadable, or within renewAskBefore of
+// its expiry.
+func (n *Node) certificateNeedsRenewal(now time.Time) bool {
+	raw, err := n.ledger.OwnCertificate()
+	if err != nil || len(raw) == 0 {
+		return true
+	}
+	c, err := protocol.OpenCertificate(raw, n.trust.trust)
+	return err != nil || c.ExpiresAt.Sub(now) <= renewAskBefore
+}
