@@ -86,7 +86,7 @@ func (n *NVML) GPUs() ([]GPUInfo, error) {
 }
 
 func readDevice(i int, driver string, cuda int) GPUInfo {
-	raw := rawGPU{Index: i, Driver: driver, CUDA: cuda, ECC: -1}
+	raw := rawGPU{Index: i, Driver: driver, CUDA: cuda, ECC: -1, Minor: -1}
 	fail := func(what string, ret nvml.Return) GPUInfo {
 		raw.Error = fmt.Sprintf("%s: %s", what, nvmlError(ret))
 		return fromRaw(raw)
@@ -108,6 +108,9 @@ func readDevice(i int, driver string, cuda int) GPUInfo {
 	raw.MemoryTotal = mem.Total
 	if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
 		raw.PCIBusID = cString(pci.BusId[:])
+	}
+	if m, ret := dev.GetMinorNumber(); ret == nvml.SUCCESS {
+		raw.Minor = m
 	}
 	if t, ret := dev.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
 		raw.Temperature = int(t)

@@ -13,6 +13,7 @@ type rawGPU struct {
 	Driver       string `json:"driver"`
 	CUDA         int    `json:"cuda"`
 	PCIBusID     string `json:"pci_bus_id"`
+	Minor        int    `json:"minor"` // -1: not read
 	Temperature  int    `json:"temperature"`
 	ThrottleMask uint64 `json:"throttle_mask"`
 	ECC          int64  `json:"ecc"`
@@ -35,8 +36,8 @@ func fromRaw(r rawGPU) GPUInfo {
 	g := GPUInfo{
 		Index: r.Index, UUID: r.UUID, Name: r.Name, MemoryBytes: r.MemoryTotal,
 		VRAMGB: nominalGB(int((r.MemoryTotal + (1<<30)/2) >> 30)), DriverVersion: r.Driver, CUDAVersion: cudaVersion(r.CUDA),
-		PCIBusID: r.PCIBusID,
-		Health:   Health{TemperatureC: r.Temperature, Throttle: throttleReasons(r.ThrottleMask), ECCUncorrected: r.ECC, Error: r.Error},
+		PCIBusID: r.PCIBusID, DeviceMinor: r.Minor,
+		Health: Health{TemperatureC: r.Temperature, Throttle: throttleReasons(r.ThrottleMask), ECCUncorrected: r.ECC, Error: r.Error},
 	}
 	if r.Name != "" {
 		g.Model = CanonicalModel(r.Name, r.MemoryTotal)

@@ -23,7 +23,11 @@ type GPUInfo struct {
 	DriverVersion string `json:"driver_version"`
 	CUDAVersion   string `json:"cuda_version"` // highest CUDA version the driver supports, e.g. "12.2"
 	PCIBusID      string `json:"pci_bus_id"`
-	Simulated     bool   `json:"simulated,omitempty"`
+	// DeviceMinor is N of the GPU's device node /dev/nvidiaN, which need not equal Index
+	// (NVML orders GPUs by PCI bus, the driver numbers its nodes as it finds them); -1
+	// where there is none (simulated GPUs) or it could not be read.
+	DeviceMinor int  `json:"device_minor"`
+	Simulated   bool `json:"simulated,omitempty"`
 	// PerfFactor is a simulated GPU's performance relative to its datasheet (1 = nominal);
 	// 0 for real GPUs, whose performance is measured.
 	PerfFactor float64 `json:"perf_factor,omitempty"`

@@ -25,7 +25,7 @@ func probeSuite(t *testing.T, p Probe) {
 	}
 	uuid := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	bus := regexp.MustCompile(`^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$`)
-	seen := map[string]bool{}
+	seen, minors := map[string]bool{}, map[int]bool{}
 	for i, g := range gpus {
 		if g.Health.Error != "" {
 			continue // a lost GPU: reported, not fatal
@@ -47,8 +47,13 @@ func probeSuite(t *testing.T, p Probe) {
 			t.Errorf("GPU %d: PCI bus ID %q", i, g.PCIBusID)
 		case g.Health.ECCUncorrected < -1:
 			t.Errorf("GPU %d: ECC count %d", i, g.Health.ECCUncorrected)
+		case g.Simulated != (g.DeviceMinor < 0) || minors[g.DeviceMinor]:
+			t.Errorf("GPU %d (simulated %v): device node /dev/nvidia%d missing or repeated", i, g.Simulated, g.DeviceMinor)
 		}
 		seen[g.UUID] = true
+		if g.DeviceMinor >= 0 {
+			minors[g.DeviceMinor] = true
+		}
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -104,21 +109,22 @@ func TestNVMLMappingOnRecordedOutput(t *testing.T) {
 		cuda   string
 		thr    string
 		ecc    int64
+		minor  int // /dev/nvidia<minor>: NVML index 0 is node 1, index 1 node 0
 		failed bool
 	}{
-		{"H100-80GB", 80, "12.2", "", 0, false},
-		{"A100-80GB", 80, "12.2", "", 0, false},
-		{"A100-40GB", 40, "12.2", "sw_thermal_slowdown,hw_thermal_slowdown", 2, false},
-		{"L4-24GB", 24, "12.4", "sw_power_cap", 0, false},
-		{"RTX4090-24GB", 24, "12.4", "", -1, false},
-		{"L40S-48GB", 48, "12.4", "", 0, false},
-		{"RTXA6000-48GB", 48, "12.2", "", 0, false},
-		{"", 0, "12.2", "", -1, true},
+		{"H100-80GB", 80, "12.2", "", 0, 1, false},
+		{"A100-80GB", 80, "12.2", "", 0, 0, false},
+		{"A100-40GB", 40, "12.2", "sw_thermal_slowdown,hw_thermal_slowdown", 2, 2, false},
+		{"L4-24GB", 24, "12.4", "sw_power_cap", 0, 3, false},
+		{"RTX4090-24GB", 24, "12.4", "", -1, 4, false},
+		{"L40S-48GB", 48, "12.4", "", 0, 5, false},
+		{"RTXA6000-48GB", 48, "12.2", "", 0, 6, false},
+		{"", 0, "12.2", "", -1, -1, true},
 	}
 	for i, w := range want {
 		g := gpus[i]
 		if g.Model != w.model || g.VRAMGB != w.vram || g.CUDAVersion != w.cuda || strings.Join(g.Health.Throttle, ",") != w.thr ||
-			g.Health.ECCUncorrected != w.ecc || (g.Health.Error != "") != w.failed {
+			g.Health.ECCUncorrected != w.ecc || g.DeviceMinor != w.minor || (g.Health.Error != "") != w.failed {
 			t.Errorf("GPU %d (%s): %+v; want %+v", i, raws[i].Name, g, w)
 		}
 	}

@@ -68,7 +68,7 @@ func (s *Simulated) GPUs() ([]GPUInfo, error) {
 			Index: i, UUID: fmt.Sprintf("GPU-5e000000-%04x-%04x-%04x-%012x", sum>>48, (sum>>32)&0xffff, (sum>>16)&0xffff, sum&0xffffffffffff),
 			Name: "Simulated " + model, Model: model, VRAMGB: vram, MemoryBytes: uint64(vram) << 30,
 			DriverVersion: "simulated", CUDAVersion: "12.2", PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x10+i),
-			Simulated: true, PerfFactor: factor,
+			DeviceMinor: -1, Simulated: true, PerfFactor: factor,
 			Health: Health{TemperatureC: 40},
 		}
 		if factor < 0.9 { // a degraded GPU looks like a throttled one

@@ -65,7 +65,11 @@ func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRun
 		if g.Health.Error != "" {
 			continue
 		}
-		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Simulated: g.Simulated}})
+		if !g.Simulated && g.DeviceMinor < 0 {
+			n.log.Warn("GPU left out of jobs: its device node is unknown (NVML gave no minor number)", "uuid", g.UUID)
+			continue
+		}
+		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
 	}
 	return r, nil
 }

@@ -331,6 +331,10 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err := os.Chown(spec.OutputDir, JobUID, JobGID); err != nil {
 		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", JobUID, err)
 	}
+	opts, err := specOpts(cfg, spec, c.devDir)
+	if err != nil {
+		return fmt.Errorf("job %s: %w", spec.ID, err)
+	}
 	labels := map[string]string{
 		labelJob:       "1",
 		labelWallClock: spec.WallClock.String(),
@@ -343,7 +347,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 		client.WithImage(img),
 		client.WithSnapshotter(c.opts.Snapshotter),
 		client.WithNewSnapshot(spec.ID, img),
-		client.WithNewSpec(specOpts(cfg, spec, c.devDir)...),
+		client.WithNewSpec(opts...),
 		client.WithContainerLabels(labels),
 	)
 	if err != nil {

@@ -331,8 +331,9 @@ func TestLogLimit(t *testing.T) {
 }
 
 // TestRealGPUDevices gives a job one non-simulated GPU out of four, on fake device nodes
-// (no GPU here): the job must see that GPU's node and the control nodes only, and the
-// device cgroup must allow only those.
+// (no GPU here): the job must see that GPU's node (by its minor number, not its NVML
+// index) and the control nodes only, and the device cgroup must allow only those. A GPU
+// whose node is missing is an error, not a job without its GPU.
 func TestRealGPUDevices(t *testing.T) {
 	rt, ref := testRuntime(t)
 	dev := t.TempDir()
@@ -348,9 +349,14 @@ func TestRealGPUDevices(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "out"), 0o700)
 	spec := Spec{ID: "gpu-job", Image: ref, MemoryBytes: 32 << 20, CPUMillis: 500, Pids: 16, ScratchBytes: 1 << 20, WallClock: 30 * time.Second,
 		OutputDir: filepath.Join(dir, "out"), LogPath: filepath.Join(dir, "log"),
-		GPUs: []GPU{{Index: 2, UUID: "GPU-22222222"}},
+		GPUs: []GPU{{Index: 0, Minor: 2, UUID: "GPU-22222222"}},
 		Args: []string{"sh", "-c", `echo DEVS: $(ls /dev | grep nvidia); echo VISIBLE=$GPUNEX_VISIBLE_GPUS; mknod /dev/x c 195 0 2>/dev/null && echo MKNOD-OK; echo READY; sleep 10`}}
 	ctx := context.Background()
+	gone := spec
+	gone.ID, gone.GPUs = "gpu-gone", []GPU{{Index: 1, Minor: 7, UUID: "GPU-77777777"}}
+	if err := rt.Start(ctx, gone); err == nil || !strings.Contains(err.Error(), "nvidia7") || !strings.Contains(err.Error(), "driver") {
+		t.Fatalf("a GPU without its device node: %v", err)
+	}
 	if err := rt.Start(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,11 @@ import (
 
 // GPU is one GPU allocated to a job.
 type GPU struct {
-	Index int    // the host's device index
+	Index int    // NVML's index of the GPU
 	UUID  string // GPU-xxxxxxxx...
+	// Minor is N of the GPU's device node /dev/nvidiaN (NVML's minor number, which need
+	// not equal Index); unused for simulated GPUs.
+	Minor int
 	// Simulated GPUs have no device nodes: the job sees them only through the
 	// GPUNEX_VISIBLE_GPUS environment variable (comma-separated UUIDs).
 	Simulated bool

@@ -122,11 +122,11 @@ func (s *Spec) Validate() error {
 //     and can reach services listening on the host's loopback: the isolation is weaker,
 //     and the host's /etc/resolv.conf is bind-mounted read-only so names resolve);
 //     otherwise a new network namespace with only its own loopback;
-//   - for each real (not simulated) GPU its /dev/nvidia<Index>, plus /dev/nvidiactl,
+//   - for each real (not simulated) GPU its /dev/nvidia<Minor>, plus /dev/nvidiactl,
 //     /dev/nvidia-uvm and /dev/nvidia-uvm-tools, where present on the host, each with a
 //     device cgroup rule allowing only it, and the NVIDIA driver's user-space libraries
 //     bind-mounted read-only (see gpuMounts).
-func specOpts(img ocispec.Image, s Spec, devDir string) []oci.SpecOpts {
+func specOpts(img ocispec.Image, s Spec, devDir string) ([]oci.SpecOpts, error) {
 	uuids := make([]string, len(s.GPUs))
 	for i, g := range s.GPUs {
 		uuids[i] = g.UUID
@@ -155,8 +155,11 @@ func specOpts(img ocispec.Image, s Spec, devDir string) []oci.SpecOpts {
 			opts = append(opts, oci.WithMounts([]specs.Mount{{Destination: "/etc/resolv.conf", Type: "bind", Source: "/etc/resolv.conf", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}}))
 		}
 	}
-	opts = append(opts, gpuOpts(s.GPUs, devDir)...)
-	return opts
+	gpus, err := gpuOpts(s.GPUs, devDir)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, gpus...), nil
 }
 
 // jobMounts are the job's own mounts: scratch space and its output folder.
@@ -244,24 +247,33 @@ var nvidiaLibraryDirs = []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-
 // gpuOpts gives a job its real GPUs: device nodes with device cgroup rules allowing only
 // them, and the driver's libraries read-only (at the same paths as on the host, where the
 // dynamic linker of a Debian- or Ubuntu-based image looks) plus nvidia-smi. This is best
-// effort and untested here (no GPU on the test machines): what is missing on the host is
-// left out, and images that need more should be run with nvidia-container-toolkit.
+// effort and untested with a real driver (no GPU on the test machines): a GPU's own device
+// node must exist (else an error: the driver is not loaded, or the GPU is gone), the other
+// nodes and libraries missing on the host are left out, and images that need more should be
+// run with nvidia-container-toolkit.
 // Simulated GPUs get nothing but their UUID in GPUNEX_VISIBLE_GPUS.
 //
 // devDir is where the host's device nodes are ("/dev"; tests use a folder of fake ones).
-func gpuOpts(gpus []GPU, devDir string) []oci.SpecOpts {
-	var devices []string
-	for _, g := range gpus {
-		if !g.Simulated {
-			devices = append(devices, fmt.Sprintf("nvidia%d", g.Index))
-		}
-	}
-	if len(devices) == 0 {
-		return nil
-	}
-	devices = append(devices, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+func gpuOpts(gpus []GPU, devDir string) ([]oci.SpecOpts, error) {
 	var opts []oci.SpecOpts
-	for _, d := range devices {
+	for _, g := range gpus {
+		if g.Simulated {
+			continue
+		}
+		if g.Minor < 0 {
+			return nil, fmt.Errorf("GPU %s: its device node is unknown (NVML gave no minor number)", g.UUID)
+		}
+		name := fmt.Sprintf("nvidia%d", g.Minor)
+		dev, err := oci.DeviceFromPath(filepath.Join(devDir, name))
+		if err != nil {
+			return nil, fmt.Errorf("GPU %s: device node %s: %w (is the NVIDIA driver loaded?)", g.UUID, filepath.Join(devDir, name), err)
+		}
+		opts = append(opts, withDevice(*dev, "/dev/"+name))
+	}
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	for _, d := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
 		if dev, err := oci.DeviceFromPath(filepath.Join(devDir, d)); err == nil {
 			opts = append(opts, withDevice(*dev, "/dev/"+d))
 		}
@@ -283,7 +295,7 @@ func gpuOpts(gpus []GPU, devDir string) []oci.SpecOpts {
 	if len(mounts) > 0 {
 		opts = append(opts, oci.WithMounts(mounts))
 	}
-	return opts
+	return opts, nil
 }
 
 // withDevice adds a host device node at path in the job's /dev, with a device cgroup rule
