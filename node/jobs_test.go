@@ -57,6 +57,7 @@ func testRuntime(t testing.TB) sandbox.Runtime {
 }
 
 func TestMain(m *testing.M) {
+	sandbox.RunLoggerIfInvoked() // the jobs' logger is this test binary
 	code := m.Run()
 	if ctrd != nil {
 		ctrd.Stop()

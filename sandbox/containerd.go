@@ -74,13 +74,15 @@ type ContainerdOptions struct {
 	Namespace   string        // the containerd namespace holding the jobs (DefaultNamespace)
 	Snapshotter string        // DefaultSnapshotter
 	KillGrace   time.Duration // time between SIGTERM and SIGKILL in Kill (DefaultKillGrace)
-	// MaxLogBytes bounds a job's log (DefaultMaxLogBytes): the shim writes what the job
-	// prints with no limit of its own, so the monitor kills a job whose log grows past
-	// this with ReasonLogLimit (SIGKILL at once). The log may overshoot by what the job
-	// prints between two checks (logCheckEvery), which its CPU quota slows down:
-	// measured here, `yes` with half a CPU left a 178 MB log against a 1 MiB limit.
+	// MaxLogBytes bounds a job's log (DefaultMaxLogBytes): the job logger (joblog.go)
+	// writes at most this much and discards the rest, and the monitor then kills the job
+	// with ReasonLogLimit (SIGKILL at once) within logCheckEvery.
 	MaxLogBytes int64
-	Logger      *slog.Logger // slog.Default() with subsystem=sandbox
+	// LogBinary is the program containerd's shim runs to write a job's log: a binary
+	// that calls RunLoggerIfInvoked first thing (the running one, os.Executable(), by
+	// default; an absolute path).
+	LogBinary string
+	Logger    *slog.Logger // slog.Default() with subsystem=sandbox
 }
 
 // Containerd runs jobs as containerd containers (runc). It needs root on the host running
@@ -141,6 +143,13 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default().With("subsystem", "sandbox")
+	}
+	if o.LogBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find this binary to write job logs: %w", err)
+		}
+		o.LogBinary = exe
 	}
 	unreachable := func(err error) error {
 		return fmt.Errorf("containerd not reachable at %s (%v): install it with apt-get install containerd runc, or set jobs.containerd_address", o.Address, err)
@@ -314,7 +323,8 @@ func (c *Containerd) imageConfig(ctx context.Context, img client.Image) (ocispec
 
 // Start creates the job's container (its own snapshot of the image, the spec described at
 // specOpts), gives OutputDir to the job's user, starts its process with stdout and stderr
-// appended to LogPath by containerd's shim, and starts its monitor.
+// appended to LogPath by the job logger (joblog.go, run by containerd's shim), and starts
+// its monitor.
 func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err := spec.Validate(); err != nil {
 		return err
@@ -365,7 +375,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 			ctr.Delete(context.WithoutCancel(ctx), client.WithSnapshotCleanup)
 		}
 	}()
-	task, err := ctr.NewTask(ctx, cio.LogFile(spec.LogPath))
+	task, err := ctr.NewTask(ctx, cio.BinaryIO(c.opts.LogBinary, map[string]string{
+		loggerPathArg: spec.LogPath, loggerMaxArg: strconv.FormatInt(c.opts.MaxLogBytes, 10),
+	}))
 	if err != nil {
 		return fmt.Errorf("create the task of job %s: %w", spec.ID, err)
 	}
@@ -784,9 +796,9 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 					c.log.Info("killing a job whose output is over its limit", "job", id, "bytes", used, "limit", outMax)
 				}
 			}
-			if st, err := os.Stat(logPath); err == nil && logPath != "" && logMax > 0 && st.Size() > logMax {
+			if _, err := os.Stat(overMark(logPath)); err == nil && logPath != "" {
 				reason = ReasonLogLimit
-				c.log.Info("killing a job whose log is over its limit", "job", id, "bytes", st.Size(), "limit", logMax)
+				c.log.Info("killing a job that printed more than its log limit", "job", id, "limit", logMax)
 			}
 			if reason != "" { // abuse: no grace
 				tick = nil

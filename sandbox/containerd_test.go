@@ -31,6 +31,7 @@ var (
 const testImageRef = "gpunex.test/busybox:1"
 
 func TestMain(m *testing.M) {
+	RunLoggerIfInvoked() // the jobs' logger is this test binary
 	os.Exit(func() int {
 		var buf bytes.Buffer
 		if testDigest, testDaemonErr = BusyboxImage(&buf, testImageRef); testDaemonErr != nil {
@@ -298,6 +299,8 @@ func TestStartContainerdLongDir(t *testing.T) {
 	rt.Close()
 }
 
+// TestLogLimit: a job printing without end is killed for its log, which holds exactly the
+// limit: the first MiB of what it printed, nothing more.
 func TestLogLimit(t *testing.T) {
 	rt, ref := testRuntime(t)
 	small, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(), MaxLogBytes: 1 << 20})
@@ -324,9 +327,16 @@ func TestLogLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the log held %d MiB when the job was killed (limit 1 MiB)", st.Size()>>20)
 	if exit.Reason != ReasonLogLimit {
 		t.Fatalf("a job printing without end: %+v, want reason %q", exit, ReasonLogLimit)
+	}
+	b, err := os.ReadFile(spec.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "a line of log that never ends\n"
+	if st.Size() != 1<<20 || !bytes.HasPrefix(b, []byte(line+line)) || strings.Trim(string(b), line) != "" {
+		t.Fatalf("the log holds %d bytes (limit %d) starting %q", st.Size(), 1<<20, b[:min(len(b), 80)])
 	}
 }
 

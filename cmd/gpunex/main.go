@@ -8,9 +8,12 @@ import (
 	"os"
 
 	_ "time/tzdata" // availability schedules name IANA zones; do not depend on the host's tzdata
+
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 func main() {
+	sandbox.RunLoggerIfInvoked() // containerd's shim runs this binary to write job logs
 	cmd := rootCommand()
 	if err := cmd.Execute(); err != nil {
 		var ex exitError
