@@ -29,10 +29,13 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-## cross: the CLI builds for renters and auditors on macOS and Windows (no NVML, no jobs there)
+## cross: the CLI builds for renters and auditors on macOS and Windows (no NVML, no jobs
+## there), and the tests compile there (vet type-checks them)
 cross:
 	GOOS=darwin CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/gpunex
 	GOOS=windows CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/gpunex
+	GOOS=darwin CGO_ENABLED=0 $(GO) vet ./...
+	GOOS=windows CGO_ENABLED=0 $(GO) vet ./...
 
 unit:
 	$(GO) test -count=1 -timeout 20m ./...
