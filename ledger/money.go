@@ -361,6 +361,13 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 
 func earningKey(provider, receipt string) string { return prefixEarning + provider + "/" + receipt }
 
+// GetEarning returns a provider's earning from one receipt, or ErrNotFound.
+func (l *Ledger) GetEarning(provider, receipt string) (Earning, error) {
+	var e Earning
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, earningKey(provider, receipt), &e) })
+	return e, err
+}
+
 // Earnings returns a provider's earnings ("" for all), oldest first.
 func (l *Ledger) Earnings(provider string) ([]Earning, error) {
 	prefix := prefixEarning

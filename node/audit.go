@@ -11,7 +11,6 @@ import (
 	sol "github.com/gagliardetto/solana-go"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -40,67 +39,112 @@ type AuditReceipt struct {
 	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
 }
 
-// bundle assembles a batch's audit bundle from the coordinator's ledger.
-func (s *settlement) bundle(id string) (*AuditBundle, error) {
+// walletPageBytes bounds the records one batches or bundle answer carries (the reader
+// takes up to 16 MiB): a longer listing comes in pages.
+var walletPageBytes = 8 << 20
+
+// bundlePage assembles part of a batch's audit bundle from the coordinator's ledger: the
+// batch and the settings it relied on (first page only), then the records of its receipts
+// from index offset on, in the batch's order, about budget bytes of them (at least one).
+// more says receipts are left.
+func (s *settlement) bundlePage(id string, offset, budget int) (*AuditBundle, bool, error) {
 	l := s.n.ledger
 	b, err := l.GetBatch(id)
 	if err != nil {
-		return nil, fmt.Errorf("batch %s: %w", id, err)
+		return nil, false, fmt.Errorf("batch %s: %w", id, err)
 	}
-	out := &AuditBundle{Batch: b.Record}
-	for _, p := range b.Payouts {
-		earnings, err := l.Earnings(p.Provider)
-		if err != nil {
-			return nil, err
+	if offset < 0 {
+		return nil, false, fmt.Errorf("offset %d", offset)
+	}
+	out := &AuditBundle{Receipts: []AuditReceipt{}}
+	size := 0
+	if offset == 0 {
+		out.Batch = b.Record
+		size += len(b.Record)
+		for _, p := range b.Payouts {
+			if raw := b.Settings[p.Provider]; raw != nil {
+				out.Settings = append(out.Settings, raw)
+				size += len(raw)
+			}
 		}
-		byReceipt := map[string]ledger.Earning{}
-		for _, e := range earnings {
-			byReceipt[e.Receipt] = e
+	}
+	i := 0
+	for _, p := range b.Payouts {
+		if i+len(p.Receipts) <= offset {
+			i += len(p.Receipts)
+			continue
 		}
 		for _, r := range p.Receipts {
-			e, ok := byReceipt[r]
-			if !ok {
-				return nil, fmt.Errorf("batch %s: receipt %s has no earning", id, r)
+			if i++; i <= offset {
+				continue
+			}
+			if size >= budget && len(out.Receipts) > 0 {
+				return out, true, nil
+			}
+			e, err := l.GetEarning(p.Provider, r)
+			if err != nil {
+				return nil, false, fmt.Errorf("batch %s: receipt %s: earning: %w", id, r, err)
 			}
 			rep, err := l.GetJobReport(e.Job, e.Provider)
 			if err != nil {
-				return nil, fmt.Errorf("job %s: report: %w", e.Job, err)
+				return nil, false, fmt.Errorf("job %s: report: %w", e.Job, err)
 			}
 			h, err := l.GetHold(e.Job)
 			if err != nil {
-				return nil, fmt.Errorf("job %s: hold: %w", e.Job, err)
+				return nil, false, fmt.Errorf("job %s: hold: %w", e.Job, err)
 			}
-			out.Receipts = append(out.Receipts, AuditReceipt{Receipt: rep.Receipt, Lease: rep.Lease, LeaseCountersig: rep.LeaseCountersig, Hold: h.Raw,
-				ReceiptCountersig: rep.ReceiptCountersig})
-		}
-		if raw := b.Settings[p.Provider]; raw != nil {
-			out.Settings = append(out.Settings, raw)
+			ar := AuditReceipt{Receipt: rep.Receipt, Lease: rep.Lease, LeaseCountersig: rep.LeaseCountersig, Hold: h.Raw,
+				ReceiptCountersig: rep.ReceiptCountersig}
+			out.Receipts = append(out.Receipts, ar)
+			// Records travel base64-encoded: 4/3 of their size.
+			size += (len(ar.Receipt) + len(ar.Lease) + len(ar.LeaseCountersig) + len(ar.Hold) + len(ar.ReceiptCountersig)) * 4 / 3
 		}
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // PayoutBundle returns a batch's audit bundle: from the ledger on a coordinator, from the
 // trusted coordinator otherwise. Known are the signed records of every batch the
 // coordinator lists, for the double-payment check.
 func (n *Node) PayoutBundle(ctx context.Context, id string) (*AuditBundle, [][]byte, error) {
-	if n.money != nil {
-		b, err := n.money.bundle(id)
+	bundle := &AuditBundle{}
+	for {
+		resp, err := n.walletCall(ctx, walletRequest{Op: "bundle", Batch: id, Offset: len(bundle.Receipts)})
 		if err != nil {
 			return nil, nil, err
 		}
-		known, err := n.money.batchRecords("")
-		return b, known, err
+		if resp.Bundle == nil || (resp.More && len(resp.Bundle.Receipts) == 0) {
+			return nil, nil, fmt.Errorf("batch %s: the coordinator's bundle stops at receipt %d", id, len(bundle.Receipts))
+		}
+		if len(bundle.Receipts) == 0 {
+			bundle.Batch, bundle.Settings = resp.Bundle.Batch, resp.Bundle.Settings
+		}
+		bundle.Receipts = append(bundle.Receipts, resp.Bundle.Receipts...)
+		if !resp.More {
+			break
+		}
 	}
-	resp, err := n.walletCall(ctx, walletRequest{Op: "bundle", Batch: id})
-	if err != nil {
-		return nil, nil, err
+	var known [][]byte
+	after := ""
+	for {
+		resp, err := n.walletCall(ctx, walletRequest{Op: "batches", After: after})
+		if err != nil {
+			return nil, nil, err
+		}
+		known = append(known, resp.Batches...)
+		if !resp.More {
+			break
+		}
+		if len(resp.Batches) == 0 {
+			return nil, nil, errors.New("the coordinator's batch listing has an empty page")
+		}
+		last, err := protocol.CheckBatch(resp.Batches[len(resp.Batches)-1], nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("batch listing: %w", err)
+		}
+		after = last.Batch
 	}
-	all, err := n.walletCall(ctx, walletRequest{Op: "batches"})
-	if err != nil {
-		return nil, nil, err
-	}
-	return resp.Bundle, all.Batches, nil
+	return bundle, known, nil
 }
 
 // AuditOptions configure Audit.

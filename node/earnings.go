@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,6 +10,7 @@ import (
 
 	sol "github.com/gagliardetto/solana-go"
 
+	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -78,6 +80,9 @@ type EarningsView struct {
 	Groups         []EarningsGroup `json:"groups"`
 	History        []EarningRow    `json:"history"`
 	Payouts        []PayoutRow     `json:"payouts"`
+	// Truncated says History lists only the latest jobs of the period (the totals cover
+	// them all; Groups only those listed): narrow the period to see the rest.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // periodStart is the start of the current week (Monday) or month, in UTC.
@@ -116,39 +121,24 @@ func (n *Node) Earnings(ctx context.Context, q EarningsQuery) (EarningsView, err
 	if q.By != "model" && q.By != "gpu" {
 		return EarningsView{}, badRequest(fmt.Errorf("by %q: use gpu or model", q.By))
 	}
-	resp, err := n.walletCall(ctx, walletRequest{Op: "earnings"})
+	resp, err := n.walletCall(ctx, walletRequest{Op: "earnings", From: from, To: to})
 	if err != nil {
 		return EarningsView{}, err
 	}
-	v := EarningsView{From: from, To: to, By: q.By, Groups: []EarningsGroup{}, History: []EarningRow{}, Payouts: []PayoutRow{}}
-	trusted, _ := n.cfg.TrustedCoordinators()
-	paid := map[string]bool{}
-	var paidTotal protocol.MicroUSDC
-	for _, raw := range resp.Batches {
-		b, err := protocol.CheckBatch(raw, protocol.NewTrust(trusted...))
-		if err != nil {
-			continue
-		}
-		for _, p := range b.Payouts {
-			if p.Provider != n.id.String() {
-				continue
-			}
-			row := PayoutRow{Batch: b.Batch, IssuedAt: b.IssuedAt, State: b.State, Method: p.Method, Destination: p.Destination,
-				AmountUSDC: p.Amount.String(), Amount: int64(p.Amount), Receipts: len(p.Receipts), Paid: p.Paid, Transaction: p.Transaction}
-			if p.Paid {
-				paidTotal += p.Amount
-				for _, r := range p.Receipts {
-					paid[r] = true
-				}
-				if sig, err := sol.SignatureFromBase58(p.Transaction); err == nil && p.Method == protocol.PayoutUSDC {
-					row.Explorer = chain.ExplorerURL(sig, n.cfg.Wallet.RPC)
-				}
-			}
-			v.Payouts = append(v.Payouts, row)
+	a := resp.Earnings
+	if a == nil {
+		return EarningsView{}, errors.New("the coordinator's answer holds no earnings")
+	}
+	v := EarningsView{From: from, To: to, By: q.By, Groups: []EarningsGroup{}, History: []EarningRow{}, Payouts: a.Payouts, Truncated: a.Truncated}
+	if v.Payouts == nil {
+		v.Payouts = []PayoutRow{}
+	}
+	for i, p := range v.Payouts {
+		if sig, err := sol.SignatureFromBase58(p.Transaction); err == nil && p.Paid && p.Method == protocol.PayoutUSDC {
+			v.Payouts[i].Explorer = chain.ExplorerURL(sig, n.cfg.Wallet.RPC)
 		}
 	}
-	sort.Slice(v.Payouts, func(i, k int) bool { return v.Payouts[i].IssuedAt.After(v.Payouts[k].IssuedAt) })
-	v.PaidUSDC = paidTotal.String()
+	v.PaidUSDC = a.Paid.String()
 	gpusOf := map[string][]string{}
 	if jobs, err := n.ledger.Jobs(); err == nil {
 		for _, j := range jobs {
@@ -170,18 +160,8 @@ func (n *Node) Earnings(ctx context.Context, q EarningsQuery) (EarningsView, err
 			g.Jobs++
 		}
 	}
-	var total, charged, commission, pending protocol.MicroUSDC
-	for _, e := range resp.Earnings {
-		isPaid := paid[e.Receipt]
-		if !isPaid {
-			pending += e.Net
-		}
-		if e.EndedAt.Before(from) || e.EndedAt.After(to) {
-			continue
-		}
-		total += e.Net
-		charged += e.Charge
-		commission += e.Commission
+	for _, row := range a.Rows {
+		e, isPaid := row.Earning, row.Paid
 		v.History = append(v.History, EarningRow{Job: e.Job, EndedAt: e.EndedAt, Model: e.Model, GPUs: e.GPUs, Seconds: e.Seconds,
 			ChargeUSDC: e.Charge.String(), CommissionUSDC: e.Commission.String(), NetUSDC: e.Net.String(), Net: int64(e.Net),
 			Batch: e.Batch, Paid: isPaid})
@@ -211,8 +191,91 @@ func (n *Node) Earnings(ctx context.Context, q EarningsQuery) (EarningsView, err
 	}
 	sort.Slice(v.Groups, func(i, k int) bool { return v.Groups[i].Key < v.Groups[k].Key })
 	slices.Reverse(v.History)
-	v.Total, v.TotalUSDC = int64(total), total.String()
-	v.ChargedUSDC, v.CommissionUSDC = charged.String(), commission.String()
-	v.Pending, v.PendingUSDC = int64(pending), pending.String()
+	v.Total, v.TotalUSDC = int64(a.Net), a.Net.String()
+	v.ChargedUSDC, v.CommissionUSDC = a.Charge.String(), a.Commission.String()
+	v.Pending, v.PendingUSDC = int64(a.Pending), a.Pending.String()
 	return v, nil
+}
+
+// Bounds of a provider's earnings answer.
+var (
+	maxEarningRows = 20000
+	maxPayoutRows  = 1000
+)
+
+// earningsAnswer is the coordinator's answer to a provider's earnings request.
+type earningsAnswer struct {
+	// Rows are the earnings of jobs that ended within the period, oldest first: the
+	// latest maxEarningRows of them (Truncated then says some were left out).
+	Rows      []earningRow `json:"rows"`
+	Truncated bool         `json:"truncated,omitempty"`
+	// Net, Charge and Commission sum every earning of the period, listed or not.
+	Net        protocol.MicroUSDC `json:"net_micro_usdc"`
+	Charge     protocol.MicroUSDC `json:"charge_micro_usdc"`
+	Commission protocol.MicroUSDC `json:"commission_micro_usdc"`
+	// Pending is every earning not paid yet, and Paid every payout made, whatever the
+	// period.
+	Pending protocol.MicroUSDC `json:"pending_micro_usdc"`
+	Paid    protocol.MicroUSDC `json:"paid_micro_usdc"`
+	// Payouts are the provider's payouts, newest first (at most maxPayoutRows).
+	Payouts []PayoutRow `json:"payouts"`
+}
+
+type earningRow struct {
+	ledger.Earning
+	Paid bool `json:"paid"`
+}
+
+// earningsOf answers a provider's earnings request for jobs that ended within [from, to]
+// (zero bounds are open).
+func (s *settlement) earningsOf(provider string, from, to time.Time) (*earningsAnswer, error) {
+	l := s.n.ledger
+	bs, err := l.Batches()
+	if err != nil {
+		return nil, err
+	}
+	a := &earningsAnswer{Rows: []earningRow{}, Payouts: []PayoutRow{}}
+	paid := map[string]bool{}
+	for _, b := range bs {
+		if len(b.Record) == 0 {
+			continue
+		}
+		for _, p := range b.Payouts {
+			if p.Provider != provider {
+				continue
+			}
+			if p.Paid {
+				a.Paid += p.Amount
+				for _, r := range p.Receipts {
+					paid[r] = true
+				}
+			}
+			a.Payouts = append(a.Payouts, PayoutRow{Batch: b.Batch, IssuedAt: b.IssuedAt, State: b.State, Method: p.Method,
+				Destination: p.Destination, AmountUSDC: p.Amount.String(), Amount: int64(p.Amount), Receipts: len(p.Receipts),
+				Paid: p.Paid, Transaction: p.Transaction})
+		}
+	}
+	sort.SliceStable(a.Payouts, func(i, k int) bool { return a.Payouts[i].IssuedAt.After(a.Payouts[k].IssuedAt) })
+	a.Payouts = a.Payouts[:min(len(a.Payouts), maxPayoutRows)]
+	earnings, err := l.Earnings(provider)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range earnings {
+		isPaid := paid[e.Receipt]
+		if !isPaid {
+			a.Pending += e.Net
+		}
+		if (!from.IsZero() && e.EndedAt.Before(from)) || (!to.IsZero() && e.EndedAt.After(to)) {
+			continue
+		}
+		a.Net += e.Net
+		a.Charge += e.Charge
+		a.Commission += e.Commission
+		a.Rows = append(a.Rows, earningRow{Earning: e, Paid: isPaid})
+	}
+	if len(a.Rows) > maxEarningRows {
+		a.Rows, a.Truncated = a.Rows[len(a.Rows)-maxEarningRows:], true
+	}
+	return a, nil
 }

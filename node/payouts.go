@@ -636,20 +636,24 @@ func (n *Node) Batches() ([]BatchView, error) {
 	return out, err
 }
 
-// batchRecords returns the signed records of every batch, or of those paying a provider.
-func (s *settlement) batchRecords(provider string) ([][]byte, error) {
+// batchPage returns the signed records of the batches whose ID sorts before after (all
+// when after is empty), newest first, about budget bytes of them (at least one); more says
+// older ones are left.
+func (s *settlement) batchPage(after string, budget int) (records [][]byte, more bool, err error) {
 	bs, err := s.n.ledger.Batches()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var out [][]byte
+	size := 0
 	for _, b := range bs {
-		if len(b.Record) == 0 {
+		if len(b.Record) == 0 || (after != "" && b.Batch >= after) {
 			continue
 		}
-		if provider == "" || slices.ContainsFunc(b.Payouts, func(p protocol.Payout) bool { return p.Provider == provider }) {
-			out = append(out, b.Record)
+		if size >= budget && len(records) > 0 {
+			return records, true, nil
 		}
+		records = append(records, b.Record)
+		size += len(b.Record) * 4 / 3
 	}
-	return out, nil
+	return records, false, nil
 }

@@ -112,6 +112,13 @@ type walletRequest struct {
 	ExpiresAt time.Time          `json:"expires_at,omitzero"`
 	Settings  []byte             `json:"settings,omitempty"`
 	Batch     string             `json:"batch,omitempty"`
+	// From and To bound the earnings an earnings request lists (by end of job).
+	From time.Time `json:"from,omitzero"`
+	To   time.Time `json:"to,omitzero"`
+	// After continues a batches listing after this batch ID (the last one of the previous
+	// page); Offset continues a bundle's receipts from this index.
+	After  string `json:"after,omitempty"`
+	Offset int    `json:"offset,omitempty"`
 }
 
 // walletResponse answers it.
@@ -123,8 +130,11 @@ type walletResponse struct {
 	Account  *ledger.Account   `json:"account,omitempty"`
 	Holds    []ledger.Hold     `json:"holds,omitempty"`
 	Hold     []byte            `json:"hold,omitempty"`
-	Earnings []ledger.Earning  `json:"earnings,omitempty"`
+	Earnings *earningsAnswer   `json:"earnings,omitempty"`
 	Batches  [][]byte          `json:"batches,omitempty"`
+	// More says a batches or bundle answer has another page: ask again with After set to
+	// the last batch ID received, or Offset to the receipts received so far.
+	More bool `json:"more,omitempty"`
 	Bundle   *AuditBundle      `json:"bundle,omitempty"`
 	Deposits []ledger.Deposit  `json:"deposits,omitempty"`
 	Extra    map[string]string `json:"extra,omitempty"`
@@ -224,21 +234,17 @@ func (s *settlement) serve(ctx context.Context, remote peer.ID, req walletReques
 		_, err = l.PutPayoutSettings(ledger.PayoutSettings{PayoutSettings: *ps, Raw: req.Settings})
 		return walletResponse{}, err
 	case "earnings":
-		earnings, err := l.Earnings(remote.String())
-		if err != nil {
-			return walletResponse{}, err
-		}
-		batches, err := s.batchRecords(remote.String())
-		return walletResponse{Earnings: earnings, Batches: batches}, err
+		a, err := s.earningsOf(remote.String(), req.From, req.To)
+		return walletResponse{Earnings: a}, err
 	case "batches":
-		batches, err := s.batchRecords("")
-		return walletResponse{Batches: batches}, err
+		batches, more, err := s.batchPage(req.After, walletPageBytes)
+		return walletResponse{Batches: batches, More: more}, err
 	case "bundle":
-		b, err := s.bundle(req.Batch)
+		b, more, err := s.bundlePage(req.Batch, req.Offset, walletPageBytes)
 		if err != nil {
 			return walletResponse{}, err
 		}
-		return walletResponse{Bundle: b}, nil
+		return walletResponse{Bundle: b, More: more}, nil
 	}
 	return walletResponse{}, fmt.Errorf("unknown wallet request %q", req.Op)
 }

@@ -789,3 +789,57 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 		return h.State == ledger.HoldCharged && h.Charge == 120_000 && balance().Charged == 120_000, fmt.Sprintf("%+v", h)
 	})
 }
+
+// TestWalletAnswersComeInPages: an auditor gets a batch's bundle and the list of batches in
+// pages when they are long, and a provider its earnings of a period only, with totals that
+// cover the period even when the listing is cut short.
+func TestWalletAnswersComeInPages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Solana")
+	}
+	pageBytes, rows := walletPageBytes, maxEarningRows
+	t.Cleanup(func() { walletPageBytes, maxEarningRows = pageBytes, rows })
+	const providers, rounds = 12, 3
+	f := newPayoutFixture(t, t.TempDir(), providers)
+	ctx := context.Background()
+	var ids []string
+	for range rounds {
+		f.earn(t, 1_000_000)
+		run, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.BatchID)
+	}
+	whole, known, err := f.coord.PayoutBundle(ctx, ids[1])
+	if err != nil || len(whole.Receipts) != providers || len(known) != rounds {
+		t.Fatalf("in one page: %d receipts, %d batches known, %v", len(whole.Receipts), len(known), err)
+	}
+	walletPageBytes = 1 // one receipt, one batch a page
+	paged, pagedKnown, err := f.coord.PayoutBundle(ctx, ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(paged) != fmt.Sprint(whole) || fmt.Sprint(pagedKnown) != fmt.Sprint(known) {
+		t.Fatalf("paged answers differ: %d receipts, %d batches", len(paged.Receipts), len(pagedKnown))
+	}
+	if _, more, _ := f.coord.money.bundlePage(ids[1], 0, walletPageBytes); !more {
+		t.Fatal("a one-byte page held the whole bundle")
+	}
+
+	// Earnings: the provider's three jobs, all paid; a period holding none of them lists
+	// none but still knows what was paid; cut to one row, the totals still cover three.
+	a, err := f.coord.money.earningsOf(f.ids[0].String(), time.Time{}, time.Time{})
+	if err != nil || len(a.Rows) != rounds || a.Net != rounds*900_000 || a.Paid != rounds*900_000 || a.Pending != 0 || len(a.Payouts) != rounds || a.Truncated {
+		t.Fatalf("earnings: %+v %v", a, err)
+	}
+	old, err := f.coord.money.earningsOf(f.ids[0].String(), time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	if err != nil || len(old.Rows) != 0 || old.Net != 0 || old.Paid != rounds*900_000 {
+		t.Fatalf("earnings of a period without jobs: %+v %v", old, err)
+	}
+	maxEarningRows = 1
+	cut, err := f.coord.money.earningsOf(f.ids[0].String(), time.Time{}, time.Time{})
+	if err != nil || len(cut.Rows) != 1 || !cut.Truncated || cut.Net != rounds*900_000 || cut.Rows[0].Receipt != a.Rows[rounds-1].Receipt {
+		t.Fatalf("earnings cut to one row: %+v %v", cut, err)
+	}
+}
