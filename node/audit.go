@@ -20,7 +20,8 @@ import (
 // "Audit".
 
 // AuditBundle is a payout batch with everything needed to audit it: the signed batch, the
-// records behind each receipt, and the providers' signed payout settings.
+// records behind each receipt, and the signed payout settings of the providers it paid in
+// USDC (bank settings, which hold an IBAN and a name, are not published).
 type AuditBundle struct {
 	Batch    []byte         `json:"batch"`
 	Receipts []AuditReceipt `json:"receipts"`
@@ -44,7 +45,7 @@ type AuditReceipt struct {
 var walletPageBytes = 8 << 20
 
 // bundlePage assembles part of a batch's audit bundle from the coordinator's ledger: the
-// batch and the settings it relied on (first page only), then the records of its receipts
+// batch and the USDC payout settings it relied on (first page only), then the records of its receipts
 // from index offset on, in the batch's order, about budget bytes of them (at least one).
 // more says receipts are left.
 func (s *settlement) bundlePage(id string, offset, budget int) (*AuditBundle, bool, error) {
@@ -62,7 +63,9 @@ func (s *settlement) bundlePage(id string, offset, budget int) (*AuditBundle, bo
 		out.Batch = b.Record
 		size += len(b.Record)
 		for _, p := range b.Payouts {
-			if raw := b.Settings[p.Provider]; raw != nil {
+			// Bank settings carry the provider's IBAN and name: they stay with the
+			// coordinator, and the batch names only the masked IBAN.
+			if raw := b.Settings[p.Provider]; raw != nil && p.Method == protocol.PayoutUSDC {
 				out.Settings = append(out.Settings, raw)
 				size += len(raw)
 			}
@@ -268,7 +271,9 @@ func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditRe
 			bad("payout to %s: batch says %s USDC (+%s rounding), its receipts add up to %s USDC", p.Provider, p.Amount, p.Rounding, sum)
 		}
 		if s := settings[p.Provider]; s == nil {
-			bad("payout to %s: no payout settings signed by the provider", p.Provider)
+			if p.Method != protocol.PayoutBank { // bank settings are not published
+				bad("payout to %s: no payout settings signed by the provider", p.Provider)
+			}
 		} else if s.Method != p.Method || s.Destination() != p.Destination {
 			bad("payout to %s: paid by %s to %s, but the provider's signed settings say %s to %s", p.Provider, p.Method, p.Destination, s.Method, s.Destination())
 		}

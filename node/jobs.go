@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 // Jobs: a renter proposes, the provider answers with a lease or a reason, the renter
@@ -168,3 +169,8 @@ func decodeJSONStrict(b []byte, v any) error {
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
 }
+
+// RunJobLoggerIfInvoked turns the process into a job's log writer when containerd's shim
+// started it as one (sandbox.RunLoggerIfInvoked), and returns at once otherwise. The
+// gpunex binary calls it first thing: the shim runs that binary to write job logs.
+func RunJobLoggerIfInvoked() { sandbox.RunLoggerIfInvoked() }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -621,6 +622,20 @@ func TestBankPayouts(t *testing.T) {
 	}
 	if _, _, err := coord.BankExport(v.BatchID, "csv"); err == nil {
 		t.Fatal("a paid batch exported again")
+	}
+	// What anyone may read names the account only masked: no IBAN, no holder's name.
+	bundle, known, err := coord.PayoutBundle(context.Background(), v.BatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	public := bytes.Join(append(append([][]byte{bundle.Batch}, bundle.Settings...), known...), nil)
+	if bytes.Contains(public, []byte("FR1420041010050500013M02606")) || bytes.Contains(public, []byte("Ada GPU SARL")) ||
+		!bytes.Contains(public, []byte(`"destination":"FR14 **** 2606"`)) {
+		t.Fatalf("the public batch and bundle expose bank details:\n%s", public)
+	}
+	// (The fixture's receipts have no records, so the audit fails, but not for settings.)
+	if rep := Audit(context.Background(), *bundle, AuditOptions{RPC: e.rt.URL, Known: known}); strings.Contains(strings.Join(rep.Discrepancies, "\n"), "settings") {
+		t.Fatalf("audit of a bank batch: %+v", rep.Discrepancies)
 	}
 }
 

@@ -179,12 +179,22 @@ type PayoutSettings struct {
 	BIC         string `json:"bic,omitempty"`
 }
 
-// Destination is where the settings send money: the Solana address or the IBAN.
+// Destination is where the settings send money as a payout batch names it: the Solana
+// address, or the IBAN masked (MaskIBAN): batches are public, bank details are not.
 func (s PayoutSettings) Destination() string {
 	if s.Method == PayoutBank {
-		return s.IBAN
+		return MaskIBAN(s.IBAN)
 	}
 	return s.SolanaAddress
+}
+
+// MaskIBAN keeps an IBAN's country code, check digits and last four characters:
+// "FR7630006000011234567890189" is "FR76 **** 0189".
+func MaskIBAN(iban string) string {
+	if len(iban) < 8 {
+		return "****"
+	}
+	return iban[:4] + " **** " + iban[len(iban)-4:]
 }
 
 // Validate names the first field that is wrong.
@@ -309,7 +319,7 @@ func validBIC(s string) bool {
 type Payout struct {
 	Provider    string    `json:"provider"`
 	Method      string    `json:"method"`
-	Destination string    `json:"destination"` // Solana address or IBAN
+	Destination string    `json:"destination"` // Solana address, or masked IBAN (MaskIBAN)
 	Amount      MicroUSDC `json:"amount_micro_usdc"`
 	// Rounding is what a bank payout leaves unpaid to pay whole cents (under 0.01 USDC,
 	// kept by the treasury); zero for USDC payouts. Amount + Rounding is what the

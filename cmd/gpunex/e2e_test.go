@@ -27,7 +27,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	sandbox.RunLoggerIfInvoked() // in case a test starts jobs in this process
+	node.RunJobLoggerIfInvoked() // in case a test starts jobs in this process
 	dir, err := os.MkdirTemp("", "gpunex-e2e")
 	if err != nil {
 		panic(err)

@@ -9,11 +9,11 @@ import (
 
 	_ "time/tzdata" // availability schedules name IANA zones; do not depend on the host's tzdata
 
-	"github.com/gpunex/gpunex/sandbox"
+	"github.com/gpunex/gpunex/node"
 )
 
 func main() {
-	sandbox.RunLoggerIfInvoked() // containerd's shim runs this binary to write job logs
+	node.RunJobLoggerIfInvoked() // containerd's shim runs this binary to write job logs
 	cmd := rootCommand()
 	if err := cmd.Execute(); err != nil {
 		var ex exitError
