@@ -13,6 +13,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
@@ -404,6 +406,20 @@ func (n *Node) reach(ctx context.Context, p peer.ID) error {
 	}
 	n.host.Peerstore().AddAddrs(ai.ID, ai.Addrs, 10*time.Minute)
 	return nil
+}
+
+// openStream opens a stream for an operator's request (a job proposal, a job's control).
+// A dial that fails because an earlier one failed moments ago (libp2p's dial backoff) is
+// tried once more at once: the operator asked now, and the peer may be back.
+func (n *Node) openStream(ctx context.Context, p peer.ID, proto libp2pprotocol.ID) (network.Stream, error) {
+	s, err := n.host.NewStream(ctx, p, proto)
+	if err != nil && errors.Is(err, swarm.ErrDialBackoff) {
+		if sw, ok := n.host.Network().(*swarm.Swarm); ok {
+			sw.Backoff().Clear(p)
+			s, err = n.host.NewStream(ctx, p, proto)
+		}
+	}
+	return s, err
 }
 
 // Notifications returns the notices kept for the operator, oldest first.

@@ -130,7 +130,7 @@ func (n *Node) ProposeJob(ctx context.Context, req JobRequest) (_ JobView, err e
 	if err := n.reach(ctx, provider); err != nil {
 		return JobView{}, err
 	}
-	s, err := n.host.NewStream(ctx, provider, protocol.JobProtocol)
+	s, err := n.openStream(ctx, provider, protocol.JobProtocol)
 	if err != nil {
 		return JobView{}, fmt.Errorf("reach provider %s: %w", provider, err)
 	}
@@ -235,7 +235,7 @@ func (n *Node) control(ctx context.Context, j ledger.Job, m jobMsg) (network.Str
 	if err := n.reach(ctx, p); err != nil {
 		return nil, nil, err
 	}
-	s, err := n.host.NewStream(ctx, p, protocol.JobControlProtocol)
+	s, err := n.openStream(ctx, p, protocol.JobControlProtocol)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reach provider %s: %w", p, err)
 	}

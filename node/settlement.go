@@ -123,18 +123,18 @@ type walletRequest struct {
 
 // walletResponse answers it.
 type walletResponse struct {
-	Error    string            `json:"error,omitempty"`
-	Info     *WalletInfo       `json:"info,omitempty"`
-	Credited bool              `json:"credited,omitempty"`
-	Deposit  *ledger.Deposit   `json:"deposit,omitempty"`
-	Account  *ledger.Account   `json:"account,omitempty"`
-	Holds    []ledger.Hold     `json:"holds,omitempty"`
-	Hold     []byte            `json:"hold,omitempty"`
-	Earnings *earningsAnswer   `json:"earnings,omitempty"`
-	Batches  [][]byte          `json:"batches,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Info     *WalletInfo     `json:"info,omitempty"`
+	Credited bool            `json:"credited,omitempty"`
+	Deposit  *ledger.Deposit `json:"deposit,omitempty"`
+	Account  *ledger.Account `json:"account,omitempty"`
+	Holds    []ledger.Hold   `json:"holds,omitempty"`
+	Hold     []byte          `json:"hold,omitempty"`
+	Earnings *earningsAnswer `json:"earnings,omitempty"`
+	Batches  [][]byte        `json:"batches,omitempty"`
 	// More says a batches or bundle answer has another page: ask again with After set to
 	// the last batch ID received, or Offset to the receipts received so far.
-	More bool `json:"more,omitempty"`
+	More     bool              `json:"more,omitempty"`
 	Bundle   *AuditBundle      `json:"bundle,omitempty"`
 	Deposits []ledger.Deposit  `json:"deposits,omitempty"`
 	Extra    map[string]string `json:"extra,omitempty"`
