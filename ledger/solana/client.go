@@ -123,6 +123,9 @@ func (c *Client) MintDecimals(ctx context.Context, mint sol.PublicKey) (uint8, e
 	if a == nil {
 		return 0, fmt.Errorf("%w: account %s does not exist", ErrWrongMint, mint)
 	}
+	if a.Owner.Equals(sol.Token2022ProgramID) {
+		return 0, fmt.Errorf("%w: %s is a Token-2022 mint: gpunex moves USDC with the classic SPL Token program only", ErrWrongMint, mint)
+	}
 	if !isTokenProgram(a.Owner) {
 		return 0, fmt.Errorf("%w: account %s is owned by %s, not an SPL token program", ErrWrongMint, mint, a.Owner)
 	}

@@ -64,6 +64,12 @@ func (c *Client) sendAndConfirm(ctx context.Context, what string, ixs []sol.Inst
 // CreateMint creates a new SPL Token mint (a fresh random address) with payer as the mint
 // authority and no freeze authority, and waits until confirmed.
 func (c *Client) CreateMint(ctx context.Context, payer sol.PrivateKey, decimals uint8) (sol.PublicKey, error) {
+	return c.createMint(ctx, payer, decimals, sol.TokenProgramID)
+}
+
+// createMint creates a mint owned by a token program (the classic one, or Token-2022 in
+// tests).
+func (c *Client) createMint(ctx context.Context, payer sol.PrivateKey, decimals uint8, program sol.PublicKey) (sol.PublicKey, error) {
 	mintKey, err := NewKeypair()
 	if err != nil {
 		return sol.PublicKey{}, err
@@ -73,14 +79,14 @@ func (c *Client) CreateMint(ctx context.Context, payer sol.PrivateKey, decimals 
 	if err != nil {
 		return sol.PublicKey{}, fmt.Errorf("create mint: getMinimumBalanceForRentExemption: %w", err)
 	}
-	create := system.NewCreateAccountInstruction(rent, mintSize, sol.TokenProgramID, payer.PublicKey(), mint).Build()
+	create := system.NewCreateAccountInstruction(rent, mintSize, program, payer.PublicKey(), mint).Build()
 	// InitializeMint2: [20, decimals, mint authority, freeze authority option (none)].
 	data := make([]byte, 0, 35)
 	data = append(data, 20, decimals)
 	auth := payer.PublicKey()
 	data = append(data, auth[:]...)
 	data = append(data, 0)
-	init := sol.NewInstruction(sol.TokenProgramID, sol.AccountMetaSlice{sol.NewAccountMeta(mint, true, false)}, data)
+	init := sol.NewInstruction(program, sol.AccountMetaSlice{sol.NewAccountMeta(mint, true, false)}, data)
 	if _, err := c.sendAndConfirm(ctx, "create mint", []sol.Instruction{create, init}, payer, mintKey); err != nil {
 		return sol.PublicKey{}, err
 	}

@@ -395,6 +395,16 @@ func TestCheck(t *testing.T) {
 	if err := e.c.Check(ctx, s); !errors.Is(err, solana.ErrWrongMint) {
 		t.Fatalf("wrong decimals: %v", err)
 	}
+	// A Token-2022 mint is refused before anything moves: payouts use the classic program.
+	mint2022, err := e.c.CreateToken2022Mint(ctx, e.treasury, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = good
+	s.Mint = mint2022
+	if err := e.c.Check(ctx, s); !errors.Is(err, solana.ErrWrongMint) || !strings.Contains(err.Error(), "Token-2022") {
+		t.Fatalf("a Token-2022 mint: %v", err)
+	}
 
 	s = good
 	s.NeedMicro = 2_000_000 * usdc
