@@ -61,9 +61,13 @@ func probeSuite(t *testing.T, p Probe) {
 }
 
 func TestSimulatedProbe(t *testing.T) {
-	p := NewSimulated("12D3KooWTest", []SimulatedGPU{{Model: "H100-80GB"}, {Model: "l4-24gb", PerfFactor: 0.6}, {Model: "MI300X-192GB"}})
+	p := NewSimulated("12D3KooWTest", []SimulatedGPU{{Model: "H100-80GB"}, {Model: "l4-24gb", PerfFactor: 0.6}, {Model: "MI300X-192GB"}, {Model: "H100-80GB", Lost: true}})
 	gpus, _ := p.GPUs()
-	if len(gpus) != 3 || gpus[0].VRAMGB != 80 || gpus[1].Model != "L4-24GB" || gpus[2].VRAMGB != 192 || !gpus[0].Simulated {
+	// A lost GPU looks like NVML's (testdata: a failed device handle): its index and error.
+	if lost := gpus[3]; lost.Index != 3 || lost.UUID != "" || lost.Model != "" || !strings.HasPrefix(lost.Health.Error, "device handle: ") {
+		t.Fatalf("lost simulated GPU: %+v", lost)
+	}
+	if len(gpus) != 4 || gpus[0].VRAMGB != 80 || gpus[1].Model != "L4-24GB" || gpus[2].VRAMGB != 192 || !gpus[0].Simulated {
 		t.Fatalf("simulated GPUs: %+v", gpus)
 	}
 	if gpus[1].PerfFactor != 0.6 || len(gpus[1].Health.Throttle) == 0 || gpus[0].PerfFactor != 1 {

@@ -15,6 +15,9 @@ type SimulatedGPU struct {
 	// PerfFactor is its performance against the datasheet: 1 is nominal, 0.6 a throttled
 	// GPU at 60%. 0 means 1.
 	PerfFactor float64
+	// Lost makes it report itself fallen off the bus, as NVML reports a lost GPU: index,
+	// driver and the error, nothing else.
+	Lost bool
 }
 
 // Simulated is a probe of GPUs that do not exist: devnets and tests use it where there is
@@ -55,6 +58,11 @@ func simulatedVRAM(model string) int {
 func (s *Simulated) GPUs() ([]GPUInfo, error) {
 	out := make([]GPUInfo, 0, len(s.gpus))
 	for i, g := range s.gpus {
+		if g.Lost {
+			out = append(out, GPUInfo{Index: i, DriverVersion: "simulated", CUDAVersion: "12.2", DeviceMinor: -1, Simulated: true,
+				Health: Health{ECCUncorrected: -1, Error: "device handle: GPU is lost (simulated)"}})
+			continue
+		}
 		model := protocol.NormalizeModel(g.Model)
 		vram := simulatedVRAM(model)
 		h := fnv.New64a()

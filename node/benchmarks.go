@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,6 +227,9 @@ func (b *benchRunner) RunWith(ctx context.Context, coord peer.ID, progress Progr
 	if err != nil {
 		return nil, err
 	}
+	if b.n.jobs != nil {
+		b.n.jobs.probed(gpus)
+	}
 	steps, step := len(gpus)+2, 0
 	next := func(what string) { step++; progress(step, steps, what) }
 	if coord == "" {
@@ -326,13 +330,28 @@ func (b *benchRunner) notifyChanges(old, cur *protocol.SignedAttestation) {
 			was[g.UUID] = g.Below
 		}
 	}
+	now := map[string]bool{}
 	for _, g := range cur.GPUs {
+		now[g.UUID] = true
 		before, known := was[g.UUID]
 		switch {
+		case strings.HasPrefix(g.Below, protocol.LostPrefix) && (!known || before == ""):
+			b.notice(fmt.Sprintf("GPU %s (%s) delisted", g.UUID, g.Model), g.Below+": the driver no longer reaches it (fallen off the bus). "+
+				"Check `nvidia-smi` and the kernel log for Xid errors, power and seating; a lost GPU usually needs a reboot. "+
+				"It stays out of your offer and gets no job until it answers again.")
 		case g.Below != "" && (!known || before == ""):
 			b.notice(fmt.Sprintf("GPU %s (%s) delisted", g.UUID, g.Model), g.Below+". It stays out of your offer until a benchmark run passes (gpunex bench run).")
 		case g.Below == "" && known && before != "":
 			b.notice(fmt.Sprintf("GPU %s (%s) listed again", g.UUID, g.Model), fmt.Sprintf("The latest benchmarks pass the thresholds (performance score %d).", g.PerfScore))
+		}
+	}
+	// A lost GPU has no UUID of its own in the attestation (lost-<index>): when it answers
+	// again, its entry is gone.
+	if old != nil {
+		for _, g := range old.GPUs {
+			if strings.HasPrefix(g.Below, protocol.LostPrefix) && !now[g.UUID] {
+				b.notice(fmt.Sprintf("GPU %s (%s) answers again", g.UUID, g.Model), "The driver reaches it again; it is back in your offer once its benchmarks pass (see gpunex bench show).")
+			}
 		}
 	}
 }
@@ -392,12 +411,30 @@ func (b *benchRunner) loop(ctx context.Context) {
 // due says whether a run is needed: none yet, older than the interval, or the driver
 // changed since.
 func (b *benchRunner) due() bool {
+	gpus, err := DetectGPUs(b.n.cfg, b.n.id)
+	if err == nil && b.n.jobs != nil {
+		b.n.jobs.probed(gpus)
+	}
 	last := b.Latest()
 	if last == nil || b.n.clock.Now().Sub(last.IssuedAt) >= b.n.cfg.Bench.Interval.Duration {
 		return true
 	}
-	gpus, err := DetectGPUs(b.n.cfg, b.n.id)
-	return err == nil && len(gpus) > 0 && gpus[0].DriverVersion != last.DriverVersion
+	if err != nil || len(gpus) == 0 {
+		return false
+	}
+	// A driver change, or a GPU that fell off the bus or came back since the last run.
+	lostNow, lostThen := 0, 0
+	for _, g := range gpus {
+		if g.Health.Error != "" {
+			lostNow++
+		}
+	}
+	for _, g := range last.GPUs {
+		if strings.HasPrefix(g.Below, protocol.LostPrefix) {
+			lostThen++
+		}
+	}
+	return gpus[0].DriverVersion != last.DriverVersion || lostNow != lostThen
 }
 
 // BenchView is the answer of GET /v1/bench.

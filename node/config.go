@@ -243,6 +243,9 @@ type GPUConfig struct {
 	// PerfFactor makes simulated GPUs perform at this fraction of their datasheet (0.6: a
 	// throttled GPU); 0 means 1.
 	PerfFactor float64 `toml:"perf_factor"`
+	// Lost makes this many of an entry's simulated GPUs (the last ones) report themselves
+	// fallen off the bus, as NVML reports a lost GPU.
+	Lost int `toml:"lost"`
 }
 
 // Defaults returns the configuration a new home starts with.
@@ -459,6 +462,9 @@ func (p *ProviderConfig) Items() ([]protocol.OfferGPUs, error) {
 		}
 		if g.PerfFactor < 0 || g.PerfFactor > 1.5 || (g.PerfFactor != 0 && !g.Simulated) {
 			return nil, fmt.Errorf("provider.gpus[%d].perf_factor %g: only simulated GPUs take one, between 0 and 1.5", i, g.PerfFactor)
+		}
+		if g.Lost < 0 || g.Lost > g.Count || (g.Lost != 0 && !g.Simulated) {
+			return nil, fmt.Errorf("provider.gpus[%d].lost %d: only simulated GPUs take one, between 0 and count", i, g.Lost)
 		}
 		it := protocol.OfferGPUs{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, PricePerGPUHour: price, Simulated: g.Simulated}
 		if seen[it.Model] {

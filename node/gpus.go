@@ -20,7 +20,7 @@ func OpenProbe(cfg Config, id peer.ID) (bench.Probe, error) {
 			return bench.OpenNVML()
 		}
 		for i := 0; i < g.Count; i++ {
-			sim = append(sim, bench.SimulatedGPU{Model: g.Model, PerfFactor: g.PerfFactor})
+			sim = append(sim, bench.SimulatedGPU{Model: g.Model, PerfFactor: g.PerfFactor, Lost: i >= g.Count-g.Lost})
 		}
 	}
 	if len(sim) == 0 {

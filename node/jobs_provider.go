@@ -32,6 +32,7 @@ type jobRunner struct {
 
 	mu      sync.Mutex
 	gpus    []gpuSlot
+	lost    map[int]bool // NVML indexes of GPUs the latest probe found fallen off the bus
 	rate    *peerRate
 	cancels map[string]context.CancelFunc // running jobs' watchers
 	images  map[string]string             // image references by archive SHA-256
@@ -90,7 +91,7 @@ func (r *jobRunner) reserve(job, model string, n int) ([]sandbox.GPU, error) {
 	}
 	var free, total []int
 	for i, s := range r.gpus {
-		if s.model == model && !delisted[s.gpu.UUID] {
+		if s.model == model && !delisted[s.gpu.UUID] && !r.lost[s.gpu.Index] {
 			total = append(total, i)
 			if s.job == "" {
 				free = append(free, i)
@@ -111,6 +112,20 @@ func (r *jobRunner) reserve(job, model string, n int) ([]sandbox.GPU, error) {
 		out = append(out, r.gpus[i].gpu)
 	}
 	return out, nil
+}
+
+// probed takes the latest list of the machine's GPUs: a GPU that fell off the bus since the
+// runner started (by its NVML index) is leased to no new job until a probe finds it again.
+func (r *jobRunner) probed(gpus []GPUInfo) {
+	lost := map[int]bool{}
+	for _, g := range gpus {
+		if g.Health.Error != "" {
+			lost[g.Index] = true
+		}
+	}
+	r.mu.Lock()
+	r.lost = lost
+	r.mu.Unlock()
 }
 
 // release frees a job's GPUs.
