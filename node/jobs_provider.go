@@ -574,7 +574,7 @@ func (r *jobRunner) finish(id string, exit sandbox.Exit) {
 	r.n.metrics.JobsEnded.WithLabelValues(label).Inc()
 	r.n.log.Info("job ended", "job", id, "reason", reason, "exit_code", exit.Code, "seconds", secs, "amount_usdc", rec.Amount)
 	if j, err := r.n.ledger.GetJob(id); err == nil {
-		go r.n.reportJob(j)
+		go r.n.reportJob(context.Background(), j)
 	}
 }
 
@@ -699,7 +699,7 @@ func (r *jobRunner) handleControl(s network.Stream) {
 			return
 		}
 		if j, err := r.n.ledger.UpdateJob(j.ID, func(j *ledger.Job) error { j.ReceiptCountersig = m.Record; return nil }); err == nil {
-			go r.n.reportJob(j) // the coordinator keeps the renter's countersignature too
+			go r.n.reportJob(context.Background(), j) // the coordinator keeps the renter's countersignature too
 		}
 		sendMsg(s, jobMsg{Type: "ok"})
 	case "fetch":

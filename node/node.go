@@ -340,6 +340,9 @@ func (n *Node) Close(ctx context.Context) error {
 			if n.ownsSandbox {
 				n.jobs.rt.Close()
 			}
+			// The jobs just stopped are reported now, while the host is up (else at
+			// the next start).
+			n.deliverReports(ctx)
 		}
 		if n.cancel != nil {
 			n.cancel()

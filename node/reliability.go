@@ -315,14 +315,14 @@ type jobReport struct {
 // reportJob sends a job's final receipt and its lease to the provider's coordinator,
 // which charges the job's escrow hold and counts the outcome. The job records the
 // coordinator's acknowledgement; reportLoop retries until there is one.
-func (n *Node) reportJob(j ledger.Job) {
+func (n *Node) reportJob(ctx context.Context, j ledger.Job) {
 	ids, err := n.cfg.TrustedCoordinators()
 	if err != nil || len(ids) == 0 {
 		return
 	}
 	var answer map[string]string
 	report := jobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt, ReceiptCountersig: j.ReceiptCountersig}
-	if err := n.exchange(context.Background(), ids[0], protocol.JobReportProtocol, 10*time.Second, report, 4096, &answer); err != nil {
+	if err := n.exchange(ctx, ids[0], protocol.JobReportProtocol, 10*time.Second, report, 4096, &answer); err != nil {
 		n.log.Debug("job report not delivered", "job", j.ID, "err", err)
 		return
 	}

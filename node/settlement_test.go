@@ -783,7 +783,7 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 	balance := func() ledger.Account { a, _ := coord.ledger.GetAccount(renter.ID().String()); return a }
 
 	// Figures that overflow: refused by the lease's range rules.
-	prov.reportJob(signedJob(t, prov.key, sockKey, "00000000000000bb", 1<<62, 4, 1))
+	prov.reportJob(context.Background(), signedJob(t, prov.key, sockKey, "00000000000000bb", 1<<62, 4, 1))
 	if a, _ := coord.ledger.GetAccount(sock.String()); a.Available != 0 || a.Charged != 0 {
 		t.Fatalf("an overflowing lease moved money: %+v", a)
 	}
@@ -791,14 +791,14 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 		t.Fatalf("an overflowing report was stored: %v", err)
 	}
 	// The provider's own lease for the renter's job, countersigned by a renter of its own.
-	prov.reportJob(signedJob(t, prov.key, sockKey, job, 3_600_000, 1, 3600))
+	prov.reportJob(context.Background(), signedJob(t, prov.key, sockKey, job, 3_600_000, 1, 3600))
 	// The renter's self-signed report of its own job, to take the provider's place.
-	renter.reportJob(signedJob(t, renter.key, renter.key, job, 1, 1, 1))
+	renter.reportJob(context.Background(), signedJob(t, renter.key, renter.key, job, 1, 1, 1))
 	if h, _ := coord.ledger.GetHold(job); h.State != ledger.HoldHeld || balance().Charged != 0 {
 		t.Fatalf("a forged report touched the hold: %+v %+v", h, balance())
 	}
 	// The real report charges it.
-	prov.reportJob(signedJob(t, prov.key, renter.key, job, 3_600_000, 2, 60))
+	prov.reportJob(context.Background(), signedJob(t, prov.key, renter.key, job, 3_600_000, 2, 60))
 	eventually(t, 5*time.Second, "the real report charged", func() (bool, string) {
 		h, _ := coord.ledger.GetHold(job)
 		return h.State == ledger.HoldCharged && h.Charge == 120_000 && balance().Charged == 120_000, fmt.Sprintf("%+v", h)

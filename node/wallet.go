@@ -349,17 +349,23 @@ func (n *Node) reportLoop(ctx context.Context) {
 	t := time.NewTicker(15 * time.Second)
 	defer t.Stop()
 	for {
-		jobs, _ := n.ledger.Jobs()
-		for _, j := range jobs {
-			unreported := j.ReportedAt.IsZero() || (len(j.ReceiptCountersig) > 0 && !j.CountersigReported)
-			if j.Side == "provider" && j.State == ledger.JobEnded && len(j.Receipt) > 0 && unreported && j.ReportError == "" {
-				n.reportJob(j)
-			}
-		}
+		n.deliverReports(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// deliverReports sends every final receipt the coordinator has not acknowledged yet, one
+// after another: from reportLoop, and at shutdown (the jobs stopped then have theirs).
+func (n *Node) deliverReports(ctx context.Context) {
+	jobs, _ := n.ledger.Jobs()
+	for _, j := range jobs {
+		unreported := j.ReportedAt.IsZero() || (len(j.ReceiptCountersig) > 0 && !j.CountersigReported)
+		if j.Side == "provider" && j.State == ledger.JobEnded && len(j.Receipt) > 0 && unreported && j.ReportError == "" && ctx.Err() == nil {
+			n.reportJob(ctx, j)
 		}
 	}
 }
