@@ -318,6 +318,10 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	if !md.IsDefined("coordinator", "certificate_renew_before") {
+		// The default renews 30 days ahead, or a sixth of a shorter validity ahead.
+		c.Coordinator.CertificateRenewBefore.Duration = min(c.Coordinator.CertificateRenewBefore.Duration, c.Coordinator.CertificateValidity.Duration/6)
+	}
 	if undec := md.Undecoded(); len(undec) > 0 {
 		keys := make([]string, len(undec))
 		for i, k := range undec {

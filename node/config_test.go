@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigCheckSaysWhatToFix(t *testing.T) {
@@ -70,5 +71,21 @@ func TestIdentityRefusesOpenPermissions(t *testing.T) {
 	os.Chmod(h.Path(IdentityFile), 0o644)
 	if _, err := h.Identity(); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("world-readable key accepted: %v", err)
+	}
+}
+
+// TestRenewBeforeDefault: a coordinator whose config predates certificate_renew_before, with
+// a short validity, still starts: the default shrinks to a sixth of the validity; a value
+// set by hand that is not shorter than the validity is an error naming both settings.
+func TestRenewBeforeDefault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(path, []byte("role = \"coordinator\"\n[coordinator]\ncertificate_validity = \"240h\"\n"), 0o600)
+	c, err := LoadConfig(path)
+	if err != nil || c.Coordinator.CertificateRenewBefore.Duration != 40*time.Hour {
+		t.Fatalf("renew_before %s, %v", c.Coordinator.CertificateRenewBefore, err)
+	}
+	os.WriteFile(path, []byte("role = \"coordinator\"\n[coordinator]\ncertificate_validity = \"240h\"\ncertificate_renew_before = \"240h\"\n"), 0o600)
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "certificate_renew_before") || !strings.Contains(err.Error(), "certificate_validity") {
+		t.Fatalf("renew_before as long as the validity: %v", err)
 	}
 }

@@ -415,6 +415,10 @@ func (c *coordinator) Revoke(ctx context.Context, provider peer.ID, reason, acto
 	if strings.TrimSpace(actor) == "" {
 		return nil, badRequest(errors.New("actor: say who revokes (it goes into the audit trail)"))
 	}
+	// Held throughout: a renewal (renewDue, under c.mu too) cannot sign a certificate dated
+	// after this revocation before the revocation is stored and the applications marked.
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	now := c.n.clock.Now()
 	raw, err := protocol.Seal(protocol.KindRevocation, protocol.Revocation{
 		Version: protocol.RevocationVersion, Coordinator: c.n.id.String(), Provider: provider.String(),
@@ -429,8 +433,6 @@ func (c *coordinator) Revoke(ctx context.Context, provider peer.ID, reason, acto
 	if err := c.n.revTopic.Publish(ctx, raw); err != nil {
 		c.n.log.Warn("gossiping the revocation failed; peers get it by revocation sync", "err", err)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	apps, err := c.n.ledger.Applications()
 	if err != nil {
 		return raw, err

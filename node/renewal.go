@@ -53,10 +53,15 @@ func (c *coordinator) renewDue(now time.Time) (int, error) {
 		c.mu.Unlock()
 		return 0, err
 	}
+	// Only each provider's latest application: an older one, even approved, was replaced.
+	latest := map[string]uint64{}
+	for _, a := range apps {
+		latest[a.Provider] = max(latest[a.Provider], a.Seq)
+	}
 	var renewed []ledger.Application
 	var errs []error
 	for _, a := range apps {
-		if a.Status != protocol.StatusApproved || len(a.Certificate) == 0 {
+		if a.Status != protocol.StatusApproved || len(a.Certificate) == 0 || a.Seq != latest[a.Provider] {
 			continue
 		}
 		old, err := protocol.OpenCertificate(a.Certificate, c.n.trust.trust)
