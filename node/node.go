@@ -341,8 +341,10 @@ func (n *Node) Close(ctx context.Context) error {
 				n.jobs.rt.Close()
 			}
 			// The jobs just stopped are reported now, while the host is up (else at
-			// the next start).
-			n.deliverReports(ctx)
+			// the next start), within a few seconds of the shutdown's time.
+			rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			n.deliverReports(rctx)
+			cancel()
 		}
 		if n.cancel != nil {
 			n.cancel()

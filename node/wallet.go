@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	sol "github.com/gagliardetto/solana-go"
@@ -358,16 +359,30 @@ func (n *Node) reportLoop(ctx context.Context) {
 	}
 }
 
-// deliverReports sends every final receipt the coordinator has not acknowledged yet, one
-// after another: from reportLoop, and at shutdown (the jobs stopped then have theirs).
+// deliverReports sends every final receipt the coordinator has not acknowledged yet, 8 at
+// a time, and returns when all were tried or ctx ends: from reportLoop, and at shutdown (the
+// jobs stopped then have theirs).
 func (n *Node) deliverReports(ctx context.Context) {
 	jobs, _ := n.ledger.Jobs()
+	slots := make(chan struct{}, 8)
+	var wg sync.WaitGroup
 	for _, j := range jobs {
 		unreported := j.ReportedAt.IsZero() || (len(j.ReceiptCountersig) > 0 && !j.CountersigReported)
-		if j.Side == "provider" && j.State == ledger.JobEnded && len(j.Receipt) > 0 && unreported && j.ReportError == "" && ctx.Err() == nil {
-			n.reportJob(ctx, j)
+		if j.Side != "provider" || j.State != ledger.JobEnded || len(j.Receipt) == 0 || !unreported || j.ReportError != "" {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case slots <- struct{}{}:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				n.reportJob(ctx, j)
+			}()
 		}
 	}
+	wg.Wait()
 }
 
 // claimLoop finishes deposits a crash or a coordinator outage left uncredited: at start
