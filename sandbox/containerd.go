@@ -345,6 +345,12 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return fmt.Errorf("job %s: %w", spec.ID, err)
 	}
+	// The logger appends to it; a log that cannot be created fails the start here.
+	lf, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("job %s: its log: %w", spec.ID, err)
+	}
+	lf.Close()
 	labels := map[string]string{
 		labelJob:       "1",
 		labelWallClock: spec.WallClock.String(),
@@ -796,9 +802,18 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 					c.log.Info("killing a job whose output is over its limit", "job", id, "bytes", used, "limit", outMax)
 				}
 			}
-			if _, err := os.Stat(overMark(logPath)); err == nil && logPath != "" {
-				reason = ReasonLogLimit
-				c.log.Info("killing a job that printed more than its log limit", "job", id, "limit", logMax)
+			if logPath != "" {
+				if why, err := os.ReadFile(errorMark(logPath)); err == nil {
+					reason = ReasonLogFailed
+					c.log.Warn("killing a job whose log cannot be written", "job", id, "log", logPath, "err", string(why))
+				} else if _, err := os.Stat(overMark(logPath)); err == nil {
+					reason = ReasonLogLimit
+					c.log.Info("killing a job that printed more than its log limit", "job", id, "limit", logMax)
+				} else if st, err := os.Stat(logPath); err == nil && logMax > 0 && st.Size() > logMax {
+					// A job started by a version whose shim wrote the log itself.
+					reason = ReasonLogLimit
+					c.log.Info("killing a job whose log is over its limit", "job", id, "bytes", st.Size(), "limit", logMax)
+				}
 			}
 			if reason != "" { // abuse: no grace
 				tick = nil

@@ -16,7 +16,7 @@ import (
 // up to the runtime's limit; past it, it discards the rest and leaves a mark file beside
 // the log (<log>.over) that the monitor turns into a kill with ReasonLogLimit. The log never
 // holds more than the limit, and the logger, a child of the shim, keeps writing while the
-// node restarts.
+// node restarts. A log it cannot write leaves <log>.error instead (ReasonLogFailed).
 
 // The logger's arguments. The shim passes a log URI's query as "key value" pairs in no
 // particular order, and sets only CONTAINER_ID and CONTAINER_NAMESPACE in the environment.
@@ -25,8 +25,11 @@ const (
 	loggerMaxArg  = "gpunex-job-log-max"
 )
 
-// overMark is the file the logger creates when a job's output went past the log limit.
-func overMark(logPath string) string { return logPath + ".over" }
+// overMark is the file the logger creates when a job's output went past the log limit;
+// errorMark the one holding why the log could not be written (the monitor kills the job
+// with ReasonLogFailed).
+func overMark(logPath string) string  { return logPath + ".over" }
+func errorMark(logPath string) string { return logPath + ".error" }
 
 // loggerInvocation reads the logger's arguments (os.Args[1:]); ok is false when the
 // process was not started as a job's logger.
@@ -61,6 +64,7 @@ func RunLoggerIfInvoked() {
 	if !ok {
 		return
 	}
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP) // drain until the job's end
 	// The shim gives the job's stdout on fd 3, stderr on fd 4, and fd 5 to say "ready".
 	stdout, stderr, ready := os.NewFile(3, "stdout"), os.NewFile(4, "stderr"), os.NewFile(5, "ready")
 	if err := writeJobLog(path, limit, ready, stdout, stderr); err != nil {
@@ -71,34 +75,33 @@ func RunLoggerIfInvoked() {
 }
 
 // writeJobLog appends what the streams carry to the file at path, at most limit bytes in
-// all (counting what the file already holds), until every stream ends. ready is written
-// and closed once the file is open, so that the job starts only then.
+// all (counting what the file already holds), until every stream ends; ready is written
+// and closed once the file is open. It always reads the streams to their end, so that the
+// job never blocks on its output nor dies of SIGPIPE: past the limit it discards, and when
+// the file cannot be opened or written it discards everything and leaves errorMark.
 func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.Reader) error {
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP) // drain until the job's end
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		ready.Close() // the shim sees no byte: the task fails to start
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		ready.Close()
-		return err
-	}
-	if _, err := ready.Write([]byte{0}); err != nil {
-		ready.Close()
-		return err
-	}
-	ready.Close()
-
 	var (
 		mu      sync.Mutex
-		written = st.Size()
+		written int64
 		over    bool
 		werr    error
 		wg      sync.WaitGroup
 	)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err == nil {
+		defer f.Close()
+		var st os.FileInfo
+		if st, err = f.Stat(); err == nil {
+			written = st.Size()
+		}
+	}
+	if err != nil {
+		werr = err
+		markError(path, err)
+	}
+	ready.Write([]byte{0}) // the shim reads one byte (or EOF) before it starts the job
+	ready.Close()
+
 	for _, r := range streams {
 		wg.Add(1)
 		go func() {
@@ -110,7 +113,9 @@ func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.R
 					mu.Lock()
 					keep := min(int64(n), max(limit-written, 0))
 					if keep > 0 && werr == nil {
-						_, werr = f.Write(buf[:keep])
+						if _, werr = f.Write(buf[:keep]); werr != nil {
+							markError(path, werr)
+						}
 						written += keep
 					}
 					if keep < int64(n) && !over {
@@ -129,4 +134,9 @@ func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.R
 	}
 	wg.Wait()
 	return werr
+}
+
+// markError leaves errorMark holding why the log failed; the monitor kills the job.
+func markError(path string, err error) {
+	os.WriteFile(errorMark(path), []byte(err.Error()), 0o640)
 }

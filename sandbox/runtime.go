@@ -55,6 +55,9 @@ const (
 
 	ReasonOutputLimit = "output limit exceeded" // killed because /output grew past ScratchBytes
 	ReasonLogLimit    = "log limit exceeded"    // killed because its log grew past the runtime's limit
+	// ReasonLogFailed: killed because the provider could not write its log (a full or
+	// failing disk): the provider's fault, hence "lost".
+	ReasonLogFailed = "lost: the job's log could not be written"
 )
 
 // Exit is how a job ended.
