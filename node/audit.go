@@ -181,6 +181,9 @@ type AuditReport struct {
 	Countersigned int      `json:"countersigned_receipts"`
 	OK            bool     `json:"ok"`
 	Discrepancies []string `json:"discrepancies"`
+	// Unverifiable names what no auditor can check: bank payouts, whose method and account
+	// are private to the provider and the coordinator (only the provider can confirm them).
+	Unverifiable []string `json:"unverifiable,omitempty"`
 	// Jobs are the jobs the batch pays, for the next audits' double-payment check.
 	Jobs []string `json:"jobs"`
 }
@@ -271,10 +274,13 @@ func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditRe
 			bad("payout to %s: batch says %s USDC (+%s rounding), its receipts add up to %s USDC", p.Provider, p.Amount, p.Rounding, sum)
 		}
 		if s := settings[p.Provider]; s == nil {
-			if p.Method != protocol.PayoutBank { // bank settings are not published
+			if p.Method != protocol.PayoutBank {
 				bad("payout to %s: no payout settings signed by the provider", p.Provider)
+			} else { // bank settings are not published
+				rep.Unverifiable = append(rep.Unverifiable, fmt.Sprintf("payout to %s of %s USDC by bank to %s (reference %s): bank payouts are private; only the provider can confirm the method and the account",
+					p.Provider, p.Amount, p.Destination, p.Transaction))
 			}
-		} else if s.Method != p.Method || s.Destination() != p.Destination {
+		} else if s.Method != p.Method || (s.Destination() != p.Destination && s.Destination() != protocol.MaskIBAN(p.Destination)) {
 			bad("payout to %s: paid by %s to %s, but the provider's signed settings say %s to %s", p.Provider, p.Method, p.Destination, s.Method, s.Destination())
 		}
 		if !p.Paid {

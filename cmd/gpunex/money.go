@@ -502,6 +502,9 @@ func auditCommand() *cobra.Command {
 				for _, d := range rep.Discrepancies {
 					fmt.Fprintf(out, "DISCREPANCY: %s\n", d)
 				}
+				for _, u := range rep.Unverifiable {
+					fmt.Fprintf(out, "not checkable: %s\n", u)
+				}
 				if rep.OK {
 					fmt.Fprintln(out, "OK: every amount recomputed from the signed receipts and found on chain")
 				}
