@@ -46,7 +46,7 @@ const (
 const (
 	// WalletProtocol carries a renter's and a provider's requests to the coordinator:
 	// treasury facts, deposit claims, balances, escrow holds, payout settings, batches.
-	WalletProtocol = "/gpunex/wallet/1.0.0"
+	WalletProtocol = "/gpunex/wallet/2.0.0"
 	// HoldReleaseProtocol is served by providers: the coordinator asks whether a job ever
 	// ran before it releases the job's escrow hold at the renter's request.
 	HoldReleaseProtocol = "/gpunex/hold-release/1.0.0"
