@@ -77,16 +77,17 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 	}
 }
 
-// TestLostGPU: a GPU that falls off the bus between runs is noticed by the hourly check,
-// attested as lost, leaves the offer, gets no job and is notified with what to check; when
-// it answers again it comes back.
+// TestLostGPU: a GPU lost when the provider starts is attested as lost, stays out of the
+// offer and of jobs, and is notified with what to check; when it answers again the hourly
+// check notices, and it is offered and leased again; when it falls off the bus again, the
+// same.
 func TestLostGPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-node network test")
 	}
 	tn := newTestNet(t)
 	cfg := providerConfig(0)
-	cfg.Provider.GPUs = []GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}
+	cfg.Provider.GPUs = []GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true, Lost: 1}}
 	prov := tn.add(cfg, nil)
 	renter := tn.add(testConfig(RoleRenter), nil)
 	offered := func(want int) {
@@ -100,45 +101,54 @@ func TestLostGPU(t *testing.T) {
 			return want == 0, "no offer"
 		})
 	}
+	leasable := func(want int) {
+		t.Helper()
+		gpus, err := prov.jobs.reserve("probe", "H100-80GB", want)
+		if err != nil || len(gpus) != want {
+			t.Fatalf("%d GPUs leasable: %+v %v", want, gpus, err)
+		}
+		prov.jobs.release("probe")
+		if _, err := prov.jobs.reserve("probe", "H100-80GB", want+1); err == nil {
+			t.Fatalf("%d GPUs leased, %d usable", want+1, want)
+		}
+	}
+	notified := func(n int, subject, body string) {
+		t.Helper()
+		ns, _ := prov.Notifications()
+		if len(ns) != n || ns[n-1].Subject != subject || !strings.Contains(ns[n-1].Body, body) {
+			t.Fatalf("notifications: %+v", ns)
+		}
+	}
 	eventually(t, 15*time.Second, "first benchmark run", func() (bool, string) { return prov.bench.Latest() != nil, "" })
-	offered(2)
+	offered(1)
+	leasable(1)
+	notified(1, "GPU lost-1 (H100-80GB) delisted", "fallen off the bus")
+	if ns, _ := prov.Notifications(); !strings.Contains(ns[0].Body, "Xid") {
+		t.Fatalf("no hint: %s", ns[0].Body)
+	}
 	if prov.bench.due() {
 		t.Fatal("a run is due with nothing changed")
 	}
-
-	prov.cfg.Provider.GPUs[0].Lost = 1 // GPU 1 falls off the bus
-	if !prov.bench.due() {
-		t.Fatal("the hourly check did not notice a lost GPU")
-	}
-	if _, err := prov.jobs.reserve("job-a", "H100-80GB", 2); err == nil {
-		t.Fatal("a lost GPU was leased")
-	}
-	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	offered(1)
-	ns, _ := prov.Notifications()
-	if len(ns) != 1 || ns[0].Subject != "GPU lost-1 (H100-80GB) delisted" || !strings.Contains(ns[0].Body, "fallen off the bus") || !strings.Contains(ns[0].Body, "Xid") {
-		t.Fatalf("notifications: %+v", ns)
-	}
-	gpus, err := prov.jobs.reserve("job-b", "H100-80GB", 1)
-	if err != nil || len(gpus) != 1 || gpus[0].Index != 0 {
-		t.Fatalf("the GPU left: %+v %v", gpus, err)
-	}
-	prov.jobs.release("job-b")
 
 	prov.cfg.Provider.GPUs[0].Lost = 0 // back after a reboot
 	if !prov.bench.due() {
 		t.Fatal("the hourly check did not notice the GPU back")
 	}
+	leasable(2)
 	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	offered(2)
-	if ns, _ := prov.Notifications(); len(ns) != 2 || ns[1].Subject != "GPU lost-1 (H100-80GB) answers again" {
-		t.Fatalf("notifications: %+v", ns)
+	notified(2, "GPU lost-1 (H100-80GB) answers again", "reaches it again")
+
+	prov.cfg.Provider.GPUs[0].Lost = 1 // off the bus again
+	if !prov.bench.due() {
+		t.Fatal("the hourly check did not notice a lost GPU")
 	}
-	if gpus, err := prov.jobs.reserve("job-c", "H100-80GB", 2); err != nil || len(gpus) != 2 {
-		t.Fatalf("both GPUs back: %+v %v", gpus, err)
+	leasable(1)
+	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
 	}
+	offered(1)
+	notified(3, "GPU lost-1 (H100-80GB) delisted", "fallen off the bus")
 }

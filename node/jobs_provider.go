@@ -32,7 +32,7 @@ type jobRunner struct {
 
 	mu      sync.Mutex
 	gpus    []gpuSlot
-	lost    map[int]bool // NVML indexes of GPUs the latest probe found fallen off the bus
+	lost    map[string]bool // UUIDs of slots the latest probe did not find healthy
 	rate    *peerRate
 	cancels map[string]context.CancelFunc // running jobs' watchers
 	images  map[string]string             // image references by archive SHA-256
@@ -63,11 +63,10 @@ func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRun
 		n.log.Warn("no GPUs for jobs", "err", err)
 	}
 	for _, g := range gpus {
-		if g.Health.Error != "" {
-			continue
-		}
-		if !g.Simulated && g.DeviceMinor < 0 {
-			n.log.Warn("GPU left out of jobs: its device node is unknown (NVML gave no minor number)", "uuid", g.UUID)
+		if !usable(g) {
+			if g.Health.Error == "" {
+				n.log.Warn("GPU left out of jobs: its device node is unknown (NVML gave no minor number)", "uuid", g.UUID)
+			}
 			continue
 		}
 		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
@@ -91,7 +90,7 @@ func (r *jobRunner) reserve(job, model string, n int) ([]sandbox.GPU, error) {
 	}
 	var free, total []int
 	for i, s := range r.gpus {
-		if s.model == model && !delisted[s.gpu.UUID] && !r.lost[s.gpu.Index] {
+		if s.model == model && !delisted[s.gpu.UUID] && !r.lost[s.gpu.UUID] {
 			total = append(total, i)
 			if s.job == "" {
 				free = append(free, i)
@@ -114,18 +113,41 @@ func (r *jobRunner) reserve(job, model string, n int) ([]sandbox.GPU, error) {
 	return out, nil
 }
 
-// probed takes the latest list of the machine's GPUs: a GPU that fell off the bus since the
-// runner started (by its NVML index) is leased to no new job until a probe finds it again.
+// probed takes the latest list of the machine's GPUs: a GPU the probe no longer finds
+// healthy (fallen off the bus, or gone from the list) is leased to no new job until a probe
+// finds it again, and a healthy GPU the runner did not have (lost when it started) gets a
+// slot.
 func (r *jobRunner) probed(gpus []GPUInfo) {
-	lost := map[int]bool{}
+	healthy := map[string]GPUInfo{}
 	for _, g := range gpus {
-		if g.Health.Error != "" {
-			lost[g.Index] = true
+		if usable(g) {
+			healthy[g.UUID] = g
 		}
 	}
 	r.mu.Lock()
-	r.lost = lost
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	have := map[string]bool{}
+	r.lost = map[string]bool{}
+	for i, s := range r.gpus {
+		have[s.gpu.UUID] = true
+		if g, ok := healthy[s.gpu.UUID]; ok {
+			r.gpus[i].gpu.Index, r.gpus[i].gpu.Minor = g.Index, g.DeviceMinor // after a driver reload
+		} else {
+			r.lost[s.gpu.UUID] = true
+		}
+	}
+	for _, g := range gpus {
+		if _, ok := healthy[g.UUID]; ok && !have[g.UUID] {
+			r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
+			r.n.log.Info("GPU available for jobs", "uuid", g.UUID, "model", g.Model)
+		}
+	}
+}
+
+// usable says whether a probed GPU can run jobs: healthy, and for a real GPU with a known
+// device node.
+func usable(g GPUInfo) bool {
+	return g.Health.Error == "" && g.UUID != "" && (g.Simulated || g.DeviceMinor >= 0)
 }
 
 // release frees a job's GPUs.
