@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -320,9 +322,10 @@ func (n *Node) reportJob(ctx context.Context, j ledger.Job) {
 	if err != nil || len(ids) == 0 {
 		return
 	}
+	to := reportTarget(ids, j.Proposal)
 	var answer map[string]string
 	report := jobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt, ReceiptCountersig: j.ReceiptCountersig}
-	if err := n.exchange(ctx, ids[0], protocol.JobReportProtocol, 10*time.Second, report, 4096, &answer); err != nil {
+	if err := n.exchange(ctx, to, protocol.JobReportProtocol, 10*time.Second, report, 4096, &answer); err != nil {
 		n.log.Debug("job report not delivered", "job", j.ID, "err", err)
 		return
 	}
@@ -338,6 +341,34 @@ func (n *Node) reportJob(ctx context.Context, j ledger.Job) {
 		}
 		return nil
 	})
+}
+
+// reportTarget is the coordinator a job's report goes to: the one that signed the job's
+// escrow hold (it holds the renter's money and charges it), when this provider trusts it;
+// else the first trusted coordinator.
+func reportTarget(trusted []peer.ID, proposal []byte) peer.ID {
+	if c := holdCoordinator(proposal); c != "" && slices.Contains(trusted, c) {
+		return c
+	}
+	return trusted[0]
+}
+
+// holdCoordinator names the coordinator that signed the escrow hold a proposal carries
+// ("" without one).
+func holdCoordinator(proposal []byte) peer.ID {
+	env, err := protocol.Open(proposal)
+	if err != nil {
+		return ""
+	}
+	var p protocol.Proposal
+	if json.Unmarshal(env.Payload, &p) != nil || len(p.Hold) == 0 {
+		return ""
+	}
+	h, err := protocol.Open(p.Hold)
+	if err != nil || h.Kind != protocol.KindEscrowHold {
+		return ""
+	}
+	return h.Signer
 }
 
 // handleJobReport takes a provider's final receipt on a coordinator: the lease must be

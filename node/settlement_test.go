@@ -859,3 +859,37 @@ func TestWalletAnswersComeInPages(t *testing.T) {
 		t.Fatalf("earnings cut to one row: %+v %v", cut, err)
 	}
 }
+
+// TestReportGoesToTheHoldsCoordinator: a provider trusting two coordinators reports a job
+// to the one that holds the renter's money for it (the hold's signer), not to its first,
+// and that one charges the hold.
+func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
+	tn := newTestNet(t)
+	first := tn.boot
+	second := tn.add(testConfig(RoleCoordinator), nil)
+	prov := tn.add(providerConfig(0), nil)
+	prov.cfg.Trust.Coordinators = []string{first.ID().String(), second.ID().String()}
+	renter := tn.add(testConfig(RoleRenter), nil)
+	ctx := context.Background()
+	second.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
+	const job = "00000000000000cc"
+	resp, err := second.money.serve(ctx, renter.ID(), walletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
+		Amount: 7_300_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := signedJob(t, prov.key, renter.key, job, 3_600_000, 2, 60)
+	if j.Proposal, err = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
+		Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: 2, MaxSeconds: 3600, MaxPrice: 3_600_000,
+		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.key); err != nil {
+		t.Fatal(err)
+	}
+	prov.reportJob(ctx, j)
+	eventually(t, 5*time.Second, "the hold's coordinator charged the job", func() (bool, string) {
+		h, _ := second.ledger.GetHold(job)
+		return h.State == ledger.HoldCharged && h.Charge == 120_000, fmt.Sprintf("%+v", h)
+	})
+	if _, err := first.ledger.GetJobReport(job, prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the report went to the first coordinator too: %v", err)
+	}
+}
