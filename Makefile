@@ -51,8 +51,9 @@ fuzz:
 ## bench: the performance figures of the issues (not part of `make test`)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./protocol/
-	$(GO) test -run '^$$' -bench . -skip Payouts1000 -benchtime 40x -timeout 30m ./node/
+	$(GO) test -run '^$$' -bench . -skip 'Payouts1000|BenchmarkRun' -benchtime 40x -timeout 30m ./node/
 	$(GO) test -run '^$$' -bench Payouts1000 -benchtime 1x -timeout 10m ./node/
+	$(GO) test -run '^$$' -bench BenchmarkRun -benchtime 3x -timeout 10m ./node/
 	$(GO) test -run '^$$' -bench ChargeReports -benchtime 20x ./ledger/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./cmd/gpunex/
 

@@ -119,3 +119,27 @@ func BenchmarkPriceChange50(b *testing.B) {
 	b.Logf("price change reaching 95%% of %d nodes, %d changes: median %s, worst %s", nNodes, len(p95s),
 		percentile(p95s, 0.5), percentile(p95s, 1))
 }
+
+// BenchmarkBenchmarkRun measures a whole benchmark run with the default sizes (256 MiB of
+// storage written with fsync and read back, 2 s of 4 KiB random reads, 16 MiB each way to
+// the coordinator) on a provider with eight simulated GPUs: the part of the suite that does
+// not depend on the GPUs (real GPUs add their kernels' time, a few seconds each by design).
+func BenchmarkBenchmarkRun(b *testing.B) {
+	tn := newTestNet(b)
+	cfg := providerConfig(0)
+	cfg.Bench.StorageMB, cfg.Bench.NetworkMB = Defaults(RoleProvider).Bench.StorageMB, Defaults(RoleProvider).Bench.NetworkMB
+	cfg.Provider.GPUs = []GPUConfig{{Model: "H100-80GB", Count: 8, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}
+	prov := tn.add(cfg, nil)
+	eventually(b, 60*time.Second, "first run", func() (bool, string) { return prov.bench.Latest() != nil, "" })
+	b.ResetTimer()
+	for b.Loop() {
+		start := time.Now()
+		a, err := prov.bench.Run(context.Background(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("run of %d GPUs, storage and network: %s (write %.0f MiB/s, read %.0f MiB/s, %.0f IOPS, rtt %.2f ms, up %.0f / down %.0f Mbit/s)",
+			len(a.GPUs), time.Since(start).Round(time.Millisecond), a.Storage.SeqWriteMBps, a.Storage.SeqReadMBps, a.Storage.RandReadIOPS,
+			a.Network.RTTMilli, a.Network.UpMbps, a.Network.DownMbps)
+	}
+}
