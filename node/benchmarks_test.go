@@ -130,10 +130,22 @@ func TestLostGPU(t *testing.T) {
 		t.Fatal("a run is due with nothing changed")
 	}
 
+	// A job found running on the lost GPU after a restart keeps it: when the GPU answers,
+	// it is not leased to another job until that one ends.
+	back := prov.cfg
+	back.Provider.GPUs = []GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}
+	all, err := DetectGPUs(back, prov.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.jobs.hold("running", []string{all[1].UUID})
+
 	prov.cfg.Provider.GPUs[0].Lost = 0 // back after a reboot
 	if !prov.bench.due() {
 		t.Fatal("the hourly check did not notice the GPU back")
 	}
+	leasable(1)
+	prov.jobs.release("running")
 	leasable(2)
 	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,9 @@ type jobRunner struct {
 	n     *Node
 	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
 	rtErr error
+	// detectErr says why the probe found no GPU at start; cleared when a later probe
+	// finds one (under mu).
+	detectErr error
 	dir   string // per-job folders: image archive, log, output
 
 	mu      sync.Mutex
@@ -57,14 +60,12 @@ func newJobRunner(n *Node, rt sandbox.Runtime, rtErr error, dir string) (*jobRun
 	// (simulated ones where the configuration declares them).
 	gpus, err := DetectGPUs(n.cfg, n.id)
 	if err != nil {
-		if r.rtErr == nil {
-			r.rtErr = fmt.Errorf("GPU detection: %w", err)
-		}
+		r.detectErr = fmt.Errorf("GPU detection: %w", err)
 		n.log.Warn("no GPUs for jobs", "err", err)
 	}
 	for _, g := range gpus {
 		if !usable(g) {
-			if g.Health.Error == "" {
+			if g.Health.Error == "" && g.UUID != "" {
 				n.log.Warn("GPU left out of jobs: its device node is unknown (NVML gave no minor number)", "uuid", g.UUID)
 			}
 			continue
@@ -130,17 +131,22 @@ func (r *jobRunner) probed(gpus []GPUInfo) {
 	r.lost = map[string]bool{}
 	for i, s := range r.gpus {
 		have[s.gpu.UUID] = true
-		if g, ok := healthy[s.gpu.UUID]; ok {
-			r.gpus[i].gpu.Index, r.gpus[i].gpu.Minor = g.Index, g.DeviceMinor // after a driver reload
+		if g, ok := healthy[s.gpu.UUID]; ok { // as it is now (after a driver reload, say)
+			r.gpus[i].model = g.Model
+			r.gpus[i].gpu.Index, r.gpus[i].gpu.Minor, r.gpus[i].gpu.Simulated = g.Index, g.DeviceMinor, g.Simulated
 		} else {
 			r.lost[s.gpu.UUID] = true
 		}
 	}
 	for _, g := range gpus {
 		if _, ok := healthy[g.UUID]; ok && !have[g.UUID] {
+			have[g.UUID] = true
 			r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
 			r.n.log.Info("GPU available for jobs", "uuid", g.UUID, "model", g.Model)
 		}
+	}
+	if len(healthy) > 0 {
+		r.detectErr = nil
 	}
 }
 
@@ -166,11 +172,17 @@ func (r *jobRunner) hold(job string, uuids []string) []sandbox.GPU {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []sandbox.GPU
-	for i := range r.gpus {
-		if slices.Contains(uuids, r.gpus[i].gpu.UUID) {
-			r.gpus[i].job = job
-			out = append(out, r.gpus[i].gpu)
+	for _, u := range uuids {
+		i := slices.IndexFunc(r.gpus, func(s gpuSlot) bool { return s.gpu.UUID == u })
+		if i < 0 {
+			// The probe did not find this GPU healthy at start, but the job still runs on
+			// it: a slot that stays the job's, so that it is never leased twice (probed
+			// fills in its details when the GPU answers).
+			r.gpus = append(r.gpus, gpuSlot{gpu: sandbox.GPU{UUID: u, Index: -1, Minor: -1}})
+			i = len(r.gpus) - 1
 		}
+		r.gpus[i].job = job
+		out = append(out, r.gpus[i].gpu)
 	}
 	return out
 }
@@ -305,8 +317,11 @@ func (r *jobRunner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lea
 		return nil, nil, 0, jobErr("renter %s is blocked by this provider", p.Renter)
 	}
 	r.mu.Lock()
-	closed := r.closed
+	closed, detectErr := r.closed, r.detectErr
 	r.mu.Unlock()
+	if detectErr != nil {
+		return nil, nil, 0, jobErr("this provider cannot run jobs right now: %v", detectErr)
+	}
 	if closed {
 		return nil, nil, 0, jobErr("the provider is shutting down")
 	}
