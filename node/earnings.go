@@ -83,6 +83,9 @@ type EarningsView struct {
 	// Truncated says History lists only the latest jobs of the period (the totals cover
 	// them all; Groups only those listed): narrow the period to see the rest.
 	Truncated bool `json:"truncated,omitempty"`
+	// Unreachable names the trusted coordinators other than the first that did not answer:
+	// their earnings are missing from every figure.
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // periodStart is the start of the current week (Monday) or month, in UTC.
@@ -121,15 +124,36 @@ func (n *Node) Earnings(ctx context.Context, q EarningsQuery) (EarningsView, err
 	if q.By != "model" && q.By != "gpu" {
 		return EarningsView{}, badRequest(fmt.Errorf("by %q: use gpu or model", q.By))
 	}
-	resp, err := n.walletCall(ctx, walletRequest{Op: "earnings", From: from, To: to})
-	if err != nil {
-		return EarningsView{}, err
+	// Each trusted coordinator keeps the earnings of the jobs whose holds it signed: all of
+	// them are asked; the first must answer.
+	ids, err := n.cfg.TrustedCoordinators()
+	if err != nil || len(ids) == 0 {
+		return EarningsView{}, errors.New("no coordinator in trust.coordinators")
 	}
-	a := resp.Earnings
-	if a == nil {
-		return EarningsView{}, errors.New("the coordinator's answer holds no earnings")
+	a := &earningsAnswer{}
+	var unreachable []string
+	for i, c := range ids {
+		resp, err := n.walletCallTo(ctx, c, walletRequest{Op: "earnings", From: from, To: to})
+		if err == nil && resp.Earnings == nil {
+			err = errors.New("its answer holds no earnings")
+		}
+		if err != nil {
+			if i == 0 {
+				return EarningsView{}, fmt.Errorf("coordinator %s: %w", c, err)
+			}
+			unreachable = append(unreachable, fmt.Sprintf("coordinator %s: %v", c, err))
+			continue
+		}
+		e := resp.Earnings
+		a.Rows, a.Payouts = append(a.Rows, e.Rows...), append(a.Payouts, e.Payouts...)
+		a.Truncated = a.Truncated || e.Truncated
+		a.Net, a.Charge, a.Commission = a.Net+e.Net, a.Charge+e.Charge, a.Commission+e.Commission
+		a.Pending, a.Paid = a.Pending+e.Pending, a.Paid+e.Paid
 	}
-	v := EarningsView{From: from, To: to, By: q.By, Groups: []EarningsGroup{}, History: []EarningRow{}, Payouts: a.Payouts, Truncated: a.Truncated}
+	sort.SliceStable(a.Rows, func(i, k int) bool { return a.Rows[i].EndedAt.Before(a.Rows[k].EndedAt) })
+	sort.SliceStable(a.Payouts, func(i, k int) bool { return a.Payouts[i].IssuedAt.After(a.Payouts[k].IssuedAt) })
+	v := EarningsView{From: from, To: to, By: q.By, Groups: []EarningsGroup{}, History: []EarningRow{}, Payouts: a.Payouts, Truncated: a.Truncated,
+		Unreachable: unreachable}
 	if v.Payouts == nil {
 		v.Payouts = []PayoutRow{}
 	}

@@ -892,4 +892,9 @@ func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 	if _, err := first.ledger.GetJobReport(job, prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the report went to the first coordinator too: %v", err)
 	}
+	// The provider's earnings add up what every coordinator it trusts holds for it.
+	earn, err := prov.Earnings(ctx, EarningsQuery{Period: "month"})
+	if err != nil || len(earn.History) != 1 || earn.History[0].Job != job || earn.Total <= 0 || earn.Total > 120_000 || len(earn.Unreachable) != 0 {
+		t.Fatalf("earnings across coordinators: %+v %v", earn, err)
+	}
 }

@@ -47,6 +47,15 @@ func (n *Node) walletCall(ctx context.Context, req walletRequest) (walletRespons
 	if err != nil {
 		return walletResponse{}, err
 	}
+	return n.walletCallTo(ctx, c, req)
+}
+
+// walletCallTo sends one wallet request to a given coordinator (served locally when it is
+// this node).
+func (n *Node) walletCallTo(ctx context.Context, c peer.ID, req walletRequest) (walletResponse, error) {
+	if n.money != nil && c == n.id {
+		return n.money.serve(ctx, n.id, req)
+	}
 	var resp walletResponse
 	if err := n.exchange(ctx, c, protocol.WalletProtocol, 60*time.Second, req, protocol.MaxPayoutBatchSize*4, &resp); err != nil {
 		return walletResponse{}, fmt.Errorf("coordinator %s: %w", c, err)
@@ -329,12 +338,24 @@ func (n *Node) payoutSettingsLoop(ctx context.Context) {
 		n.log.Warn("payout settings not sent", "err", err)
 		return
 	}
+	// Every trusted coordinator gets them: a job is charged, and its earning paid, by the
+	// coordinator that held the renter's money for it (reportTarget).
+	ids, err := n.cfg.TrustedCoordinators()
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	left := slices.Clone(ids)
 	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
-		if _, err := n.walletCall(ctx, walletRequest{Op: "settings", Settings: raw}); err == nil {
-			n.log.Info("payout settings delivered to the coordinator", "method", ps.Method, "schedule", ps.Schedule)
+		left = slices.DeleteFunc(left, func(c peer.ID) bool {
+			if _, err := n.walletCallTo(ctx, c, walletRequest{Op: "settings", Settings: raw}); err != nil {
+				n.log.Debug("payout settings not delivered yet", "coordinator", c, "err", err)
+				return false
+			}
+			n.log.Info("payout settings delivered to the coordinator", "coordinator", c, "method", ps.Method, "schedule", ps.Schedule)
+			return true
+		})
+		if len(left) == 0 {
 			return
-		} else {
-			n.log.Debug("payout settings not delivered yet", "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -186,6 +186,9 @@ func earningsCommand() *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Job, r.EndedAt.Format("2006-01-02 15:04"), r.Model, r.GPUs, r.Seconds, r.ChargeUSDC, r.CommissionUSDC, r.NetUSDC, paidText(r.Paid, r.Batch))
 			}
 			w.Flush()
+			for _, u := range v.Unreachable {
+				fmt.Fprintf(out, "(not counted: %s)\n", u)
+			}
 			if v.Truncated {
 				fmt.Fprintf(out, "(only the latest %d jobs of the period are listed, and grouped above; the totals cover them all: narrow --from/--to to see the rest)\n", len(v.History))
 			}
