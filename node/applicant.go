@@ -203,7 +203,7 @@ func (a *applicant) run(ctx context.Context) {
 				}
 				a.note(func(o *ledger.OwnApplication) { o.UpdatedAt = a.n.clock.Now() })
 			}
-		case own.Status == protocol.StatusApproved && a.n.certificateNeedsRenewal(a.n.clock.Now()):
+		case a.n.holdsCertificate() && a.n.certificateNeedsRenewal(a.n.clock.Now()):
 			// The coordinator pushes a renewed certificate; ask as well, in case that push
 			// did not reach this node.
 			wait = renewAskEvery
@@ -287,9 +287,11 @@ func (a *applicant) exchange(ctx context.Context, req applyRequest) error {
 			}
 		})
 	}
-	if len(resp.Notification) > 0 {
-		if err := a.n.takeNotification(resp.Notification, "apply"); err != nil {
-			return err
+	for _, raw := range [][]byte{resp.Renewal, resp.Notification} {
+		if len(raw) > 0 {
+			if err := a.n.takeNotification(raw, "apply"); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -328,6 +330,11 @@ func (n *Node) takeNotification(raw []byte, source string) error {
 	n.applicant.mu.Lock()
 	defer n.applicant.mu.Unlock()
 	own, err := n.ledger.GetOwnApplication()
+	if err == nil && own.ID != sn.Application && sn.Status == protocol.StatusApproved && len(sn.Certificate) > 0 {
+		// A renewed certificate of an earlier approved application, while a newer one is
+		// reviewed or was refused: it stays in force, newer than the one held.
+		return n.takeNewerCertificate(sn.Certificate)
+	}
 	if err != nil || own.ID != sn.Application || sn.Seq <= own.NotificationSeq {
 		return nil // about an older application, or older than the status held
 	}
@@ -350,6 +357,28 @@ func (n *Node) takeNotification(raw []byte, source string) error {
 		n.prov.poke() // publish with the new certificate, or stop
 	}
 	return err
+}
+
+// takeNewerCertificate keeps a certificate of this provider's when it was issued after the
+// one held (or none is held), and republishes the offer with it.
+func (n *Node) takeNewerCertificate(raw []byte) error {
+	c, err := protocol.OpenCertificate(raw, n.trust.trust)
+	if err != nil || c.Provider != n.id.String() || n.trust.revocationOf(c) != nil {
+		return err
+	}
+	if held, err := n.ledger.OwnCertificate(); err == nil && len(held) > 0 {
+		if h, err := protocol.OpenCertificate(held, n.trust.trust); err == nil && !c.IssuedAt.After(h.IssuedAt) {
+			return nil
+		}
+	}
+	if err := n.ledger.SetOwnCertificate(raw); err != nil {
+		return err
+	}
+	n.log.Info("certificate renewed", "serial", c.Serial, "expires_at", c.ExpiresAt)
+	if n.prov != nil {
+		n.prov.poke()
+	}
+	return nil
 }
 
 // handleNotify takes a notification pushed by a coordinator.

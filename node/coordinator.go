@@ -39,6 +39,10 @@ type applyResponse struct {
 	Reason string `json:"reason,omitempty"` // rejection label (invalid, replay, ...)
 	// Notification is the latest signed notification about the provider's application.
 	Notification []byte `json:"notification,omitempty"`
+	// Renewal is the latest notification of the provider's latest approved application,
+	// when that is not its latest application: it carries the certificate in force (a
+	// renewed one, say) while a newer application is reviewed or was refused.
+	Renewal []byte `json:"renewal,omitempty"`
 }
 
 const (
@@ -160,6 +164,9 @@ func (c *coordinator) handleApply(s network.Stream) {
 		case "status":
 			if a, ok := c.latestOf(s.Conn().RemotePeer()); ok {
 				resp.Notification = a.Notification
+				if ap, ok := c.latestApprovedOf(s.Conn().RemotePeer()); ok && ap.ID != a.ID {
+					resp.Renewal = ap.Notification
+				}
 			} else {
 				resp = applyResponse{Error: "no application from this peer", Reason: "not_found"}
 			}
@@ -182,6 +189,22 @@ func (c *coordinator) latestOf(p peer.ID) (ledger.Application, bool) {
 	found := false
 	for _, a := range apps {
 		if a.Provider == p.String() && (!found || a.Seq > latest.Seq) {
+			latest, found = a, true
+		}
+	}
+	return latest, found
+}
+
+// latestApprovedOf returns a provider's most recent approved application.
+func (c *coordinator) latestApprovedOf(p peer.ID) (ledger.Application, bool) {
+	apps, err := c.n.ledger.Applications()
+	if err != nil {
+		return ledger.Application{}, false
+	}
+	var latest ledger.Application
+	found := false
+	for _, a := range apps {
+		if a.Provider == p.String() && a.Status == protocol.StatusApproved && (!found || a.Seq > latest.Seq) {
 			latest, found = a, true
 		}
 	}

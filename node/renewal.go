@@ -53,10 +53,13 @@ func (c *coordinator) renewDue(now time.Time) (int, error) {
 		c.mu.Unlock()
 		return 0, err
 	}
-	// Only each provider's latest application: an older one, even approved, was replaced.
+	// Only each provider's latest approved application: an older approved one was replaced
+	// (a newer one pending or rejected leaves the certificate in force, and renewed).
 	latest := map[string]uint64{}
 	for _, a := range apps {
-		latest[a.Provider] = max(latest[a.Provider], a.Seq)
+		if a.Status == protocol.StatusApproved {
+			latest[a.Provider] = max(latest[a.Provider], a.Seq)
+		}
 	}
 	var renewed []ledger.Application
 	var errs []error
@@ -117,6 +120,12 @@ func (c *coordinator) reissue(old *protocol.Certificate, now time.Time) ([]byte,
 	cert.Serial, cert.IssuedAt = serial, now.UTC()
 	cert.ExpiresAt = cert.IssuedAt.Add(c.n.cfg.Coordinator.CertificateValidity.Duration)
 	return protocol.Seal(protocol.KindCertificate, cert, c.n.key)
+}
+
+// holdsCertificate says whether this node holds a certificate (valid or not).
+func (n *Node) holdsCertificate() bool {
+	raw, err := n.ledger.OwnCertificate()
+	return err == nil && len(raw) > 0
 }
 
 // certificateNeedsRenewal says whether a provider should ask its coordinator for its

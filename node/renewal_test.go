@@ -109,6 +109,27 @@ func TestCertificateRenewal(t *testing.T) {
 	if last := app.Events[len(app.Events)-1]; last.Action != "renewed" || last.Actor != "coordinator" {
 		t.Fatalf("coordinator's audit trail ends with %+v", last)
 	}
+	// The provider applies again (more GPUs, say): while the new application is reviewed,
+	// and after it is refused, the approved one's certificate is still renewed.
+	renewedAgain := func(what string) {
+		t.Helper()
+		before := ownCertificate(t, prov).Serial
+		eventually(t, 15*time.Second, what, func() (bool, string) {
+			got := ownCertificate(t, prov)
+			return got.Serial != before && got.Application == first.Application, fmt.Sprintf("serial %d of %s", got.Serial, got.Application)
+		})
+	}
+	again, err := prov.applicant.Submit(applicationForm(providerConfig(0), true, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	renewedAgain("renewed while a new application is pending")
+	if _, err := coord.coord.Decide(again.ID, Decision{Action: "reject", Message: "not now", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusRejected)
+	renewedAgain("renewed after the new application was refused")
 	// Revoked: no certificate, none renewed.
 	app, err = coord.ledger.GetApplication(mustOwn(t, revoked).ID)
 	if err != nil {
