@@ -438,8 +438,28 @@ func (c *coordinator) Revoke(ctx context.Context, provider peer.ID, reason, acto
 	if strings.TrimSpace(actor) == "" {
 		return nil, badRequest(errors.New("actor: say who revokes (it goes into the audit trail)"))
 	}
-	// Held throughout: a renewal (renewDue, under c.mu too) cannot sign a certificate dated
-	// after this revocation before the revocation is stored and the applications marked.
+	raw, revoked, err := c.revoke(provider, reason, actor)
+	if raw == nil {
+		return nil, err
+	}
+	// Stored: gossip it and tell the provider even if marking an application failed.
+	if err := c.n.revTopic.Publish(ctx, raw); err != nil {
+		c.n.log.Warn("gossiping the revocation failed; peers get it by revocation sync", "err", err)
+	}
+	for _, a := range revoked {
+		c.tell(a)
+	}
+	if err != nil {
+		return raw, err
+	}
+	c.n.log.Info("provider revoked", "provider", provider, "reason", reason, "by", actor)
+	return raw, nil
+}
+
+// revoke signs and stores a revocation and marks the provider's approved applications
+// revoked, under c.mu: a renewal (renewDue, under c.mu too) cannot sign a certificate dated
+// after the revocation before the revocation is stored.
+func (c *coordinator) revoke(provider peer.ID, reason, actor string) ([]byte, []ledger.Application, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.n.clock.Now()
@@ -448,18 +468,16 @@ func (c *coordinator) Revoke(ctx context.Context, provider peer.ID, reason, acto
 		IssuedAt: now.UTC(), Reason: reason,
 	}, c.n.key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := c.n.takeRevocation(raw, "self"); err != nil {
-		return nil, err
-	}
-	if err := c.n.revTopic.Publish(ctx, raw); err != nil {
-		c.n.log.Warn("gossiping the revocation failed; peers get it by revocation sync", "err", err)
+		return nil, nil, err
 	}
 	apps, err := c.n.ledger.Applications()
 	if err != nil {
-		return raw, err
+		return raw, nil, err
 	}
+	var revoked []ledger.Application
 	for _, a := range apps {
 		if a.Provider != provider.String() || a.Status != protocol.StatusApproved {
 			continue
@@ -470,12 +488,11 @@ func (c *coordinator) Revoke(ctx context.Context, provider peer.ID, reason, acto
 			return c.sign(a, nil, now)
 		})
 		if err != nil {
-			return raw, err
+			return raw, revoked, err
 		}
-		c.tell(a)
+		revoked = append(revoked, a)
 	}
-	c.n.log.Info("provider revoked", "provider", provider, "reason", reason, "by", actor)
-	return raw, nil
+	return raw, revoked, nil
 }
 
 // tell pushes an application's latest notification to the provider's node and sends the
