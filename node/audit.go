@@ -278,7 +278,7 @@ func Audit(ctx context.Context, bundle AuditBundle, o AuditOptions) (rep AuditRe
 				bad("payout to %s: no payout settings signed by the provider", p.Provider)
 			} else { // bank settings are not published
 				rep.Unverifiable = append(rep.Unverifiable, fmt.Sprintf("payout to %s of %s USDC by bank to %s (reference %s): bank payouts are private; only the provider can confirm the method and the account",
-					p.Provider, p.Amount, p.Destination, p.Transaction))
+					p.Provider, p.Amount, protocol.MaskIBAN(p.Destination), p.Transaction))
 			}
 		} else if s.Method != p.Method || (s.Destination() != p.Destination && s.Destination() != protocol.MaskIBAN(p.Destination)) {
 			bad("payout to %s: paid by %s to %s, but the provider's signed settings say %s to %s", p.Provider, p.Method, p.Destination, s.Method, s.Destination())

@@ -121,7 +121,8 @@ func BenchmarkPriceChange50(b *testing.B) {
 }
 
 // BenchmarkBenchmarkRun measures a whole benchmark run with the default sizes (256 MiB of
-// storage written with fsync and read back, 2 s of 4 KiB random reads, 16 MiB each way to
+// storage written with fsync and read back, 4 KiB random reads for up to 2 s or 200,000
+// reads, 16 MiB each way to
 // the coordinator) on a provider with eight simulated GPUs: the part of the suite that does
 // not depend on the GPUs (real GPUs add their kernels' time, a few seconds each by design).
 func BenchmarkBenchmarkRun(b *testing.B) {

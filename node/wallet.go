@@ -388,6 +388,9 @@ func (n *Node) deliverReports(ctx context.Context) {
 	slots := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for _, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
 		unreported := j.ReportedAt.IsZero() || (len(j.ReceiptCountersig) > 0 && !j.CountersigReported)
 		if j.Side != "provider" || j.State != ledger.JobEnded || len(j.Receipt) == 0 || !unreported || j.ReportError != "" {
 			continue

@@ -508,7 +508,9 @@ func auditCommand() *cobra.Command {
 				for _, u := range rep.Unverifiable {
 					fmt.Fprintf(out, "not checkable: %s\n", u)
 				}
-				if rep.OK {
+				if rep.OK && len(rep.Unverifiable) > 0 {
+					fmt.Fprintf(out, "OK: every amount recomputed from the signed receipts; the USDC payouts found on chain; %d bank payouts not checkable\n", len(rep.Unverifiable))
+				} else if rep.OK {
 					fmt.Fprintln(out, "OK: every amount recomputed from the signed receipts and found on chain")
 				}
 			}
