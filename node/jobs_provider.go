@@ -31,7 +31,7 @@ type jobRunner struct {
 	// detectErr says why the probe found no GPU at start; cleared when a later probe
 	// finds one (under mu).
 	detectErr error
-	dir   string // per-job folders: image archive, log, output
+	dir       string // per-job folders: image archive, log, output
 
 	mu      sync.Mutex
 	gpus    []gpuSlot
