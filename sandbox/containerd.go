@@ -345,12 +345,10 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return fmt.Errorf("job %s: %w", spec.ID, err)
 	}
-	// The logger appends to it; a log that cannot be created fails the start here.
-	lf, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
+	// The logger appends to them; a log that cannot be created fails the start here.
+	if err := createLogFiles(spec.LogPath); err != nil {
 		return fmt.Errorf("job %s: its log: %w", spec.ID, err)
 	}
-	lf.Close()
 	labels := map[string]string{
 		labelJob:       "1",
 		labelWallClock: spec.WallClock.String(),
@@ -803,10 +801,10 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 				}
 			}
 			if logPath != "" {
-				if why, err := os.ReadFile(errorMark(logPath)); err == nil {
+				if state := readLogState(logPath); strings.HasPrefix(state, stateError) {
 					reason = ReasonLogFailed
-					c.log.Warn("killing a job whose log cannot be written", "job", id, "log", logPath, "err", string(why))
-				} else if _, err := os.Stat(overMark(logPath)); err == nil {
+					c.log.Warn("killing a job whose log cannot be written", "job", id, "log", logPath, "err", strings.TrimPrefix(state, stateError))
+				} else if state == stateOver {
 					reason = ReasonLogLimit
 					c.log.Info("killing a job that printed more than its log limit", "job", id, "limit", logMax)
 				} else if st, err := os.Stat(logPath); err == nil && logMax > 0 && st.Size() > logMax {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -13,10 +14,10 @@ import (
 // Job logs. containerd's shim hands a job's standard output and error to a logging program
 // (containerd's "binary" log driver): the node's own binary, started again by the shim in
 // logger mode (RunLoggerIfInvoked). The logger appends both streams to the job's log file
-// up to the runtime's limit; past it, it discards the rest and leaves a mark file beside
-// the log (<log>.over) that the monitor turns into a kill with ReasonLogLimit. The log never
+// up to the runtime's limit; past it, it discards the rest and says so in the log's state
+// file (<log>.state), which the monitor turns into a kill with ReasonLogLimit. The log never
 // holds more than the limit, and the logger, a child of the shim, keeps writing while the
-// node restarts. A log it cannot write leaves <log>.error instead (ReasonLogFailed).
+// node restarts. A log it cannot write is said there too (ReasonLogFailed).
 
 // The logger's arguments. The shim passes a log URI's query as "key value" pairs in no
 // particular order, and sets only CONTAINER_ID and CONTAINER_NAMESPACE in the environment.
@@ -25,11 +26,48 @@ const (
 	loggerMaxArg  = "gpunex-job-log-max"
 )
 
-// overMark is the file the logger creates when a job's output went past the log limit;
-// errorMark the one holding why the log could not be written (the monitor kills the job
-// with ReasonLogFailed).
-func overMark(logPath string) string  { return logPath + ".over" }
-func errorMark(logPath string) string { return logPath + ".error" }
+// The logger tells the monitor how the log stands in a small state file beside it, which
+// the node creates, filled with zeros, before the job starts: the logger overwrites it in
+// place ("over" past the limit, "error: <why>" when the log cannot be written), which
+// needs no new inode nor, on most file systems, new blocks, so it works on a full disk.
+const (
+	stateSize  = 512
+	stateOver  = "over"
+	stateError = "error: "
+)
+
+func statePath(logPath string) string { return logPath + ".state" }
+
+// createLogFiles creates the job's log (empty, or as it is) and its zeroed state file.
+func createLogFiles(logPath string) error {
+	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	lf.Close()
+	return os.WriteFile(statePath(logPath), make([]byte, stateSize), 0o640)
+}
+
+// readLogState returns what the logger said of a log ("" while all is well).
+func readLogState(logPath string) string {
+	b, err := os.ReadFile(statePath(logPath))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimRight(string(b), "\x00")
+}
+
+// logState writes the state file in place.
+type logState struct{ f *os.File }
+
+func (s logState) set(state string) {
+	if s.f == nil {
+		return
+	}
+	b := make([]byte, stateSize)
+	copy(b, state)
+	s.f.WriteAt(b, 0)
+}
 
 // loggerInvocation reads the logger's arguments (os.Args[1:]); ok is false when the
 // process was not started as a job's logger.
@@ -78,7 +116,8 @@ func RunLoggerIfInvoked() {
 // all (counting what the file already holds), until every stream ends; ready is written
 // and closed once the file is open. It always reads the streams to their end, so that the
 // job never blocks on its output nor dies of SIGPIPE: past the limit it discards, and when
-// the file cannot be opened or written it discards everything and leaves errorMark.
+// the file cannot be opened or written it discards everything; either is said in the state
+// file.
 func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.Reader) error {
 	var (
 		mu      sync.Mutex
@@ -87,6 +126,11 @@ func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.R
 		werr    error
 		wg      sync.WaitGroup
 	)
+	var state logState
+	if sf, err := os.OpenFile(statePath(path), os.O_WRONLY|os.O_CREATE, 0o640); err == nil {
+		defer sf.Close()
+		state.f = sf
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err == nil {
 		defer f.Close()
@@ -97,7 +141,7 @@ func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.R
 	}
 	if err != nil {
 		werr = err
-		markError(path, err)
+		state.set(stateError + err.Error())
 	}
 	ready.Write([]byte{0}) // the shim reads one byte (or EOF) before it starts the job
 	ready.Close()
@@ -114,15 +158,13 @@ func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.R
 					keep := min(int64(n), max(limit-written, 0))
 					if keep > 0 && werr == nil {
 						if _, werr = f.Write(buf[:keep]); werr != nil {
-							markError(path, werr)
+							state.set(stateError + werr.Error())
 						}
 						written += keep
 					}
-					if keep < int64(n) && !over {
+					if keep < int64(n) && !over && werr == nil {
 						over = true
-						if mf, err := os.OpenFile(overMark(path), os.O_WRONLY|os.O_CREATE, 0o640); err == nil {
-							mf.Close()
-						}
+						state.set(stateOver)
 					}
 					mu.Unlock()
 				}
@@ -134,9 +176,4 @@ func writeJobLog(path string, limit int64, ready io.WriteCloser, streams ...io.R
 	}
 	wg.Wait()
 	return werr
-}
-
-// markError leaves errorMark holding why the log failed; the monitor kills the job.
-func markError(path string, err error) {
-	os.WriteFile(errorMark(path), []byte(err.Error()), 0o640)
 }

@@ -17,6 +17,9 @@ func (*nopCloser) Close() error { return nil }
 // the overflow and reads both streams to their end (a job never blocks on its output).
 func TestJobLogBounded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
+	if err := createLogFiles(path); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(path, []byte("earlier\n"), 0o600)
 	out, errs := strings.NewReader(strings.Repeat("o", 3000)), strings.NewReader(strings.Repeat("e", 3000))
 	var ready nopCloser
@@ -27,16 +30,13 @@ func TestJobLogBounded(t *testing.T) {
 	if len(b) != 1000 || !strings.HasPrefix(string(b), "earlier\n") || ready.Len() != 1 {
 		t.Fatalf("log of %d bytes, ready %d", len(b), ready.Len())
 	}
-	if _, err := os.Stat(overMark(path)); err != nil || out.Len() != 0 || errs.Len() != 0 {
-		t.Fatalf("over mark %v, left unread %d and %d", err, out.Len(), errs.Len())
-	}
-	if _, err := os.Stat(errorMark(path)); err == nil {
-		t.Fatal("an error mark without an error")
+	if state := readLogState(path); state != stateOver || out.Len() != 0 || errs.Len() != 0 {
+		t.Fatalf("state %q, left unread %d and %d", state, out.Len(), errs.Len())
 	}
 }
 
-// TestJobLogUnwritable: a log that cannot be written leaves an error mark saying why (the
-// monitor kills the job for it), and the streams are still read to their end.
+// TestJobLogUnwritable: a log that cannot be written is said in the state file, with why
+// (the monitor kills the job for it), and the streams are still read to their end.
 func TestJobLogUnwritable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
 	os.Mkdir(path, 0o700) // a folder where the log should be: open fails
@@ -45,8 +45,7 @@ func TestJobLogUnwritable(t *testing.T) {
 	if err := writeJobLog(path, 1<<20, &ready, out, io.LimitReader(out, 0)); err == nil {
 		t.Fatal("no error writing into a folder")
 	}
-	why, err := os.ReadFile(errorMark(path))
-	if err != nil || len(why) == 0 || out.Len() != 0 || ready.Len() != 1 {
-		t.Fatalf("error mark %q %v, left unread %d, ready %d", why, err, out.Len(), ready.Len())
+	if state := readLogState(path); !strings.HasPrefix(state, stateError) || len(state) <= len(stateError) || out.Len() != 0 || ready.Len() != 1 {
+		t.Fatalf("state %q, left unread %d, ready %d", state, out.Len(), ready.Len())
 	}
 }
