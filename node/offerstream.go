@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,10 +161,26 @@ func readSyncFrames(r *bufio.Reader, each func(raw []byte)) error {
 	}
 }
 
-// syncOffers asks up to three connected peers for their offers, in parallel. The sync
-// counts as done only if one of them answered.
+// syncOffers asks up to three connected peers for their offers, in parallel, the
+// bootstrap peers first (infrastructure that follows the whole network, where any other
+// peer may have joined moments ago). The sync counts as done only if one of them answered.
 func (n *Node) syncOffers(ctx context.Context) {
 	peers := n.host.Network().Peers()
+	if boot, err := n.cfg.BootstrapPeers(); err == nil {
+		first := map[peer.ID]bool{}
+		for _, ai := range boot {
+			first[ai.ID] = true
+		}
+		slices.SortStableFunc(peers, func(a, b peer.ID) int {
+			switch {
+			case first[a] && !first[b]:
+				return -1
+			case first[b] && !first[a]:
+				return 1
+			}
+			return 0
+		})
+	}
 	var wg sync.WaitGroup
 	var answered atomic.Bool
 	for i, p := range peers {
