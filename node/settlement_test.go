@@ -884,10 +884,12 @@ func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.key); err != nil {
 		t.Fatal(err)
 	}
-	prov.reportJob(ctx, j)
-	eventually(t, 5*time.Second, "the hold's coordinator charged the job", func() (bool, string) {
+	// Sent again until it lands, as reportLoop does (the provider may not reach the second
+	// coordinator at once).
+	eventually(t, 20*time.Second, "the hold's coordinator charged the job", func() (bool, string) {
+		prov.reportJob(ctx, j)
 		h, _ := second.ledger.GetHold(job)
-		return h.State == ledger.HoldCharged && h.Charge == 120_000, fmt.Sprintf("%+v", h)
+		return h.State == ledger.HoldCharged && h.Charge == 120_000, fmt.Sprintf("state %s charge %s", h.State, h.Charge)
 	})
 	if _, err := first.ledger.GetJobReport(job, prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the report went to the first coordinator too: %v", err)
