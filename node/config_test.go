@@ -1,6 +1,8 @@
 package node
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,5 +89,16 @@ func TestRenewBeforeDefault(t *testing.T) {
 	os.WriteFile(path, []byte("role = \"coordinator\"\n[coordinator]\ncertificate_validity = \"240h\"\ncertificate_renew_before = \"240h\"\n"), 0o600)
 	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "certificate_renew_before") || !strings.Contains(err.Error(), "certificate_validity") {
 		t.Fatalf("renew_before as long as the validity: %v", err)
+	}
+}
+
+// TestFailedInitLeavesNothing: an init whose settings do not hold creates no home.
+func TestFailedInitLeavesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "home")
+	if _, _, err := Init(dir, InitOptions{Role: RoleRenter, Bootstrap: []string{"/ip4/1.2.3.4/tcp/4001"}}); err == nil {
+		t.Fatal("init with a bootstrap address without a peer ID succeeded")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed init left %s behind: %v", dir, err)
 	}
 }

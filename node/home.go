@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,16 +60,13 @@ var ErrHomeExists = errors.New("home already initialised")
 
 // Init creates a home: a commented config.toml with defaults, an Ed25519 identity key and
 // an API token (both 0600), and the data directory.
-func Init(dir string, o InitOptions) (Home, peer.ID, error) {
+func Init(dir string, o InitOptions) (_ Home, _ peer.ID, err error) {
 	h := Home{Dir: dir}
 	if o.Role == "" {
 		return h, "", fmt.Errorf("a role is required: one of %s", strings.Join(Roles, ", "))
 	}
 	if _, err := os.Stat(h.Path(IdentityFile)); err == nil && !o.Force {
 		return h, "", fmt.Errorf("%w: %s holds %s", ErrHomeExists, dir, IdentityFile)
-	}
-	if err := os.MkdirAll(h.Path(DataDir), 0o700); err != nil {
-		return h, "", fmt.Errorf("create home: %w", err)
 	}
 	c := Defaults(o.Role)
 	if o.Listen != nil {
@@ -125,6 +123,18 @@ func Init(dir string, o InitOptions) (Home, peer.ID, error) {
 	}
 	if err := c.Check(); err != nil {
 		return h, "", err
+	}
+	// Nothing is written before the settings hold; a home this call creates is removed
+	// again if a later step fails, so that a failed init leaves nothing behind.
+	if _, statErr := os.Stat(dir); errors.Is(statErr, fs.ErrNotExist) {
+		defer func() {
+			if err != nil {
+				os.RemoveAll(dir)
+			}
+		}()
+	}
+	if err := os.MkdirAll(h.Path(DataDir), 0o700); err != nil {
+		return h, "", fmt.Errorf("create home: %w", err)
 	}
 	if err := h.WriteConfig(c); err != nil {
 		return h, "", err
