@@ -275,10 +275,12 @@ func (s *settlement) claimDeposit(ctx context.Context, signature string) (ledger
 	if err != nil {
 		return ledger.Deposit{}, false, fmt.Errorf("deposit %s: %w", signature, err)
 	}
-	if !st.Found || !st.Confirmed {
-		return ledger.Deposit{}, false, fmt.Errorf("deposit %s is not confirmed yet: try again in a few seconds", signature)
+	// Money is credited on finalized transactions only: a confirmed one could still be
+	// rolled back, and the credit with it spent.
+	if !st.Found || !st.Finalized {
+		return ledger.Deposit{}, false, fmt.Errorf("deposit %s is not finalized yet: try again in a few seconds", signature)
 	}
-	tx, err := s.client.Transaction(ctx, sig)
+	tx, err := s.client.FinalizedTransaction(ctx, sig)
 	if err != nil {
 		return ledger.Deposit{}, false, fmt.Errorf("deposit %s: %w", signature, err)
 	}

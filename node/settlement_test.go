@@ -684,7 +684,8 @@ func TestScheduledPayoutsCatchUp(t *testing.T) {
 
 // TestDepositRecordedButNotSent: a renter that crashed after recording its signed deposit
 // and before sending it sends it again and has it credited, once; one whose blockhash
-// expired meanwhile is marked as having moved nothing.
+// expired meanwhile is marked as having moved nothing; one confirmed but not finalized yet
+// is credited only once finalized.
 func TestDepositRecordedButNotSent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("Solana")
@@ -735,6 +736,27 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 	}
 	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
 		t.Fatalf("the expired deposit moved money: %+v", b)
+	}
+
+	if err := e.rt.HoldFinality(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	pending := record(7_000_000)
+	eventually(t, 10*time.Second, "the deposit lands (confirmed)", func() (bool, string) { return renter.depositLanded(ctx, &pending), "" })
+	if _, err := renter.ClaimDeposits(ctx, ""); err == nil || !strings.Contains(err.Error(), "not finalized") {
+		t.Fatalf("claiming a deposit not finalized: %v", err)
+	}
+	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 {
+		t.Fatalf("a deposit not finalized was credited: %+v", b)
+	}
+	if err := e.rt.HoldFinality(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renter.ClaimDeposits(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := renter.Balance(ctx); b.Available != 27_000_000 {
+		t.Fatalf("the finalized deposit: %+v", b)
 	}
 }
 

@@ -183,7 +183,9 @@ func (n *Node) Deposit(ctx context.Context, amount protocol.MicroUSDC) (DepositV
 		// sends it again, claims it, or marks it expired (depositLanded).
 		return DepositView{}, fmt.Errorf("deposit %s: %w (it may still land: it is checked and credited automatically; gpunex wallet claim does it now)", sig, err)
 	}
-	st, err := c.WaitConfirmed(ctx, sig, lastValid)
+	// The coordinator credits finalized deposits only (about 13 s after confirmation on a
+	// public cluster).
+	st, err := c.WaitFinalized(ctx, sig, lastValid)
 	if err != nil {
 		return DepositView{}, fmt.Errorf("deposit %s: %w", sig, err)
 	}
@@ -239,7 +241,7 @@ func (n *Node) ClaimDeposits(ctx context.Context, signature string) ([]DepositVi
 	var out []DepositView
 	var errs []error
 	for _, d := range deps {
-		if d.Claimed {
+		if d.Claimed || d.Error != "" { // credited, or failed or expired: nothing to claim
 			continue
 		}
 		v, err := n.claim(ctx, d)

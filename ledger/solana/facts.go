@@ -40,10 +40,20 @@ type TokenTransfer struct {
 // Transaction fetches a confirmed transaction. The error wraps ErrNotFound when the
 // cluster does not know it.
 func (c *Client) Transaction(ctx context.Context, sig sol.Signature) (*TxFacts, error) {
+	return c.transaction(ctx, sig, commitment)
+}
+
+// FinalizedTransaction fetches a finalized transaction: one that cannot be rolled back. The
+// error wraps ErrNotFound when the cluster does not know it or has not finalized it yet.
+func (c *Client) FinalizedTransaction(ctx context.Context, sig sol.Signature) (*TxFacts, error) {
+	return c.transaction(ctx, sig, rpc.CommitmentFinalized)
+}
+
+func (c *Client) transaction(ctx context.Context, sig sol.Signature, at rpc.CommitmentType) (*TxFacts, error) {
 	version := uint64(0)
 	res, err := c.rpc.GetTransaction(ctx, sig, &rpc.GetTransactionOpts{
 		Encoding:                       sol.EncodingBase64,
-		Commitment:                     commitment,
+		Commitment:                     at,
 		MaxSupportedTransactionVersion: &version,
 	})
 	if errors.Is(err, rpc.ErrNotFound) {

@@ -217,6 +217,12 @@ func (r *Runtime) ExpireBlockhash(ctx context.Context) error {
 	return r.call(ctx, "gpunex_expireBlockhash", nil)
 }
 
+// HoldFinality makes transactions landing from now on only "confirmed" (not finalized)
+// until it is called with false: for tests of what waits for finality.
+func (r *Runtime) HoldFinality(ctx context.Context, hold bool) error {
+	return r.call(ctx, "gpunex_holdFinality", []any{hold})
+}
+
 func (r *Runtime) call(ctx context.Context, method string, params []any) error {
 	if params == nil {
 		params = []any{}

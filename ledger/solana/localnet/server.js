@@ -7,8 +7,10 @@
 // closes (so it never outlives its parent) and on SIGTERM/SIGINT.
 //
 // It speaks the standard Solana JSON-RPC shapes for the methods below, so unmodified
-// clients (solana-go, @solana/web3.js) work against it. Non-standard method for tests:
-// gpunex_expireBlockhash (every blockhash issued so far becomes invalid).
+// clients (solana-go, @solana/web3.js) work against it. Non-standard methods for tests:
+// gpunex_expireBlockhash (every blockhash issued so far becomes invalid) and
+// gpunex_holdFinality [bool] (while held, transactions landing from then on are only
+// "confirmed": their status says so and getTransaction at "finalized" does not find them).
 //
 // Block height model: slot == block height. It advances by one for every landed
 // transaction (and airdrop) and once every --slot-ms milliseconds (400 by default, like
@@ -615,14 +617,23 @@ function requestAirdrop(params) {
   return sig;
 }
 
+// Finality: every landed transaction is final at once, unless gpunex_holdFinality holds
+// back those landing after finalFloor.
+let finalityHeld = false;
+let finalFloor = 0;
+
+function isFinal(rec) {
+  return !(finalityHeld && rec.slot > finalFloor);
+}
+
 function statusOf(rec) {
   if (!rec) return null;
   return {
     slot: rec.slot,
-    confirmations: null,
+    confirmations: isFinal(rec) ? null : 1,
     err: rec.err,
     status: rec.err === null ? { Ok: null } : { Err: rec.err },
-    confirmationStatus: 'finalized',
+    confirmationStatus: isFinal(rec) ? 'finalized' : 'confirmed',
   };
 }
 
@@ -632,6 +643,7 @@ function getTransaction(params) {
   if (typeof cfg === 'string') cfg = { encoding: cfg };
   const rec = txs.get(sig);
   if (!rec || !rec.raw) return null;
+  if (cfg.commitment === 'finalized' && !isFinal(rec)) return null;
   const versioned = rec.tx.message.version !== 'legacy';
   const maxVersion = cfg.maxSupportedTransactionVersion;
   if (versioned && (maxVersion === undefined || maxVersion === null || maxVersion < rec.tx.message.version)) {
@@ -749,7 +761,7 @@ function getSignaturesForAddress(params) {
       }
       if (memos.length) memo = memos.join('; ');
     }
-    out.push({ signature: sig, slot: rec.slot, err: rec.err, memo, blockTime: rec.blockTime, confirmationStatus: 'finalized' });
+    out.push({ signature: sig, slot: rec.slot, err: rec.err, memo, blockTime: rec.blockTime, confirmationStatus: isFinal(rec) ? 'finalized' : 'confirmed' });
   }
   return out;
 }
@@ -807,6 +819,11 @@ const methods = {
     const m = a && isTokenProgram(a.owner) ? parseMint(a.data) : null;
     if (!m) throw rpcError(-32602, 'Invalid param: not a Token mint');
     return { context: context(), value: uiAmount(m.supply, m.decimals) };
+  },
+  gpunex_holdFinality: (p) => {
+    finalityHeld = !!(p && p[0]);
+    finalFloor = height;
+    return finalityHeld;
   },
   gpunex_expireBlockhash: () => {
     // Every blockhash issued so far becomes invalid, and the block height moves past
