@@ -330,10 +330,18 @@ func (n *Node) takeNotification(raw []byte, source string) error {
 	n.applicant.mu.Lock()
 	defer n.applicant.mu.Unlock()
 	own, err := n.ledger.GetOwnApplication()
-	if err == nil && own.ID != sn.Application && sn.Status == protocol.StatusApproved && len(sn.Certificate) > 0 {
-		// A renewed certificate of an earlier approved application, while a newer one is
-		// reviewed or was refused: it stays in force, newer than the one held.
-		return n.takeNewerCertificate(sn.Certificate)
+	if err == nil && own.ID != sn.Application {
+		// About an earlier application, while a newer one is reviewed or was refused: a
+		// renewal or a revocation of the certificate held.
+		switch {
+		case sn.Status == protocol.StatusApproved && len(sn.Certificate) > 0:
+			return n.takeNewerCertificate(sn.Certificate)
+		case sn.Status == protocol.StatusRevoked:
+			if held := n.heldCertificate(); held != nil && held.Application == sn.Application && held.Signer == sn.Signer {
+				return n.ledger.SetOwnCertificate(nil)
+			}
+		}
+		return nil
 	}
 	if err != nil || own.ID != sn.Application || sn.Seq <= own.NotificationSeq {
 		return nil // about an older application, or older than the status held
@@ -359,17 +367,16 @@ func (n *Node) takeNotification(raw []byte, source string) error {
 	return err
 }
 
-// takeNewerCertificate keeps a certificate of this provider's when it was issued after the
-// one held (or none is held), and republishes the offer with it.
+// takeNewerCertificate keeps a renewal of the certificate held (same application, same
+// coordinator, issued later), or a certificate when none is held, and republishes the
+// offer with it. A certificate of another application does not replace the one held.
 func (n *Node) takeNewerCertificate(raw []byte) error {
 	c, err := protocol.OpenCertificate(raw, n.trust.trust)
 	if err != nil || c.Provider != n.id.String() || n.trust.revocationOf(c) != nil {
 		return err
 	}
-	if held, err := n.ledger.OwnCertificate(); err == nil && len(held) > 0 {
-		if h, err := protocol.OpenCertificate(held, n.trust.trust); err == nil && !c.IssuedAt.After(h.IssuedAt) {
-			return nil
-		}
+	if h := n.heldCertificate(); h != nil && (h.Application != c.Application || h.Signer != c.Signer || !c.IssuedAt.After(h.IssuedAt)) {
+		return nil
 	}
 	if err := n.ledger.SetOwnCertificate(raw); err != nil {
 		return err
@@ -379,6 +386,19 @@ func (n *Node) takeNewerCertificate(raw []byte) error {
 		n.prov.poke()
 	}
 	return nil
+}
+
+// heldCertificate opens the certificate this node holds (nil when none or unreadable).
+func (n *Node) heldCertificate() *protocol.SignedCertificate {
+	raw, err := n.ledger.OwnCertificate()
+	if err != nil || len(raw) == 0 {
+		return nil
+	}
+	c, err := protocol.OpenCertificate(raw, n.trust.trust)
+	if err != nil {
+		return nil
+	}
+	return c
 }
 
 // handleNotify takes a notification pushed by a coordinator.

@@ -442,7 +442,9 @@ func (c *Config) TrustedCoordinators() ([]peer.ID, error) {
 		if err != nil {
 			return nil, fmt.Errorf("trust.coordinators %q: not a peer ID (12D3KooW...): %v", s, err)
 		}
-		out = append(out, id)
+		if !slices.Contains(out, id) { // listed twice (init with two addresses of one peer)
+			out = append(out, id)
+		}
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	sol "github.com/gagliardetto/solana-go"
@@ -132,8 +133,22 @@ func (n *Node) Earnings(ctx context.Context, q EarningsQuery) (EarningsView, err
 	}
 	a := &earningsAnswer{}
 	var unreachable []string
+	// In parallel, 15 s each: a coordinator that is down costs the wait once.
+	answers := make([]walletResponse, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
 	for i, c := range ids {
-		resp, err := n.walletCallTo(ctx, c, walletRequest{Op: "earnings", From: from, To: to})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			answers[i], errs[i] = n.walletCallTo(cctx, c, walletRequest{Op: "earnings", From: from, To: to})
+		}()
+	}
+	wg.Wait()
+	for i, c := range ids {
+		resp, err := answers[i], errs[i]
 		if err == nil && resp.Earnings == nil {
 			err = errors.New("its answer holds no earnings")
 		}

@@ -80,9 +80,10 @@ func Init(dir string, o InitOptions) (_ Home, _ peer.ID, err error) {
 			return h, "", err
 		}
 		for _, p := range peers {
-			c.Trust.Coordinators = append(c.Trust.Coordinators, p.ID.String())
+			if !slices.Contains(c.Trust.Coordinators, p.ID.String()) { // in order, once each
+				c.Trust.Coordinators = append(c.Trust.Coordinators, p.ID.String())
+			}
 		}
-		c.Trust.Coordinators = slices.Compact(c.Trust.Coordinators)
 	}
 	if o.Region != "" {
 		c.Provider.Region = o.Region

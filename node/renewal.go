@@ -122,10 +122,11 @@ func (c *coordinator) reissue(old *protocol.Certificate, now time.Time) ([]byte,
 	return protocol.Seal(protocol.KindCertificate, cert, c.n.key)
 }
 
-// holdsCertificate says whether this node holds a certificate (valid or not).
+// holdsCertificate says whether this node holds a certificate that no revocation covers
+// (expired or not): one its coordinator may renew.
 func (n *Node) holdsCertificate() bool {
-	raw, err := n.ledger.OwnCertificate()
-	return err == nil && len(raw) > 0
+	c := n.heldCertificate()
+	return c != nil && n.trust.revocationOf(c) == nil
 }
 
 // certificateNeedsRenewal says whether a provider should ask its coordinator for its

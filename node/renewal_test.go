@@ -148,3 +148,28 @@ func TestCertificateRenewal(t *testing.T) {
 		t.Fatal("a revoked provider holds a certificate")
 	}
 }
+
+// TestProviderTakesOnlyRenewals: a certificate of another application, even a newer one,
+// does not replace the one held; a renewal of it (same application and coordinator,
+// issued later) does.
+func TestProviderTakesOnlyRenewals(t *testing.T) {
+	tn := newTestNet(t)
+	prov := tn.add(providerConfig(0), nil)
+	held := ownCertificate(t, prov)
+	reissue := func(app string, at time.Time) []byte {
+		c := held.Certificate
+		c.Application, c.Serial, c.IssuedAt, c.ExpiresAt = app, c.Serial+uint64(at.Unix()), at, at.AddDate(0, 0, 30)
+		raw, err := protocol.Seal(protocol.KindCertificate, c, tn.bootKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	if err := prov.takeNewerCertificate(reissue("ba9876543210", time.Now())); err != nil || ownCertificate(t, prov).Serial != held.Serial {
+		t.Fatalf("a certificate of another application replaced the one held: %v", err)
+	}
+	renewal := reissue(held.Application, time.Now())
+	if err := prov.takeNewerCertificate(renewal); err != nil || ownCertificate(t, prov).Application != held.Application || ownCertificate(t, prov).Serial == held.Serial {
+		t.Fatalf("the renewal was not taken: %v", err)
+	}
+}

@@ -801,7 +801,14 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 				}
 			}
 			if logPath != "" {
-				if state := readLogState(logPath); strings.HasPrefix(state, stateError) {
+				state := readLogState(logPath)
+				// (Jobs logged by an earlier build of the logger leave mark files instead.)
+				if why, err := os.ReadFile(logPath + ".error"); err == nil && state == "" {
+					state = stateError + string(why)
+				} else if _, err := os.Stat(logPath + ".over"); err == nil && state == "" {
+					state = stateOver
+				}
+				if strings.HasPrefix(state, stateError) {
 					reason = ReasonLogFailed
 					c.log.Warn("killing a job whose log cannot be written", "job", id, "log", logPath, "err", strings.TrimPrefix(state, stateError))
 				} else if state == stateOver {
