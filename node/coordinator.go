@@ -162,9 +162,9 @@ func (c *coordinator) handleApply(s network.Stream) {
 				resp.Notification = a.Notification
 			}
 		case "status":
-			if a, ok := c.latestOf(s.Conn().RemotePeer()); ok {
+			if a, ap, ok := c.latestOf(s.Conn().RemotePeer()); ok {
 				resp.Notification = a.Notification
-				if ap, ok := c.latestApprovedOf(s.Conn().RemotePeer()); ok && ap.ID != a.ID {
+				if ap.ID != "" && ap.ID != a.ID {
 					resp.Renewal = ap.Notification
 				}
 			} else {
@@ -179,36 +179,25 @@ func (c *coordinator) handleApply(s network.Stream) {
 	}
 }
 
-// latestOf returns a provider's most recent application.
-func (c *coordinator) latestOf(p peer.ID) (ledger.Application, bool) {
+// latestOf returns a provider's most recent application, and its most recent approved one
+// (zero when none), in one scan of the queue.
+func (c *coordinator) latestOf(p peer.ID) (latest, approved ledger.Application, found bool) {
 	apps, err := c.n.ledger.Applications()
 	if err != nil {
-		return ledger.Application{}, false
+		return latest, approved, false
 	}
-	var latest ledger.Application
-	found := false
 	for _, a := range apps {
-		if a.Provider == p.String() && (!found || a.Seq > latest.Seq) {
+		if a.Provider != p.String() {
+			continue
+		}
+		if !found || a.Seq > latest.Seq {
 			latest, found = a, true
 		}
-	}
-	return latest, found
-}
-
-// latestApprovedOf returns a provider's most recent approved application.
-func (c *coordinator) latestApprovedOf(p peer.ID) (ledger.Application, bool) {
-	apps, err := c.n.ledger.Applications()
-	if err != nil {
-		return ledger.Application{}, false
-	}
-	var latest ledger.Application
-	found := false
-	for _, a := range apps {
-		if a.Provider == p.String() && a.Status == protocol.StatusApproved && (!found || a.Seq > latest.Seq) {
-			latest, found = a, true
+		if a.Status == protocol.StatusApproved && (approved.ID == "" || a.Seq > approved.Seq) {
+			approved = a
 		}
 	}
-	return latest, found
+	return latest, approved, found
 }
 
 func isOpen(status string) bool {

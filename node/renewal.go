@@ -133,10 +133,6 @@ func (n *Node) holdsCertificate() bool {
 // status because its own certificate is missing, unreadable, or within renewAskBefore of
 // its expiry.
 func (n *Node) certificateNeedsRenewal(now time.Time) bool {
-	raw, err := n.ledger.OwnCertificate()
-	if err != nil || len(raw) == 0 {
-		return true
-	}
-	c, err := protocol.OpenCertificate(raw, n.trust.trust)
-	return err != nil || c.ExpiresAt.Sub(now) <= renewAskBefore
+	c := n.heldCertificate()
+	return c == nil || c.ExpiresAt.Sub(now) <= renewAskBefore
 }
