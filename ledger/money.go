@@ -13,6 +13,15 @@ import (
 	"github.com/gpunex/gpunex/protocol"
 )
 
+// The records the wallet stream carries are defined in protocol (protocol/wallet.go); the
+// ledger stores them as they travel.
+type (
+	Account = protocol.Account
+	Deposit = protocol.Deposit
+	Hold    = protocol.Hold
+	Earning = protocol.Earning
+)
+
 // The coordinator's money book: renters' accounts, deposits credited, escrow holds,
 // providers' earnings and payout batches. Every change that moves money is one badger
 // transaction, so a crash leaves either all of it or none.
@@ -30,61 +39,12 @@ const (
 // ErrInsufficientFunds is returned when a renter's available balance cannot cover a hold.
 var ErrInsufficientFunds = errors.New("insufficient funds")
 
-// Account is a renter's balance at the coordinator.
-type Account struct {
-	Renter    string             `json:"renter"`
-	Available protocol.MicroUSDC `json:"available"`
-	Held      protocol.MicroUSDC `json:"held"`
-	Deposited protocol.MicroUSDC `json:"deposited"`
-	Charged   protocol.MicroUSDC `json:"charged"`
-}
-
-// Deposit is a confirmed on-chain deposit, credited once.
-type Deposit struct {
-	Signature  string             `json:"signature"`
-	Renter     string             `json:"renter"`
-	Amount     protocol.MicroUSDC `json:"amount"`
-	CreditedAt time.Time          `json:"credited_at"`
-}
-
 // Hold states.
 const (
 	HoldHeld     = "held"
 	HoldCharged  = "charged"
 	HoldReleased = "released"
 )
-
-// Hold is an escrow hold for one job.
-type Hold struct {
-	Job      string             `json:"job"`
-	Renter   string             `json:"renter"`
-	Provider string             `json:"provider"`
-	Amount   protocol.MicroUSDC `json:"amount"`
-	// CommissionBPS is the commission rate the signed hold fixes for this job.
-	CommissionBPS int                `json:"commission_bps"`
-	IssuedAt      time.Time          `json:"issued_at"`
-	ExpiresAt     time.Time          `json:"expires_at"`
-	Raw           []byte             `json:"raw"` // the signed EscrowHold
-	State         string             `json:"state"`
-	Charge        protocol.MicroUSDC `json:"charge,omitempty"`
-	Receipt       string             `json:"receipt,omitempty"` // hex SHA-256 of the receipt charged
-}
-
-// Earning is what a provider earned from one receipt.
-type Earning struct {
-	Receipt    string             `json:"receipt"` // hex SHA-256 of the receipt envelope
-	Job        string             `json:"job"`
-	Provider   string             `json:"provider"`
-	Renter     string             `json:"renter"`
-	Model      string             `json:"model"`
-	GPUs       int                `json:"gpus"`
-	Seconds    int64              `json:"seconds"`
-	EndedAt    time.Time          `json:"ended_at"`
-	Charge     protocol.MicroUSDC `json:"charge"`
-	Commission protocol.MicroUSDC `json:"commission"`
-	Net        protocol.MicroUSDC `json:"net"`
-	Batch      string             `json:"batch,omitempty"` // the payout batch paying it; "" while pending
-}
 
 // PayoutSettings is a provider's latest signed payout settings.
 type PayoutSettings struct {

@@ -306,6 +306,17 @@ type ReliabilityState struct {
 	LastScore int      `json:"last_score"`
 }
 
+// maxReliabilityEvents is how many events a reliability state keeps.
+const maxReliabilityEvents = 10
+
+// AddEvent records an outcome that lowered a component, keeping the latest few.
+func (s *ReliabilityState) AddEvent(e string) {
+	s.Events = append(s.Events, e)
+	if len(s.Events) > maxReliabilityEvents {
+		s.Events = s.Events[len(s.Events)-maxReliabilityEvents:]
+	}
+}
+
 // UpdateReliability changes a provider's reliability state atomically, creating it empty.
 func (l *Ledger) UpdateReliability(provider string, f func(s *ReliabilityState) error) (ReliabilityState, error) {
 	key := prefixReliability + provider

@@ -1,13 +1,18 @@
 package node
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/gpunex/gpunex/node/internal/benchmarks"
+
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -15,20 +20,20 @@ import (
 
 func (a *APIServer) routeJobs(mux *http.ServeMux) {
 	a.route(mux, "POST /v1/jobs", a.proposeJob)
-	a.route(mux, "GET /v1/jobs", func(r *http.Request) (any, error) { return a.n.Jobs() })
+	a.route(mux, "GET /v1/jobs", func(r *http.Request) (any, error) { return a.n.renter.Jobs() })
 	a.route(mux, "GET /v1/jobs/{id}", func(r *http.Request) (any, error) {
 		id, err := jobID(r)
 		if err != nil {
 			return nil, err
 		}
-		return a.n.JobStatus(r.Context(), id)
+		return a.n.renter.JobStatus(r.Context(), id)
 	})
 	a.route(mux, "POST /v1/jobs/{id}/cancel", func(r *http.Request) (any, error) {
 		id, err := jobID(r)
 		if err != nil {
 			return nil, err
 		}
-		return a.n.CancelJob(r.Context(), id)
+		return a.n.renter.CancelJob(r.Context(), id)
 	})
 	a.stream(mux, "GET /v1/jobs/{id}/logs", func(w http.ResponseWriter, r *http.Request) error {
 		id, err := jobID(r)
@@ -37,7 +42,7 @@ func (a *APIServer) routeJobs(mux *http.ServeMux) {
 		}
 		follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
 		w.Header().Set("Content-Type", "application/octet-stream")
-		_, err = a.n.JobLogs(r.Context(), id, follow, flushWriter{w})
+		_, err = a.n.renter.JobLogs(r.Context(), id, follow, flushWriter{w})
 		return err
 	})
 	a.stream(mux, "GET /v1/jobs/{id}/output", func(w http.ResponseWriter, r *http.Request) error {
@@ -46,28 +51,24 @@ func (a *APIServer) routeJobs(mux *http.ServeMux) {
 			return err
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
-		return a.n.FetchOutput(r.Context(), id, w)
+		return a.n.renter.FetchOutput(r.Context(), id, w)
 	})
 }
 
 func jobID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	if !protocol.ValidJobID(id) {
-		return "", badRequest(errors.New("job ID: 16 lower-case hex digits"))
+		return "", api.Invalid(errors.New("job ID: 16 lower-case hex digits"))
 	}
 	return id, nil
 }
 
 func (a *APIServer) proposeJob(r *http.Request) (any, error) {
-	var req JobRequest
+	var req api.JobRequest
 	if err := decodeBody(r, 1<<20, &req); err != nil {
 		return nil, err
 	}
-	v, err := a.n.ProposeJob(r.Context(), req)
-	if errors.Is(err, ErrJobRefused) {
-		return nil, &httpError{http.StatusConflict, err}
-	}
-	return v, err
+	return a.n.renter.ProposeJob(r.Context(), req)
 }
 
 // flushWriter flushes after every write, so that a followed log reaches the client as it
@@ -120,24 +121,37 @@ func (c *countingWriter) Flush() {
 // Benchmark and score routes of the local API.
 func (a *APIServer) routeBench(mux *http.ServeMux) {
 	a.route(mux, "GET /v1/provider/maintenance", func(r *http.Request) (any, error) {
-		ms, err := a.n.ledger.MaintenanceList()
-		if ms == nil {
-			ms = []ledger.Maintenance{}
+		list, err := a.n.ledger.MaintenanceList()
+		ms := []api.Maintenance{}
+		for _, m := range list {
+			ms = append(ms, api.Maintenance(m))
 		}
-		return MaintenanceView{Planned: ms, Announced: a.n.maintenanceWindows(a.n.clock.Now())}, err
+		var announced []protocol.MaintenanceWindow
+		if a.n.publisher != nil {
+			announced = a.n.publisher.MaintenanceWindows(a.n.clock.Now())
+		}
+		return api.MaintenanceView{Planned: ms, Announced: announced}, err
 	})
 	a.route(mux, "POST /v1/provider/maintenance", func(r *http.Request) (any, error) {
-		var m ledger.Maintenance
+		var m api.Maintenance
 		if err := decodeBody(r, 4096, &m); err != nil {
 			return nil, err
 		}
-		return a.n.AddMaintenance(m)
+		if a.n.publisher == nil {
+			return m, fmt.Errorf("%w: only providers declare maintenance", api.ErrWrongRole)
+		}
+		added, err := a.n.publisher.AddMaintenance(ledger.Maintenance(m))
+		return api.Maintenance(added), err
 	})
 	a.route(mux, "DELETE /v1/provider/maintenance/{id}", func(r *http.Request) (any, error) {
-		return map[string]string{"removed": r.PathValue("id")}, a.n.RemoveMaintenance(r.PathValue("id"))
+		id := r.PathValue("id")
+		if a.n.publisher == nil {
+			return nil, fmt.Errorf("%w: no maintenance %s", api.ErrNotFound, id)
+		}
+		return map[string]string{"removed": id}, a.n.publisher.RemoveMaintenance(id)
 	})
 	a.route(mux, "GET /v1/scores", func(r *http.Request) (any, error) {
-		all := a.n.Scores()
+		all := a.n.scores.Scores()
 		want := r.URL.Query().Get("provider")
 		if want == "" {
 			return all, nil
@@ -149,23 +163,23 @@ func (a *APIServer) routeBench(mux *http.ServeMux) {
 			}
 		}
 		if len(out) == 0 {
-			return nil, fmt.Errorf("%w: no score record for %s (scores come from the coordinator's probes)", ErrNotFound, want)
+			return nil, fmt.Errorf("%w: no score record for %s (scores come from the coordinator's probes)", api.ErrNotFound, want)
 		}
 		return out, nil
 	})
 	a.route(mux, "GET /v1/bench", func(r *http.Request) (any, error) {
 		if a.n.bench == nil {
-			return nil, fmt.Errorf("%w: this node is a %s; providers run benchmarks", ErrWrongRole, a.n.cfg.Role)
+			return nil, fmt.Errorf("%w: this node is a %s; providers run benchmarks", api.ErrWrongRole, a.n.cfg.Role)
 		}
 		last := a.n.bench.Latest()
 		if last == nil {
-			return nil, fmt.Errorf("%w: no benchmark run yet (gpunex bench run)", ErrNotFound)
+			return nil, fmt.Errorf("%w: no benchmark run yet (gpunex bench run)", api.ErrNotFound)
 		}
-		return attestationView(last), nil
+		return benchmarks.View(last), nil
 	})
 	a.stream(mux, "POST /v1/bench/run", func(w http.ResponseWriter, r *http.Request) error {
 		if a.n.bench == nil {
-			return fmt.Errorf("%w: this node is a %s; providers run benchmarks", ErrWrongRole, a.n.cfg.Role)
+			return fmt.Errorf("%w: this node is a %s; providers run benchmarks", api.ErrWrongRole, a.n.cfg.Role)
 		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		fw := flushWriter{w}
@@ -180,6 +194,16 @@ func (a *APIServer) routeBench(mux *http.ServeMux) {
 			}
 			return encodeProgress(fw, map[string]any{"error": err.Error()})
 		}
-		return encodeProgress(fw, map[string]any{"result": attestationView(att)})
+		return encodeProgress(fw, map[string]any{"result": benchmarks.View(att)})
 	})
+}
+
+// encodeProgress writes one progress line of POST /v1/bench/run.
+func encodeProgress(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

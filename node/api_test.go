@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpunex/gpunex/node/api"
+
+	"github.com/gpunex/gpunex/node/config"
 )
 
 // TestAPI drives the local API as the CLI does: token required, errors mapped to status
@@ -16,21 +20,21 @@ func TestAPI(t *testing.T) {
 	tn := newTestNet(t)
 	prov := tn.add(providerConfig(0), nil)
 	dir := t.TempDir()
-	h, _, err := Init(dir, InitOptions{Role: RoleProvider})
+	h, _, err := config.Init(dir, config.InitOptions{Role: config.RoleProvider})
 	if err != nil {
 		t.Fatal(err)
 	}
 	token, _ := h.Token()
-	api, err := prov.ServeAPI("127.0.0.1:0", token)
+	srv, err := prov.ServeAPI("127.0.0.1:0", token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer api.Close(context.Background())
+	defer srv.Close(context.Background())
 	if _, err := prov.ServeAPI("0.0.0.0:0", token); err == nil {
 		t.Fatal("API accepted a non-loopback address")
 	}
-	h.WriteAPIAddr(api.Addr())
-	cl, err := NewClient(h)
+	h.WriteAPIAddr(srv.Addr())
+	cl, err := api.NewClient(h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +57,10 @@ func TestAPI(t *testing.T) {
 	resp.Body.Close()
 
 	st, err := cl.Status(ctx)
-	if err != nil || st.PeerID != prov.ID().String() || st.Role != RoleProvider {
+	if err != nil || st.PeerID != prov.ID().String() || st.Role != config.RoleProvider {
 		t.Fatalf("status: %+v %v", st, err)
 	}
-	model := prov.prov.base[0].Model
+	model := declaredModel(prov)
 	v, err := cl.SetPrice(ctx, model, "3.25")
 	if err != nil || v.Offer.GPUs[0].PricePerGPUHour != 3_250_000 {
 		t.Fatalf("set price: %+v %v", v.Offer, err)
@@ -91,13 +95,13 @@ func TestAPI(t *testing.T) {
 		t.Errorf("unknown model: %d", c)
 	}
 	// A renter has no offer to price: 409.
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	rapi, err := renter.ServeAPI("127.0.0.1:0", token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rapi.Close(context.Background())
-	rcl := &Client{Base: "http://" + rapi.Addr(), token: token, hc: &http.Client{Timeout: 10 * time.Second}}
+	rcl, _ := api.NewClient(endpoint{"http://" + rapi.Addr(), token})
 	if _, err := rcl.SetPrice(ctx, model, "1.00"); err == nil || !strings.Contains(err.Error(), "not a provider") {
 		t.Fatalf("renter set-price: %v", err)
 	}
@@ -106,3 +110,8 @@ func TestAPI(t *testing.T) {
 		return err == nil && len(rows) == 1 && rows[0].PriceUSDC == "3.25" && rows[0].Simulated, fmt.Sprintf("%+v %v", rows, err)
 	})
 }
+
+// endpoint is a node's API as a client finds it.
+type endpoint struct{ base, token string }
+
+func (e endpoint) APIEndpoint() (string, string, error) { return e.base, e.token, nil }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -29,17 +31,17 @@ func BenchmarkSearch100(b *testing.B) {
 	for i := 0; i < nProviders; i++ {
 		tn.add(providerConfig(i), nil)
 	}
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	eventually(b, 120*time.Second, "renter sees every provider", func() (bool, string) {
-		rows := search(b, renter, SearchFilter{})
+		rows := search(b, renter, api.SearchFilter{})
 		return len(rows) == nProviders, fmt.Sprint(len(rows))
 	})
 	// Starting 102 nodes on a small machine takes minutes of CPU; measure the steady state,
 	// once a renter with an empty book finds every offer.
 	settle := time.Now()
 	eventually(b, 180*time.Second, "network settled", func() (bool, string) {
-		renter.book.reset()
-		rows, st, _ := renter.search(context.Background(), SearchFilter{})
+		renter.book.Reset()
+		rows, st, _ := renter.catalogue.SearchMeasured(context.Background(), api.SearchFilter{})
 		return len(rows) == nProviders, fmt.Sprintf("%d offers, %+v", len(rows), st)
 	})
 	b.Logf("network settled %s after the last node joined", time.Since(settle).Round(time.Second))
@@ -48,14 +50,14 @@ func BenchmarkSearch100(b *testing.B) {
 			var lat, syncs, dhts []time.Duration
 			for i := 0; i < max(b.N, 20); i++ {
 				if mode == "cold" {
-					renter.book.reset()
+					renter.book.Reset()
 				}
 				start := time.Now()
-				rows, st, err := renter.search(context.Background(), SearchFilter{})
+				rows, st, err := renter.catalogue.SearchMeasured(context.Background(), api.SearchFilter{})
 				lat = append(lat, time.Since(start))
-				syncs, dhts = append(syncs, st.sync), append(dhts, st.dht)
+				syncs, dhts = append(syncs, st.Sync), append(dhts, st.DHT)
 				if err != nil || len(rows) != nProviders {
-					b.Fatalf("search %d: %d offers, %v (DHT: %d providers found, %d fetched, %d failed)", i, len(rows), err, st.found, st.fetched, st.failed)
+					b.Fatalf("search %d: %d offers, %v (DHT: %d providers found, %d fetched, %d failed)", i, len(rows), err, st.Found, st.Fetched, st.Failed)
 				}
 			}
 			b.ReportMetric(float64(percentile(lat, 0.5).Milliseconds()), "p50-ms")
@@ -73,23 +75,23 @@ func BenchmarkPriceChange50(b *testing.B) {
 	tn := newTestNet(b)
 	prov := tn.add(providerConfig(0), nil)
 	for len(tn.nodes) < nNodes {
-		tn.add(testConfig(RoleRenter), nil)
+		tn.add(testConfig(config.RoleRenter), nil)
 	}
 	eventually(b, 60*time.Second, "every node holds the offer", func() (bool, string) {
 		n := 0
 		for _, x := range tn.nodes {
-			if so, _ := x.book.get(prov.ID()); so != nil {
+			if so, _ := x.book.Get(prov.ID()); so != nil {
 				n++
 			}
 		}
 		return n == nNodes, fmt.Sprint(n)
 	})
 	time.Sleep(2 * time.Second) // let the gossip mesh settle
-	model := prov.prov.base[0].Model
+	model := declaredModel(prov)
 	var p95s []time.Duration
 	for i := 0; i < max(b.N, 10); i++ {
 		start := time.Now()
-		so, err := prov.prov.SetPrice(context.Background(), model, protocol.MicroUSDC(1_000_000+i))
+		so, err := prov.publisher.SetPrice(context.Background(), model, protocol.MicroUSDC(1_000_000+i))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,7 +103,7 @@ func BenchmarkPriceChange50(b *testing.B) {
 				if got[x] {
 					continue
 				}
-				if cur, _ := x.book.get(prov.ID()); cur != nil && cur.Offer.Seq >= so.Offer.Seq {
+				if cur, _ := x.book.Get(prov.ID()); cur != nil && cur.Offer.Seq >= so.Offer.Seq {
 					got[x] = true
 					arrivals = append(arrivals, time.Since(start))
 				}
@@ -128,8 +130,8 @@ func BenchmarkPriceChange50(b *testing.B) {
 func BenchmarkBenchmarkRun(b *testing.B) {
 	tn := newTestNet(b)
 	cfg := providerConfig(0)
-	cfg.Bench.StorageMB, cfg.Bench.NetworkMB = Defaults(RoleProvider).Bench.StorageMB, Defaults(RoleProvider).Bench.NetworkMB
-	cfg.Provider.GPUs = []GPUConfig{{Model: "H100-80GB", Count: 8, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}
+	cfg.Bench.StorageMB, cfg.Bench.NetworkMB = config.Defaults(config.RoleProvider).Bench.StorageMB, config.Defaults(config.RoleProvider).Bench.NetworkMB
+	cfg.Provider.GPUs = []config.GPUConfig{{Model: "H100-80GB", Count: 8, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}
 	prov := tn.add(cfg, nil)
 	eventually(b, 60*time.Second, "first run", func() (bool, string) { return prov.bench.Latest() != nil, "" })
 	b.ResetTimer()

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -20,16 +22,16 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 	}
 	tn := newTestNet(t)
 	cfg := providerConfig(0)
-	cfg.Provider.GPUs = append(cfg.Provider.GPUs, GPUConfig{Model: "L4-24GB", Count: 1, VRAMGB: 24, PriceUSDC: "0.50", Simulated: true, PerfFactor: 0.45})
+	cfg.Provider.GPUs = append(cfg.Provider.GPUs, config.GPUConfig{Model: "L4-24GB", Count: 1, VRAMGB: 24, PriceUSDC: "0.50", Simulated: true, PerfFactor: 0.45})
 	prov := tn.add(cfg, nil)
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	eventually(t, 15*time.Second, "first benchmark run", func() (bool, string) { return prov.bench.Latest() != nil, "" })
 	a := prov.bench.Latest()
 	if a.Network.RTTMilli <= 0 || a.Network.UpMbps <= 0 || a.Storage.SeqWriteMBps <= 0 || len(a.GPUs) != 2 || a.Challenge.Provider != prov.ID().String() {
 		t.Fatalf("attestation: %+v", a.Attestation)
 	}
 	eventually(t, 10*time.Second, "H100 listed with figures, L4 delisted", func() (bool, string) {
-		rows := search(t, renter, SearchFilter{})
+		rows := search(t, renter, api.SearchFilter{})
 		var h100, l4 bool
 		for _, r := range rows {
 			if r.Provider != prov.ID().String() {
@@ -40,7 +42,7 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 		}
 		return h100 && !l4, ""
 	})
-	ns, _ := prov.Notifications()
+	ns, _ := prov.ledger.Notifications()
 	if len(ns) != 1 || !strings.Contains(ns[0].Subject, "delisted") || !strings.Contains(ns[0].Body, "under the threshold") || !strings.Contains(ns[0].Body, "check cooling") {
 		t.Fatalf("notifications: %+v", ns)
 	}
@@ -50,29 +52,29 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "L4 listed again", func() (bool, string) {
-		for _, r := range search(t, renter, SearchFilter{Model: "L4-24GB"}) {
+		for _, r := range search(t, renter, api.SearchFilter{Model: "L4-24GB"}) {
 			if r.Provider == prov.ID().String() {
 				return true, ""
 			}
 		}
 		return false, ""
 	})
-	if ns, _ := prov.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
+	if ns, _ := prov.ledger.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
 		t.Fatalf("notifications after the fix: %+v", ns)
 	}
 	// The coordinator asks for a run: a new attestation on a fresh challenge comes back.
-	fresh, err := tn.boot.ChallengeProvider(context.Background(), prov.ID())
+	fresh, err := tn.boot.benchCoord.ChallengeProvider(context.Background(), prov.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fresh.Seq <= a.Seq || fresh.Challenge.Nonce == a.Challenge.Nonce || prov.bench.Latest().Seq != fresh.Seq {
 		t.Fatalf("challenged run: seq %d nonce %s (before: %d %s)", fresh.Seq, fresh.Challenge.Nonce, a.Seq, a.Challenge.Nonce)
 	}
-	if _, err := renter.ChallengeProvider(context.Background(), prov.ID()); err == nil {
-		t.Fatal("a renter challenged a provider")
+	if renter.benchCoord != nil {
+		t.Fatal("a renter can challenge providers")
 	}
 	// An attestation replayed with an old challenge is refused by every validator.
-	if _, err := protocol.CheckAttestation(a.Raw, time.Now().Add(protocol.MaxAttestationAge), renter.trust.trust); protocol.Reason(err) != "expired" {
+	if _, err := protocol.CheckAttestation(a.Raw, time.Now().Add(protocol.MaxAttestationAge), protocol.NewTrust(tn.boot.ID())); protocol.Reason(err) != "expired" {
 		t.Fatalf("old attestation: %v", err)
 	}
 }
@@ -87,13 +89,13 @@ func TestLostGPU(t *testing.T) {
 	}
 	tn := newTestNet(t)
 	cfg := providerConfig(0)
-	cfg.Provider.GPUs = []GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true, Lost: 1}}
+	cfg.Provider.GPUs = []config.GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true, Lost: 1}}
 	prov := tn.add(cfg, nil)
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	offered := func(want int) {
 		t.Helper()
 		eventually(t, 10*time.Second, fmt.Sprintf("%d H100s offered", want), func() (bool, string) {
-			for _, r := range search(t, renter, SearchFilter{Model: "H100-80GB"}) {
+			for _, r := range search(t, renter, api.SearchFilter{Model: "H100-80GB"}) {
 				if r.Provider == prov.ID().String() {
 					return r.GPUs == want, fmt.Sprintf("%d offered", r.GPUs)
 				}
@@ -103,18 +105,18 @@ func TestLostGPU(t *testing.T) {
 	}
 	leasable := func(want int) {
 		t.Helper()
-		gpus, err := prov.jobs.reserve("probe", "H100-80GB", want)
+		gpus, err := prov.jobs.Reserve("probe", "H100-80GB", want)
 		if err != nil || len(gpus) != want {
 			t.Fatalf("%d GPUs leasable: %+v %v", want, gpus, err)
 		}
-		prov.jobs.release("probe")
-		if _, err := prov.jobs.reserve("probe", "H100-80GB", want+1); err == nil {
+		prov.jobs.Release("probe")
+		if _, err := prov.jobs.Reserve("probe", "H100-80GB", want+1); err == nil {
 			t.Fatalf("%d GPUs leased, %d usable", want+1, want)
 		}
 	}
 	notified := func(n int, subject, body string) {
 		t.Helper()
-		ns, _ := prov.Notifications()
+		ns, _ := prov.ledger.Notifications()
 		if len(ns) != n || ns[n-1].Subject != subject || !strings.Contains(ns[n-1].Body, body) {
 			t.Fatalf("notifications: %+v", ns)
 		}
@@ -123,29 +125,29 @@ func TestLostGPU(t *testing.T) {
 	offered(1)
 	leasable(1)
 	notified(1, "GPU lost-1 (H100-80GB) delisted", "fallen off the bus")
-	if ns, _ := prov.Notifications(); !strings.Contains(ns[0].Body, "Xid") {
+	if ns, _ := prov.ledger.Notifications(); !strings.Contains(ns[0].Body, "Xid") {
 		t.Fatalf("no hint: %s", ns[0].Body)
 	}
-	if prov.bench.due() {
+	if prov.bench.Due() {
 		t.Fatal("a run is due with nothing changed")
 	}
 
 	// A job found running on the lost GPU after a restart keeps it: when the GPU answers,
 	// it is not leased to another job until that one ends.
 	back := prov.cfg
-	back.Provider.GPUs = []GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}
+	back.Provider.GPUs = []config.GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}
 	all, err := DetectGPUs(back, prov.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov.jobs.hold("running", []string{all[1].UUID})
+	prov.jobs.Hold("running", []string{all[1].UUID})
 
 	prov.cfg.Provider.GPUs[0].Lost = 0 // back after a reboot
-	if !prov.bench.due() {
+	if !prov.bench.Due() {
 		t.Fatal("the hourly check did not notice the GPU back")
 	}
 	leasable(1)
-	prov.jobs.release("running")
+	prov.jobs.Release("running")
 	leasable(2)
 	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
 		t.Fatal(err)
@@ -154,7 +156,7 @@ func TestLostGPU(t *testing.T) {
 	notified(2, "GPU lost-1 (H100-80GB) answers again", "reaches it again")
 
 	prov.cfg.Provider.GPUs[0].Lost = 1 // off the bus again
-	if !prov.bench.due() {
+	if !prov.bench.Due() {
 		t.Fatal("the hourly check did not notice a lost GPU")
 	}
 	leasable(1)

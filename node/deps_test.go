@@ -1,31 +1,77 @@
 package node
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// TestImportBoundaries keeps the arrows of docs/architecture.md true: protocol is pure,
-// ledger sits on protocol, node on both, and the CLI only on node and protocol.
+const module = "github.com/gpunex/gpunex"
+
+// subsystems are the packages under node/internal that each hold one part of the daemon.
+// They import the leaf packages below and never the node nor one another: what one needs
+// of another it declares as an interface, and node.New wires them.
+var subsystems = []string{
+	"node/internal/offers", "node/internal/onboarding", "node/internal/benchmarks",
+	"node/internal/reliability", "node/internal/money", "node/internal/jobs",
+}
+
+// subsystemImports are the packages of the module a subsystem may import.
+var subsystemImports = []string{
+	"protocol", "ledger", "ledger/solana", "sandbox", "bench",
+	"node/api", "node/config", "node/internal/clock", "node/internal/metrics", "node/internal/p2p",
+}
+
+// TestImportBoundaries keeps the arrows of docs/architecture.md true: which packages of the
+// module each package may import, and which package alone may import each heavy outside
+// dependency.
 func TestImportBoundaries(t *testing.T) {
-	const mod = "github.com/gpunex/gpunex"
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, mod+"/...").CombinedOutput()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	// Internal packages each may import.
 	internal := map[string][]string{
-		"protocol": {},
-		"ledger":   {"protocol"},
-		// The chain client and the local Solana runtime stand alone.
+		// The pure packages and the standalone runtimes import nothing of the module.
+		"protocol":               {},
+		"sandbox":                {},
 		"ledger/solana":          {},
 		"ledger/solana/localnet": {},
-		"sandbox":                {"protocol"},
-		"bench":                  {"protocol"},
-		"node":                   {"protocol", "ledger", "ledger/solana", "ledger/solana/localnet", "sandbox", "bench"},
-		"cmd/gpunex":             {"node", "protocol"},
+		// Leaves that need no daemon.
+		"ledger":                {"protocol"},
+		"bench":                 {"protocol"},
+		"node/api":              {"protocol"},
+		"node/config":           {"protocol"},
+		"ledger/audit":          {"protocol", "ledger/solana"},
+		"node/internal/clock":   {},
+		"node/internal/metrics": {},
+		"node/internal/p2p":     {"protocol", "node/internal/clock"},
+		// The local marketplace drives nodes through their API, as a user would.
+		"node/devnet": {"protocol", "ledger/audit", "ledger/solana", "ledger/solana/localnet", "sandbox", "node/api", "node/config"},
+		// Test servers of the notices (SMTP, webhook), for tests only.
+		"node/internal/noticetest": {},
+		// The daemon assembles the subsystems; it does not import the local Solana runtime.
+		"node": append(slices.Clone(subsystemImports), subsystems...),
+		"cmd/gpunex": {"protocol", "ledger/audit", "ledger/solana", "sandbox", "bench",
+			"node", "node/api", "node/config", "node/devnet"},
+	}
+	for _, s := range subsystems {
+		internal[s] = subsystemImports
+	}
+	// Each heavy outside dependency stays in one package.
+	owners := map[string][]string{
+		"github.com/containerd/":               {"sandbox"},
+		"github.com/dgraph-io/badger":          {"ledger"},
+		"github.com/gagliardetto/":             {"ledger/solana"},
+		"github.com/libp2p/go-libp2p-kad-dht":  {"node/internal/p2p"},
+		"github.com/libp2p/go-libp2p-pubsub":   {"node/internal/p2p"},
+		"github.com/libp2p/go-libp2p-record":   {"node/internal/p2p"},
+		"github.com/NVIDIA/go-nvml":            {"bench"},
+		"github.com/prometheus/client_golang/": {"node", "node/internal/metrics"},
 	}
 	// Third-party prefixes protocol may import: it is pure (no network stack, no storage).
 	protocolExternal := []string{
@@ -38,22 +84,51 @@ func TestImportBoundaries(t *testing.T) {
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
-		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], mod), "/")
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
 		allowed, known := internal[pkg]
 		if !known {
 			t.Errorf("package %s has no import rule: add it to this test and to docs/architecture.md", pkg)
 			continue
 		}
 		for _, imp := range fields[1:] {
+			for prefix, who := range owners {
+				if strings.HasPrefix(imp, prefix) && !slices.Contains(who, pkg) {
+					t.Errorf("%s imports %s: only %s may", pkg, imp, strings.Join(who, ", "))
+				}
+			}
 			switch {
-			case strings.HasPrefix(imp, mod+"/"):
-				if dep := strings.TrimPrefix(imp, mod+"/"); !slices.Contains(allowed, dep) {
+			case strings.HasPrefix(imp, module+"/"):
+				if dep := strings.TrimPrefix(imp, module+"/"); !slices.Contains(allowed, dep) {
 					t.Errorf("%s imports %s: not allowed", pkg, dep)
 				}
 			case pkg == "protocol" && strings.Contains(strings.Split(imp, "/")[0], "."):
 				if !slices.ContainsFunc(protocolExternal, func(p string) bool { return strings.HasPrefix(imp, p) }) {
 					t.Errorf("protocol imports %s: protocol must stay pure", imp)
 				}
+			}
+		}
+	}
+}
+
+// TestClientCommandsNeedNoDaemon: the CLI's client commands talk to a daemon through
+// node/api only. The files that may link the daemon (package node) are listed here.
+func TestClientCommandsNeedNoDaemon(t *testing.T) {
+	daemonFiles := []string{"daemon.go", "gpus.go"}
+	files, err := filepath.Glob("../cmd/gpunex/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CLI source found: %v", err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || slices.Contains(daemonFiles, filepath.Base(f)) {
+			continue
+		}
+		parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range parsed.Imports {
+			if path, _ := strconv.Unquote(imp.Path.Value); path == module+"/node" {
+				t.Errorf("%s imports the daemon (package node): client commands use node/api", f)
 			}
 		}
 	}

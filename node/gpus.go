@@ -4,16 +4,13 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/bench"
-	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/node/config"
 )
-
-// GPUInfo is a GPU as the node detects it (see bench.GPUInfo).
-type GPUInfo = bench.GPUInfo
 
 // OpenProbe returns the GPU probe a provider's configuration calls for: simulated GPUs when
 // every declared GPU is simulated, NVML otherwise. Without an NVIDIA driver, NVML fails
 // with an error that says so (bench.ErrNoDriver).
-func OpenProbe(cfg Config, id peer.ID) (bench.Probe, error) {
+func OpenProbe(cfg config.Config, id peer.ID) (bench.Probe, error) {
 	var sim []bench.SimulatedGPU
 	for _, g := range cfg.Provider.GPUs {
 		if !g.Simulated {
@@ -30,32 +27,11 @@ func OpenProbe(cfg Config, id peer.ID) (bench.Probe, error) {
 }
 
 // DetectGPUs lists the GPUs of a node's machine as its configuration calls for.
-func DetectGPUs(cfg Config, id peer.ID) ([]GPUInfo, error) {
+func DetectGPUs(cfg config.Config, id peer.ID) ([]bench.GPUInfo, error) {
 	p, err := OpenProbe(cfg, id)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
 	return p.GPUs()
-}
-
-// detectedByModel counts detected GPUs per model, for an application.
-func detectedByModel(gpus []GPUInfo) []protocol.DetectedGPU {
-	var out []protocol.DetectedGPU
-	for _, g := range gpus {
-		if g.Health.Error != "" {
-			continue
-		}
-		found := false
-		for i := range out {
-			if out[i].Model == g.Model {
-				out[i].Count++
-				found = true
-			}
-		}
-		if !found {
-			out = append(out, protocol.DetectedGPU{Model: g.Model, Count: 1, VRAMGB: g.VRAMGB, Simulated: g.Simulated})
-		}
-	}
-	return out
 }

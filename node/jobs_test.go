@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/gpunex/gpunex/node/internal/jobs"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
@@ -97,7 +101,7 @@ func jobNetWith(t testing.TB, gpus int) (tn *testNet, renter, prov *Node) {
 	cfg.Provider.GPUs[0].Count = gpus
 	cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
 	prov = tn.addWith(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
-	renter = tn.add(testConfig(RoleRenter), nil)
+	renter = tn.add(testConfig(config.RoleRenter), nil)
 	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
 		_, ok := searchHas(t, renter, prov.ID())
 		return ok, ""
@@ -119,7 +123,7 @@ func TestJobEndToEnd(t *testing.T) {
 	renter, prov := jobNet(t, 2)
 	archive := busyboxArchive(t)
 	ctx := context.Background()
-	v, err := renter.ProposeJob(ctx, JobRequest{
+	v, err := renter.renter.ProposeJob(ctx, api.JobRequest{
 		Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive,
 		Args: []string{"sh", "-c", "echo hello from the sandbox; echo gpus=$GPUNEX_VISIBLE_GPUS; echo 42 > /output/answer.txt; exit 3"},
 	})
@@ -130,7 +134,7 @@ func TestJobEndToEnd(t *testing.T) {
 		t.Fatalf("started job: %+v", v)
 	}
 	var out bytes.Buffer
-	final, err := renter.JobLogs(ctx, v.ID, true, &out)
+	final, err := renter.renter.JobLogs(ctx, v.ID, true, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +152,7 @@ func TestJobEndToEnd(t *testing.T) {
 		return err == nil && len(j.ReceiptCountersig) > 0 && string(j.Receipt) == string(final.Receipt), ""
 	})
 	var tarBuf bytes.Buffer
-	if err := renter.FetchOutput(ctx, v.ID, &tarBuf); err != nil {
+	if err := renter.renter.FetchOutput(ctx, v.ID, &tarBuf); err != nil {
 		t.Fatal(err)
 	}
 	tr := tar.NewReader(&tarBuf)
@@ -160,7 +164,7 @@ func TestJobEndToEnd(t *testing.T) {
 		t.Fatalf("answer.txt = %q", b)
 	}
 	// The GPUs are free again.
-	if prov.jobs.busy(v.GPUUUIDs[0]) {
+	if prov.jobs.Busy(v.GPUUUIDs[0]) {
 		t.Fatal("GPU still reserved after the job ended")
 	}
 }
@@ -175,12 +179,12 @@ func TestJobRefusals(t *testing.T) {
 	renter, prov := jobNet(t, 1)
 	archive := busyboxArchive(t)
 	ctx := context.Background()
-	_, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 2, MaxSeconds: 60, ImageArchive: archive, Args: []string{"true"}})
-	if !errors.Is(err, ErrJobRefused) || !strings.Contains(err.Error(), "2 x H100-80GB asked, 1 offered") {
+	_, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 2, MaxSeconds: 60, ImageArchive: archive, Args: []string{"true"}})
+	if !errors.Is(err, jobs.ErrRefused) || !strings.Contains(err.Error(), "2 x H100-80GB asked, 1 offered") {
 		t.Fatalf("too many GPUs: %v", err)
 	}
-	_, err = renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, MaxPrice: "0.01", ImageArchive: archive, Args: []string{"true"}})
-	if !errors.Is(err, ErrJobRefused) || !strings.Contains(err.Error(), "counters at") {
+	_, err = renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, MaxPrice: "0.01", ImageArchive: archive, Args: []string{"true"}})
+	if !errors.Is(err, jobs.ErrRefused) || !strings.Contains(err.Error(), "counters at") {
 		t.Fatalf("under the price: %v", err)
 	}
 	// A renter that sends other bytes than the archive it proposed.
@@ -188,11 +192,11 @@ func TestJobRefusals(t *testing.T) {
 		t.Fatalf("wrong archive: %v", err)
 	}
 	// Still serving: a good proposal runs.
-	v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"echo", "ok"}})
+	v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"echo", "ok"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if final, err := renter.JobLogs(ctx, v.ID, true, io.Discard); err != nil || final.ExitCode != 0 {
+	if final, err := renter.renter.JobLogs(ctx, v.ID, true, io.Discard); err != nil || final.ExitCode != 0 {
 		t.Fatalf("job after refusals: %+v %v", final, err)
 	}
 	if got := prov.metrics.JobProposals.WithLabelValues("image_digest"); got == nil {
@@ -207,31 +211,34 @@ func proposeWithWrongArchive(ctx context.Context, renter, prov *Node, archive st
 	if err != nil {
 		return err
 	}
-	sum, size, _ := fileSHA256(bytes.NewReader(data))
-	so, _ := renter.book.get(prov.ID())
+	digest := sha256.Sum256(data)
+	sum, size := hex.EncodeToString(digest[:]), int64(len(data))
+	so, _ := renter.book.Get(prov.ID())
 	p := protocol.Proposal{
 		Version: protocol.JobVersion, Job: "00000000000000aa", Renter: renter.ID().String(), Provider: prov.ID().String(),
 		IssuedAt: time.Now().UTC(), Model: so.Offer.GPUs[0].Model, GPUs: 1, MaxSeconds: 60, MaxPrice: so.Offer.GPUs[0].PricePerGPUHour,
 		Image: protocol.Image{ArchiveSHA256: sum, ArchiveSize: size}, Args: []string{"true"},
 	}
-	praw, _ := protocol.Seal(protocol.KindProposal, p, renter.key)
-	s, err := renter.host.NewStream(ctx, prov.ID(), protocol.JobProtocol)
+	praw, _ := protocol.Seal(protocol.KindProposal, p, renter.peer.Key)
+	s, err := renter.peer.Host.NewStream(ctx, prov.ID(), protocol.JobProtocol)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	in := bufio.NewReader(s)
-	sendMsg(s, jobMsg{Type: "propose", Record: praw})
-	m, err := readMsg(in)
+	protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "propose", Record: praw})
+	var m protocol.JobMsg
+	err = protocol.ReadJSONFrame(in, protocol.MaxJobFrame, &m)
 	if err != nil || m.Type != "accept" {
 		return fmt.Errorf("not accepted: %v %+v", err, m)
 	}
 	cs, _ := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: protocol.JobVersion, Of: protocol.KindLease,
-		SHA256: protocol.RecordSHA256(m.Record), Job: p.Job, Signer: renter.ID().String(), SignedAt: time.Now().UTC()}, renter.key)
-	sendMsg(s, jobMsg{Type: "countersign", Record: cs})
+		SHA256: protocol.RecordSHA256(m.Record), Job: p.Job, Signer: renter.ID().String(), SignedAt: time.Now().UTC()}, renter.peer.Key)
+	protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "countersign", Record: cs})
 	data[len(data)/2] ^= 0xff
 	s.Write(data)
-	m, err = readMsg(in)
+	m = protocol.JobMsg{}
+	err = protocol.ReadJSONFrame(in, protocol.MaxJobFrame, &m)
 	if err != nil {
 		return err
 	}
@@ -250,14 +257,14 @@ func TestJobConcurrentProposals(t *testing.T) {
 	archive := busyboxArchive(t)
 	ctx := context.Background()
 	var mu sync.Mutex
-	var started []JobView
+	var started []api.JobView
 	var refused []error
 	var wg sync.WaitGroup
 	for i := 0; i < 5; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sleep", "30"}})
+			v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sleep", "30"}})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -281,10 +288,10 @@ func TestJobConcurrentProposals(t *testing.T) {
 	}
 	// Cancelled by the renter: stopped, said why, receipt written.
 	for _, v := range started {
-		if _, err := renter.CancelJob(ctx, v.ID); err != nil {
+		if _, err := renter.renter.CancelJob(ctx, v.ID); err != nil {
 			t.Fatal(err)
 		}
-		final, err := renter.JobLogs(ctx, v.ID, true, io.Discard)
+		final, err := renter.renter.JobLogs(ctx, v.ID, true, io.Discard)
 		if err != nil || final.ExitReason != "cancelled by the renter" || len(final.Receipt) == 0 {
 			t.Fatalf("cancelled job: %+v %v", final, err)
 		}
@@ -301,15 +308,15 @@ func BenchmarkJobStart(b *testing.B) {
 	ctx := context.Background()
 	run := func() time.Duration {
 		t0 := time.Now()
-		v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"true"}})
+		v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"true"}})
 		d := time.Since(t0)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := renter.JobLogs(ctx, v.ID, true, io.Discard); err != nil {
+		if _, err := renter.renter.JobLogs(ctx, v.ID, true, io.Discard); err != nil {
 			b.Fatal(err)
 		}
-		eventually(b, 10*time.Second, "GPU free", func() (bool, string) { return !prov.jobs.busy(v.GPUUUIDs[0]), "" })
+		eventually(b, 10*time.Second, "GPU free", func() (bool, string) { return !prov.jobs.Busy(v.GPUUUIDs[0]), "" })
 		return d
 	}
 	run() // the first run imports the image
@@ -334,15 +341,15 @@ func TestJobEnds(t *testing.T) {
 	tn, renter, prov := jobNetWith(t, 2)
 	archive := busyboxArchive(t)
 	ctx := context.Background()
-	short, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 2, ImageArchive: archive, Args: []string{"sleep", "30"}})
+	short, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 2, ImageArchive: archive, Args: []string{"sleep", "30"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sleep", "30"}})
+	long, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sleep", "30"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	final, err := renter.JobLogs(ctx, short.ID, true, io.Discard)
+	final, err := renter.renter.JobLogs(ctx, short.ID, true, io.Discard)
 	if err != nil || final.ExitReason != "lease expired" || final.Seconds > 3 || !final.Countersign {
 		t.Fatalf("expired lease: %+v %v", final, err)
 	}
@@ -379,14 +386,14 @@ func TestJobTwentyConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive,
+			v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive,
 				Args: []string{"sh", "-c", fmt.Sprintf("echo job %d; sleep 1", i)}})
 			if err != nil {
 				errs <- err
 				return
 			}
 			var out bytes.Buffer
-			final, err := renter.JobLogs(ctx, v.ID, true, &out)
+			final, err := renter.renter.JobLogs(ctx, v.ID, true, &out)
 			if err == nil && (final.ExitCode != 0 || !final.Countersign || !strings.Contains(out.String(), fmt.Sprintf("job %d", i))) {
 				err = fmt.Errorf("job %d: %+v %q", i, final, out.String())
 			}
@@ -402,30 +409,6 @@ func TestJobTwentyConcurrent(t *testing.T) {
 	}
 }
 
-// TestProposalRateLimit: a peer gets proposals_per_minute proposals a minute, then is told
-// to slow down; another peer is not affected, and the window slides.
-func TestProposalRateLimit(t *testing.T) {
-	n := &Node{cfg: testConfig(RoleProvider)}
-	n.cfg.Jobs.ProposalsPerMinute = 3
-	r := newPeerRate(n.cfg.Jobs.ProposalsPerMinute)
-	a, b := peer.ID("a"), peer.ID("b")
-	now := time.Now()
-	for i := 0; i < 3; i++ {
-		if !r.allow(a, now) {
-			t.Fatalf("proposal %d refused", i+1)
-		}
-	}
-	if r.allow(a, now.Add(time.Second)) {
-		t.Fatal("fourth proposal in a minute allowed")
-	}
-	if !r.allow(b, now) {
-		t.Fatal("another peer limited")
-	}
-	if !r.allow(a, now.Add(61*time.Second)) {
-		t.Fatal("still limited a minute later")
-	}
-}
-
 // TestLeasedGPUNotBenchmarked: a benchmark run during a lease leaves the leased GPU alone
 // (its previous figures are kept) and measures the free one.
 func TestLeasedGPUNotBenchmarked(t *testing.T) {
@@ -438,7 +421,7 @@ func TestLeasedGPUNotBenchmarked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := renter.ProposeJob(ctx, JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: busyboxArchive(t), Args: []string{"sleep", "20"}})
+	v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: busyboxArchive(t), Args: []string{"sleep", "20"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,5 +453,5 @@ func TestLeasedGPUNotBenchmarked(t *testing.T) {
 			t.Fatalf("free GPU not measured again: %+v", a)
 		}
 	}
-	renter.CancelJob(ctx, v.ID)
+	renter.renter.CancelJob(ctx, v.ID)
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -35,11 +38,11 @@ func TestOfferNetwork(t *testing.T) {
 	now := time.Now().UTC()
 	start, end := now.Add(-time.Hour).Truncate(time.Minute), now.Add(3*time.Minute).Truncate(time.Minute)
 	window := fmt.Sprintf("%s %s-%s", start.Weekday().String()[:3], start.Format("15:04"), end.Format("15:04"))
-	clock := NewFakeClock(now)
+	clock := clock.NewFake(now)
 	wcfg := providerConfig(nProviders)
-	wcfg.Provider.Availability = AvailabilityConfig{Timezone: "UTC", Windows: []string{window}}
+	wcfg.Provider.Availability = config.AvailabilityConfig{Timezone: "UTC", Windows: []string{window}}
 	windowed := tn.add(wcfg, clock)
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 
 	all := append(append([]*Node{}, providers...), windowed)
 	// Every provider's offer is found by model and by region.
@@ -51,7 +54,7 @@ func TestOfferNetwork(t *testing.T) {
 			}
 		}
 		eventually(t, 20*time.Second, "search by model "+m.model, func() (bool, string) {
-			got := providersIn(search(t, renter, SearchFilter{Model: m.model}))
+			got := providersIn(search(t, renter, api.SearchFilter{Model: m.model}))
 			for id := range want {
 				if _, ok := got[id]; !ok {
 					return false, fmt.Sprintf("%d of %d providers", len(got), len(want))
@@ -66,7 +69,7 @@ func TestOfferNetwork(t *testing.T) {
 		})
 	}
 	for _, region := range testRegions {
-		rows := search(t, renter, SearchFilter{Region: region})
+		rows := search(t, renter, api.SearchFilter{Region: region})
 		n := 0
 		for i := range all {
 			if testRegions[i%len(testRegions)] == region {
@@ -83,7 +86,7 @@ func TestOfferNetwork(t *testing.T) {
 		}
 	}
 	// By merit by default, by price on request, and filters combine.
-	rows := search(t, renter, SearchFilter{})
+	rows := search(t, renter, api.SearchFilter{})
 	if len(rows) != len(all) {
 		t.Fatalf("unfiltered search: %d offers; want %d", len(rows), len(all))
 	}
@@ -92,13 +95,13 @@ func TestOfferNetwork(t *testing.T) {
 			t.Fatalf("not sorted by merit: %v before %v", rows[i-1].Rank, rows[i].Rank)
 		}
 	}
-	rows = search(t, renter, SearchFilter{Sort: "price"})
+	rows = search(t, renter, api.SearchFilter{Sort: "price"})
 	for i := 1; i < len(rows); i++ {
 		if rows[i].PriceMicroUSDC < rows[i-1].PriceMicroUSDC {
 			t.Fatalf("not sorted by price: %s before %s", rows[i-1].PriceUSDC, rows[i].PriceUSDC)
 		}
 	}
-	for _, r := range search(t, renter, SearchFilter{MaxPrice: 2_500_000, MinGPUs: 4}) {
+	for _, r := range search(t, renter, api.SearchFilter{MaxPrice: 2_500_000, MinGPUs: 4}) {
 		if r.PriceMicroUSDC > 2_500_000 || r.GPUs < 4 {
 			t.Fatalf("filter ignored: %+v", r)
 		}
@@ -107,12 +110,12 @@ func TestOfferNetwork(t *testing.T) {
 	// A renter that joins now, after every offer was gossiped, has them all at once: it
 	// pulls the catalogue from its peers on joining (before any search, before any republish).
 	eventually(t, 10*time.Second, "every offer gossiped to the bootstrap node", func() (bool, string) {
-		n := len(tn.boot.book.live(time.Now()))
+		n := len(tn.boot.book.Live(time.Now()))
 		return n == len(all), fmt.Sprintf("%d of %d offers", n, len(all))
 	})
-	late := tn.add(testConfig(RoleRenter), nil)
+	late := tn.add(testConfig(config.RoleRenter), nil)
 	eventually(t, 10*time.Second, "late renter synced", func() (bool, string) {
-		n := len(late.book.live(time.Now()))
+		n := len(late.book.Live(time.Now()))
 		return n == len(all), fmt.Sprintf("%d of %d offers", n, len(all))
 	})
 	// Providers may also push their records to the newcomer's DHT store, so the sync may
@@ -124,14 +127,14 @@ func TestOfferNetwork(t *testing.T) {
 
 	// A price change reaches the renter.
 	target := providers[3]
-	before, _ := target.book.get(target.ID())
+	before, _ := target.book.Get(target.ID())
 	oldRaw := before.Raw
 	model := before.Offer.GPUs[0].Model
-	if _, err := target.prov.SetPrice(context.Background(), model, 7_770_000); err != nil {
+	if _, err := target.publisher.SetPrice(context.Background(), model, 7_770_000); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "price change seen", func() (bool, string) {
-		r, ok := providersIn(search(t, renter, SearchFilter{Model: model}))[target.ID().String()]
+		r, ok := providersIn(search(t, renter, api.SearchFilter{Model: model}))[target.ID().String()]
 		return ok && r.PriceUSDC == "7.77", fmt.Sprintf("%+v", r)
 	})
 
@@ -139,7 +142,7 @@ func TestOfferNetwork(t *testing.T) {
 	// another provider's name; it also tries to store a forged offer in the DHT.
 	evil := newEvilPeer(t, tn)
 	victim := providers[5]
-	vso, _ := victim.book.get(victim.ID())
+	vso, _ := victim.book.Get(victim.ID())
 	forgedOffer := vso.Offer
 	forgedOffer.Seq += 1000
 	forgedOffer.GPUs = append([]protocol.OfferGPUs{}, forgedOffer.GPUs...)
@@ -162,7 +165,7 @@ func TestOfferNetwork(t *testing.T) {
 		v := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("offer", "gossip", "replay"))
 		return v > rejectedBefore, fmt.Sprint(v)
 	})
-	for _, r := range search(t, renter, SearchFilter{}) {
+	for _, r := range search(t, renter, api.SearchFilter{}) {
 		if r.PriceMicroUSDC == 1 {
 			t.Fatalf("forged offer shown: %+v", r)
 		}
@@ -181,20 +184,23 @@ func TestOfferNetwork(t *testing.T) {
 	}
 	// The renter's gossip scoring penalises the peer that sent them.
 	eventually(t, 5*time.Second, "hostile peer penalised", func() (bool, string) {
-		s, ok := renter.scores.get(evil.id)
+		s, ok := renter.peer.GossipScore(evil.id)
 		return ok && s < 0, fmt.Sprint(s, ok)
 	})
 
 	// The window closes: the offer is withdrawn and leaves the renter's search.
-	for clock.Waiters() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Other loops wait on the same clock: should the publisher set its timer just after the
+	// clock moved, that timer is due a republish interval later, so the clock moves on by
+	// that much while the test waits (the window stays closed).
 	clock.Advance(end.Sub(now) + time.Second)
 	eventually(t, 5*time.Second, "offer gone after its window closed", func() (bool, string) {
-		_, ok := providersIn(search(t, renter, SearchFilter{}))[windowed.ID().String()]
+		_, ok := providersIn(search(t, renter, api.SearchFilter{}))[windowed.ID().String()]
+		if ok {
+			clock.Advance(wcfg.Offers.Republish.Duration)
+		}
 		return !ok, "still listed"
 	})
-	if so := windowed.prov.Current(); so.Offer.Withdrawn == "" {
+	if so := windowed.publisher.Current(); so.Offer.Withdrawn == "" {
 		t.Fatal("offer outside the window is not marked withdrawn")
 	}
 
@@ -204,7 +210,7 @@ func TestOfferNetwork(t *testing.T) {
 	gone.Close(ctx)
 	cancel()
 	eventually(t, 5*time.Second, "offer gone after its provider stopped", func() (bool, string) {
-		_, ok := providersIn(search(t, renter, SearchFilter{}))[gone.ID().String()]
+		_, ok := providersIn(search(t, renter, api.SearchFilter{}))[gone.ID().String()]
 		return !ok, "still listed"
 	})
 }

@@ -1,5 +1,6 @@
-// Package node is the gpunex daemon: a libp2p host with the private DHT and gossipsub, the
-// provider, renter and coordinator roles, the local API, and the devnet.
+// Package node is the gpunex daemon: it assembles the subsystems of node/internal for the
+// node's role (provider, renter or coordinator), registers their stream handlers, starts their
+// loops, serves the local API and shuts everything down in reverse order.
 package node
 
 import (
@@ -12,21 +13,27 @@ import (
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
-	dht "github.com/libp2p/go-libp2p-kad-dht"
-	pubsub "github.com/libp2p/go-libp2p-pubsub"
-	record "github.com/libp2p/go-libp2p-record"
+	"github.com/gpunex/gpunex/bench"
+
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/benchmarks"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/jobs"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/money"
+	"github.com/gpunex/gpunex/node/internal/offers"
+	"github.com/gpunex/gpunex/node/internal/onboarding"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/reliability"
 	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
-
-// Version is the node software version, set at build time with -ldflags.
-var Version = "0.1.0-dev"
 
 // Deps are the node's outside parts. Every field is optional: New builds the real thing
 // from the configuration for each one left empty.
@@ -35,7 +42,7 @@ type Deps struct {
 	Ledger *ledger.Ledger // opened in DataDir when nil
 	// DataDir is where the ledger lives when Ledger is nil.
 	DataDir string
-	Clock   Clock
+	Clock   clock.Clock
 	Logger  *slog.Logger
 	// Sandbox runs a provider's jobs; when nil, a provider connects to containerd at
 	// jobs.containerd_address.
@@ -49,64 +56,54 @@ type Deps struct {
 
 // Node is a running gpunex daemon.
 type Node struct {
-	cfg     Config
-	key     crypto.PrivKey
-	id      peer.ID
+	cfg     config.Config
 	log     *slog.Logger
-	clock   Clock
-	host    host.Host
-	dht     *dht.IpfsDHT
-	ps      *pubsub.PubSub
-	topic   *pubsub.Topic
-	sub     *pubsub.Subscription
+	clock   clock.Clock
+	peer    *p2p.Peer
 	ledger  *ledger.Ledger
-	book    *offerBook
-	trust   *trustStore
-	metrics *Metrics
-	prov    *provider // nil unless the role is provider
-	// applicant is the provider's onboarding; nil unless the role is provider.
-	applicant *applicant
-	// coord is the coordinator's onboarding; nil unless the role is coordinator.
-	coord    *coordinator
-	jobs     *jobRunner   // nil unless the role is provider
-	bench    *benchRunner // nil unless the role is provider
-	revTopic *pubsub.Topic
-	revSub   *pubsub.Subscription
-	// Scores: every node keeps the latest score records; a coordinator makes them.
-	reliability scoreBook
-	scoreTopic  *pubsub.Topic
-	scoreSub    *pubsub.Subscription
-	scores      gossipScores
-	// syncSlots bounds the catalogue syncs served at once.
-	syncSlots chan struct{}
-	home      string
-	// money is the coordinator's settlement (nil on other roles); market the latest market
-	// statistics every node keeps.
-	money       *settlement
-	market      marketBook
-	marketTopic *pubsub.Topic
-	marketSub   *pubsub.Subscription
+	metrics *metrics.Metrics
 
-	ownsHost, ownsLedger, ownsSandbox bool
-	tempJobsDir                       string // removed at Close
-	cancel                            context.CancelFunc
-	wg                                sync.WaitGroup
-	closeOnce                         sync.Once
+	// Every node.
+	trust     *offers.Trust
+	book      *offers.Book
+	catalogue *offers.Catalogue
+	scores    *reliability.Book
+	market    *money.Market
+	wallet    *money.Wallet
+	renter    *jobs.Renter
+
+	// Provider only (nil otherwise).
+	publisher *offers.Publisher
+	applicant *onboarding.Applicant
+	jobs      *jobs.Runner
+	bench     *benchmarks.Runner
+
+	// Coordinator only (nil otherwise).
+	coord      *onboarding.Coordinator
+	settlement *money.Settlement
+	benchCoord *benchmarks.Coordinator
+
+	ownsLedger, ownsSandbox bool
+	runtime                 sandbox.Runtime
+	tempJobsDir             string // removed at Close
+	cancel                  context.CancelFunc
+	wg                      sync.WaitGroup
+	closeOnce               sync.Once
 }
 
-// New starts a node: host, DHT, gossip, and the role's loops. The caller must Close it.
-func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, err error) {
+// New starts a node: host, DHT, gossip, and the role's subsystems. The caller must Close it.
+func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n *Node, err error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	n = &Node{cfg: cfg, key: key, log: d.Logger, clock: d.Clock, host: d.Host, ledger: d.Ledger, syncSlots: make(chan struct{}, maxSyncServing), home: d.Home}
+	n = &Node{cfg: cfg, log: d.Logger, clock: d.Clock, ledger: d.Ledger}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
 	if n.clock == nil {
-		n.clock = SystemClock()
+		n.clock = clock.System()
 	}
-	n.id, err = peer.IDFromPrivateKey(key)
+	self, err := peer.IDFromPrivateKey(key)
 	if err != nil {
 		return nil, err
 	}
@@ -117,158 +114,143 @@ func New(ctx context.Context, cfg Config, key crypto.PrivKey, d Deps) (n *Node, 
 			n.Close(context.Background())
 		}
 	}()
-
 	if n.ledger == nil {
-		n.ledger, err = ledger.Open(ledger.Options{Dir: filepath.Clean(d.DataDir), Logger: n.log})
-		if err != nil {
+		if n.ledger, err = ledger.Open(ledger.Options{Dir: filepath.Clean(d.DataDir), Logger: n.log}); err != nil {
 			return nil, err
 		}
 		n.ownsLedger = true
 	}
-	if n.host == nil {
-		n.host, err = libp2p.New(
-			libp2p.Identity(key),
-			libp2p.ListenAddrStrings(cfg.P2P.Listen...),
-			libp2p.UserAgent("gpunex/"+Version),
-		)
-		if err != nil {
-			return nil, fmt.Errorf("start libp2p host on %v: %w", cfg.P2P.Listen, err)
-		}
-		n.ownsHost = true
-	}
-	if n.host.ID() != n.id {
-		return nil, errors.New("host identity differs from the node key")
-	}
-	n.metrics = newMetrics(func() float64 { return float64(len(n.host.Network().Peers())) }, n.scores.negative)
 	trusted, err := cfg.TrustedCoordinators()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Role == RoleCoordinator {
-		trusted = append(trusted, n.id)
+	if cfg.Role == config.RoleCoordinator {
+		trusted = append(trusted, self)
 	}
-	if n.trust, err = newTrustStore(n.ledger, trusted); err != nil {
-		return nil, err
-	}
-	n.book = newOfferBook(n.ledger, n.trust, n.metrics, n.log.With("subsystem", "offers"), n.clock)
-	if err := n.book.load(); err != nil {
-		return nil, fmt.Errorf("load offers seen: %w", err)
-	}
-
 	boot, err := cfg.BootstrapPeers()
 	if err != nil {
 		return nil, err
 	}
-	n.dht, err = dht.New(n.host,
-		dht.Mode(dht.ModeServer),
-		dht.ProtocolPrefix(protocol.DHTProtocolPrefix),
-		dht.Validator(record.NamespacedValidator{protocol.OfferNamespace: dhtValidator{n.book}}),
-		dht.BootstrapPeers(boot...),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("start DHT: %w", err)
-	}
-	n.ps, err = pubsub.NewGossipSub(runCtx, n.host, append([]pubsub.Option{
-		pubsub.WithFloodPublish(true),
-		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
-	}, gossipScoreOptions(n.scores.record)...)...)
-	if err != nil {
-		return nil, fmt.Errorf("start gossipsub: %w", err)
-	}
-	if err := n.ps.RegisterTopicValidator(protocol.OffersTopic, n.validateGossip); err != nil {
-		return nil, err
-	}
-	if n.topic, err = n.ps.Join(protocol.OffersTopic); err != nil {
-		return nil, err
-	}
-	if n.sub, err = n.topic.Subscribe(); err != nil {
-		return nil, err
-	}
-	n.host.SetStreamHandler(protocol.OfferSyncProtocol, n.handleSyncStream)
-	if err := n.ps.RegisterTopicValidator(protocol.RevocationsTopic, n.validateRevocation); err != nil {
-		return nil, err
-	}
-	if n.revTopic, err = n.ps.Join(protocol.RevocationsTopic); err != nil {
-		return nil, err
-	}
-	if n.revSub, err = n.revTopic.Subscribe(); err != nil {
-		return nil, err
-	}
-	n.host.SetStreamHandler(protocol.RevocationSyncProtocol, n.handleRevocationSync)
-	n.reliability.scores = map[peer.ID]*protocol.SignedScore{}
-	if err := n.ps.RegisterTopicValidator(protocol.ScoresTopic, n.validateScore); err != nil {
-		return nil, err
-	}
-	if n.scoreTopic, err = n.ps.Join(protocol.ScoresTopic); err != nil {
-		return nil, err
-	}
-	if n.scoreSub, err = n.scoreTopic.Subscribe(); err != nil {
-		return nil, err
-	}
-	if err := n.ps.RegisterTopicValidator(protocol.MarketTopic, n.validateMarket); err != nil {
-		return nil, err
-	}
-	if n.marketTopic, err = n.ps.Join(protocol.MarketTopic); err != nil {
-		return nil, err
-	}
-	if n.marketSub, err = n.marketTopic.Subscribe(); err != nil {
-		return nil, err
-	}
-	n.goLoop(func() { drain(runCtx, n.marketSub) })
-	n.goLoop(func() { drain(runCtx, n.scoreSub) })
-	n.goLoop(func() { drain(runCtx, n.revSub) })
 
-	n.goLoop(func() { drain(runCtx, n.sub) })
-	n.goLoop(func() { n.bootstrapLoop(runCtx, boot) })
+	// The parts every node has: the offer book, the peer, the gossip topics.
+	n.metrics = metrics.New(n.connectedPeers, n.penalisedPeers)
+	if n.trust, err = offers.NewTrust(n.ledger, trusted); err != nil {
+		return nil, err
+	}
+	n.book = offers.NewBook(n.ledger, n.trust, n.metrics, n.log.With("subsystem", "offers"), n.clock)
+	if err := n.book.Load(); err != nil {
+		return nil, fmt.Errorf("load offers seen: %w", err)
+	}
+	if n.peer, err = p2p.New(p2p.Options{Host: d.Host, Key: key, Listen: cfg.P2P.Listen,
+		UserAgent: "gpunex/" + api.Version, Bootstrap: boot, OfferValidator: n.book.DHTValidator()}); err != nil {
+		return nil, err
+	}
+	trust := protocol.NewTrust(trusted...)
+	n.scores = reliability.NewBook(n.clock, n.metrics, trust)
+	n.catalogue = offers.New(offers.Deps{Peer: n.peer, Book: n.book, Trust: n.trust, Metrics: n.metrics,
+		Log: n.log.With("subsystem", "offers"), Clock: n.clock, Offers: cfg.Offers, Bootstrap: boot, Scores: n.scores})
+	moneyDeps := money.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "money"),
+		Metrics: n.metrics, Config: cfg, Home: d.Home}
+	n.market = money.NewMarket(moneyDeps, trusted)
+	offersTopic, err := n.peer.Join(protocol.OffersTopic, n.catalogue.ValidateOffer)
+	if err != nil {
+		return nil, err
+	}
+	revocations, err := n.peer.Join(protocol.RevocationsTopic, n.catalogue.ValidateRevocation)
+	if err != nil {
+		return nil, err
+	}
+	scores, err := n.peer.Join(protocol.ScoresTopic, n.scores.Validate)
+	if err != nil {
+		return nil, err
+	}
+	marketTopic, err := n.peer.Join(protocol.MarketTopic, n.market.Validate)
+	if err != nil {
+		return nil, err
+	}
+	n.peer.Handle(protocol.OfferSyncProtocol, n.catalogue.HandleSyncStream)
+	n.peer.Handle(protocol.RevocationSyncProtocol, n.catalogue.HandleRevocationSync)
+
+	if cfg.Role == config.RoleCoordinator {
+		if n.settlement, err = money.NewSettlement(money.SettlementDeps{Deps: moneyDeps, Offers: n.book,
+			Market: n.market, MarketTopic: marketTopic}); err != nil {
+			return nil, err
+		}
+	}
+	n.wallet = money.NewWallet(moneyDeps, n.settlement)
+	n.renter = jobs.NewRenter(jobs.RenterDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "jobs"),
+		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet})
+	switch cfg.Role {
+	case config.RoleProvider:
+		err = n.startProvider(ctx, runCtx, d, trusted, offersTopic)
+	case config.RoleCoordinator:
+		err = n.startCoordinator(runCtx, trust, revocations, scores)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Role != config.RoleCoordinator {
+		n.goLoop(func() { n.wallet.ClaimLoop(runCtx) })
+	}
+	n.goLoop(func() {
+		n.peer.KeepJoined(runCtx, boot, n.clock, n.log, p2p.Joined{Sync: n.catalogue.SyncOffers, Announce: n.announce})
+	})
 	n.goLoop(func() { n.flushLoop(runCtx) })
-	if cfg.Role == RoleProvider {
-		n.prov, err = newProvider(n)
-		if err != nil {
-			return nil, err
-		}
-		n.applicant = newApplicant(n)
-		if err := n.startJobs(ctx, d); err != nil {
-			return nil, err
-		}
-		n.bench = newBenchRunner(n, n.jobs.dir)
-		n.host.SetStreamHandler(protocol.OfferProtocol, n.handleOfferStream)
-		n.host.SetStreamHandler(protocol.NotifyProtocol, n.handleNotify)
-		n.host.SetStreamHandler(protocol.BenchChallengeProtocol, n.handleBenchChallenge)
-		n.host.SetStreamHandler(protocol.UptimeProtocol, n.handleUptime)
-		n.goLoop(func() { n.prov.run(runCtx) })
-		n.goLoop(func() { n.applicant.run(runCtx) })
-		n.goLoop(func() { n.bench.loop(runCtx) })
-		n.goLoop(func() { n.reportLoop(runCtx) })
-		n.goLoop(func() { n.payoutSettingsLoop(runCtx) })
-	}
-	if cfg.Role != RoleCoordinator {
-		n.goLoop(func() { n.claimLoop(runCtx) })
-	}
-	if cfg.Role == RoleCoordinator {
-		if n.coord, err = newCoordinator(n); err != nil {
-			return nil, err
-		}
-		n.host.SetStreamHandler(protocol.ApplyProtocol, n.coord.handleApply)
-		n.goLoop(func() { n.coord.renewLoop(runCtx) })
-		n.host.SetStreamHandler(protocol.BenchNetProtocol, n.handleBenchNet)
-		n.host.SetStreamHandler(protocol.JobReportProtocol, n.handleJobReport)
-		if n.money, err = newSettlement(n); err != nil {
-			return nil, err
-		}
-		n.host.SetStreamHandler(protocol.WalletProtocol, n.money.handleWallet)
-		n.goLoop(func() { n.money.loop(runCtx) })
-		sc := &scorer{n: n}
-		n.goLoop(func() { sc.loop(runCtx) })
-	}
-	n.log.Info("node started", "peer_id", n.id, "role", cfg.Role, "addrs", n.host.Addrs())
+	n.log.Info("node started", "peer_id", self, "role", cfg.Role, "addrs", n.peer.Host.Addrs())
 	return n, nil
 }
 
-// startJobs sets up the provider's job runner: the sandbox runtime (containerd unless one is
-// given), the jobs folder, the job streams, and the reconciliation of jobs left running.
-func (n *Node) startJobs(ctx context.Context, d Deps) error {
-	rt := d.Sandbox
-	var rtErr error
+// startProvider builds a provider's publisher, applicant, job runner and benchmark runner,
+// registers their stream handlers and starts their loops.
+func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer.ID, offersTopic *p2p.Topic) (err error) {
+	log := n.log.With("subsystem", "provider")
+	if n.publisher, err = offers.NewPublisher(offers.PublisherDeps{Peer: n.peer, Ledger: n.ledger, Catalogue: n.catalogue,
+		Topic: offersTopic, Metrics: n.metrics, Log: log, Clock: n.clock, Provider: n.cfg.Provider, Offers: n.cfg.Offers}); err != nil {
+		return err
+	}
+	n.catalogue.OnOwnRevocation(n.publisher.Poke)
+	rt, rtErr, dir, err := n.openSandbox(ctx, d)
+	if err != nil {
+		return err
+	}
+	probe := func() (bench.Probe, error) { return OpenProbe(n.cfg, n.peer.ID) }
+	if n.jobs, err = jobs.NewRunner(jobs.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log, Metrics: n.metrics,
+		Jobs: n.cfg.Jobs, Trusted: trusted, Runtime: rt, RuntimeErr: rtErr, Dir: dir, Probe: probe,
+		Publisher: n.publisher, Reports: n.wallet}); err != nil {
+		return err
+	}
+	if err := n.jobs.Reconcile(ctx); err != nil {
+		n.log.Warn("reconciling jobs after restart failed", "err", err)
+	}
+	n.bench = benchmarks.NewRunner(benchmarks.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log,
+		Trusted: trusted, Bench: n.cfg.Bench, Provider: n.cfg.Provider, Probe: probe, Dir: dir,
+		Jobs: n.jobs, Publisher: n.publisher})
+	n.publisher.UseAttestations(n.bench)
+	n.jobs.UseAttestations(n.bench)
+	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
+		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
+		Publisher: n.publisher, Detect: func() ([]bench.GPUInfo, error) { return DetectGPUs(n.cfg, n.peer.ID) }})
+
+	n.peer.Handle(protocol.JobProtocol, n.jobs.HandleJob)
+	n.peer.Handle(protocol.JobControlProtocol, n.jobs.HandleControl)
+	n.peer.Handle(protocol.HoldReleaseProtocol, n.jobs.HandleHoldRelease)
+	n.peer.Handle(protocol.OfferProtocol, n.publisher.HandleOfferStream)
+	n.peer.Handle(protocol.NotifyProtocol, n.applicant.HandleNotify)
+	n.peer.Handle(protocol.BenchChallengeProtocol, n.bench.HandleBenchChallenge)
+	n.peer.Handle(protocol.UptimeProtocol, reliability.UptimeHandler(n.peer, n.clock, protocol.NewTrust(trusted...)))
+	n.goLoop(func() { n.publisher.Run(runCtx) })
+	n.goLoop(func() { n.applicant.Run(runCtx) })
+	n.goLoop(func() { n.bench.Loop(runCtx) })
+	n.goLoop(func() { n.wallet.ReportLoop(runCtx) })
+	n.goLoop(func() { n.wallet.PayoutSettingsLoop(runCtx) })
+	return nil
+}
+
+// openSandbox returns the runtime a provider's jobs run in (containerd unless one is given:
+// when containerd cannot be reached, rt is nil and rtErr says why, and proposals are refused
+// until it is fixed) and the jobs folder.
+func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtErr error, dir string, err error) {
+	rt = d.Sandbox
 	if rt == nil {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c, err := sandbox.NewContainerd(cctx, sandbox.ContainerdOptions{Address: n.cfg.Jobs.ContainerdAddress, Namespace: n.cfg.Jobs.Namespace})
@@ -280,25 +262,71 @@ func (n *Node) startJobs(ctx context.Context, d Deps) error {
 			rt, n.ownsSandbox = c, true
 		}
 	}
-	dir := d.JobsDir
+	n.runtime = rt
+	dir = d.JobsDir
 	if dir == "" {
-		var err error
 		if dir, err = os.MkdirTemp("", "gpunex-jobs-"); err != nil {
-			return err
+			return nil, nil, "", err
 		}
 		n.tempJobsDir = dir
 	}
-	var err error
-	if n.jobs, err = newJobRunner(n, rt, rtErr, dir); err != nil {
+	return rt, rtErr, dir, nil
+}
+
+// startCoordinator builds a coordinator's review queue, benchmark service and scorer (its
+// settlement is built before), registers their stream handlers and starts their loops.
+func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, revocations, scores *p2p.Topic) (err error) {
+	if n.coord, err = onboarding.NewCoordinator(onboarding.CoordinatorDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
+		Log: n.log, Metrics: n.metrics, Config: n.cfg.Coordinator, Trust: trust,
+		Revocations: revocationDesk{n.trust, n.catalogue}, RevocationsTopic: revocations}); err != nil {
 		return err
 	}
-	if err := n.jobs.reconcile(ctx); err != nil {
-		n.log.Warn("reconciling jobs after restart failed", "err", err)
-	}
-	n.host.SetStreamHandler(protocol.JobProtocol, n.jobs.handleJob)
-	n.host.SetStreamHandler(protocol.JobControlProtocol, n.jobs.handleControl)
-	n.host.SetStreamHandler(protocol.HoldReleaseProtocol, n.jobs.handleHoldRelease)
+	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust})
+	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
+		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
+
+	n.peer.Handle(protocol.ApplyProtocol, n.coord.HandleApply)
+	n.peer.Handle(protocol.BenchNetProtocol, n.benchCoord.HandleBenchNet)
+	n.peer.Handle(protocol.JobReportProtocol, n.settlement.HandleJobReport)
+	n.peer.Handle(protocol.WalletProtocol, n.settlement.HandleWallet)
+	n.goLoop(func() { n.coord.RenewLoop(runCtx) })
+	n.goLoop(func() { n.settlement.Run(runCtx) })
+	n.goLoop(func() { scorer.Run(runCtx) })
 	return nil
+}
+
+// revocationDesk is how a coordinator's onboarding reaches the revocations: the trust store
+// knows them, the catalogue takes a new one in.
+type revocationDesk struct {
+	*offers.Trust
+	*offers.Catalogue
+}
+
+// announce makes a provider publish to the network it just joined, and once more when the
+// gossip mesh has formed (its heartbeat is one second).
+func (n *Node) announce() {
+	if n.publisher == nil {
+		return
+	}
+	n.publisher.Poke()
+	go func() {
+		<-n.clock.After(3 * time.Second)
+		n.publisher.Poke()
+	}()
+}
+
+func (n *Node) connectedPeers() float64 {
+	if n.peer == nil {
+		return 0
+	}
+	return float64(n.peer.Connected())
+}
+
+func (n *Node) penalisedPeers() float64 {
+	if n.peer == nil {
+		return 0
+	}
+	return n.peer.PenalisedPeers()
 }
 
 func (n *Node) goLoop(f func()) {
@@ -306,44 +334,53 @@ func (n *Node) goLoop(f func()) {
 	go func() { defer n.wg.Done(); f() }()
 }
 
+// flushLoop writes the offers seen to the ledger every few seconds.
+func (n *Node) flushLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.clock.After(5 * time.Second):
+			if err := n.book.Flush(); err != nil {
+				n.log.Warn("saving offers seen failed", "err", err)
+			}
+		}
+	}
+}
+
 // ID returns the node's peer ID.
-func (n *Node) ID() peer.ID { return n.id }
+func (n *Node) ID() peer.ID { return n.peer.ID }
 
 // Host returns the libp2p host.
-func (n *Node) Host() host.Host { return n.host }
+func (n *Node) Host() host.Host { return n.peer.Host }
 
 // Metrics returns the node's metrics.
-func (n *Node) Metrics() *Metrics { return n.metrics }
+func (n *Node) Metrics() *metrics.Metrics { return n.metrics }
 
 // Role returns the node's role.
 func (n *Node) Role() string { return n.cfg.Role }
 
 // Addrs returns the node's full multiaddrs (with /p2p/<id>).
-func (n *Node) Addrs() []string {
-	var out []string
-	for _, a := range n.host.Addrs() {
-		out = append(out, a.String()+"/p2p/"+n.id.String())
-	}
-	return out
-}
+func (n *Node) Addrs() []string { return n.peer.Addrs() }
 
-// Close withdraws a provider's offer, then stops every loop and closes the DHT, gossip,
-// host and ledger, within ctx's deadline.
+// Close withdraws a provider's offer, stops its jobs and reports them, then stops every
+// loop and closes the gossip topics, the DHT, the host and the ledger, within ctx's
+// deadline: the reverse of New.
 func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	n.closeOnce.Do(func() {
-		if n.prov != nil {
-			n.prov.withdraw(ctx, "provider shutting down")
+		if n.publisher != nil {
+			n.publisher.Withdraw(ctx, "provider shutting down")
 		}
-		if n.jobs != nil && n.jobs.rt != nil {
-			n.jobs.stopAll(ctx, "provider shutting down")
+		if n.jobs != nil && n.runtime != nil {
+			n.jobs.StopAll(ctx, "provider shutting down")
 			if n.ownsSandbox {
-				n.jobs.rt.Close()
+				n.runtime.Close()
 			}
 			// The jobs just stopped are reported now, while the host is up (else at
 			// the next start), within a few seconds of the shutdown's time.
 			rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			n.deliverReports(rctx)
+			n.wallet.DeliverReports(rctx)
 			cancel()
 		}
 		if n.cancel != nil {
@@ -357,23 +394,10 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("node loops did not stop in time: %w", ctx.Err()))
 		}
 		if n.book != nil && n.ledger != nil {
-			errs = append(errs, n.book.flush())
+			errs = append(errs, n.book.Flush())
 		}
-		for _, sub := range []*pubsub.Subscription{n.sub, n.revSub, n.scoreSub} {
-			if sub != nil {
-				sub.Cancel()
-			}
-		}
-		for _, t := range []*pubsub.Topic{n.topic, n.revTopic, n.scoreTopic} {
-			if t != nil {
-				t.Close()
-			}
-		}
-		if n.dht != nil {
-			errs = append(errs, n.dht.Close())
-		}
-		if n.ownsHost && n.host != nil {
-			errs = append(errs, n.host.Close())
+		if n.peer != nil {
+			errs = append(errs, n.peer.Close())
 		}
 		if n.ownsLedger && n.ledger != nil {
 			errs = append(errs, n.ledger.Close())
@@ -384,96 +408,3 @@ func (n *Node) Close(ctx context.Context) error {
 	})
 	return errors.Join(errs...)
 }
-
-// validateGossip is the offers topic validator: replays and expired records are ignored,
-// anything else that fails is rejected, which lowers the sender's gossip score
-// (gossipscore.go).
-func (n *Node) validateGossip(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-	_, _, err := n.book.accept(msg.Data, "gossip")
-	switch {
-	case err == nil:
-		return pubsub.ValidationAccept
-	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrExpired), errors.Is(err, protocol.ErrFuture),
-		errors.Is(err, protocol.ErrRevoked), errors.Is(err, protocol.ErrUntrusted):
-		// Stale, early (clock skew), revoked since it was sent, or certified by a
-		// coordinator another node trusts: an honest relay can forward these, so they
-		// cost it nothing.
-		return pubsub.ValidationIgnore
-	default:
-		return pubsub.ValidationReject
-	}
-}
-
-// drain reads a subscription; the topic's validator has already taken each message in.
-func drain(ctx context.Context, sub *pubsub.Subscription) {
-	for {
-		if _, err := sub.Next(ctx); err != nil {
-			return
-		}
-	}
-}
-
-// bootstrapLoop connects to the bootstrap peers until connected, and again whenever the
-// node finds itself alone; it refreshes the DHT routing table after each reconnection.
-func (n *Node) bootstrapLoop(ctx context.Context, boot []peer.AddrInfo) {
-	if len(boot) == 0 {
-		return
-	}
-	// alone is true at start and whenever every peer is gone. The DHT may connect to the
-	// bootstrap peers by itself, so joining is noticed by having peers, not by connecting.
-	alone := true
-	for {
-		if len(n.host.Network().Peers()) == 0 {
-			alone = true
-			for _, ai := range boot {
-				if ai.ID == n.id {
-					continue
-				}
-				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				err := n.host.Connect(cctx, ai)
-				cancel()
-				if err != nil {
-					n.log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
-				}
-			}
-		}
-		if peers := len(n.host.Network().Peers()); alone && peers > 0 {
-			alone = false
-			n.log.Info("joined the network", "peers", peers)
-			n.syncOffers(ctx)
-			select {
-			case <-n.dht.RefreshRoutingTable():
-			case <-ctx.Done():
-				return
-			}
-			if n.prov != nil {
-				// Announce to the network just joined, and once more when the gossip
-				// mesh has formed (its heartbeat is one second).
-				n.prov.poke()
-				time.AfterFunc(3*time.Second, n.prov.poke)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-// flushLoop writes the offers seen to the ledger every few seconds.
-func (n *Node) flushLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Second):
-			if err := n.book.flush(); err != nil {
-				n.log.Warn("saving offers seen failed", "err", err)
-			}
-		}
-	}
-}
-
-// ErrNotFound is returned when something asked for does not exist.
-var ErrNotFound = errors.New("not found")

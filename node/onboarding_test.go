@@ -14,22 +14,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpunex/gpunex/node/internal/noticetest"
+
+	"github.com/gpunex/gpunex/node/internal/onboarding"
+
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 )
 
 // fastOnboarding shortens the applicant's retry and status timers for a test.
 func fastOnboarding(t *testing.T) {
-	minR, maxR, poll := applyRetryMin, applyRetryMax, applyStatusPoll
-	applyRetryMin, applyRetryMax, applyStatusPoll = 100*time.Millisecond, 500*time.Millisecond, 300*time.Millisecond
-	t.Cleanup(func() { applyRetryMin, applyRetryMax, applyStatusPoll = minR, maxR, poll })
+	minR, maxR, poll := onboarding.ApplyRetryMin, onboarding.ApplyRetryMax, onboarding.ApplyStatusPoll
+	onboarding.ApplyRetryMin, onboarding.ApplyRetryMax, onboarding.ApplyStatusPoll = 100*time.Millisecond, 500*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() {
+		onboarding.ApplyRetryMin, onboarding.ApplyRetryMax, onboarding.ApplyStatusPoll = minR, maxR, poll
+	})
 }
 
 // applicationForm fills in an application for a provider's declared GPUs.
-func applicationForm(cfg Config, ups bool, months int) protocol.Application {
+func applicationForm(cfg config.Config, ups bool, months int) protocol.Application {
 	var gpus []protocol.ApplicationGPU
 	for _, g := range cfg.Provider.GPUs {
 		gpus = append(gpus, protocol.ApplicationGPU{
@@ -56,13 +64,13 @@ func waitStatus(t *testing.T, n *Node, want string) {
 	})
 }
 
-func searchHas(t testing.TB, renter *Node, p peer.ID) (OfferRow, bool) {
-	for _, r := range search(t, renter, SearchFilter{}) {
+func searchHas(t testing.TB, renter *Node, p peer.ID) (api.OfferRow, bool) {
+	for _, r := range search(t, renter, api.SearchFilter{}) {
 		if r.Provider == p.String() {
 			return r, true
 		}
 	}
-	return OfferRow{}, false
+	return api.OfferRow{}, false
 }
 
 // TestOnboarding: a provider applies; the coordinator asks a question, gets the answer and
@@ -75,13 +83,13 @@ func TestOnboarding(t *testing.T) {
 	fastOnboarding(t)
 	tn := newTestNet(t)
 	coord := tn.boot
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	cfg := providerConfig(0)
 	prov := tn.addUncertified(cfg)
 
 	// Uncertified: nothing published.
 	time.Sleep(300 * time.Millisecond)
-	if prov.prov.Current() != nil {
+	if prov.publisher.Current() != nil {
 		t.Fatal("an uncertified provider published an offer")
 	}
 	own, err := prov.applicant.Submit(applicationForm(cfg, true, 12))
@@ -95,11 +103,11 @@ func TestOnboarding(t *testing.T) {
 	}
 
 	// A question, an answer.
-	if _, err := coord.coord.Decide(own.ID, Decision{Action: "request-info", Message: "Which PSU feeds the rack?", Actor: "alice"}); err != nil {
+	if _, err := coord.coord.Decide(own.ID, api.Decision{Action: "request-info", Message: "Which PSU feeds the rack?", Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov, protocol.StatusInfoRequested)
-	if v := prov.ownApplicationView(mustOwn(t, prov)); v.Message != "Which PSU feeds the rack?" {
+	if v := prov.applicant.View(mustOwn(t, prov)); v.Message != "Which PSU feeds the rack?" {
 		t.Fatalf("provider sees question %q", v.Message)
 	}
 	if _, err := prov.applicant.Answer("Two redundant 2 kW supplies behind a UPS"); err != nil {
@@ -108,7 +116,7 @@ func TestOnboarding(t *testing.T) {
 	waitStatus(t, prov, protocol.StatusPending)
 	// Enterprise cannot be granted without a UPS, but this one has one: the reviewer
 	// chooses Community over the proposed Enterprise.
-	if _, err := coord.coord.Decide(own.ID, Decision{Action: "approve", Tier: protocol.TierCommunity, Message: "welcome", Actor: "alice"}); err != nil {
+	if _, err := coord.coord.Decide(own.ID, api.Decision{Action: "approve", Tier: protocol.TierCommunity, Message: "welcome", Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov, protocol.StatusApproved)
@@ -127,7 +135,7 @@ func TestOnboarding(t *testing.T) {
 	if got := strings.Join(trail, ", "); got != "submitted by provider, info-requested by operator, answered by provider, approved by operator" {
 		t.Fatalf("audit trail: %s", got)
 	}
-	if ns, _ := prov.Notifications(); len(ns) < 3 {
+	if ns, _ := prov.ledger.Notifications(); len(ns) < 3 {
 		t.Fatalf("provider holds %d notifications; want pending, info-requested, approved (at least)", len(ns))
 	}
 
@@ -139,17 +147,17 @@ func TestOnboarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov2, protocol.StatusPending)
-	if _, err := coord.coord.Decide(own2.ID, Decision{Action: "approve", Tier: protocol.TierEnterprise, Actor: "bob"}); err == nil {
+	if _, err := coord.coord.Decide(own2.ID, api.Decision{Action: "approve", Tier: protocol.TierEnterprise, Actor: "bob"}); err == nil {
 		t.Fatal("Enterprise granted without a UPS")
 	}
-	if _, err := coord.coord.Decide(own2.ID, Decision{Action: "reject", Message: "GPUs not reachable from our probes", Actor: "bob"}); err != nil {
+	if _, err := coord.coord.Decide(own2.ID, api.Decision{Action: "reject", Message: "GPUs not reachable from our probes", Actor: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov2, protocol.StatusRejected)
-	if v := prov2.ownApplicationView(mustOwn(t, prov2)); v.Message != "GPUs not reachable from our probes" || v.Certificate != nil {
+	if v := prov2.applicant.View(mustOwn(t, prov2)); v.Message != "GPUs not reachable from our probes" || v.Certificate != nil {
 		t.Fatalf("rejected provider sees %+v", v)
 	}
-	if _, ok := searchHas(t, renter, prov2.ID()); ok || prov2.prov.Current() != nil {
+	if _, ok := searchHas(t, renter, prov2.ID()); ok || prov2.publisher.Current() != nil {
 		t.Fatal("a rejected provider's offer is visible")
 	}
 
@@ -165,7 +173,7 @@ func TestOnboarding(t *testing.T) {
 	t.Logf("revoked offer left the renter's search after %s", time.Since(start).Round(time.Millisecond))
 	waitStatus(t, prov, protocol.StatusRevoked)
 	// A node joining later learns the revocation by sync and refuses the old offer.
-	late := tn.add(testConfig(RoleRenter), nil)
+	late := tn.add(testConfig(config.RoleRenter), nil)
 	defer func() {
 		if t.Failed() {
 			mfs, _ := late.metrics.Registry.Gather()
@@ -177,14 +185,14 @@ func TestOnboarding(t *testing.T) {
 				}
 			}
 			for i, x := range tn.nodes {
-				t.Log("node", i, x.ID(), len(x.trust.revocations()), x.host.Network().Connectedness(late.ID()))
+				t.Log("node", i, x.ID(), len(x.trust.Revocations()), x.peer.Host.Network().Connectedness(late.ID()))
 			}
 		}
 	}()
 	eventually(t, 10*time.Second, "late node knows the revocation", func() (bool, string) {
-		return len(late.trust.revocations()) == 1, ""
+		return len(late.trust.Revocations()) == 1, ""
 	})
-	if _, _, err := late.book.accept(prov.prov.Current().Raw, "stream"); protocol.Reason(err) != "revoked" {
+	if _, _, err := late.book.Accept(prov.publisher.Current().Raw, "stream"); protocol.Reason(err) != "revoked" {
 		t.Fatalf("late node accepted a revoked provider's offer: %v", err)
 	}
 }
@@ -199,7 +207,7 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 	dir := t.TempDir()
 	coordKey := newTestKey(t)
 	coordID, _ := peer.IDFromPrivateKey(coordKey)
-	ccfg := testConfig(RoleCoordinator)
+	ccfg := testConfig(config.RoleCoordinator)
 	startCoord := func(listen string) *Node {
 		c := ccfg
 		c.P2P.Listen = []string{listen}
@@ -210,7 +218,7 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 		return n
 	}
 	coord := startCoord("/ip4/127.0.0.1/tcp/0")
-	addr := coord.host.Addrs()[0].String()
+	addr := coord.peer.Host.Addrs()[0].String()
 
 	pcfg := providerConfig(2)
 	pcfg.P2P.Bootstrap = []string{addr + "/p2p/" + coordID.String()}
@@ -236,7 +244,7 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 		o := mustOwn(t, prov)
 		return o.Attempts >= 2 && !o.Delivered, fmt.Sprintf("attempts=%d delivered=%v", o.Attempts, o.Delivered)
 	})
-	if s := ownStatus(prov); s != StatusQueued {
+	if s := ownStatus(prov); s != api.StatusQueued {
 		t.Fatalf("status while the coordinator is down: %s", s)
 	}
 
@@ -251,7 +259,7 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 	}
 	// A replayed copy of the same record is acknowledged, not queued twice; an older
 	// record is a replay.
-	if _, err := coord.coord.submit(mustOwn(t, prov).Raw); err != nil {
+	if _, err := coord.coord.Submit(mustOwn(t, prov).Raw); err != nil {
 		t.Fatalf("same record again: %v", err)
 	}
 	if apps, _ := coord.coord.Applications(""); len(apps) != 1 {
@@ -262,12 +270,12 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 	coord.Close(context.Background())
 	coord = startCoord(addr)
 	defer coord.Close(context.Background())
-	if _, err := coord.coord.Decide(own.ID, Decision{Action: "approve", Actor: "alice"}); err != nil {
+	if _, err := coord.coord.Decide(own.ID, api.Decision{Action: "approve", Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov, protocol.StatusApproved)
 	eventually(t, 10*time.Second, "certified offer published", func() (bool, string) {
-		so := prov.prov.Current()
+		so := prov.publisher.Current()
 		return so != nil && so.Cert != nil && so.Cert.Tier == protocol.TierEnterprise, ""
 	})
 }
@@ -288,14 +296,14 @@ func TestDecisionNotices(t *testing.T) {
 		t.Skip("multi-node network test")
 	}
 	fastOnboarding(t)
-	smtpSrv := startOutboundSMTP(t, "", "", nil)
-	hook := startOutboundWebhook(t, http.StatusOK)
+	smtpSrv := noticetest.StartSMTP(t, "", "", nil)
+	hook := noticetest.StartWebhook(t, http.StatusOK)
 	secret := filepath.Join(t.TempDir(), "webhook.secret")
 	if err := os.WriteFile(secret, []byte("hook-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ccfg := testConfig(RoleCoordinator)
-	ccfg.Coordinator.Notify = NotifyConfig{SMTPAddr: smtpSrv.addr(), SMTPFrom: "coordinator@gpunex.invalid", WebhookURL: hook.URL, WebhookSecretFile: secret}
+	ccfg := testConfig(config.RoleCoordinator)
+	ccfg.Coordinator.Notify = config.NotifyConfig{SMTPAddr: smtpSrv.Addr(), SMTPFrom: "coordinator@gpunex.invalid", WebhookURL: hook.URL, WebhookSecretFile: secret}
 	tn := newTestNetWith(t, ccfg)
 	cfg := providerConfig(0)
 	prov := tn.addUncertified(cfg)
@@ -304,24 +312,24 @@ func TestDecisionNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov, protocol.StatusPending)
-	if _, err := tn.boot.coord.Decide(own.ID, Decision{Action: "approve", Message: "Bienvenue à bord", Actor: "alice"}); err != nil {
+	if _, err := tn.boot.coord.Decide(own.ID, api.Decision{Action: "approve", Message: "Bienvenue à bord", Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "e-mail and webhook delivered", func() (bool, string) {
-		return len(smtpSrv.messages()) == 1 && hook.delivered() == 1, fmt.Sprintf("mails=%d hooks=%d", len(smtpSrv.messages()), hook.delivered())
+		return len(smtpSrv.Messages()) == 1 && hook.Delivered() == 1, fmt.Sprintf("mails=%d hooks=%d", len(smtpSrv.Messages()), hook.Delivered())
 	})
-	m := smtpSrv.messages()[0]
-	if len(m.to) != 1 || m.to[0] != "ada@example.org" {
-		t.Fatalf("mail sent to %v", m.to)
+	m := smtpSrv.Messages()[0]
+	if len(m.To) != 1 || m.To[0] != "ada@example.org" {
+		t.Fatalf("mail sent to %v", m.To)
 	}
-	mail := decodeOutboundMail(t, m.data)
-	if !strings.Contains(mail.subject, own.ID+" approved (enterprise)") || !strings.Contains(mail.body, "Bienvenue à bord") {
-		t.Fatalf("mail: %q\n%s", mail.subject, mail.body)
+	mail := noticetest.DecodeMail(t, m.Data)
+	if !strings.Contains(mail.Subject, own.ID+" approved (enterprise)") || !strings.Contains(mail.Body, "Bienvenue à bord") {
+		t.Fatalf("mail: %q\n%s", mail.Subject, mail.Body)
 	}
-	req := hook.requests()[0]
+	req := hook.Requests()[0]
 	mac := hmac.New(sha256.New, []byte("hook-secret"))
-	mac.Write(req.body)
-	if req.header.Get("X-Gpunex-Signature") != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
+	mac.Write(req.Body)
+	if req.Header.Get("X-Gpunex-Signature") != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
 		t.Fatal("webhook signature does not verify")
 	}
 	var body struct {
@@ -331,12 +339,12 @@ func TestDecisionNotices(t *testing.T) {
 			Tier        string `json:"tier"`
 		} `json:"event"`
 	}
-	if err := json.Unmarshal(req.body, &body); err != nil || body.Event.Application != own.ID || body.Event.Status != "approved" || body.Event.Tier != "enterprise" {
-		t.Fatalf("webhook body %s (%v)", req.body, err)
+	if err := json.Unmarshal(req.Body, &body); err != nil || body.Event.Application != own.ID || body.Event.Status != "approved" || body.Event.Tier != "enterprise" {
+		t.Fatalf("webhook body %s (%v)", req.Body, err)
 	}
 	// A secret file others can read is refused at start.
 	os.Chmod(secret, 0o644)
-	if _, err := newCoordinator(tn.boot); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+	if _, err := onboarding.NewCoordinator(onboarding.CoordinatorDeps{Peer: tn.boot.peer, Log: quietLogger(), Config: tn.boot.cfg.Coordinator}); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("world-readable secret accepted: %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -19,23 +21,23 @@ func TestReliabilityScore(t *testing.T) {
 	}
 	tn, prov, renter := scoredNet(t)
 	eventually(t, 15*time.Second, "renter holds a score with probes behind it", func() (bool, string) {
-		s := renter.Score(prov.ID())
+		s := renter.scores.Score(prov.ID())
 		return s != nil && s.Probes >= 3 && s.Score >= 90, ""
 	})
-	before := renter.Score(prov.ID())
+	before := renter.scores.Score(prov.ID())
 	if before.Uptime < 0.9 || before.Signer != tn.boot.ID() {
 		t.Fatalf("score while online: %+v", before.ScoreRecord)
 	}
 	prov.Close(context.Background())
 	prov.Host().Close() // offline: nobody answers the probes
 	eventually(t, 30*time.Second, "score drops while the provider is offline", func() (bool, string) {
-		s := renter.Score(prov.ID())
+		s := renter.scores.Score(prov.ID())
 		if s == nil {
 			return false, "no score"
 		}
 		return s.Score < before.Score-5 && len(s.Why) > 0 && strings.Contains(s.Why[len(s.Why)-1], "missed probe"), fmt.Sprintf("%+v", s.ScoreRecord)
 	})
-	if forged := renter.takeScore(before.Raw, "gossip"); protocol.Reason(forged) != "replay" {
+	if forged := renter.scores.Take(before.Raw, "gossip"); protocol.Reason(forged) != "replay" {
 		t.Fatalf("old score record accepted again: %v", forged)
 	}
 }
@@ -45,19 +47,19 @@ func TestReliabilityScore(t *testing.T) {
 func scoredNet(t *testing.T) (*testNet, *Node, *Node) {
 	t.Helper()
 	fastOnboarding(t)
-	ccfg := testConfig(RoleCoordinator)
-	ccfg.Coordinator.ProbeInterval = Duration{200 * time.Millisecond}
-	ccfg.Coordinator.HalfLife = Duration{time.Minute}
+	ccfg := testConfig(config.RoleCoordinator)
+	ccfg.Coordinator.ProbeInterval = config.Duration{Duration: 200 * time.Millisecond}
+	ccfg.Coordinator.HalfLife = config.Duration{Duration: time.Minute}
 	tn := newTestNetWith(t, ccfg)
 	cfg := providerConfig(0)
 	prov := tn.addUncertified(cfg)
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	own, err := prov.applicant.Submit(applicationForm(cfg, true, 12))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov, protocol.StatusPending)
-	if _, err := tn.boot.coord.Decide(own.ID, Decision{Action: "approve", Actor: "alice"}); err != nil {
+	if _, err := tn.boot.coord.Decide(own.ID, api.Decision{Action: "approve", Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	return tn, prov, renter
@@ -71,17 +73,17 @@ func TestMaintenanceExcusesProbes(t *testing.T) {
 	}
 	tn, prov, _ := scoredNet(t)
 	now := time.Now()
-	if _, err := prov.AddMaintenance(Maintenance{From: now.Add(-time.Minute), To: now.Add(time.Hour), Note: "new PSU"}); err != nil {
+	if _, err := prov.publisher.AddMaintenance(ledger.Maintenance{From: now.Add(-time.Minute), To: now.Add(time.Hour), Note: "new PSU"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prov.AddMaintenance(Maintenance{Rule: "first sunday 02:00 2h Europe/Paris"}); err != nil {
+	if _, err := prov.publisher.AddMaintenance(ledger.Maintenance{Rule: "first sunday 02:00 2h Europe/Paris"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prov.AddMaintenance(Maintenance{Rule: "fifth sunday 02:00 2h"}); err == nil {
+	if _, err := prov.publisher.AddMaintenance(ledger.Maintenance{Rule: "fifth sunday 02:00 2h"}); err == nil {
 		t.Fatal("bad rule accepted")
 	}
 	eventually(t, 10*time.Second, "coordinator holds the offer with the window", func() (bool, string) {
-		so, _ := tn.boot.book.get(prov.ID())
+		so, _ := tn.boot.book.Get(prov.ID())
 		return so != nil && protocol.InMaintenance(so.Offer.Maintenance, time.Now()) && len(so.Offer.Maintenance) >= 3, ""
 	})
 	prov.Close(context.Background())
@@ -91,27 +93,6 @@ func TestMaintenanceExcusesProbes(t *testing.T) {
 	for _, e := range st.Events {
 		if strings.Contains(e, "missed probe") {
 			t.Fatalf("a probe inside the maintenance window counted: %v", st.Events)
-		}
-	}
-}
-
-func TestSortRows(t *testing.T) {
-	score := func(v int) *int { return &v }
-	rows := []OfferRow{
-		{ID: "a", PriceMicroUSDC: 2_000_000, PlacementMicroUSDC: 1_700_000, Score: score(95), Bench: &RowBench{PerfScore: 100}},
-		{ID: "b", PriceMicroUSDC: 1_800_000, PlacementMicroUSDC: 1_800_000, Score: score(70)},
-		{ID: "c", PriceMicroUSDC: 1_000_000, PlacementMicroUSDC: 1_000_000, Bench: &RowBench{PerfScore: 40}},
-	}
-	Rank(rows)
-	for sortBy, want := range map[string]string{"placement": "cab", "price": "cba", "score": "abc", "perf": "acb", "": "acb"} {
-		f := SearchFilter{Sort: sortBy}
-		f.SortRows(rows)
-		got := ""
-		for _, r := range rows {
-			got += r.ID
-		}
-		if got != want {
-			t.Errorf("sort %q: %s; want %s", sortBy, got, want)
 		}
 	}
 }

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpunex/gpunex/node/internal/onboarding"
+
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -17,7 +21,7 @@ func ownCertificate(t *testing.T, n *Node) *protocol.SignedCertificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := protocol.OpenCertificate(raw, n.trust.trust)
+	c, err := protocol.OpenCertificate(raw, trustOf(n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,18 +36,18 @@ func TestCertificateRenewal(t *testing.T) {
 		t.Skip("multi-node network test")
 	}
 	fastOnboarding(t)
-	every, askEvery := renewCheckEvery, renewAskEvery
-	renewCheckEvery, renewAskEvery = 200*time.Millisecond, 300*time.Millisecond
-	t.Cleanup(func() { renewCheckEvery, renewAskEvery = every, askEvery })
+	every, askEvery := onboarding.RenewCheckEvery, onboarding.RenewAskEvery
+	onboarding.RenewCheckEvery, onboarding.RenewAskEvery = 200*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { onboarding.RenewCheckEvery, onboarding.RenewAskEvery = every, askEvery })
 
 	// Certificates live 2 minutes and are renewed 1m55s before they expire: 5 s after
 	// each issue.
-	ccfg := testConfig(RoleCoordinator)
-	ccfg.Coordinator.CertificateValidity = Duration{2 * time.Minute}
-	ccfg.Coordinator.CertificateRenewBefore = Duration{115 * time.Second}
+	ccfg := testConfig(config.RoleCoordinator)
+	ccfg.Coordinator.CertificateValidity = config.Duration{Duration: 2 * time.Minute}
+	ccfg.Coordinator.CertificateRenewBefore = config.Duration{Duration: 115 * time.Second}
 	tn := newTestNetWith(t, ccfg)
 	coord := tn.boot
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 
 	approve := func(i int) *Node {
 		cfg := providerConfig(i)
@@ -53,7 +57,7 @@ func TestCertificateRenewal(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitStatus(t, p, protocol.StatusPending)
-		if _, err := coord.coord.Decide(own.ID, Decision{Action: "approve", Tier: protocol.TierEnterprise, Actor: "alice"}); err != nil {
+		if _, err := coord.coord.Decide(own.ID, api.Decision{Action: "approve", Tier: protocol.TierEnterprise, Actor: "alice"}); err != nil {
 			t.Fatal(err)
 		}
 		waitStatus(t, p, protocol.StatusApproved)
@@ -62,7 +66,7 @@ func TestCertificateRenewal(t *testing.T) {
 	prov := approve(0)
 	// This one takes no pushed notification: it must ask for its renewed certificate.
 	deaf := approve(1)
-	deaf.host.RemoveStreamHandler(protocol.NotifyProtocol)
+	deaf.peer.Host.RemoveStreamHandler(protocol.NotifyProtocol)
 	revoked := approve(2)
 
 	first := ownCertificate(t, prov)
@@ -91,11 +95,11 @@ func TestCertificateRenewal(t *testing.T) {
 	}
 	// What renters see carries the renewed certificate.
 	eventually(t, 15*time.Second, "offer with the renewed certificate", func() (bool, string) {
-		o := prov.prov.Current()
+		o := prov.publisher.Current()
 		if o == nil {
 			return false, "no offer"
 		}
-		c, err := protocol.CheckCertificate(o.Offer.Certificate, time.Now(), renter.trust.trust)
+		c, err := protocol.CheckCertificate(o.Offer.Certificate, time.Now(), protocol.NewTrust(tn.boot.ID()))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -125,7 +129,7 @@ func TestCertificateRenewal(t *testing.T) {
 	}
 	waitStatus(t, prov, protocol.StatusPending)
 	renewedAgain("renewed while a new application is pending")
-	if _, err := coord.coord.Decide(again.ID, Decision{Action: "reject", Message: "not now", Actor: "alice"}); err != nil {
+	if _, err := coord.coord.Decide(again.ID, api.Decision{Action: "reject", Message: "not now", Actor: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov, protocol.StatusRejected)
@@ -165,11 +169,11 @@ func TestProviderTakesOnlyRenewals(t *testing.T) {
 		}
 		return raw
 	}
-	if err := prov.takeNewerCertificate(reissue("ba9876543210", time.Now())); err != nil || ownCertificate(t, prov).Serial != held.Serial {
+	if err := prov.applicant.TakeNewerCertificate(reissue("ba9876543210", time.Now())); err != nil || ownCertificate(t, prov).Serial != held.Serial {
 		t.Fatalf("a certificate of another application replaced the one held: %v", err)
 	}
 	renewal := reissue(held.Application, time.Now())
-	if err := prov.takeNewerCertificate(renewal); err != nil || ownCertificate(t, prov).Application != held.Application || ownCertificate(t, prov).Serial == held.Serial {
+	if err := prov.applicant.TakeNewerCertificate(renewal); err != nil || ownCertificate(t, prov).Application != held.Application || ownCertificate(t, prov).Serial == held.Serial {
 		t.Fatalf("the renewal was not taken: %v", err)
 	}
 }

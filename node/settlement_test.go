@@ -15,13 +15,20 @@ import (
 	"testing"
 	"time"
 
-	sol "github.com/gagliardetto/solana-go"
+	"github.com/gpunex/gpunex/ledger/audit"
+
+	"github.com/gpunex/gpunex/node/internal/money"
+
+	"github.com/gpunex/gpunex/node/internal/jobs"
+
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/ledger/solana/localnet"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -29,8 +36,8 @@ import (
 type chainEnv struct {
 	rt       *localnet.Runtime
 	c        *chain.Client
-	treasury sol.PrivateKey
-	mint     sol.PublicKey
+	treasury chain.PrivateKey
+	mint     chain.PublicKey
 	dir      string
 }
 
@@ -49,14 +56,14 @@ func newChainEnv(t testing.TB) *chainEnv {
 	if err := e.c.Airdrop(ctx, e.treasury.PublicKey(), 100_000_000_000); err != nil {
 		t.Fatal(err)
 	}
-	if e.mint, err = e.c.CreateMint(ctx, e.treasury, USDCDecimals); err != nil {
+	if e.mint, err = e.c.CreateMint(ctx, e.treasury, protocol.USDCDecimals); err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
 
 // fund gives a wallet SOL for fees and USDC.
-func (e *chainEnv) fund(t testing.TB, owner sol.PublicKey, micro uint64) {
+func (e *chainEnv) fund(t testing.TB, owner chain.PublicKey, micro uint64) {
 	t.Helper()
 	ctx := context.Background()
 	if err := e.c.Airdrop(ctx, owner, 1_000_000_000); err != nil {
@@ -69,7 +76,7 @@ func (e *chainEnv) fund(t testing.TB, owner sol.PublicKey, micro uint64) {
 	}
 }
 
-func (e *chainEnv) usdc(t testing.TB, owner sol.PublicKey) uint64 {
+func (e *chainEnv) usdc(t testing.TB, owner chain.PublicKey) uint64 {
 	t.Helper()
 	b, err := e.c.TokenBalance(context.Background(), owner, e.mint)
 	if err != nil {
@@ -78,12 +85,12 @@ func (e *chainEnv) usdc(t testing.TB, owner sol.PublicKey) uint64 {
 	return b
 }
 
-func (e *chainEnv) coordinatorConfig() Config {
-	c := testConfig(RoleCoordinator)
+func (e *chainEnv) coordinatorConfig() config.Config {
+	c := testConfig(config.RoleCoordinator)
 	c.Settlement.RPC, c.Settlement.Mint, c.Settlement.Cluster = e.rt.URL, e.mint.String(), e.rt.GenesisHash
 	c.Settlement.TreasuryKeypair = filepath.Join(e.dir, "treasury.json")
 	c.Settlement.MinPayoutUSDC = "0.000001"
-	c.Settlement.MarketInterval = Duration{time.Second}
+	c.Settlement.MarketInterval = config.Duration{Duration: time.Second}
 	return c
 }
 
@@ -104,27 +111,27 @@ func TestMoneyEndToEnd(t *testing.T) {
 	pcfg.Provider.GPUs[0].Count, pcfg.Provider.GPUs[0].PriceUSDC = 2, "3.60"
 	pcfg.Jobs.MemoryMBPerGPU, pcfg.Jobs.ScratchMB, pcfg.Jobs.Pids = 64, 16, 64
 	pcfg.Jobs.RequireEscrow = true
-	pcfg.Payout = PayoutConfig{Method: protocol.PayoutUSDC, Schedule: protocol.PayoutWeekly, SolanaAddress: provWallet.PublicKey().String()}
+	pcfg.Payout = config.PayoutConfig{Method: protocol.PayoutUSDC, Schedule: protocol.PayoutWeekly, SolanaAddress: provWallet.PublicKey().String()}
 	prov := tn.addWith(pcfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
 
 	renterWallet, _ := chain.NewKeypair()
 	chain.WriteKeypair(filepath.Join(e.dir, "renter.json"), renterWallet)
 	e.fund(t, renterWallet.PublicKey(), 100_000_000)
-	rcfg := testConfig(RoleRenter)
-	rcfg.Wallet = WalletConfig{RPC: e.rt.URL, Keypair: filepath.Join(e.dir, "renter.json")}
+	rcfg := testConfig(config.RoleRenter)
+	rcfg.Wallet = config.WalletConfig{RPC: e.rt.URL, Keypair: filepath.Join(e.dir, "renter.json")}
 	renter := tn.add(rcfg, nil)
 	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
 		_, ok := searchHas(t, renter, prov.ID())
 		return ok, ""
 	})
 	archive := busyboxArchive(t)
-	job := JobRequest{Offer: offerOf(prov), GPUs: 2, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sh", "-c", "sleep 2"}}
+	job := api.JobRequest{Offer: offerOf(prov), GPUs: 2, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sh", "-c", "sleep 2"}}
 
 	// Without funds the provider refuses: no hold.
-	if _, err := renter.ProposeJob(ctx, job); !errors.Is(err, ErrJobRefused) || !strings.Contains(err.Error(), "insufficient funds") {
+	if _, err := renter.renter.ProposeJob(ctx, job); !errors.Is(err, jobs.ErrRefused) || !strings.Contains(err.Error(), "insufficient funds") {
 		t.Fatalf("a job without funds: %v", err)
 	}
-	dep, err := renter.Deposit(ctx, 100_000_000)
+	dep, err := renter.wallet.Deposit(ctx, 100_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,10 +142,10 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatal("the deposit did not move the USDC to the treasury")
 	}
 	// A second claim of the same transaction credits nothing more.
-	if _, err := renter.ClaimDeposits(ctx, dep.Signature); err != nil {
+	if _, err := renter.wallet.ClaimDeposits(ctx, dep.Signature); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := renter.Balance(ctx); b.Available != 100_000_000 {
+	if b, _ := renter.wallet.Balance(ctx); b.Available != 100_000_000 {
 		t.Fatalf("a deposit credited twice: %+v", b)
 	}
 
@@ -146,34 +153,34 @@ func TestMoneyEndToEnd(t *testing.T) {
 	// for it comes back once the provider confirms the job never ran.
 	low := job
 	low.MaxPrice = "1.00"
-	if _, err := renter.ProposeJob(ctx, low); !errors.Is(err, ErrJobRefused) {
+	if _, err := renter.renter.ProposeJob(ctx, low); !errors.Is(err, jobs.ErrRefused) {
 		t.Fatalf("a proposal under the price: %v", err)
 	}
 	eventually(t, 15*time.Second, "the countered proposal's hold released", func() (bool, string) {
-		b, _ := renter.Balance(ctx)
+		b, _ := renter.wallet.Balance(ctx)
 		return b.Held == 0 && b.Available == 100_000_000 && len(b.Holds) == 1 && b.Holds[0].State == ledger.HoldReleased, fmt.Sprintf("%+v", b)
 	})
 
-	v, err := renter.ProposeJob(ctx, job)
+	v, err := renter.renter.ProposeJob(ctx, job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hold := protocol.HoldAmount(3_600_000, 2, 60)
-	if b, _ := renter.Balance(ctx); b.Held != hold || b.Available != 100_000_000-hold {
+	if b, _ := renter.wallet.Balance(ctx); b.Held != hold || b.Available != 100_000_000-hold {
 		t.Fatalf("balance while the job runs: %+v (hold %d)", b, hold)
 	}
-	final, err := renter.JobLogs(ctx, v.ID, true, io.Discard)
+	final, err := renter.renter.JobLogs(ctx, v.ID, true, io.Discard)
 	if err != nil || final.State != "ended" {
 		t.Fatalf("job: %+v %v", final, err)
 	}
 	charge := final.Cost
 	net := charge - protocol.Commission(charge, 1000)
 	// A job that ran cannot have its hold released: the receipt settles it.
-	if a := prov.jobs.releaseAnswer(v.ID); a.Release {
+	if a := prov.jobs.ReleaseAnswer(v.ID); a.Release {
 		t.Fatal("the provider would release the hold of a job that ran")
 	}
 	eventually(t, 20*time.Second, "job charged", func() (bool, string) {
-		b, _ := renter.Balance(ctx)
+		b, _ := renter.wallet.Balance(ctx)
 		return b.Held == 0 && b.Available == 100_000_000-charge, fmt.Sprintf("%+v", b)
 	})
 	if charge <= 0 {
@@ -189,7 +196,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 		_, err := coord.ledger.GetPayoutSettings(prov.ID().String())
 		return err == nil, ""
 	})
-	batch, err := coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+	batch, err := coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,12 +207,12 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatalf("provider's wallet holds %d micro-USDC, want %d", got, net)
 	}
 	// Running again pays nothing more.
-	again, err := coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+	again, err := coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
 	if err != nil || again.State != "empty" {
 		t.Fatalf("second run: %+v %v", again, err)
 	}
 
-	earn, err := prov.Earnings(ctx, EarningsQuery{Period: "month", By: "gpu"})
+	earn, err := prov.wallet.Earnings(ctx, api.EarningsQuery{Period: "month", By: "gpu"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +224,11 @@ func TestMoneyEndToEnd(t *testing.T) {
 	}
 
 	// The auditor passes the batch...
-	bundle, known, err := renter.PayoutBundle(ctx, batch.BatchID)
+	bundle, known, err := renter.wallet.PayoutBundle(ctx, batch.BatchID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := Audit(ctx, *bundle, AuditOptions{RPC: e.rt.URL, Trust: []peer.ID{coord.ID()}, Known: known})
+	rep := audit.Batch(ctx, *bundle, audit.Options{RPC: e.rt.URL, Trust: []peer.ID{coord.ID()}, Known: known})
 	if !rep.OK || rep.Receipts != 1 || rep.Transactions != 1 || rep.Countersigned != 1 {
 		t.Fatalf("audit of the real batch: %+v", rep)
 	}
@@ -229,29 +236,29 @@ func TestMoneyEndToEnd(t *testing.T) {
 	// coordinator signed with a wrong amount, and a receipt paid in a second batch.
 	altered := *bundle
 	altered.Batch = []byte(strings.Replace(string(bundle.Batch), fmt.Sprintf(`"amount_micro_usdc":%d`, net), fmt.Sprintf(`"amount_micro_usdc":%d`, net+1), 1))
-	if rep := Audit(ctx, altered, AuditOptions{RPC: e.rt.URL}); rep.OK {
+	if rep := audit.Batch(ctx, altered, audit.Options{RPC: e.rt.URL}); rep.OK {
 		t.Fatal("an altered batch passed the audit")
 	}
 	sb, _ := protocol.CheckBatch(bundle.Batch, nil)
 	wrong := sb.PayoutBatch
 	wrong.Payouts = append([]protocol.Payout{}, wrong.Payouts...)
 	wrong.Payouts[0].Amount = net + 5
-	wrongRaw, _ := protocol.Seal(protocol.KindPayoutBatch, wrong, coord.key)
-	rep = Audit(ctx, AuditBundle{Batch: wrongRaw, Receipts: bundle.Receipts, Settings: bundle.Settings}, AuditOptions{RPC: e.rt.URL})
+	wrongRaw, _ := protocol.Seal(protocol.KindPayoutBatch, wrong, coord.peer.Key)
+	rep = audit.Batch(ctx, protocol.AuditBundle{Batch: wrongRaw, Receipts: bundle.Receipts, Settings: bundle.Settings}, audit.Options{RPC: e.rt.URL})
 	if rep.OK || !strings.Contains(strings.Join(rep.Discrepancies, "\n"), "receipts add up to") || !strings.Contains(strings.Join(rep.Discrepancies, "\n"), "moved") {
 		t.Fatalf("a batch with a wrong amount: %+v", rep)
 	}
 	twice := sb.PayoutBatch
 	twice.Batch = "20990101-001"
-	twiceRaw, _ := protocol.Seal(protocol.KindPayoutBatch, twice, coord.key)
-	rep = Audit(ctx, *bundle, AuditOptions{RPC: e.rt.URL, Known: [][]byte{twiceRaw}})
+	twiceRaw, _ := protocol.Seal(protocol.KindPayoutBatch, twice, coord.peer.Key)
+	rep = audit.Batch(ctx, *bundle, audit.Options{RPC: e.rt.URL, Known: [][]byte{twiceRaw}})
 	if rep.OK || !strings.Contains(strings.Join(rep.Discrepancies, "\n"), "paid in batch 20990101-001 and again") {
 		t.Fatalf("a receipt paid twice: %+v", rep)
 	}
 
 	// Market statistics reach the provider.
 	eventually(t, 10*time.Second, "market advice", func() (bool, string) {
-		adv, err := prov.RecommendPrice("", "")
+		adv, err := prov.market.RecommendPrice("", "")
 		return err == nil && len(adv) == 1 && adv[0].ListedGPUs == 2 && adv[0].Leases == 1 && adv[0].Recommended > 0, fmt.Sprintf("%+v %v", adv, err)
 	})
 }
@@ -261,7 +268,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 type payoutFixture struct {
 	e         *chainEnv
 	coord     *Node
-	providers []sol.PrivateKey
+	providers []chain.PrivateKey
 	ids       []peer.ID
 	round     int
 }
@@ -280,7 +287,7 @@ func newPayoutFixture(t testing.TB, dataDir string, providers int) *payoutFixtur
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.coord.money.serve(context.Background(), id, walletRequest{Op: "settings", Settings: raw}); err != nil {
+		if _, err := f.coord.settlement.Serve(context.Background(), id, protocol.WalletRequest{Op: "settings", Settings: raw}); err != nil {
 			t.Fatal(err)
 		}
 		f.providers, f.ids = append(f.providers, w), append(f.ids, id)
@@ -289,7 +296,7 @@ func newPayoutFixture(t testing.TB, dataDir string, providers int) *payoutFixtur
 }
 
 // startCoordinator starts a coordinator whose ledger is on disk in dataDir.
-func startCoordinator(t testing.TB, cfg Config, dataDir string) *Node {
+func startCoordinator(t testing.TB, cfg config.Config, dataDir string) *Node {
 	t.Helper()
 	sk, err := loadOrCreateKey(filepath.Join(dataDir, "identity.key"))
 	if err != nil {
@@ -397,24 +404,24 @@ func TestPayoutFailureAtEveryStep(t *testing.T) {
 	}
 	f := newPayoutFixture(t, t.TempDir(), 3)
 	ctx := context.Background()
-	s := f.coord.money
+	s := f.coord.settlement
 	var want uint64
 	for _, step := range []string{"planned", "signed", "sent", "confirmed"} {
 		t.Run(step, func(t *testing.T) {
 			f.earn(t, 1_000_000)
 			want += 900_000
 			var hit atomic.Bool
-			s.hook = func(name string) error {
+			s.SetStepHook(func(name string) error {
 				if name == step && hit.CompareAndSwap(false, true) {
 					return fmt.Errorf("injected stop at %s", step)
 				}
 				return nil
-			}
-			if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err == nil || !hit.Load() {
+			})
+			if _, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true}); err == nil || !hit.Load() {
 				t.Fatalf("the run did not stop at %s: %v", step, err)
 			}
-			s.hook = nil
-			if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err != nil {
+			s.SetStepHook(nil)
+			if _, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true}); err != nil {
 				t.Fatal(err)
 			}
 			f.paid(t, want)
@@ -425,18 +432,18 @@ func TestPayoutFailureAtEveryStep(t *testing.T) {
 		// Signed and recorded, never sent, and its blockhash expires: it is signed again.
 		f.earn(t, 1_000_000)
 		want += 900_000
-		s.hook = func(name string) error {
+		s.SetStepHook(func(name string) error {
 			if name == "signed" {
 				return errors.New("injected stop before sending")
 			}
 			return nil
-		}
-		f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
-		s.hook = nil
+		})
+		f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
+		s.SetStepHook(nil)
 		if err := f.e.rt.ExpireBlockhash(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err != nil {
+		if _, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true}); err != nil {
 			t.Fatal(err)
 		}
 		f.paid(t, want)
@@ -451,9 +458,12 @@ func TestPayoutFailureAtEveryStep(t *testing.T) {
 		f.earn(t, 1_000_000)
 		want += 900_000
 		lost := &loseResponses{method: "sendTransaction", base: http.DefaultTransport}
-		s.client = chain.DialHTTP(f.e.rt.URL, &http.Client{Transport: lost})
-		defer func() { s.client = chain.Dial(f.e.rt.URL) }()
-		if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); err != nil {
+		saved := s.Chain()
+		lossy := saved
+		lossy.Client = chain.DialHTTP(f.e.rt.URL, &http.Client{Transport: lost})
+		s.UseChain(lossy)
+		defer s.UseChain(saved)
+		if _, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true}); err != nil {
 			t.Fatal(err)
 		}
 		if lost.lost.Load() == 0 {
@@ -463,22 +473,25 @@ func TestPayoutFailureAtEveryStep(t *testing.T) {
 	})
 	t.Run("wrong-mint-and-underfunded", func(t *testing.T) {
 		f.earn(t, 1_000_000)
-		savedMint := s.mint
-		s.mint = f.e.treasury.PublicKey() // an account that is not a mint
-		_, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
-		s.mint = savedMint
+		saved := s.Chain()
+		wrong := saved
+		wrong.Mint = f.e.treasury.PublicKey() // an account that is not a mint
+		s.UseChain(wrong)
+		_, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
+		s.UseChain(saved)
 		if !errors.Is(err, chain.ErrWrongMint) {
 			t.Fatalf("wrong mint: %v", err)
 		}
-		saved := f.coord.cfg.Settlement.Cluster
-		f.coord.cfg.Settlement.Cluster = "11111111111111111111111111111111"
-		_, err = f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
-		f.coord.cfg.Settlement.Cluster = saved
+		wrong = saved
+		wrong.Cluster = "11111111111111111111111111111111"
+		s.UseChain(wrong)
+		_, err = f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
+		s.UseChain(saved)
 		if !errors.Is(err, chain.ErrWrongCluster) {
 			t.Fatalf("wrong cluster: %v", err)
 		}
 		f.earnUnfunded(t, 500_000_000_000)
-		if _, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true}); !errors.Is(err, chain.ErrUnderfunded) {
+		if _, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true}); !errors.Is(err, chain.ErrUnderfunded) {
 			t.Fatalf("underfunded treasury: %v", err)
 		}
 		f.paid(t, want) // nothing was sent
@@ -545,11 +558,11 @@ func TestPayoutSurvivesKill9(t *testing.T) {
 // payoutChild is the coordinator process TestPayoutSurvivesKill9 kills.
 func payoutChild(t *testing.T) {
 	dir := os.Getenv("GPUNEX_PAYOUT_CHILD")
-	cfg := testConfig(RoleCoordinator)
+	cfg := testConfig(config.RoleCoordinator)
 	cfg.Settlement.RPC, cfg.Settlement.Mint, cfg.Settlement.Cluster = os.Getenv("GPUNEX_CHILD_RPC"), os.Getenv("GPUNEX_CHILD_MINT"), os.Getenv("GPUNEX_CHILD_GENESIS")
 	cfg.Settlement.TreasuryKeypair, cfg.Settlement.MinPayoutUSDC = os.Getenv("GPUNEX_CHILD_TREASURY"), "0.01"
 	n := startCoordinator(t, cfg, dir)
-	_, err := n.RunPayouts(context.Background(), PayoutRunOptions{Now: true})
+	_, err := n.settlement.RunPayouts(context.Background(), api.PayoutRunOptions{Now: true})
 	t.Fatalf("the run returned instead of being killed: %v", err)
 }
 
@@ -563,7 +576,7 @@ func BenchmarkPayouts1000(b *testing.B) {
 		for _, round := range []string{"first", "later"} {
 			f.earn(b, 1_000_000)
 			start := time.Now()
-			v, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+			v, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -594,12 +607,12 @@ func TestBankPayouts(t *testing.T) {
 	id, _ := peer.IDFromPrivateKey(sk)
 	raw, _ := protocol.Seal(protocol.KindPayoutSettings, protocol.PayoutSettings{Version: 1, Provider: id.String(), Seq: 1, IssuedAt: time.Now(),
 		Method: protocol.PayoutBank, Schedule: protocol.PayoutMonthly, AccountName: "Ada GPU SARL", IBAN: "FR1420041010050500013M02606", BIC: "PSSTFRPPPAR"}, sk)
-	if _, err := coord.money.serve(context.Background(), id, walletRequest{Op: "settings", Settings: raw}); err != nil {
+	if _, err := coord.settlement.Serve(context.Background(), id, protocol.WalletRequest{Op: "settings", Settings: raw}); err != nil {
 		t.Fatal(err)
 	}
 	f.ids = []peer.ID{id}
 	f.earnUnfunded(t, 1_371_741) // the provider earns 90%: 1,234,566.9 -> 1,234,567 micro-USDC
-	v, err := coord.RunPayouts(context.Background(), PayoutRunOptions{Now: true})
+	v, err := coord.settlement.RunPayouts(context.Background(), api.PayoutRunOptions{Now: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,23 +621,23 @@ func TestBankPayouts(t *testing.T) {
 	if p.Method != protocol.PayoutBank || p.Amount != 1_230_000 || p.Rounding != 4_567 || p.Paid || len(v.Transactions) != 0 || v.State != protocol.BatchSettling {
 		t.Fatalf("bank payout %+v, batch %+v", p, v)
 	}
-	csvFile, _, err := coord.BankExport(v.BatchID, "csv")
+	csvFile, _, err := coord.settlement.BankExport(v.BatchID, "csv")
 	if err != nil || !strings.Contains(string(csvFile), "FR1420041010050500013M02606,PSSTFRPPPAR,1.23,USD") {
 		t.Fatalf("csv: %v\n%s", err, csvFile)
 	}
-	xmlFile, _, err := coord.BankExport(v.BatchID, "pain001")
+	xmlFile, _, err := coord.settlement.BankExport(v.BatchID, "pain001")
 	if err != nil || !strings.Contains(string(xmlFile), `<InstdAmt Ccy="USD">1.23</InstdAmt>`) || !strings.Contains(string(xmlFile), "<IBAN>DE89370400440532013000</IBAN>") {
 		t.Fatalf("pain.001: %v\n%s", err, xmlFile)
 	}
-	done, err := coord.ConfirmBankPayouts(v.BatchID, "BANK-REF-42", nil)
+	done, err := coord.settlement.ConfirmBankPayouts(v.BatchID, "BANK-REF-42", nil)
 	if err != nil || done.State != protocol.BatchSettled || !done.Payouts[0].Paid {
 		t.Fatalf("confirm: %+v %v", done, err)
 	}
-	if _, _, err := coord.BankExport(v.BatchID, "csv"); err == nil {
+	if _, _, err := coord.settlement.BankExport(v.BatchID, "csv"); err == nil {
 		t.Fatal("a paid batch exported again")
 	}
 	// What anyone may read names the account only masked: no IBAN, no holder's name.
-	bundle, known, err := coord.PayoutBundle(context.Background(), v.BatchID)
+	bundle, known, err := coord.wallet.PayoutBundle(context.Background(), v.BatchID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,32 +647,9 @@ func TestBankPayouts(t *testing.T) {
 		t.Fatalf("the public batch and bundle expose bank details:\n%s", public)
 	}
 	// (The fixture's receipts have no records, so the audit fails, but not for settings.)
-	rep := Audit(context.Background(), *bundle, AuditOptions{RPC: e.rt.URL, Known: known})
+	rep := audit.Batch(context.Background(), *bundle, audit.Options{RPC: e.rt.URL, Known: known})
 	if strings.Contains(strings.Join(rep.Discrepancies, "\n"), "settings") || len(rep.Unverifiable) != 1 || !strings.Contains(rep.Unverifiable[0], "FR14 **** 2606") {
 		t.Fatalf("audit of a bank batch: %+v, unverifiable %q", rep.Discrepancies, rep.Unverifiable)
-	}
-}
-
-func TestPayoutSchedule(t *testing.T) {
-	day := func(s string) time.Time { d, _ := time.Parse("2006-01-02", s); return d.Add(15 * time.Hour) }
-	cases := []struct {
-		schedule, now, due, last string
-	}{
-		{protocol.PayoutWeekly, "2026-12-07", "yes", "2026-12-07"}, // a Monday
-		{protocol.PayoutWeekly, "2026-12-09", "no", "2026-12-07"},
-		{protocol.PayoutMonthly, "2026-11-02", "yes", "2026-11-02"}, // Nov 1 is a Sunday
-		{protocol.PayoutMonthly, "2026-11-01", "no", "2026-10-01"},  // before it: October's
-		{protocol.PayoutMonthly, "2026-08-03", "yes", "2026-08-03"}, // Aug 1 is a Saturday
-		{protocol.PayoutMonthly, "2026-12-01", "yes", "2026-12-01"}, // a Tuesday
-		{protocol.PayoutMonthly, "2026-12-15", "no", "2026-12-01"},
-	}
-	for _, c := range cases {
-		if got := due(c.schedule, day(c.now)); got != (c.due == "yes") {
-			t.Errorf("due(%s, %s) = %v", c.schedule, c.now, got)
-		}
-		if got := lastDue(c.schedule, day(c.now)).Format("2006-01-02"); got != c.last {
-			t.Errorf("lastDue(%s, %s) = %s, want %s", c.schedule, c.now, got, c.last)
-		}
 	}
 }
 
@@ -671,11 +661,11 @@ func TestScheduledPayoutsCatchUp(t *testing.T) {
 	}
 	f := newPayoutFixture(t, t.TempDir(), 2)
 	f.earn(t, 1_000_000)
-	s := f.coord.money
-	s.scheduledPayouts(context.Background())
+	s := f.coord.settlement
+	s.ScheduledPayouts(context.Background())
 	f.paid(t, 900_000)
 	f.earn(t, 1_000_000)
-	s.scheduledPayouts(context.Background())
+	s.ScheduledPayouts(context.Background())
 	f.paid(t, 900_000)
 	if bs, _ := f.coord.ledger.Batches(); len(bs) != 1 {
 		t.Fatalf("%d batches: a due day paid twice", len(bs))
@@ -696,8 +686,8 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 	w, _ := chain.NewKeypair()
 	e.fund(t, w.PublicKey(), 50_000_000)
 	chain.WriteKeypair(filepath.Join(e.dir, "renter.json"), w)
-	rcfg := testConfig(RoleRenter)
-	rcfg.Wallet = WalletConfig{RPC: e.rt.URL, Keypair: filepath.Join(e.dir, "renter.json")}
+	rcfg := testConfig(config.RoleRenter)
+	rcfg.Wallet = config.WalletConfig{RPC: e.rt.URL, Keypair: filepath.Join(e.dir, "renter.json")}
 	renter := tn.add(rcfg, nil)
 	eventually(t, 10*time.Second, "treasury token account", func() (bool, string) {
 		ok, _ := e.c.AccountExists(ctx, chain.ATA(e.treasury.PublicKey(), e.mint))
@@ -708,7 +698,7 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, sig, err := chain.DepositTransaction(hash, w, e.treasury.PublicKey(), e.mint, USDCDecimals, amount, protocol.DepositMemo(renter.ID()))
+		raw, sig, err := chain.DepositTransaction(hash, w, e.treasury.PublicKey(), e.mint, protocol.USDCDecimals, amount, protocol.DepositMemo(renter.ID()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -717,24 +707,24 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 		return d
 	}
 	d := record(20_000_000)
-	if renter.depositLanded(ctx, &d) {
+	if renter.wallet.DepositLanded(ctx, &d) {
 		t.Fatal("a deposit never sent counted as landed")
 	}
-	eventually(t, 10*time.Second, "the deposit sent again lands", func() (bool, string) { return renter.depositLanded(ctx, &d), "" })
-	if _, err := renter.ClaimDeposits(ctx, ""); err != nil {
+	eventually(t, 10*time.Second, "the deposit sent again lands", func() (bool, string) { return renter.wallet.DepositLanded(ctx, &d), "" })
+	if _, err := renter.wallet.ClaimDeposits(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
+	if b, _ := renter.wallet.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
 		t.Fatalf("after the resent deposit: %+v, wallet %d", b, e.usdc(t, w.PublicKey()))
 	}
 	late := record(5_000_000)
 	if err := e.rt.ExpireBlockhash(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if renter.depositLanded(ctx, &late) || late.Error == "" {
+	if renter.wallet.DepositLanded(ctx, &late) || late.Error == "" {
 		t.Fatalf("an expired deposit: %+v", late)
 	}
-	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
+	if b, _ := renter.wallet.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
 		t.Fatalf("the expired deposit moved money: %+v", b)
 	}
 
@@ -742,20 +732,20 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := record(7_000_000)
-	eventually(t, 10*time.Second, "the deposit lands (confirmed)", func() (bool, string) { return renter.depositLanded(ctx, &pending), "" })
-	if _, err := renter.ClaimDeposits(ctx, ""); err == nil || !strings.Contains(err.Error(), "not finalized") {
+	eventually(t, 10*time.Second, "the deposit lands (confirmed)", func() (bool, string) { return renter.wallet.DepositLanded(ctx, &pending), "" })
+	if _, err := renter.wallet.ClaimDeposits(ctx, ""); err == nil || !strings.Contains(err.Error(), "not finalized") {
 		t.Fatalf("claiming a deposit not finalized: %v", err)
 	}
-	if b, _ := renter.Balance(ctx); b.Available != 20_000_000 {
+	if b, _ := renter.wallet.Balance(ctx); b.Available != 20_000_000 {
 		t.Fatalf("a deposit not finalized was credited: %+v", b)
 	}
 	if err := e.rt.HoldFinality(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := renter.ClaimDeposits(ctx, ""); err != nil {
+	if _, err := renter.wallet.ClaimDeposits(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := renter.Balance(ctx); b.Available != 27_000_000 {
+	if b, _ := renter.wallet.Balance(ctx); b.Available != 27_000_000 {
 		t.Fatalf("the finalized deposit: %+v", b)
 	}
 }
@@ -793,11 +783,11 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 	tn := newTestNet(t)
 	coord := tn.boot
 	prov := tn.add(providerConfig(0), nil)
-	renter := tn.add(testConfig(RoleRenter), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	ctx := context.Background()
 	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
 	const job = "00000000000000aa"
-	if _, err := coord.money.serve(ctx, renter.ID(), walletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
+	if _, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
 		Amount: 7_300_000, ExpiresAt: time.Now().Add(48 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -806,7 +796,7 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 	balance := func() ledger.Account { a, _ := coord.ledger.GetAccount(renter.ID().String()); return a }
 
 	// Figures that overflow: refused by the lease's range rules.
-	prov.reportJob(context.Background(), signedJob(t, prov.key, sockKey, "00000000000000bb", 1<<62, 4, 1))
+	prov.wallet.ReportJob(context.Background(), signedJob(t, prov.peer.Key, sockKey, "00000000000000bb", 1<<62, 4, 1))
 	if a, _ := coord.ledger.GetAccount(sock.String()); a.Available != 0 || a.Charged != 0 {
 		t.Fatalf("an overflowing lease moved money: %+v", a)
 	}
@@ -814,14 +804,14 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 		t.Fatalf("an overflowing report was stored: %v", err)
 	}
 	// The provider's own lease for the renter's job, countersigned by a renter of its own.
-	prov.reportJob(context.Background(), signedJob(t, prov.key, sockKey, job, 3_600_000, 1, 3600))
+	prov.wallet.ReportJob(context.Background(), signedJob(t, prov.peer.Key, sockKey, job, 3_600_000, 1, 3600))
 	// The renter's self-signed report of its own job, to take the provider's place.
-	renter.reportJob(context.Background(), signedJob(t, renter.key, renter.key, job, 1, 1, 1))
+	renter.wallet.ReportJob(context.Background(), signedJob(t, renter.peer.Key, renter.peer.Key, job, 1, 1, 1))
 	if h, _ := coord.ledger.GetHold(job); h.State != ledger.HoldHeld || balance().Charged != 0 {
 		t.Fatalf("a forged report touched the hold: %+v %+v", h, balance())
 	}
 	// The real report charges it.
-	prov.reportJob(context.Background(), signedJob(t, prov.key, renter.key, job, 3_600_000, 2, 60))
+	prov.wallet.ReportJob(context.Background(), signedJob(t, prov.peer.Key, renter.peer.Key, job, 3_600_000, 2, 60))
 	eventually(t, 5*time.Second, "the real report charged", func() (bool, string) {
 		h, _ := coord.ledger.GetHold(job)
 		return h.State == ledger.HoldCharged && h.Charge == 120_000 && balance().Charged == 120_000, fmt.Sprintf("%+v", h)
@@ -835,48 +825,48 @@ func TestWalletAnswersComeInPages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("Solana")
 	}
-	pageBytes, rows := walletPageBytes, maxEarningRows
-	t.Cleanup(func() { walletPageBytes, maxEarningRows = pageBytes, rows })
+	pageBytes, rows := money.WalletPageBytes, money.MaxEarningRows
+	t.Cleanup(func() { money.WalletPageBytes, money.MaxEarningRows = pageBytes, rows })
 	const providers, rounds = 12, 3
 	f := newPayoutFixture(t, t.TempDir(), providers)
 	ctx := context.Background()
 	var ids []string
 	for range rounds {
 		f.earn(t, 1_000_000)
-		run, err := f.coord.RunPayouts(ctx, PayoutRunOptions{Now: true})
+		run, err := f.coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, run.BatchID)
 	}
-	whole, known, err := f.coord.PayoutBundle(ctx, ids[1])
+	whole, known, err := f.coord.wallet.PayoutBundle(ctx, ids[1])
 	if err != nil || len(whole.Receipts) != providers || len(known) != rounds {
 		t.Fatalf("in one page: %d receipts, %d batches known, %v", len(whole.Receipts), len(known), err)
 	}
-	walletPageBytes = 1 // one receipt, one batch a page
-	paged, pagedKnown, err := f.coord.PayoutBundle(ctx, ids[1])
+	money.WalletPageBytes = 1 // one receipt, one batch a page
+	paged, pagedKnown, err := f.coord.wallet.PayoutBundle(ctx, ids[1])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(paged) != fmt.Sprint(whole) || fmt.Sprint(pagedKnown) != fmt.Sprint(known) {
 		t.Fatalf("paged answers differ: %d receipts, %d batches", len(paged.Receipts), len(pagedKnown))
 	}
-	if _, more, _ := f.coord.money.bundlePage(ids[1], 0, walletPageBytes); !more {
+	if _, more, _ := f.coord.settlement.BundlePage(ids[1], 0, money.WalletPageBytes); !more {
 		t.Fatal("a one-byte page held the whole bundle")
 	}
 
 	// Earnings: the provider's three jobs, all paid; a period holding none of them lists
 	// none but still knows what was paid; cut to one row, the totals still cover three.
-	a, err := f.coord.money.earningsOf(f.ids[0].String(), time.Time{}, time.Time{})
+	a, err := f.coord.settlement.EarningsOf(f.ids[0].String(), time.Time{}, time.Time{})
 	if err != nil || len(a.Rows) != rounds || a.Net != rounds*900_000 || a.Paid != rounds*900_000 || a.Pending != 0 || len(a.Payouts) != rounds || a.Truncated {
 		t.Fatalf("earnings: %+v %v", a, err)
 	}
-	old, err := f.coord.money.earningsOf(f.ids[0].String(), time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	old, err := f.coord.settlement.EarningsOf(f.ids[0].String(), time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
 	if err != nil || len(old.Rows) != 0 || old.Net != 0 || old.Paid != rounds*900_000 {
 		t.Fatalf("earnings of a period without jobs: %+v %v", old, err)
 	}
-	maxEarningRows = 1
-	cut, err := f.coord.money.earningsOf(f.ids[0].String(), time.Time{}, time.Time{})
+	money.MaxEarningRows = 1
+	cut, err := f.coord.settlement.EarningsOf(f.ids[0].String(), time.Time{}, time.Time{})
 	if err != nil || len(cut.Rows) != 1 || !cut.Truncated || cut.Net != rounds*900_000 || cut.Rows[0].Receipt != a.Rows[rounds-1].Receipt {
 		t.Fatalf("earnings cut to one row: %+v %v", cut, err)
 	}
@@ -888,28 +878,29 @@ func TestWalletAnswersComeInPages(t *testing.T) {
 func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 	tn := newTestNet(t)
 	first := tn.boot
-	second := tn.add(testConfig(RoleCoordinator), nil)
-	prov := tn.add(providerConfig(0), nil)
-	prov.cfg.Trust.Coordinators = []string{first.ID().String(), second.ID().String()}
-	renter := tn.add(testConfig(RoleRenter), nil)
+	second := tn.add(testConfig(config.RoleCoordinator), nil)
+	pcfg := providerConfig(0)
+	pcfg.Trust.Coordinators = []string{first.ID().String(), second.ID().String()}
+	prov := tn.add(pcfg, nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
 	ctx := context.Background()
 	second.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
 	const job = "00000000000000cc"
-	resp, err := second.money.serve(ctx, renter.ID(), walletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
+	resp, err := second.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
 		Amount: 7_300_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := signedJob(t, prov.key, renter.key, job, 3_600_000, 2, 60)
+	j := signedJob(t, prov.peer.Key, renter.peer.Key, job, 3_600_000, 2, 60)
 	if j.Proposal, err = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
 		Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: 2, MaxSeconds: 3600, MaxPrice: 3_600_000,
-		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.key); err != nil {
+		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key); err != nil {
 		t.Fatal(err)
 	}
 	// Sent again until it lands, as reportLoop does (the provider may not reach the second
 	// coordinator at once).
 	eventually(t, 20*time.Second, "the hold's coordinator charged the job", func() (bool, string) {
-		prov.reportJob(ctx, j)
+		prov.wallet.ReportJob(ctx, j)
 		h, _ := second.ledger.GetHold(job)
 		return h.State == ledger.HoldCharged && h.Charge == 120_000, fmt.Sprintf("state %s charge %s", h.State, h.Charge)
 	})
@@ -917,7 +908,7 @@ func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 		t.Fatalf("the report went to the first coordinator too: %v", err)
 	}
 	// The provider's earnings add up what every coordinator it trusts holds for it.
-	earn, err := prov.Earnings(ctx, EarningsQuery{Period: "month"})
+	earn, err := prov.wallet.Earnings(ctx, api.EarningsQuery{Period: "month"})
 	if err != nil || len(earn.History) != 1 || earn.History[0].Job != job || earn.Total <= 0 || earn.Total > 120_000 || len(earn.Unreachable) != 0 {
 		t.Fatalf("earnings across coordinators: %+v %v", earn, err)
 	}

@@ -15,6 +15,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -74,12 +77,12 @@ func newHost(t testing.TB) (host.Host, crypto.PrivKey) {
 	return h, sk
 }
 
-func testConfig(role string) Config {
-	c := Defaults(role)
+func testConfig(role string) config.Config {
+	c := config.Defaults(role)
 	c.P2P.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	c.Offers.TTL = Duration{2 * time.Minute}
-	c.Offers.Republish = Duration{30 * time.Second}
-	c.Offers.SearchTimeout = Duration{5 * time.Second}
+	c.Offers.TTL = config.Duration{Duration: 2 * time.Minute}
+	c.Offers.Republish = config.Duration{Duration: 30 * time.Second}
+	c.Offers.SearchTimeout = config.Duration{Duration: 5 * time.Second}
 	// No system containerd in tests: job tests give the provider a private one.
 	c.Jobs.ContainerdAddress = "/nonexistent/containerd.sock"
 	c.Bench.StorageMB, c.Bench.NetworkMB = 1, 1
@@ -89,45 +92,46 @@ func testConfig(role string) Config {
 }
 
 // providerConfig gives provider i a model and region from the mix.
-func providerConfig(i int) Config {
-	c := testConfig(RoleProvider)
+func providerConfig(i int) config.Config {
+	c := testConfig(config.RoleProvider)
 	m := testModels[i%len(testModels)]
 	c.Provider.Region = testRegions[i%len(testRegions)]
-	c.Provider.GPUs = []GPUConfig{{Model: m.model, Count: 1 + i%8, VRAMGB: m.vram, PriceUSDC: fmt.Sprintf("%d.%02d", 1+i%5, i%100), Simulated: true}}
+	c.Provider.GPUs = []config.GPUConfig{{Model: m.model, Count: 1 + i%8, VRAMGB: m.vram, PriceUSDC: fmt.Sprintf("%d.%02d", 1+i%5, i%100), Simulated: true}}
 	return c
 }
 
 func newTestNet(t testing.TB) *testNet {
-	return newTestNetWith(t, testConfig(RoleCoordinator))
+	return newTestNetWith(t, testConfig(config.RoleCoordinator))
 }
 
 // newTestNetWith starts a test network whose coordinator has the given configuration.
-func newTestNetWith(t testing.TB, coordinator Config) *testNet {
+func newTestNetWith(t testing.TB, coordinator config.Config) *testNet {
 	tn := &testNet{t: t}
 	tn.boot = tn.add(coordinator, nil)
 	return tn
 }
 
-// add starts a node bootstrapped through the coordinator, trusting it. A provider starts
+// add starts a node bootstrapped through the coordinator, trusting it (unless the
+// configuration names the coordinators to trust). A provider starts
 // with a certificate from the coordinator for the GPUs it declares.
-func (tn *testNet) add(cfg Config, clock Clock) *Node {
+func (tn *testNet) add(cfg config.Config, clk clock.Clock) *Node {
 	tn.t.Helper()
-	return tn.addNode(cfg, Deps{Clock: clock}, true)
+	return tn.addNode(cfg, Deps{Clock: clk}, true)
 }
 
 // addUncertified starts a provider without a certificate: it has to apply.
-func (tn *testNet) addUncertified(cfg Config) *Node {
+func (tn *testNet) addUncertified(cfg config.Config) *Node {
 	tn.t.Helper()
 	return tn.addNode(cfg, Deps{}, false)
 }
 
 // addWith starts a certified node with some dependencies given (a sandbox runtime).
-func (tn *testNet) addWith(cfg Config, d Deps) *Node {
+func (tn *testNet) addWith(cfg config.Config, d Deps) *Node {
 	tn.t.Helper()
 	return tn.addNode(cfg, d, true)
 }
 
-func (tn *testNet) addNode(cfg Config, d Deps, certified bool) *Node {
+func (tn *testNet) addNode(cfg config.Config, d Deps, certified bool) *Node {
 	tn.t.Helper()
 	h, sk := newHost(tn.t)
 	l, err := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
@@ -136,8 +140,10 @@ func (tn *testNet) addNode(cfg Config, d Deps, certified bool) *Node {
 	}
 	if tn.boot != nil {
 		cfg.P2P.Bootstrap = tn.boot.Addrs()[:1]
-		cfg.Trust.Coordinators = []string{tn.boot.ID().String()}
-		if cfg.Role == RoleProvider && certified {
+		if len(cfg.Trust.Coordinators) == 0 {
+			cfg.Trust.Coordinators = []string{tn.boot.ID().String()}
+		}
+		if cfg.Role == config.RoleProvider && certified {
 			var gpus []protocol.CertifiedGPU
 			for _, g := range cfg.Provider.GPUs {
 				gpus = append(gpus, protocol.CertifiedGPU{Model: protocol.NormalizeModel(g.Model), Count: g.Count})
@@ -181,19 +187,37 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() (bo
 	t.Fatalf("%s: not within %s (last: %s)", what, within, last)
 }
 
-func search(t testing.TB, n *Node, f SearchFilter) []OfferRow {
+func search(t testing.TB, n *Node, f api.SearchFilter) []api.OfferRow {
 	t.Helper()
-	rows, err := n.Search(context.Background(), f)
+	rows, err := n.catalogue.Search(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rows
 }
 
-func providersIn(rows []OfferRow) map[string]OfferRow {
-	m := map[string]OfferRow{}
+func providersIn(rows []api.OfferRow) map[string]api.OfferRow {
+	m := map[string]api.OfferRow{}
 	for _, r := range rows {
 		m[r.Provider] = r
 	}
 	return m
+}
+
+// declaredModel is the first GPU model a provider declares, as its offer names it.
+func declaredModel(n *Node) string { return protocol.NormalizeModel(n.cfg.Provider.GPUs[0].Model) }
+
+func newTestKey(t testing.TB) crypto.PrivKey {
+	t.Helper()
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sk
+}
+
+// trustOf is the set of coordinators a node trusts.
+func trustOf(n *Node) protocol.Trust {
+	ids, _ := n.cfg.TrustedCoordinators()
+	return protocol.NewTrust(ids...)
 }

@@ -279,6 +279,23 @@ const BenchNetProtocol = "/gpunex/bench-net/1.0.0"
 // MaxBenchTransfer caps one network benchmark transfer.
 const MaxBenchTransfer = 64 << 20
 
+// BenchNetMsg is one JSON frame of the bench-net stream (and the answer on the
+// bench-challenge stream): op is challenge, ping, down or up (attestation in an answer).
+type BenchNetMsg struct {
+	Op     string `json:"op"`
+	Size   int64  `json:"size,omitempty"`
+	Record []byte `json:"record,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Size limits of the bench-net frames: a request, and an answer carrying a challenge.
+const (
+	MaxBenchNetRequest = 4096
+	MaxBenchNetAnswer  = MaxChallengeSize * 2
+	// MaxBenchChallengeAnswer bounds the answer on the bench-challenge stream.
+	MaxBenchChallengeAnswer = MaxAttestationSize * 2
+)
+
 // BenchChallengeProtocol carries a coordinator's request that a provider run its
 // benchmarks now.
 const BenchChallengeProtocol = "/gpunex/bench-challenge/1.0.0"

@@ -370,3 +370,30 @@ const (
 	// MaxSyncRevocations caps one revocation sync answer.
 	MaxSyncRevocations = 100_000
 )
+
+// ApplyRequest is what a provider sends on the apply stream.
+type ApplyRequest struct {
+	Op     string `json:"op"`               // "submit" or "status"
+	Record []byte `json:"record,omitempty"` // the signed application, for "submit"
+}
+
+// ApplyResponse is the coordinator's answer on the apply stream, and a provider's answer
+// to a notification pushed on the notify stream.
+type ApplyResponse struct {
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
+	Reason string `json:"reason,omitempty"` // rejection label (invalid, replay, ...)
+	// Notification is the latest signed notification about the provider's application.
+	Notification []byte `json:"notification,omitempty"`
+	// Renewal is the latest notification of the provider's latest approved application,
+	// when that is not its latest application: it carries the certificate in force (a
+	// renewed one, say) while a newer application is reviewed or was refused.
+	Renewal []byte `json:"renewal,omitempty"`
+}
+
+const (
+	// MaxApplyFrame caps an apply-stream frame: the record travels base64-encoded inside it.
+	MaxApplyFrame = MaxApplicationSize*4/3 + 1024
+	// MaxNotifyAnswer caps a provider's answer to a pushed notification.
+	MaxNotifyAnswer = 4096
+)

@@ -41,6 +41,55 @@ const JobProtocol = "/gpunex/job/1.0.0"
 // logs (optionally followed), cancel, output fetch.
 const JobControlProtocol = "/gpunex/job-control/1.0.0"
 
+// JobMsg is one JSON frame of the job and job-control streams.
+type JobMsg struct {
+	Type string `json:"type"`
+	// propose, accept (lease), countersign, receipt, receipt-countersign: a signed record.
+	Record []byte `json:"record,omitempty"`
+	// reject and error: why. counter: the price the provider would take.
+	Reason string    `json:"reason,omitempty"`
+	Price  MicroUSDC `json:"price_micro_usdc_per_gpu_hour,omitempty"`
+	// control requests.
+	Op     string `json:"op,omitempty"` // status, logs, cancel, fetch
+	Job    string `json:"job,omitempty"`
+	Follow bool   `json:"follow,omitempty"`
+	// log: a chunk of the job's output.
+	Data []byte `json:"data,omitempty"`
+	// status and end.
+	Status *JobStatus `json:"status,omitempty"`
+	// accept: the provider already holds the proposal's image archive; the renter does
+	// not send it.
+	ImageCached bool `json:"image_cached,omitempty"`
+}
+
+// MaxJobFrame caps one frame of the job streams.
+const MaxJobFrame = MaxProposalSize + 1024
+
+// JobStatus is a job as its provider reports it on the job streams.
+type JobStatus struct {
+	ID          string    `json:"id"`
+	Side        string    `json:"side"`
+	Peer        string    `json:"peer"`
+	State       string    `json:"state"`
+	Error       string    `json:"error,omitempty"`
+	Model       string    `json:"model"`
+	GPUs        int       `json:"gpus"`
+	GPUUUIDs    []string  `json:"gpu_uuids,omitempty"`
+	Price       MicroUSDC `json:"price_micro_usdc_per_gpu_hour"`
+	PriceUSDC   string    `json:"price_usdc_per_gpu_hour"`
+	Image       string    `json:"image"`
+	CreatedAt   time.Time `json:"created_at"`
+	StartedAt   time.Time `json:"started_at,omitzero"`
+	EndsAt      time.Time `json:"ends_at,omitzero"`
+	ExitCode    int       `json:"exit_code"`
+	ExitReason  string    `json:"exit_reason,omitempty"`
+	Seconds     int64     `json:"seconds"`
+	Cost        MicroUSDC `json:"cost_micro_usdc"`
+	CostUSDC    string    `json:"cost_usdc"`
+	Receipt     []byte    `json:"receipt,omitempty"`
+	Countersign bool      `json:"receipt_countersigned"`
+}
+
 // Image says what a job runs: a registry reference the provider pulls, or an OCI image
 // archive the renter streams, identified by the SHA-256 of the archive's bytes.
 type Image struct {
@@ -348,6 +397,22 @@ func CheckCountersignature(raw []byte, signed []byte, of Kind, want peer.ID) (*C
 // signed, to its coordinator: the coordinator scores job completion from them (and pays
 // from them, later).
 const JobReportProtocol = "/gpunex/job-report/1.0.0"
+
+// JobReport is the frame a provider sends on the job-report stream; the coordinator answers
+// with a JSON object: {"ok": "true"} or {"error": why}.
+type JobReport struct {
+	Lease             []byte `json:"lease"`
+	LeaseCountersig   []byte `json:"lease_countersignature"`
+	Receipt           []byte `json:"receipt"`
+	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
+}
+
+const (
+	// MaxJobReportFrame caps a job report (each record travels base64-encoded).
+	MaxJobReportFrame = 3 * (MaxLeaseSize + MaxReceiptSize + MaxCountersignatureSize)
+	// MaxJobReportAnswer caps the coordinator's answer.
+	MaxJobReportAnswer = 4096
+)
 
 // ProviderFault says whether a receipt's reason puts the end of a job on the provider:
 // it shut down mid-lease or lost the job. A job that exited, hit its own limits, was

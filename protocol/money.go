@@ -71,3 +71,6 @@ func (m MicroUSDC) String() string {
 	}
 	return fmt.Sprintf("%s%d.%s", sign, whole, frac)
 }
+
+// USDCDecimals is the number of decimals of USDC: amounts are micro-USDC.
+const USDCDecimals = 6

@@ -99,6 +99,16 @@ func (r Reliability) Score(now time.Time, halfLife time.Duration) int {
 	return int(math.Floor(s*100 + 1e-9))
 }
 
+// UptimeProbe is the coordinator's frame on the uptime stream; the provider answers with a
+// signed uptime proof.
+type UptimeProbe struct {
+	Nonce       string `json:"nonce"`
+	Coordinator string `json:"coordinator"`
+}
+
+// MaxUptimeProbeSize caps the probe frame.
+const MaxUptimeProbeSize = 1024
+
 // Uptime probes and score records.
 const (
 	// UptimeProtocol carries a coordinator's probe and the provider's signed answer.

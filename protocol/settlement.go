@@ -54,6 +54,17 @@ const (
 	MarketTopic = "/gpunex/market/1"
 )
 
+// HoldRelease is the frame of HoldReleaseProtocol: the coordinator's question (Job) and the
+// provider's answer (Release, or Reason why not).
+type HoldRelease struct {
+	Job     string `json:"job"`
+	Release bool   `json:"release,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// MaxHoldReleaseFrame caps a hold-release frame.
+const MaxHoldReleaseFrame = 1024
+
 // Payout methods and schedules.
 const (
 	PayoutUSDC    = "usdc"

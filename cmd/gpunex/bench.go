@@ -7,9 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/spf13/cobra"
+	"github.com/gpunex/gpunex/node/api"
 
-	"github.com/gpunex/gpunex/node"
+	"github.com/spf13/cobra"
 )
 
 func benchCommand() *cobra.Command {
@@ -72,7 +72,7 @@ func benchCommand() *cobra.Command {
 	return c
 }
 
-func printBench(w io.Writer, v node.BenchView) error {
+func printBench(w io.Writer, v api.BenchView) error {
 	a := v.Attestation
 	fmt.Fprintf(w, "attestation %d, %s, driver %s, CUDA %s\n", a.Seq, a.IssuedAt.Local().Format("2006-01-02 15:04:05"), a.DriverVersion, a.CUDAVersion)
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)

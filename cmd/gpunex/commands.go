@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
 	"os/signal"
@@ -15,9 +14,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpunex/gpunex/node/api"
+
 	"github.com/spf13/cobra"
 
-	"github.com/gpunex/gpunex/node"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/devnet"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -45,12 +47,12 @@ func defaultHome() string {
 	return ".gpunex"
 }
 
-func home(cmd *cobra.Command) node.Home {
+func home(cmd *cobra.Command) config.Home {
 	h, _ := cmd.Flags().GetString("home")
-	return node.Home{Dir: h}
+	return config.Home{Dir: h}
 }
 
-func client(cmd *cobra.Command) (*node.Client, error) { return node.NewClient(home(cmd)) }
+func client(cmd *cobra.Command) (*api.Client, error) { return api.NewClient(home(cmd)) }
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -64,7 +66,7 @@ func versionCommand() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "gpunex %s\n", node.Version)
+			fmt.Fprintf(cmd.OutOrStdout(), "gpunex %s\n", api.Version)
 		},
 	}
 }
@@ -78,12 +80,12 @@ func initCommand() *cobra.Command {
 		Short: "Create a node home: config.toml, identity key, API token, data directory",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			h, id, err := node.Init(home(cmd).Dir, node.InitOptions{Role: role, Force: force, Listen: listen, Bootstrap: bootstrap, Region: region, ContainerdAddress: containerd})
+			h, id, err := config.Init(home(cmd).Dir, config.InitOptions{Role: role, Force: force, Listen: listen, Bootstrap: bootstrap, Region: region, ContainerdAddress: containerd})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "initialised %s node in %s\npeer ID: %s\nedit %s, then run: gpunex node run --home %s\n",
-				role, h.Dir, id, h.Path(node.ConfigFile), h.Dir)
+				role, h.Dir, id, h.Path(config.ConfigFile), h.Dir)
 			return nil
 		},
 	}
@@ -95,84 +97,6 @@ func initCommand() *cobra.Command {
 	c.Flags().StringVar(&containerd, "containerd", "", "jobs.containerd_address: the containerd socket a provider runs jobs through")
 	c.MarkFlagRequired("role")
 	return c
-}
-
-func nodeCommand() *cobra.Command {
-	c := &cobra.Command{Use: "node", Short: "Run the daemon"}
-	var level string
-	run := &cobra.Command{
-		Use:   "run --home DIR",
-		Short: "Run the node in the foreground (logs to stderr; SIGTERM or SIGINT stops it)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runNode(home(cmd), level)
-		},
-	}
-	run.Flags().StringVar(&level, "log-level", "", "override log.level: debug, info, warn, error")
-	c.AddCommand(run)
-	return c
-}
-
-func newLogger(cfg node.LogConfig, override string) (*slog.Logger, error) {
-	lvl := cfg.Level
-	if override != "" {
-		lvl = override
-	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(lvl)); err != nil {
-		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", lvl)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	if cfg.Format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-}
-
-func runNode(h node.Home, level string) error {
-	cfg, err := h.Config()
-	if err != nil {
-		return err
-	}
-	log, err := newLogger(cfg.Log, level)
-	if err != nil {
-		return err
-	}
-	key, err := h.Identity()
-	if err != nil {
-		return err
-	}
-	token, err := h.Token()
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	n, err := node.New(ctx, cfg, key, node.Deps{DataDir: h.Path(node.DataDir), JobsDir: h.Path("jobs"), Logger: log, Home: h.Dir})
-	if err != nil {
-		return err
-	}
-	api, err := n.ServeAPI(cfg.API.Listen, token)
-	if err != nil {
-		n.Close(context.Background())
-		return err
-	}
-	if err := h.WriteAPIAddr(api.Addr()); err != nil {
-		n.Close(context.Background())
-		return err
-	}
-	log.Info("API listening", "addr", "http://"+api.Addr(), "metrics", "http://"+api.Addr()+"/metrics")
-	<-ctx.Done()
-	log.Info("shutting down")
-	h.RemoveAPIAddr()
-	sctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
-	defer cancel()
-	api.Close(sctx)
-	if err := n.Close(sctx); err != nil {
-		log.Warn("shutdown incomplete", "err", err)
-	}
-	log.Info("stopped")
-	return nil
 }
 
 func statusCommand() *cobra.Command {
@@ -299,7 +223,7 @@ func offersCommand() *cobra.Command {
 			}
 			if asJSON {
 				if rows == nil {
-					rows = []node.OfferRow{}
+					rows = []api.OfferRow{}
 				}
 				return printJSON(cmd.OutOrStdout(), rows)
 			}
@@ -443,14 +367,14 @@ certified) and restarts it later on the same home. Ctrl-C stops every node.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return node.RunDevnet(ctx, node.DevnetOptions{Dir: dir, Providers: providers, Binary: exe, Out: cmd.OutOrStdout(),
+			return devnet.Run(ctx, devnet.Options{Dir: dir, Providers: providers, Binary: exe, Out: cmd.OutOrStdout(),
 				Outage: outage, OutageAfter: outageAfter, OutageFor: outageFor})
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "devnet", "directory for the nodes' homes and devnet.json")
 	c.Flags().IntVar(&providers, "providers", 4, "number of providers (with 3 or more, the last is rejected and the one before it left pending)")
-	c.Flags().StringVar(&outage, "outage", node.DevnetOutageAuto, "provider to kill once the devnet is ready and restart later, to show its reliability score dropping and recovering: provider-K, auto (provider-1, when two or more providers are certified) or none")
-	c.Flags().DurationVar(&outageAfter, "outage-after", node.DevnetOutageAfter, "time from \"devnet ready\" to the outage")
-	c.Flags().DurationVar(&outageFor, "outage-for", node.DevnetOutageFor, "how long the provider stays offline")
+	c.Flags().StringVar(&outage, "outage", devnet.OutageAuto, "provider to kill once the devnet is ready and restart later, to show its reliability score dropping and recovering: provider-K, auto (provider-1, when two or more providers are certified) or none")
+	c.Flags().DurationVar(&outageAfter, "outage-after", devnet.OutageAfter, "time from \"devnet ready\" to the outage")
+	c.Flags().DurationVar(&outageFor, "outage-for", devnet.OutageFor, "how long the provider stays offline")
 	return c
 }

@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpunex/gpunex/node"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/devnet"
+
 	"github.com/gpunex/gpunex/sandbox"
 )
 
@@ -27,7 +30,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	node.RunJobLoggerIfInvoked() // in case a test starts jobs in this process
+	sandbox.RunLoggerIfInvoked() // in case a test starts jobs in this process
 	dir, err := os.MkdirTemp("", "gpunex-e2e")
 	if err != nil {
 		panic(err)
@@ -83,20 +86,20 @@ func TestInitAndVersion(t *testing.T) {
 	if !strings.Contains(out, "peer ID: 12D3KooW") {
 		t.Fatalf("init output: %s", out)
 	}
-	for name, mode := range map[string]os.FileMode{node.IdentityFile: 0o600, node.TokenFile: 0o600} {
+	for name, mode := range map[string]os.FileMode{config.IdentityFile: 0o600, config.TokenFile: 0o600} {
 		st, err := os.Stat(filepath.Join(dir, name))
 		if err != nil || st.Mode().Perm() != mode {
 			t.Fatalf("%s: %v mode %v; want %o", name, err, st.Mode().Perm(), mode)
 		}
 	}
-	if st, err := os.Stat(filepath.Join(dir, node.DataDir)); err != nil || !st.IsDir() {
+	if st, err := os.Stat(filepath.Join(dir, config.DataDir)); err != nil || !st.IsDir() {
 		t.Fatal("no data dir")
 	}
 	// The written config loads back and documents itself.
-	if _, err := node.LoadConfig(filepath.Join(dir, node.ConfigFile)); err != nil {
+	if _, err := config.LoadConfig(filepath.Join(dir, config.ConfigFile)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _ := os.ReadFile(filepath.Join(dir, node.ConfigFile))
+	cfg, _ := os.ReadFile(filepath.Join(dir, config.ConfigFile))
 	if !strings.Contains(string(cfg), "# USDC per GPU-hour") {
 		t.Fatal("config.toml lacks its comments")
 	}
@@ -114,10 +117,10 @@ func TestInitAndVersion(t *testing.T) {
 		gpus[0]["cuda_version"] == "" || !strings.HasPrefix(gpus[0]["uuid"].(string), "GPU-") {
 		t.Fatalf("gpus --json: %+v", gpus)
 	}
-	cfgText, _ := os.ReadFile(filepath.Join(dir, node.ConfigFile))
+	cfgText, _ := os.ReadFile(filepath.Join(dir, config.ConfigFile))
 	real := filepath.Join(t.TempDir(), "real")
 	mustRun(t, "init", "--home", real, "--role", "provider")
-	os.WriteFile(filepath.Join(real, node.ConfigFile), []byte(strings.Replace(string(cfgText), "simulated = true", "simulated = false", 1)), 0o644)
+	os.WriteFile(filepath.Join(real, config.ConfigFile), []byte(strings.Replace(string(cfgText), "simulated = true", "simulated = false", 1)), 0o644)
 	if _, errOut, code := gpunex(t, "gpus", "--home", real); code == 0 || !strings.Contains(errOut, "NVML") || !strings.Contains(errOut, "driver") {
 		if code == 0 {
 			t.Log("an NVIDIA driver is present: NVML answered")
@@ -197,7 +200,7 @@ func (d *devnetOutput) wait(t *testing.T, want string, deadline time.Time) strin
 
 // startDevnet runs `gpunex devnet` with args in dir and waits for "devnet ready"; it
 // returns the process, its output and devnet.json as written then.
-func startDevnet(t *testing.T, dir string, args ...string) (*exec.Cmd, *devnetOutput, node.DevnetFile) {
+func startDevnet(t *testing.T, dir string, args ...string) (*exec.Cmd, *devnetOutput, devnet.File) {
 	t.Helper()
 	dev := exec.Command(binary, append([]string{"devnet", "--dir", dir}, args...)...)
 	stdout, _ := dev.StdoutPipe()
@@ -220,9 +223,9 @@ func startDevnet(t *testing.T, dir string, args ...string) (*exec.Cmd, *devnetOu
 	return dev, out, readDevnetFile(t, dir)
 }
 
-func readDevnetFile(t *testing.T, dir string) node.DevnetFile {
+func readDevnetFile(t *testing.T, dir string) devnet.File {
 	t.Helper()
-	var f node.DevnetFile
+	var f devnet.File
 	b, err := os.ReadFile(filepath.Join(dir, "devnet.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +305,7 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if len(f.Nodes) != 6 {
 		t.Fatalf("devnet.json lists %d nodes; want 6", len(f.Nodes))
 	}
-	names := map[string]node.DevnetNode{}
+	names := map[string]devnet.Node{}
 	for _, n := range f.Nodes {
 		names[n.Name] = n
 		if !strings.HasPrefix(n.PeerID, "12D3KooW") || !strings.HasPrefix(n.API, "http://127.0.0.1:") || n.Home != filepath.Join(dir, n.Name) || n.Offline {
@@ -317,12 +320,12 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if f.SolanaRPC == "" || f.USDCMint == "" || f.Cluster == "" {
 		t.Fatalf("devnet.json lacks the Solana runtime: %+v", f)
 	}
-	var bal node.BalanceView
+	var bal api.BalanceView
 	json.Unmarshal([]byte(mustRun(t, "wallet", "balance", "--json", "--home", renter)), &bal)
 	if bal.DepositedUSDC != "100.00" || bal.Held != 0 || bal.Available >= 100_000_000 || bal.Available <= 99_000_000 || bal.WalletUSDC != "900.00" {
 		t.Fatalf("renter's balance after the demo job: %+v", bal)
 	}
-	var batches []node.BatchView
+	var batches []api.BatchView
 	json.Unmarshal([]byte(mustRun(t, "coordinator", "payouts", "list", "--json", "--home", names["coordinator"].Home)), &batches)
 	if len(batches) != 1 || batches[0].State != "settled" || len(batches[0].Payouts) != 1 || batches[0].Payouts[0].Provider != p1.PeerID || len(batches[0].Transactions) != 1 {
 		t.Fatalf("payout batches: %+v", batches)
@@ -341,7 +344,7 @@ func TestDevnetEndToEnd(t *testing.T) {
 	}
 	// Onboarding: provider-1 and provider-2 approved, provider-3 left pending, provider-4
 	// rejected; only the certified providers' offers are in search.
-	var queue []node.ApplicationView
+	var queue []api.ApplicationView
 	json.Unmarshal([]byte(mustRun(t, "coordinator", "applications", "list", "--json", "--home", names["coordinator"].Home)), &queue)
 	statuses := map[string]string{}
 	for _, a := range queue {
@@ -500,7 +503,7 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if code != 7 || !strings.Contains(out, "streamed line") || !strings.Contains(errOut, "cost ") {
 		t.Fatalf("job run: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	var jobs []node.JobView
+	var jobs []api.JobView
 	json.Unmarshal([]byte(mustRun(t, "job", "list", "--json", "--home", renter)), &jobs)
 	if len(jobs) < 2 || jobs[0].ExitCode != 7 || !jobs[0].Countersign || jobs[0].State != "ended" {
 		t.Fatalf("job list: %+v", jobs)
@@ -517,14 +520,14 @@ func TestDevnetEndToEnd(t *testing.T) {
 
 	// The provider's earnings: the demo job, paid by the batch, and the CLI job, pending;
 	// the market advice for its model.
-	var earn node.EarningsView
+	var earn api.EarningsView
 	json.Unmarshal([]byte(mustRun(t, "earnings", "--json", "--by", "gpu", "--home", p1.Home)), &earn)
 	if earn.Total <= 0 || len(earn.Payouts) != 1 || !earn.Payouts[0].Paid || earn.Payouts[0].Transaction != batches[0].Payouts[0].Transaction || len(earn.History) < 1 {
 		t.Fatalf("earnings: %+v", earn)
 	}
 	deadline = time.Now().Add(30 * time.Second)
 	for {
-		var adv []node.PriceAdvice
+		var adv []api.PriceAdvice
 		out, _, _ := gpunex(t, "price", "recommend", "--model", "H100-80GB", "--json", "--home", p1.Home)
 		json.Unmarshal([]byte(out), &adv)
 		if len(adv) == 1 && adv[0].Leases >= 1 && adv[0].Recommended > 0 && adv[0].YourPriceUSDC != "" {
@@ -567,13 +570,13 @@ func TestDevnetStopDuringOutage(t *testing.T) {
 
 // startNode runs `gpunex node run` for a home and waits for its API. Benchmarks are
 // shrunk to a few MB so that the tests stay quick.
-func startNode(t *testing.T, home string) (*exec.Cmd, node.Status) {
+func startNode(t *testing.T, home string) (*exec.Cmd, api.Status) {
 	t.Helper()
-	if b, err := os.ReadFile(filepath.Join(home, node.ConfigFile)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(home, config.ConfigFile)); err == nil {
 		s := strings.Replace(string(b), "storage_mb = 256", "storage_mb = 8", 1)
-		os.WriteFile(filepath.Join(home, node.ConfigFile), []byte(strings.Replace(s, "network_mb = 16", "network_mb = 2", 1)), 0o644)
+		os.WriteFile(filepath.Join(home, config.ConfigFile), []byte(strings.Replace(s, "network_mb = 16", "network_mb = 2", 1)), 0o644)
 	}
-	os.Remove(filepath.Join(home, node.APIAddrFile))
+	os.Remove(filepath.Join(home, config.APIAddrFile))
 	logf, _ := os.Create(filepath.Join(home, "node.log"))
 	cmd := exec.Command(binary, "node", "run", "--home", home)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -584,7 +587,7 @@ func startNode(t *testing.T, home string) (*exec.Cmd, node.Status) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if out, _, code := gpunex(t, "status", "--json", "--home", home); code == 0 {
-			var st node.Status
+			var st api.Status
 			json.Unmarshal([]byte(out), &st)
 			return cmd, st
 		}
@@ -592,7 +595,7 @@ func startNode(t *testing.T, home string) (*exec.Cmd, node.Status) {
 	}
 	log, _ := os.ReadFile(filepath.Join(home, "node.log"))
 	t.Fatalf("node in %s did not start:\n%s", home, log)
-	return nil, node.Status{}
+	return nil, api.Status{}
 }
 
 type offerJSON struct {
@@ -673,7 +676,7 @@ func certify(t *testing.T, coord, prov string) {
 	var id string
 	deadline := time.Now().Add(20 * time.Second)
 	for id == "" && time.Now().Before(deadline) {
-		var queue []node.ApplicationView
+		var queue []api.ApplicationView
 		json.Unmarshal([]byte(mustRun(t, "coordinator", "applications", "list", "--status", "pending", "--json", "--home", coord)), &queue)
 		if len(queue) == 1 {
 			id = queue[0].ID
@@ -748,7 +751,7 @@ func TestOnboardingSurvivesKill9(t *testing.T) {
 	kill(p)
 	startNode(t, prov)
 	c, _ = startNode(t, coord)
-	var queue []node.ApplicationView
+	var queue []api.ApplicationView
 	for len(queue) == 0 {
 		if time.Now().After(deadline.Add(30 * time.Second)) {
 			t.Fatal("the queued application never reached the restarted coordinator")
@@ -845,7 +848,7 @@ func TestProviderJobSurvivesKill9(t *testing.T) {
 	if !strings.Contains(out, "before") || !strings.Contains(out, "after") {
 		t.Fatalf("output across the provider's restart: %q", out)
 	}
-	var jobs []node.JobView
+	var jobs []api.JobView
 	json.Unmarshal([]byte(mustRun(t, "job", "list", "--json", "--home", renter)), &jobs)
 	if len(jobs) != 1 || jobs[0].State != "ended" || jobs[0].ExitCode != 0 || !jobs[0].Countersign || jobs[0].Seconds < 3 {
 		t.Fatalf("job after the restart: %+v", jobs)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpunex/gpunex/bench"
+
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/spf13/cobra"
 
@@ -37,7 +39,7 @@ func gpusCommand() *cobra.Command {
 			}
 			if asJSON {
 				if gpus == nil {
-					gpus = []node.GPUInfo{}
+					gpus = []bench.GPUInfo{}
 				}
 				return printJSON(cmd.OutOrStdout(), gpus)
 			}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpunex/gpunex/node"
+	"github.com/gpunex/gpunex/node/devnet"
 )
 
 // BenchmarkIdleProvider runs a devnet (coordinator, one provider, renter) from the real
@@ -39,7 +39,7 @@ func BenchmarkIdleProvider(b *testing.B) {
 		for sc.Scan() {
 		}
 	}()
-	var f node.DevnetFile
+	var f devnet.File
 	data, err := os.ReadFile(filepath.Join(dir, "devnet.json"))
 	if err != nil {
 		b.Fatal(err)

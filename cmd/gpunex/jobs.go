@@ -12,14 +12,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/gpunex/gpunex/node/api"
 
-	"github.com/gpunex/gpunex/node"
+	"github.com/spf13/cobra"
 )
 
 func jobCommand() *cobra.Command {
 	c := &cobra.Command{Use: "job", Short: "Rent GPUs: run jobs on providers, follow and manage them"}
-	var req node.JobRequest
+	var req api.JobRequest
 	var hours float64
 	var detach bool
 	run := &cobra.Command{

@@ -9,11 +9,11 @@ import (
 
 	_ "time/tzdata" // availability schedules name IANA zones; do not depend on the host's tzdata
 
-	"github.com/gpunex/gpunex/node"
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 func main() {
-	node.RunJobLoggerIfInvoked() // containerd's shim runs this binary to write job logs
+	sandbox.RunLoggerIfInvoked() // containerd's shim runs this binary to write job logs
 	cmd := rootCommand()
 	if err := cmd.Execute(); err != nil {
 		var ex exitError

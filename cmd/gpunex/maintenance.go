@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/gpunex/gpunex/node/api"
 
-	"github.com/gpunex/gpunex/node"
+	"github.com/spf13/cobra"
 )
 
 func maintenanceCommand() *cobra.Command {
@@ -18,7 +18,7 @@ func maintenanceCommand() *cobra.Command {
 		Short: "Plan a maintenance window, or a recurring one (nth weekday of each month)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m := node.Maintenance{Rule: rule, Note: note}
+			m := api.Maintenance{Rule: rule, Note: note}
 			if rule == "" {
 				if from == "" || to == "" {
 					return errors.New("give --from and --to (RFC 3339, e.g. 2026-12-06T02:00:00+01:00), or --rule")

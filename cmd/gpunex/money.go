@@ -11,10 +11,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpunex/gpunex/ledger/audit"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/spf13/cobra"
 
-	"github.com/gpunex/gpunex/node"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -277,7 +280,7 @@ func payoutsCommand() *cobra.Command {
 		Short: "Pay every due provider its pending earnings (weekly on Mondays, monthly on the first business day; --now: all)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := node.PayoutRunOptions{Now: now, DryRun: dryRun}
+			o := api.PayoutRunOptions{Now: now, DryRun: dryRun}
 			if minUSDC != "" {
 				m, err := protocol.ParseUSDC(minUSDC)
 				if err != nil {
@@ -411,7 +414,7 @@ func payoutsCommand() *cobra.Command {
 	return c
 }
 
-func printBatch(out io.Writer, v node.BatchView) error {
+func printBatch(out io.Writer, v api.BatchView) error {
 	if v.State == "empty" {
 		fmt.Fprintln(out, "nothing to pay")
 	} else {
@@ -445,13 +448,13 @@ func auditCommand() *cobra.Command {
 		Short: "Recompute a payout batch from the signed receipts and check its transactions on Solana; exits 1 on any discrepancy",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var bundle node.AuditBundle
+			var bundle protocol.AuditBundle
 			var known [][]byte
 			if data, err := os.ReadFile(batch); err == nil {
 				var f struct {
-					node.AuditBundle
-					Bundle *node.AuditBundle `json:"bundle"`
-					Known  [][]byte          `json:"known"`
+					protocol.AuditBundle
+					Bundle *protocol.AuditBundle `json:"bundle"`
+					Known  [][]byte              `json:"known"`
 				}
 				if err := json.Unmarshal(data, &f); err != nil {
 					return fmt.Errorf("%s: not an audit bundle (gpunex coordinator payouts show ID --bundle writes one): %w", batch, err)
@@ -475,7 +478,7 @@ func auditCommand() *cobra.Command {
 			}
 			h := home(cmd).Dir
 			knownBatches, knownJobs := loadKnownBatches(h)
-			o := node.AuditOptions{RPC: rpc, Known: append(known, knownBatches...), KnownJobs: knownJobs}
+			o := audit.Options{RPC: rpc, Known: append(known, knownBatches...), KnownJobs: knownJobs}
 			for _, s := range coordinators {
 				id, err := peer.Decode(s)
 				if err != nil {
@@ -484,11 +487,11 @@ func auditCommand() *cobra.Command {
 				o.Trust = append(o.Trust, id)
 			}
 			if len(o.Trust) == 0 {
-				if cfg, err := node.LoadConfig(filepath.Join(h, node.ConfigFile)); err == nil {
+				if cfg, err := config.LoadConfig(filepath.Join(h, config.ConfigFile)); err == nil {
 					o.Trust, _ = cfg.TrustedCoordinators()
 				}
 			}
-			rep := node.Audit(cmd.Context(), bundle, o)
+			rep := audit.Batch(cmd.Context(), bundle, o)
 			if rep.OK {
 				rememberBatch(h, rep, bundle.Batch)
 			}
@@ -558,7 +561,7 @@ func loadKnownBatches(home string) ([][]byte, map[string]string) {
 
 // rememberBatch keeps a passed batch's record and jobs, for the double-payment checks of
 // later audits.
-func rememberBatch(home string, rep node.AuditReport, record []byte) {
+func rememberBatch(home string, rep audit.Report, record []byte) {
 	if rep.Batch == "" || strings.ContainsAny(rep.Batch, "/\\") {
 		return
 	}

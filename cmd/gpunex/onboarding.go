@@ -13,10 +13,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpunex/gpunex/node/api"
+
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
 
-	"github.com/gpunex/gpunex/node"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -202,18 +203,18 @@ func applyCommand() *cobra.Command {
 	return c
 }
 
-func printOwnApplication(w io.Writer, v node.OwnApplicationView) {
+func printOwnApplication(w io.Writer, v api.OwnApplicationView) {
 	fmt.Fprintf(w, "application %s: %s", v.ID, v.Status)
 	if v.Tier != "" {
 		fmt.Fprintf(w, " (tier %s)", v.Tier)
 	}
 	fmt.Fprintln(w)
 	switch v.Status {
-	case node.StatusQueued:
+	case api.StatusQueued:
 		fmt.Fprintf(w, "not delivered yet: %d attempts, last error: %s (the node keeps retrying)\n", v.Attempts, v.LastError)
 	case protocol.StatusInfoRequested:
 		fmt.Fprintf(w, "the coordinator asks: %s\nreply with: gpunex apply answer --message \"...\"\n", v.Message)
-	case protocol.StatusRejected, protocol.StatusRevoked, node.StatusRefused:
+	case protocol.StatusRejected, protocol.StatusRevoked, api.StatusRefused:
 		fmt.Fprintf(w, "reason: %s\n", v.Message)
 	case protocol.StatusApproved:
 		if v.Message != "" {
@@ -508,7 +509,7 @@ func coordinatorCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				v, err := cl.Decide(cmd.Context(), args[0], node.Decision{Action: action, Tier: tier, Message: text, Actor: actor(cmd)})
+				v, err := cl.Decide(cmd.Context(), args[0], api.Decision{Action: action, Tier: tier, Message: text, Actor: actor(cmd)})
 				if err != nil {
 					return err
 				}
@@ -541,7 +542,7 @@ func coordinatorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := cl.Revoke(cmd.Context(), node.RevokeRequest{Provider: args[0], Reason: reason, Actor: actor(cmd)})
+			v, err := cl.Revoke(cmd.Context(), api.RevokeRequest{Provider: args[0], Reason: reason, Actor: actor(cmd)})
 			if err != nil {
 				return err
 			}
@@ -578,7 +579,7 @@ func dash(s string) string {
 	return s
 }
 
-func printApplication(w io.Writer, v node.ApplicationView) {
+func printApplication(w io.Writer, v api.ApplicationView) {
 	fmt.Fprintf(w, "application %s from %s: %s", v.ID, v.Provider, v.Status)
 	if v.Tier != "" {
 		fmt.Fprintf(w, " (tier %s)", v.Tier)

@@ -1,0 +1,339 @@
+// Package audit is the offline payout auditor: anyone holding a payout batch's audit bundle
+// and a Solana RPC endpoint recomputes every amount and checks every transaction, with no
+// daemon. docs/settlement.md, "Audit".
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	chain "github.com/gpunex/gpunex/ledger/solana"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Options configure Batch.
+type Options struct {
+	// RPC is the Solana JSON-RPC endpoint the transactions are read from.
+	RPC string
+	// Trust are the coordinators whose batches are accepted; empty accepts any signer and
+	// the report names it.
+	Trust []peer.ID
+	// Known are signed PayoutBatch records of other batches: a receipt paid in one of them
+	// and in the audited batch is a double payment.
+	Known [][]byte
+	// KnownJobs maps the jobs of batches audited before to their batch: a job paid there and
+	// again here (under another receipt) is a double payment.
+	KnownJobs map[string]string
+}
+
+// Report is the auditor's verdict on one batch.
+type Report struct {
+	Batch        string `json:"batch"`
+	Coordinator  string `json:"coordinator"`
+	Trusted      bool   `json:"trusted"`
+	State        string `json:"state"`
+	Payouts      int    `json:"payouts"`
+	Receipts     int    `json:"receipts"`
+	Transactions int    `json:"transactions"`
+	TotalUSDC    string `json:"total_usdc"`
+	KnownBatches int    `json:"known_batches"`
+	// Countersigned counts the receipts the renter countersigned too; the others rest on
+	// the provider's signature and the lease both signed.
+	Countersigned int      `json:"countersigned_receipts"`
+	OK            bool     `json:"ok"`
+	Discrepancies []string `json:"discrepancies"`
+	// Unverifiable names what no auditor can check: bank payouts, whose method and account
+	// are private to the provider and the coordinator (only the provider can confirm them).
+	Unverifiable []string `json:"unverifiable,omitempty"`
+	// Jobs are the jobs the batch pays, for the next audits' double-payment check.
+	Jobs []string `json:"jobs"`
+}
+
+// Audit recomputes every payout of a batch from the signed receipts, checks each Solana
+// transaction that paid it (signature, amounts, recipients, mint, memo, cluster), and
+// checks that no receipt is paid twice across the batches it knows. Every discrepancy is
+// named; the report is OK only when there is none.
+func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Report) {
+	rep.Discrepancies = []string{}
+	bad := func(format string, args ...any) {
+		rep.Discrepancies = append(rep.Discrepancies, fmt.Sprintf(format, args...))
+	}
+	defer func() { rep.OK = len(rep.Discrepancies) == 0 }()
+
+	var trust protocol.Trust
+	if len(o.Trust) > 0 {
+		trust = protocol.NewTrust(o.Trust...)
+	}
+	b, err := protocol.CheckBatch(bundle.Batch, trust)
+	if err != nil {
+		bad("the batch record does not verify: %v", err)
+		return rep
+	}
+	rep.Batch, rep.Coordinator, rep.Trusted, rep.State, rep.Payouts = b.Batch, b.Coordinator, trust != nil, b.State, len(b.Payouts)
+
+	// 1. Recompute each receipt's share from the records both sides signed.
+	type share struct {
+		provider string
+		net      protocol.MicroUSDC
+	}
+	shares := map[string]share{}
+	jobs := map[string]string{} // job -> receipt
+	for i, r := range bundle.Receipts {
+		sha := protocol.RecordSHA256(r.Receipt)
+		net, provider, job, err := auditReceipt(r, b)
+		if err != nil {
+			bad("receipt %d (%s): %v", i+1, sha, err)
+			continue
+		}
+		// One job, one hold, one charge: two receipts of a job would charge its hold twice.
+		if other, ok := jobs[job]; ok && other != sha {
+			bad("job %s is paid by two receipts, %s and %s", job, other, sha)
+			continue
+		}
+		if prev, ok := o.KnownJobs[job]; ok && prev != b.Batch {
+			bad("job %s was paid in batch %s already", job, prev)
+		}
+		jobs[job] = sha
+		rep.Jobs = append(rep.Jobs, job)
+		if len(r.ReceiptCountersig) > 0 {
+			rec, _, _ := protocol.OpenLease(r.Lease)
+			renter, _ := peer.Decode(rec.Renter)
+			if _, err := protocol.CheckCountersignature(r.ReceiptCountersig, r.Receipt, protocol.KindReceipt, renter); err != nil {
+				bad("receipt %d (%s): the renter's countersignature: %v", i+1, sha, err)
+				continue
+			}
+			rep.Countersigned++
+		}
+		shares[sha] = share{provider, net}
+	}
+	settings := map[string]*protocol.PayoutSettings{}
+	for _, raw := range bundle.Settings {
+		s, signer, err := protocol.CheckPayoutSettings(raw, time.Now())
+		if err != nil {
+			bad("payout settings: %v", err)
+			continue
+		}
+		settings[signer.String()] = s
+	}
+	var total protocol.MicroUSDC
+	for _, p := range b.Payouts {
+		var sum protocol.MicroUSDC
+		for _, r := range p.Receipts {
+			sh, ok := shares[r]
+			switch {
+			case !ok:
+				bad("payout to %s: receipt %s is not in the bundle or does not verify", p.Provider, r)
+			case sh.provider != p.Provider:
+				bad("payout to %s: receipt %s belongs to provider %s", p.Provider, r, sh.provider)
+			default:
+				sum += sh.net
+			}
+		}
+		rep.Receipts += len(p.Receipts)
+		total += p.Amount
+		if sum != p.Amount+p.Rounding {
+			bad("payout to %s: batch says %s USDC (+%s rounding), its receipts add up to %s USDC", p.Provider, p.Amount, p.Rounding, sum)
+		}
+		if s := settings[p.Provider]; s == nil {
+			if p.Method != protocol.PayoutBank {
+				bad("payout to %s: no payout settings signed by the provider", p.Provider)
+			} else { // bank settings are not published
+				rep.Unverifiable = append(rep.Unverifiable, fmt.Sprintf("payout to %s of %s USDC by bank to %s (reference %s): bank payouts are private; only the provider can confirm the method and the account",
+					p.Provider, p.Amount, protocol.MaskIBAN(p.Destination), p.Transaction))
+			}
+		} else if s.Method != p.Method || (s.Destination() != p.Destination && s.Destination() != protocol.MaskIBAN(p.Destination)) {
+			bad("payout to %s: paid by %s to %s, but the provider's signed settings say %s to %s", p.Provider, p.Method, p.Destination, s.Method, s.Destination())
+		}
+		if !p.Paid {
+			bad("payout to %s of %s USDC is not paid yet", p.Provider, p.Amount)
+		}
+	}
+	rep.TotalUSDC = total.String()
+
+	// 2. No receipt paid twice across the batches known.
+	seen := map[string]bool{b.Batch: true}
+	for _, raw := range o.Known {
+		other, err := protocol.CheckBatch(raw, trust)
+		if err != nil || other.Coordinator != b.Coordinator {
+			continue
+		}
+		if !seen[other.Batch] {
+			seen[other.Batch] = true
+			rep.KnownBatches++
+		}
+		if other.Batch == b.Batch {
+			continue
+		}
+		for _, op := range other.Payouts {
+			for _, p := range b.Payouts {
+				for _, r := range p.Receipts {
+					if slices.Contains(op.Receipts, r) {
+						bad("receipt %s is paid in batch %s and again in batch %s", r, other.Batch, b.Batch)
+					}
+				}
+				if op.Transaction != "" && op.Transaction == p.Transaction {
+					bad("transaction %s is claimed by batch %s and by batch %s", p.Transaction, other.Batch, b.Batch)
+				}
+			}
+		}
+	}
+
+	// 3. The chain: each USDC payout's transaction moved exactly that amount to that
+	// recipient's token account, from the treasury, in the batch's mint, with its memo.
+	var usdc []protocol.Payout
+	for _, p := range b.Payouts {
+		if p.Method == protocol.PayoutUSDC && p.Paid {
+			usdc = append(usdc, p)
+		}
+	}
+	if len(usdc) == 0 {
+		return rep
+	}
+	if o.RPC == "" {
+		bad("no Solana RPC endpoint given: the %d USDC payouts were not checked on chain", len(usdc))
+		return rep
+	}
+	auditChain(ctx, chain.Dial(o.RPC), b, usdc, bad, &rep)
+	return rep
+}
+
+// auditReceipt checks one receipt's records and returns the provider's share of it.
+func auditReceipt(r protocol.AuditReceipt, b *protocol.SignedBatch) (net protocol.MicroUSDC, provider, job string, err error) {
+	l, signer, err := protocol.OpenLease(r.Lease)
+	if err != nil {
+		return 0, "", "", fmt.Errorf("lease: %w", err)
+	}
+	if l.Provider != signer.String() {
+		return 0, "", "", fmt.Errorf("lease names provider %s but is signed by %s", l.Provider, signer)
+	}
+	if err := protocol.CheckLeaseTerms(l); err != nil {
+		return 0, "", "", err
+	}
+	renter, err := peer.Decode(l.Renter)
+	if err != nil {
+		return 0, "", "", fmt.Errorf("lease renter: %w", err)
+	}
+	if _, err := protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter); err != nil {
+		return 0, "", "", fmt.Errorf("the renter's countersignature of the lease: %w", err)
+	}
+	rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l)
+	if err != nil {
+		return 0, "", "", err
+	}
+	// The hold was valid when issued; its expiry has no bearing on an audit afterwards.
+	h, err := protocol.CheckHold(r.Hold, holdIssuedAt(r.Hold), protocol.NewTrust(b.Signer))
+	if err != nil {
+		return 0, "", "", fmt.Errorf("escrow hold: %w", err)
+	}
+	if h.Job != rec.Job || h.Provider != rec.Provider || h.Renter != rec.Renter {
+		return 0, "", "", fmt.Errorf("escrow hold is for job %s (%s -> %s), not this receipt", h.Job, h.Renter, h.Provider)
+	}
+	charge := protocol.Charge(rec.Amount, h.Amount)
+	return charge - protocol.Commission(charge, h.CommissionBPS), rec.Provider, rec.Job, nil
+}
+
+// holdIssuedAt reads a hold's issue time without checking it (the check follows).
+func holdIssuedAt(raw []byte) time.Time {
+	env, err := protocol.Open(raw)
+	if err != nil {
+		return time.Now()
+	}
+	var h protocol.EscrowHold
+	if err := json.Unmarshal(env.Payload, &h); err != nil {
+		return time.Now()
+	}
+	return h.IssuedAt
+}
+
+func auditChain(ctx context.Context, c *chain.Client, b *protocol.SignedBatch, usdc []protocol.Payout, bad func(string, ...any), rep *Report) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if genesis, err := c.GenesisHash(ctx); err != nil {
+		bad("RPC %s: %v", c.URL(), err)
+		return
+	} else if b.Cluster != "" && genesis != b.Cluster {
+		bad("the RPC endpoint is on cluster %s, the batch was paid on %s", genesis, b.Cluster)
+		return
+	}
+	mint, err1 := chain.ParsePublicKey(b.Mint)
+	treasury, err2 := chain.ParsePublicKey(b.Treasury)
+	if err := errors.Join(err1, err2); err != nil {
+		bad("batch mint or treasury: %v", err)
+		return
+	}
+	from := chain.ATA(treasury, mint)
+	byTx := map[string][]protocol.Payout{}
+	var order []string
+	for _, p := range usdc {
+		if p.Transaction == "" {
+			bad("payout to %s is marked paid without a transaction", p.Provider)
+			continue
+		}
+		if _, ok := byTx[p.Transaction]; !ok {
+			order = append(order, p.Transaction)
+		}
+		byTx[p.Transaction] = append(byTx[p.Transaction], p)
+	}
+	rep.Transactions = len(order)
+	for _, sigText := range order {
+		sig, err := chain.ParseSignature(sigText)
+		if err != nil {
+			bad("transaction %q: %v", sigText, err)
+			continue
+		}
+		tx, err := c.Transaction(ctx, sig)
+		if err != nil {
+			bad("transaction %s: %v", sigText, err)
+			continue
+		}
+		if tx.Failed != "" {
+			bad("transaction %s failed on chain: %s", sigText, tx.Failed)
+			continue
+		}
+		if !slices.Contains(tx.Memos, protocol.PayoutMemo(b.Batch)) {
+			bad("transaction %s does not carry the memo %q (memos: %q)", sigText, protocol.PayoutMemo(b.Batch), tx.Memos)
+		}
+		if !slices.Contains(tx.Signers, treasury) {
+			bad("transaction %s is not signed by the treasury %s", sigText, treasury)
+		}
+		used := make([]bool, len(tx.Transfers))
+		for _, p := range byTx[sigText] {
+			owner, err := chain.ParsePublicKey(p.Destination)
+			if err != nil {
+				bad("payout to %s: destination %q: %v", p.Provider, p.Destination, err)
+				continue
+			}
+			to := chain.ATA(owner, mint)
+			found := false
+			for i, t := range tx.Transfers {
+				if used[i] || t.Destination != to {
+					continue
+				}
+				used[i], found = true, true
+				switch {
+				case !t.Checked || t.Mint != mint || t.Decimals != protocol.USDCDecimals:
+					bad("payout to %s: transfer is not a TransferChecked of mint %s with 6 decimals", p.Provider, mint)
+				case t.Source != from || t.Authority != treasury:
+					bad("payout to %s: transfer comes from %s, not the treasury's account %s", p.Provider, t.Source, from)
+				case t.Amount != uint64(p.Amount):
+					bad("payout to %s: transaction %s moved %s USDC, the batch says %s USDC", p.Provider, sigText, protocol.MicroUSDC(t.Amount), p.Amount)
+				}
+				break
+			}
+			if !found {
+				bad("payout to %s: transaction %s has no transfer to its token account %s", p.Provider, sigText, to)
+			}
+		}
+		for i, t := range tx.Transfers {
+			if !used[i] {
+				bad("transaction %s moves %s USDC to %s, which no payout of the batch explains", sigText, protocol.MicroUSDC(t.Amount), t.Destination)
+			}
+		}
+	}
+}

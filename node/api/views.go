@@ -1,0 +1,401 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Version is the gpunex software version, of the node and of the CLI alike; set at build
+// time with -ldflags "-X github.com/gpunex/gpunex/node/api.Version=...".
+var Version = "0.1.0-dev"
+
+// Status is the answer of GET /v1/status.
+type Status struct {
+	PeerID      string    `json:"peer_id"`
+	Role        string    `json:"role"`
+	Version     string    `json:"version"`
+	Addrs       []string  `json:"addrs"`
+	Peers       int       `json:"peers"`
+	OffersKnown int       `json:"offers_known"`
+	StartedAt   time.Time `json:"started_at"`
+}
+
+// OfferRecordView is the answer of GET /v1/offers/record.
+type OfferRecordView struct {
+	Provider string          `json:"provider"`
+	Offer    *protocol.Offer `json:"offer"`
+	Raw      []byte          `json:"raw"` // the signed envelope as received (base64 in JSON)
+}
+
+// SetPriceRequest is the body of POST /v1/provider/price.
+type SetPriceRequest struct {
+	Model string `json:"model"`
+	USDC  string `json:"usdc"`
+}
+
+// BatchRecordView is a batch with its latest signed record.
+type BatchRecordView struct {
+	BatchView
+	Record []byte `json:"record"`
+}
+
+// BundleView is a batch's audit bundle with the other batches known.
+type BundleView struct {
+	Bundle *protocol.AuditBundle `json:"bundle"`
+	Known  [][]byte              `json:"known"`
+}
+
+// Local statuses of a provider's own application, besides the coordinator's
+// (protocol.StatusPending, StatusApproved, ...).
+const (
+	// StatusQueued: signed and kept, not yet acknowledged by the coordinator.
+	StatusQueued = "queued"
+	// StatusRefused: the coordinator refused the record itself (invalid, replayed).
+	StatusRefused = "refused"
+)
+
+// OwnApplicationView is the answer of GET /v1/apply.
+type OwnApplicationView struct {
+	ID          string                `json:"id"`
+	Status      string                `json:"status"` // queued, pending, info-requested, approved, rejected, revoked, refused
+	Tier        string                `json:"tier,omitempty"`
+	Message     string                `json:"message,omitempty"`
+	Delivered   bool                  `json:"delivered"`
+	Attempts    int                   `json:"attempts"`
+	LastError   string                `json:"last_error,omitempty"`
+	Coordinator string                `json:"coordinator"`
+	SubmittedAt time.Time             `json:"submitted_at"`
+	UpdatedAt   time.Time             `json:"updated_at"`
+	Application *protocol.Application `json:"application,omitempty"`
+	Certificate *protocol.Certificate `json:"certificate,omitempty"`
+}
+
+// AnswerRequest is the body of POST /v1/apply/answer.
+type AnswerRequest struct {
+	Message string `json:"message"`
+}
+
+// RevokeRequest is the body of POST /v1/coordinator/revoke.
+type RevokeRequest struct {
+	Provider string `json:"provider"`
+	Reason   string `json:"reason"`
+	Actor    string `json:"actor"`
+}
+
+// RevokeResult is its answer.
+type RevokeResult struct {
+	Provider   string `json:"provider"`
+	Revocation []byte `json:"revocation"` // the signed record
+}
+
+// NotificationView is one entry of GET /v1/notifications.
+type NotificationView struct {
+	ReceivedAt time.Time `json:"received_at"`
+	From       string    `json:"from"`
+	Subject    string    `json:"subject"`
+	Body       string    `json:"body,omitempty"`
+}
+
+// Progress reports a run's steps.
+type Progress func(step, steps int, what string)
+
+// BenchView is the answer of GET /v1/bench.
+type BenchView struct {
+	Attestation *protocol.Attestation `json:"attestation"`
+	Raw         []byte                `json:"raw"`
+}
+
+// Decision is a reviewer's decision on an application.
+type Decision struct {
+	Action  string `json:"action"` // approve, reject, request-info
+	Tier    string `json:"tier,omitempty"`
+	Message string `json:"message,omitempty"` // approval note, rejection reason or question
+	Actor   string `json:"actor"`             // who decides, for the audit trail
+}
+
+// ApplicationView is an application as the coordinator's API shows it.
+type ApplicationView struct {
+	ID           string                `json:"id"`
+	Provider     string                `json:"provider"`
+	Status       string                `json:"status"`
+	Tier         string                `json:"tier"`
+	ProposedTier string                `json:"proposed_tier"`
+	TierReasons  []string              `json:"tier_reasons,omitempty"`
+	CaseByCase   []string              `json:"case_by_case,omitempty"`
+	SubmittedAt  time.Time             `json:"submitted_at"`
+	UpdatedAt    time.Time             `json:"updated_at"`
+	Message      string                `json:"message,omitempty"`
+	Application  *protocol.Application `json:"application,omitempty"`
+	Certificate  []byte                `json:"certificate,omitempty"`
+	Events       []Event               `json:"events,omitempty"`
+}
+
+// EarningsQuery selects what `gpunex earnings` shows.
+type EarningsQuery struct {
+	Period string    `json:"period"` // week or month: the current one
+	From   time.Time `json:"from,omitzero"`
+	To     time.Time `json:"to,omitzero"`
+	By     string    `json:"by"` // gpu or model
+}
+
+// EarningRow is one paid-for job.
+type EarningRow struct {
+	Job            string    `json:"job"`
+	EndedAt        time.Time `json:"ended_at"`
+	Model          string    `json:"model"`
+	GPUs           int       `json:"gpus"`
+	Seconds        int64     `json:"seconds"`
+	ChargeUSDC     string    `json:"charge_usdc"`
+	CommissionUSDC string    `json:"commission_usdc"`
+	NetUSDC        string    `json:"net_usdc"`
+	Net            int64     `json:"net_micro_usdc"`
+	Batch          string    `json:"batch,omitempty"`
+	Paid           bool      `json:"paid"`
+}
+
+// EarningsGroup sums earnings per GPU or per model.
+type EarningsGroup struct {
+	Key        string `json:"key"`
+	Jobs       int    `json:"jobs"`
+	GPUSeconds int64  `json:"gpu_seconds"`
+	NetUSDC    string `json:"net_usdc"`
+	Net        int64  `json:"net_micro_usdc"`
+}
+
+// EarningsView is what `gpunex earnings` prints.
+type EarningsView struct {
+	From           time.Time       `json:"from"`
+	To             time.Time       `json:"to"`
+	TotalUSDC      string          `json:"total_usdc"` // net earned in the period
+	Total          int64           `json:"total_micro_usdc"`
+	ChargedUSDC    string          `json:"charged_usdc"`
+	CommissionUSDC string          `json:"commission_usdc"`
+	PendingUSDC    string          `json:"pending_usdc"` // earned, not paid yet (any period)
+	Pending        int64           `json:"pending_micro_usdc"`
+	PaidUSDC       string          `json:"paid_usdc"` // paid out, all time
+	By             string          `json:"by"`
+	Groups         []EarningsGroup `json:"groups"`
+	History        []EarningRow    `json:"history"`
+	Payouts        []PayoutRow     `json:"payouts"`
+	// Truncated says History lists only the latest jobs of the period (the totals cover
+	// them all; Groups only those listed): narrow the period to see the rest.
+	Truncated bool `json:"truncated,omitempty"`
+	// Unreachable names the trusted coordinators other than the first that did not answer:
+	// their earnings are missing from every figure.
+	Unreachable []string `json:"unreachable,omitempty"`
+}
+
+// JobView is a job as the API shows it: the fields its provider reports on the job streams
+// (protocol.JobStatus), as a type of the API's own.
+type JobView protocol.JobStatus
+
+// JobRequest is what a renter asks for (POST /v1/jobs).
+type JobRequest struct {
+	// Provider (a peer ID) or Offer (an offer ID, "<peer>/<MODEL>") names where to run.
+	Provider string `json:"provider,omitempty"`
+	Offer    string `json:"offer,omitempty"`
+	GPUs     int    `json:"gpus"`
+	// MaxSeconds is the longest the job may run.
+	MaxSeconds int64 `json:"max_seconds"`
+	// MaxPrice in USDC per GPU-hour; empty takes the offer's price.
+	MaxPrice string `json:"max_price_usdc,omitempty"`
+	// Image (a registry reference) or ImageArchive (a path to an OCI archive on this
+	// machine, streamed to the provider).
+	Image        string   `json:"image,omitempty"`
+	ImageArchive string   `json:"image_archive,omitempty"`
+	Args         []string `json:"args,omitempty"`
+	Env          []string `json:"env,omitempty"`
+	Egress       bool     `json:"egress,omitempty"`
+}
+
+// Maintenance is a planned maintenance window (From, To) or recurring rule.
+type Maintenance struct {
+	ID   string    `json:"id"`
+	From time.Time `json:"from,omitzero"`
+	To   time.Time `json:"to,omitzero"`
+	Rule string    `json:"rule,omitempty"` // e.g. "first sunday 02:00 2h Europe/Paris"
+	Note string    `json:"note,omitempty"`
+}
+
+// MaintenanceView is the answer of GET /v1/provider/maintenance.
+type MaintenanceView struct {
+	Planned   []Maintenance                `json:"planned"`
+	Announced []protocol.MaintenanceWindow `json:"announced"`
+}
+
+// PriceAdvice is what `gpunex price recommend` prints for one market.
+type PriceAdvice struct {
+	protocol.Market
+	RecommendedUSDC string `json:"recommended_usdc"`
+	MedianListUSDC  string `json:"median_list_usdc"`
+	MedianLeaseUSDC string `json:"median_lease_usdc"`
+	LeasedGPUHours  string `json:"leased_gpu_hours"`
+	// YourPrice is this provider's current price for the model, when it sells it.
+	YourPriceUSDC string    `json:"your_price_usdc,omitempty"`
+	IssuedAt      time.Time `json:"stats_issued_at"`
+	WindowHours   int64     `json:"window_hours"`
+	CommissionBPS int       `json:"commission_bps"`
+	Coordinator   string    `json:"coordinator"`
+}
+
+// PayoutRunOptions are the options of `gpunex coordinator payouts run`.
+type PayoutRunOptions struct {
+	// Now pays every provider with pending earnings at least Min, whatever its schedule.
+	Now bool `json:"now"`
+	// Min overrides settlement.min_payout_usdc when set.
+	Min *protocol.MicroUSDC `json:"min_micro_usdc,omitempty"`
+	// DryRun plans and checks the batch but stores and sends nothing.
+	DryRun bool `json:"dry_run"`
+}
+
+// PayoutView is one payout as the CLI shows it.
+type PayoutView struct {
+	Provider    string             `json:"provider"`
+	Method      string             `json:"method"`
+	Destination string             `json:"destination"`
+	Amount      protocol.MicroUSDC `json:"amount_micro_usdc"`
+	AmountUSDC  string             `json:"amount_usdc"`
+	Receipts    int                `json:"receipts"`
+	MerkleRoot  string             `json:"merkle_root"`
+	Transaction string             `json:"transaction,omitempty"`
+	Explorer    string             `json:"explorer,omitempty"`
+	Paid        bool               `json:"paid"`
+}
+
+// BatchView is a payout batch as the CLI shows it.
+type BatchView struct {
+	BatchID      string       `json:"batch_id"`
+	State        string       `json:"state"`
+	DryRun       bool         `json:"dry_run,omitempty"`
+	CreatedAt    time.Time    `json:"created_at"`
+	Payouts      []PayoutView `json:"payouts"`
+	TotalUSDC    string       `json:"total_usdc"`
+	Total        int64        `json:"total_micro_usdc"`
+	Transactions []string     `json:"transactions"`
+	FeesLamports uint64       `json:"fees_lamports"`
+	MerkleRoot   string       `json:"merkle_root"`
+	Error        string       `json:"error,omitempty"`
+	// Skipped says why providers with pending earnings are not in the batch.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// SearchFilter selects offers. Zero fields match everything.
+type SearchFilter struct {
+	Model    string
+	Region   string
+	MaxPrice protocol.MicroUSDC // per GPU-hour
+	MinGPUs  int
+	// Sort orders the rows: "" (merit, see RankTerms), "placement" (price less the tier
+	// and commitment bonus), "price", "score" (reliability, highest first) or "perf"
+	// (performance score per USDC, highest first). Rows without the figure sort last.
+	Sort string
+}
+
+// OfferRow is one GPU model of one provider's live offer, as search shows it.
+type OfferRow struct {
+	ID             string             `json:"id"`
+	Provider       string             `json:"provider"`
+	Model          string             `json:"model"`
+	GPUs           int                `json:"gpus"`
+	VRAMGB         int                `json:"vram_gb"`
+	PriceUSDC      string             `json:"price_usdc_per_gpu_hour"`
+	PriceMicroUSDC protocol.MicroUSDC `json:"price_micro_usdc_per_gpu_hour"`
+	Region         string             `json:"region"`
+	Availability   string             `json:"availability"`
+	Simulated      bool               `json:"simulated"`
+	Seq            uint64             `json:"seq"`
+	IssuedAt       time.Time          `json:"issued_at"`
+	ExpiresAt      time.Time          `json:"expires_at"`
+	// Tier and CommitmentEnd come from the provider's certificate.
+	Tier          string    `json:"tier"`
+	CommitmentEnd time.Time `json:"commitment_end"`
+	// PlacementMicroUSDC is the price search ranks by: the price less the placement
+	// bonus of the tier and the commitment (see PlacementBonusBP).
+	PlacementMicroUSDC protocol.MicroUSDC `json:"placement_micro_usdc"`
+	// Measured figures of the model's GPUs (mean over them) from the offer's benchmark
+	// attestation; absent when the provider has none.
+	Bench *RowBench `json:"bench,omitempty"`
+	// Score is the provider's reliability score (0-100) from a trusted coordinator's
+	// latest score record; absent when none is held.
+	Score *int `json:"score,omitempty"`
+	// Rank holds the terms of the default order (see Rank).
+	Rank RankTerms `json:"rank"`
+}
+
+// RankTerms are the terms of a row's merit, the default search order (highest first):
+//
+//	merit = (score/100)^2 x perf x (1 + bonus) / price_vs_market
+//
+// score is the reliability score (90, a new provider's, when none is held); perf is the
+// measured performance score over 100 (0.8 when unmeasured); bonus is the tier and
+// commitment placement bonus (PlacementBonusBP / 10000); price_vs_market is the row's price
+// over the median price of the same model in the same region among the rows found (1 when
+// it is the only one).
+type RankTerms struct {
+	Score         int     `json:"score"`
+	Perf          float64 `json:"perf"`
+	Bonus         float64 `json:"bonus"`
+	PriceVsMarket float64 `json:"price_vs_market"`
+	Merit         float64 `json:"merit"`
+}
+
+// RowBench is the measured performance of one model's GPUs in an offer.
+type RowBench struct {
+	FP32TFLOPS   float64   `json:"fp32_tflops"`
+	FP16TFLOPS   float64   `json:"fp16_tflops"`
+	TensorTFLOPS float64   `json:"tensor_tflops"`
+	MemBandwidth float64   `json:"mem_bandwidth_gbps"`
+	PerfScore    int       `json:"perf_score"`
+	MeasuredAt   time.Time `json:"measured_at"`
+	// GPUs are the per-GPU figures.
+	GPUs []protocol.GPUBenchmark `json:"gpus"`
+}
+
+// DepositView is what `gpunex wallet deposit` prints.
+type DepositView struct {
+	Signature  string             `json:"signature"`
+	Amount     protocol.MicroUSDC `json:"amount_micro_usdc"`
+	AmountUSDC string             `json:"amount_usdc"`
+	Credited   bool               `json:"credited"`
+	Explorer   string             `json:"explorer,omitempty"`
+	Balance    *BalanceView       `json:"balance,omitempty"`
+}
+
+// BalanceView is a renter's balance at the coordinator.
+type BalanceView struct {
+	Available     protocol.MicroUSDC `json:"available_micro_usdc"`
+	Held          protocol.MicroUSDC `json:"held_micro_usdc"`
+	AvailableUSDC string             `json:"available_usdc"`
+	HeldUSDC      string             `json:"held_usdc"`
+	DepositedUSDC string             `json:"deposited_usdc"`
+	ChargedUSDC   string             `json:"charged_usdc"`
+	Holds         []HoldView         `json:"holds"`
+	// Wallet is the node's own Solana wallet and its USDC, when configured.
+	Wallet     string `json:"wallet,omitempty"`
+	WalletUSDC string `json:"wallet_usdc,omitempty"`
+}
+
+// HoldView is one escrow hold.
+type HoldView struct {
+	Job        string    `json:"job"`
+	Provider   string    `json:"provider"`
+	AmountUSDC string    `json:"amount_usdc"`
+	State      string    `json:"state"`
+	ChargeUSDC string    `json:"charge_usdc,omitempty"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// WalletInfo is a coordinator's treasury facts (see protocol.TreasuryInfo).
+type WalletInfo = protocol.TreasuryInfo
+
+// PayoutRow is one payout of a provider (see protocol.PayoutRow).
+type PayoutRow = protocol.PayoutRow
+
+// Event is one step of an application's audit trail: who did what, when.
+type Event struct {
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Detail string    `json:"detail,omitempty"`
+}

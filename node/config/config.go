@@ -1,0 +1,528 @@
+// Package config is a node's configuration (config.toml) and its home folder.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"log/slog"
+	"net"
+
+	"github.com/BurntSushi/toml"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Roles a node can take.
+const (
+	RoleProvider    = "provider"
+	RoleRenter      = "renter"
+	RoleCoordinator = "coordinator"
+)
+
+// Roles lists the valid roles.
+var Roles = []string{RoleProvider, RoleRenter, RoleCoordinator}
+
+// Duration is a time.Duration written as text ("10m", "90s") in config.toml.
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: %w (examples: 90s, 10m, 2h)", b, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Config is config.toml. docs/config.md documents every field; Defaults gives each default.
+type Config struct {
+	Role   string       `toml:"role"`
+	Log    LogConfig    `toml:"log"`
+	P2P    P2PConfig    `toml:"p2p"`
+	API    APIConfig    `toml:"api"`
+	Offers OffersConfig `toml:"offers"`
+	// Provider is read only when role is provider.
+	Provider ProviderConfig `toml:"provider"`
+	// Trust names the coordinators whose certificates, revocations and notifications
+	// this node accepts.
+	Trust TrustConfig `toml:"trust"`
+	// Coordinator is read only when role is coordinator.
+	Coordinator CoordinatorConfig `toml:"coordinator"`
+	// Jobs is read only when role is provider.
+	Jobs JobsConfig `toml:"jobs"`
+	// Bench is read only when role is provider.
+	Bench BenchConfig `toml:"bench"`
+	// Settlement is the coordinator's treasury and payouts; Wallet the node's Solana wallet
+	// (a renter deposits from it); Payout how a provider is paid.
+	Settlement SettlementConfig `toml:"settlement"`
+	Wallet     WalletConfig     `toml:"wallet"`
+	Payout     PayoutConfig     `toml:"payout"`
+}
+
+// BenchConfig sets a provider's benchmark runs.
+type BenchConfig struct {
+	// Interval between runs; a run also follows a driver change and a coordinator's
+	// challenge.
+	Interval Duration `toml:"interval"`
+	// StorageMB is how much the storage benchmark writes and reads.
+	StorageMB int64 `toml:"storage_mb"`
+	// NetworkMB is how much the network benchmark sends each way.
+	NetworkMB int64 `toml:"network_mb"`
+}
+
+// JobsConfig sets how a provider runs jobs and which proposals it accepts.
+type JobsConfig struct {
+	// ContainerdAddress is the containerd socket jobs run through.
+	ContainerdAddress string `toml:"containerd_address"`
+	// Namespace is the containerd namespace of gpunex's containers and images.
+	Namespace string `toml:"namespace"`
+	// MaxImageMB refuses proposals whose image archive is larger.
+	MaxImageMB int64 `toml:"max_image_mb"`
+	// Per allocated GPU: memory and CPU the job gets.
+	MemoryMBPerGPU  int64 `toml:"memory_mb_per_gpu"`
+	CPUMillisPerGPU int64 `toml:"cpu_millis_per_gpu"`
+	// Pids and ScratchMB are per job.
+	Pids      int64 `toml:"pids"`
+	ScratchMB int64 `toml:"scratch_mb"`
+	// BlockedRenters are peer IDs whose proposals are refused.
+	BlockedRenters []string `toml:"blocked_renters"`
+	// ProposalsPerMinute caps the proposals taken from one peer.
+	ProposalsPerMinute int `toml:"proposals_per_minute"`
+	// RequireEscrow makes the provider start a job only against a coordinator's escrow
+	// hold covering its maximum cost.
+	RequireEscrow bool `toml:"require_escrow"`
+}
+
+// SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and
+// its payouts (docs/settlement.md).
+type SettlementConfig struct {
+	// RPC is the Solana JSON-RPC endpoint (the devnet's local runtime, solana-test-validator,
+	// devnet or mainnet).
+	RPC string `toml:"rpc"`
+	// Cluster is the expected genesis hash of that cluster; a payout run stops when the RPC
+	// endpoint answers another. Empty skips the check.
+	Cluster string `toml:"cluster"`
+	// Mint is the USDC mint (6 decimals).
+	Mint string `toml:"mint"`
+	// TreasuryKeypair is the treasury's Solana keypair file (Solana CLI JSON, mode 0600),
+	// relative to the home folder unless absolute.
+	TreasuryKeypair string `toml:"treasury_keypair"`
+	// CommissionBPS is the coordinator's commission on each charge, in basis points.
+	CommissionBPS int `toml:"commission_bps"`
+	// MinPayoutUSDC is the least pending amount a scheduled payout pays.
+	MinPayoutUSDC string `toml:"min_payout_usdc"`
+	// PayoutCheck is how often the coordinator checks whether payouts are due.
+	PayoutCheck Duration `toml:"payout_check"`
+	// MarketInterval is how often market statistics are published; MarketWindow the
+	// period they cover.
+	MarketInterval Duration `toml:"market_interval"`
+	MarketWindow   Duration `toml:"market_window"`
+	// The coordinator's own bank account, the debtor of bank-transfer payout files.
+	BankAccountName string `toml:"bank_account_name"`
+	BankIBAN        string `toml:"bank_iban"`
+	BankBIC         string `toml:"bank_bic"`
+}
+
+// WalletConfig is [wallet]: the node's own Solana wallet.
+type WalletConfig struct {
+	// RPC is the Solana JSON-RPC endpoint deposits are sent through.
+	RPC string `toml:"rpc"`
+	// Keypair is the wallet's keypair file (Solana CLI JSON, mode 0600), relative to the
+	// home folder unless absolute; created by `gpunex wallet init`.
+	Keypair string `toml:"keypair"`
+}
+
+// PayoutConfig is [payout]: how and when a provider is paid. The provider signs it and
+// sends it to its coordinator.
+type PayoutConfig struct {
+	Method        string `toml:"method"`   // usdc or bank
+	Schedule      string `toml:"schedule"` // weekly or monthly
+	SolanaAddress string `toml:"solana_address"`
+	AccountName   string `toml:"account_name"`
+	IBAN          string `toml:"iban"`
+	BIC           string `toml:"bic"`
+}
+
+// Settings returns the payout settings to sign, or nil when none are configured.
+func (p PayoutConfig) Settings() *protocol.PayoutSettings {
+	if p.Method == "" {
+		return nil
+	}
+	return &protocol.PayoutSettings{Version: protocol.SettlementVersion, Method: p.Method, Schedule: p.Schedule,
+		SolanaAddress: p.SolanaAddress, AccountName: p.AccountName, IBAN: p.IBAN, BIC: p.BIC}
+}
+
+// TrustConfig lists trusted coordinators.
+type TrustConfig struct {
+	// Coordinators are peer IDs. Offers are accepted only with a certificate signed by one
+	// of them; a coordinator node trusts itself as well.
+	Coordinators []string `toml:"coordinators"`
+}
+
+// CoordinatorConfig sets how a coordinator certifies providers.
+type CoordinatorConfig struct {
+	// CertificateValidity is how long a certificate is valid after approval.
+	CertificateValidity Duration `toml:"certificate_validity"`
+	// CertificateRenewBefore is how long before its expiry an approved, unrevoked
+	// provider's certificate is renewed (0: never renewed automatically).
+	CertificateRenewBefore Duration `toml:"certificate_renew_before"`
+	// ProbeInterval is the mean time between uptime probes of each provider (each round
+	// starts at a random moment between half and one and a half of it).
+	ProbeInterval Duration `toml:"probe_interval"`
+	// HalfLife is the decay half-life of the reliability score's components.
+	HalfLife Duration `toml:"half_life"`
+	// Notify sends decisions by e-mail and webhook as well as to the provider's node.
+	Notify NotifyConfig `toml:"notify"`
+}
+
+// NotifyConfig configures outbound decision notices. Empty fields disable a channel.
+type NotifyConfig struct {
+	SMTPAddr          string `toml:"smtp_addr"`           // host:port
+	SMTPFrom          string `toml:"smtp_from"`           // sender address
+	SMTPUsername      string `toml:"smtp_username"`       // optional
+	SMTPPasswordFile  string `toml:"smtp_password_file"`  // file holding the password, mode 0600
+	WebhookURL        string `toml:"webhook_url"`         // receives a JSON POST per decision
+	WebhookSecretFile string `toml:"webhook_secret_file"` // HMAC-SHA256 key, mode 0600; optional
+}
+
+// LogConfig sets logging.
+type LogConfig struct {
+	Level  string `toml:"level"`  // debug, info, warn, error
+	Format string `toml:"format"` // text or json
+}
+
+// P2PConfig sets the libp2p host.
+type P2PConfig struct {
+	Listen    []string `toml:"listen"`    // multiaddrs, TCP and QUIC
+	Bootstrap []string `toml:"bootstrap"` // multiaddrs ending in /p2p/<peer ID>: coordinators
+}
+
+// APIConfig sets the local API.
+type APIConfig struct {
+	Listen string `toml:"listen"` // loopback host:port; port 0 picks a free one
+}
+
+// OffersConfig sets how offers are announced and searched.
+type OffersConfig struct {
+	TTL           Duration `toml:"ttl"`            // validity of each announced offer
+	Republish     Duration `toml:"republish"`      // re-announce interval; must be well under ttl
+	SearchTimeout Duration `toml:"search_timeout"` // how long a search queries the DHT
+}
+
+// ProviderConfig declares what a provider sells.
+type ProviderConfig struct {
+	Region       string             `toml:"region"`
+	Availability AvailabilityConfig `toml:"availability"`
+	GPUs         []GPUConfig        `toml:"gpus"`
+}
+
+// AvailabilityConfig is the weekly schedule during which the GPUs are offered.
+type AvailabilityConfig struct {
+	Timezone string   `toml:"timezone"`
+	Windows  []string `toml:"windows"` // empty means 24/7
+}
+
+// GPUConfig declares one GPU model.
+type GPUConfig struct {
+	Model     string `toml:"model"`
+	Count     int    `toml:"count"`
+	VRAMGB    int    `toml:"vram_gb"`
+	PriceUSDC string `toml:"price_usdc"` // per GPU-hour; `gpunex offer set-price` overrides it
+	Simulated bool   `toml:"simulated"`  // no NVIDIA hardware behind it (devnet, tests)
+	// PerfFactor makes simulated GPUs perform at this fraction of their datasheet (0.6: a
+	// throttled GPU); 0 means 1.
+	PerfFactor float64 `toml:"perf_factor"`
+	// Lost makes this many of an entry's simulated GPUs (the last ones) report themselves
+	// fallen off the bus, as NVML reports a lost GPU.
+	Lost int `toml:"lost"`
+}
+
+// Defaults returns the configuration a new home starts with.
+func Defaults(role string) Config {
+	c := Config{
+		Role: role,
+		Log:  LogConfig{Level: "info", Format: "text"},
+		P2P: P2PConfig{
+			Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		},
+		API: APIConfig{Listen: "127.0.0.1:0"},
+		Coordinator: CoordinatorConfig{
+			CertificateValidity:    Duration{180 * 24 * time.Hour},
+			CertificateRenewBefore: Duration{30 * 24 * time.Hour},
+			ProbeInterval:          Duration{5 * time.Minute},
+			HalfLife:               Duration{protocol.DefaultHalfLife},
+		},
+		Bench: BenchConfig{Interval: Duration{7 * 24 * time.Hour}, StorageMB: 256, NetworkMB: 16},
+		Jobs: JobsConfig{
+			ContainerdAddress:  "/run/containerd/containerd.sock",
+			Namespace:          "gpunex",
+			MaxImageMB:         10 << 10,
+			MemoryMBPerGPU:     16 << 10,
+			CPUMillisPerGPU:    4000,
+			Pids:               1024,
+			ScratchMB:          10 << 10,
+			ProposalsPerMinute: 30,
+			RequireEscrow:      true,
+		},
+		Settlement: SettlementConfig{
+			CommissionBPS:   1000,
+			MinPayoutUSDC:   "10.00",
+			TreasuryKeypair: "treasury.json",
+			PayoutCheck:     Duration{time.Hour},
+			MarketInterval:  Duration{time.Hour},
+			MarketWindow:    Duration{7 * 24 * time.Hour},
+		},
+		Wallet: WalletConfig{Keypair: "wallet.json"},
+		Offers: OffersConfig{
+			TTL:           Duration{10 * time.Minute},
+			Republish:     Duration{3 * time.Minute},
+			SearchTimeout: Duration{3 * time.Second},
+		},
+	}
+	if role == RoleProvider {
+		c.Provider = ProviderConfig{
+			Region:       "eu-west",
+			Availability: AvailabilityConfig{Timezone: "UTC"},
+			GPUs:         []GPUConfig{{Model: "L4-24GB", Count: 1, VRAMGB: 24, PriceUSDC: "0.45", Simulated: true}},
+		}
+	}
+	return c
+}
+
+// LoadConfig reads and checks a config file. Fields absent from the file keep their defaults.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	var probe struct {
+		Role string `toml:"role"`
+	}
+	if _, err := toml.Decode(string(b), &probe); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	c := Defaults(probe.Role)
+	c.Provider.GPUs = nil // a provider lists its own GPUs
+	md, err := toml.Decode(string(b), &c)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if !md.IsDefined("coordinator", "certificate_renew_before") {
+		// The default renews 30 days ahead, or a sixth of a shorter validity ahead.
+		c.Coordinator.CertificateRenewBefore.Duration = min(c.Coordinator.CertificateRenewBefore.Duration, c.Coordinator.CertificateValidity.Duration/6)
+	}
+	if undec := md.Undecoded(); len(undec) > 0 {
+		keys := make([]string, len(undec))
+		for i, k := range undec {
+			keys[i] = k.String()
+		}
+		return Config{}, fmt.Errorf("%s: unknown settings: %s (see docs/config.md)", path, strings.Join(keys, ", "))
+	}
+	if err := c.Check(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Check validates the configuration and says what to fix.
+func (c *Config) Check() error {
+	var errs []error
+	if !slices.Contains(Roles, c.Role) {
+		errs = append(errs, fmt.Errorf("role %q: must be one of %s", c.Role, strings.Join(Roles, ", ")))
+	}
+	for _, a := range c.P2P.Listen {
+		if _, err := ma.NewMultiaddr(a); err != nil {
+			errs = append(errs, fmt.Errorf("p2p.listen %q: %v", a, err))
+		}
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		errs = append(errs, fmt.Errorf("log.level %q: use debug, info, warn or error", c.Log.Level))
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		errs = append(errs, fmt.Errorf("log.format %q: use text or json", c.Log.Format))
+	}
+	if err := CheckLoopback(c.API.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("api.listen: %w", err))
+	}
+	if _, err := c.BootstrapPeers(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Offers.TTL.Duration < 10*time.Second || c.Offers.TTL.Duration > protocol.MaxOfferTTL {
+		errs = append(errs, fmt.Errorf("offers.ttl %s: must be between 10s and %s", c.Offers.TTL, protocol.MaxOfferTTL))
+	}
+	if c.Offers.Republish.Duration <= 0 || c.Offers.Republish.Duration > c.Offers.TTL.Duration/2 {
+		errs = append(errs, fmt.Errorf("offers.republish %s: must be positive and at most half of offers.ttl (%s)", c.Offers.Republish, c.Offers.TTL))
+	}
+	if c.Offers.SearchTimeout.Duration <= 0 {
+		errs = append(errs, errors.New("offers.search_timeout must be positive"))
+	}
+	if _, err := c.TrustedCoordinators(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Coordinator.ProbeInterval.Duration < 100*time.Millisecond || c.Coordinator.HalfLife.Duration < time.Minute {
+		errs = append(errs, errors.New("coordinator.probe_interval must be at least 100ms and coordinator.half_life at least 1m"))
+	}
+	if v := c.Coordinator.CertificateValidity.Duration; v < time.Minute || v > protocol.MaxCertificateValidity {
+		errs = append(errs, fmt.Errorf("coordinator.certificate_validity %s: must be between 1m and %s", c.Coordinator.CertificateValidity, protocol.MaxCertificateValidity))
+	}
+	if r := c.Coordinator.CertificateRenewBefore.Duration; r < 0 || (r > 0 && r >= c.Coordinator.CertificateValidity.Duration) {
+		errs = append(errs, fmt.Errorf("coordinator.certificate_renew_before %s: must be 0 (no automatic renewal) or shorter than coordinator.certificate_validity (%s)", c.Coordinator.CertificateRenewBefore, c.Coordinator.CertificateValidity))
+	}
+	if b := c.Bench; b.Interval.Duration < time.Minute || b.Interval.Duration > protocol.MaxAttestationAge-24*time.Hour || b.StorageMB < 1 || b.NetworkMB < 1 || b.NetworkMB > protocol.MaxBenchTransfer>>20 {
+		errs = append(errs, fmt.Errorf("bench: interval between 1m and %s, storage_mb at least 1, network_mb 1-%d", protocol.MaxAttestationAge-24*time.Hour, protocol.MaxBenchTransfer>>20))
+	}
+	j := c.Jobs
+	if j.MaxImageMB < 1 || j.MemoryMBPerGPU < 16 || j.CPUMillisPerGPU < 100 || j.Pids < 16 || j.ScratchMB < 1 || j.ProposalsPerMinute < 1 {
+		errs = append(errs, errors.New("jobs: max_image_mb, scratch_mb and proposals_per_minute must be at least 1, memory_mb_per_gpu 16, cpu_millis_per_gpu 100, pids 16"))
+	}
+	for _, r := range j.BlockedRenters {
+		if _, err := peer.Decode(r); err != nil {
+			errs = append(errs, fmt.Errorf("jobs.blocked_renters %q: not a peer ID", r))
+		}
+	}
+	st := c.Settlement
+	if st.CommissionBPS < 0 || st.CommissionBPS > protocol.MaxCommissionBPS {
+		errs = append(errs, fmt.Errorf("settlement.commission_bps %d: must be between 0 and %d", st.CommissionBPS, protocol.MaxCommissionBPS))
+	}
+	if _, err := protocol.ParseUSDC(st.MinPayoutUSDC); err != nil {
+		errs = append(errs, fmt.Errorf("settlement.min_payout_usdc: %w", err))
+	}
+	if st.Mint != "" && !protocol.ValidSolanaAddress(st.Mint) {
+		errs = append(errs, fmt.Errorf("settlement.mint %q: not a Solana address", st.Mint))
+	}
+	if st.PayoutCheck.Duration < time.Second || st.MarketInterval.Duration < time.Second || st.MarketWindow.Duration < time.Minute {
+		errs = append(errs, errors.New("settlement: payout_check and market_interval must be at least 1s, market_window at least 1m"))
+	}
+	if s := c.Payout.Settings(); s != nil {
+		if err := s.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("payout.%w", err))
+		}
+	}
+	if c.Role == RoleProvider {
+		if _, err := c.Provider.Schedule(); err != nil {
+			errs = append(errs, fmt.Errorf("provider.availability: %w", err))
+		}
+		if _, err := c.Provider.Items(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// BootstrapPeers parses p2p.bootstrap.
+func (c *Config) BootstrapPeers() ([]peer.AddrInfo, error) {
+	var out []peer.AddrInfo
+	for _, s := range c.P2P.Bootstrap {
+		ai, err := peer.AddrInfoFromString(s)
+		if err != nil {
+			return nil, fmt.Errorf("p2p.bootstrap %q: %v (expected a multiaddr ending in /p2p/<peer ID>)", s, err)
+		}
+		out = append(out, *ai)
+	}
+	return out, nil
+}
+
+// TrustedCoordinators parses trust.coordinators.
+func (c *Config) TrustedCoordinators() ([]peer.ID, error) {
+	var out []peer.ID
+	for _, s := range c.Trust.Coordinators {
+		id, err := peer.Decode(s)
+		if err != nil {
+			return nil, fmt.Errorf("trust.coordinators %q: not a peer ID (12D3KooW...): %v", s, err)
+		}
+		if !slices.Contains(out, id) { // listed twice (init with two addresses of one peer)
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// ErrNoCoordinator is returned when trust.coordinators is empty.
+var ErrNoCoordinator = errors.New("no coordinator in trust.coordinators: set it in config.toml (or init with --bootstrap)")
+
+// HomeCoordinator returns the first trusted coordinator: the one a node applies to, keeps its
+// wallet with and reports to by default. A coordinator is its own.
+func (c *Config) HomeCoordinator(self peer.ID) (peer.ID, error) {
+	if c.Role == RoleCoordinator {
+		return self, nil
+	}
+	ids, err := c.TrustedCoordinators()
+	if err != nil {
+		return "", err
+	}
+	if len(ids) == 0 {
+		return "", ErrNoCoordinator
+	}
+	return ids[0], nil
+}
+
+// Schedule parses the availability schedule.
+func (p *ProviderConfig) Schedule() (protocol.Schedule, error) {
+	return protocol.ParseSchedule(p.Availability.Timezone, p.Availability.Windows)
+}
+
+// Items turns the declared GPUs into offer items with their configured prices.
+func (p *ProviderConfig) Items() ([]protocol.OfferGPUs, error) {
+	if len(p.GPUs) == 0 {
+		return nil, errors.New("provider.gpus: a provider declares at least one [[provider.gpus]] entry")
+	}
+	var items []protocol.OfferGPUs
+	seen := map[string]bool{}
+	for i, g := range p.GPUs {
+		price, err := protocol.ParseUSDC(g.PriceUSDC)
+		if err != nil {
+			return nil, fmt.Errorf("provider.gpus[%d].price_usdc: %w", i, err)
+		}
+		if g.PerfFactor < 0 || g.PerfFactor > 1.5 || (g.PerfFactor != 0 && !g.Simulated) {
+			return nil, fmt.Errorf("provider.gpus[%d].perf_factor %g: only simulated GPUs take one, between 0 and 1.5", i, g.PerfFactor)
+		}
+		if g.Lost < 0 || g.Lost > g.Count || (g.Lost != 0 && !g.Simulated) {
+			return nil, fmt.Errorf("provider.gpus[%d].lost %d: only simulated GPUs take one, between 0 and count", i, g.Lost)
+		}
+		it := protocol.OfferGPUs{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, PricePerGPUHour: price, Simulated: g.Simulated}
+		if seen[it.Model] {
+			return nil, fmt.Errorf("provider.gpus[%d]: model %s declared twice; use count", i, it.Model)
+		}
+		seen[it.Model] = true
+		items = append(items, it)
+	}
+	probe := protocol.Offer{Seq: 1, IssuedAt: time.Unix(1, 0), ExpiresAt: time.Unix(2, 0), Region: protocol.NormalizeRegion(p.Region), GPUs: items}
+	if err := probe.Validate(); err != nil {
+		return nil, fmt.Errorf("provider: %w", err)
+	}
+	return items, nil
+}
+
+// Encode writes the config as TOML.
+func (c *Config) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// checkLoopback accepts a host:port whose host is a loopback address: the API is local.
+func CheckLoopback(listen string) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("%q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%q: the API listens on loopback only (127.0.0.1 or ::1)", listen)
+	}
+	return nil
+}

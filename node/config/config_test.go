@@ -1,0 +1,104 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigCheckSaysWhatToFix(t *testing.T) {
+	cases := map[string]struct {
+		edit func(*Config)
+		want string
+	}{
+		"bad role":          {func(c *Config) { c.Role = "miner" }, `role "miner"`},
+		"bad log level":     {func(c *Config) { c.Log.Level = "loud" }, "log.level"},
+		"bad log format":    {func(c *Config) { c.Log.Format = "xml" }, "log.format"},
+		"public API":        {func(c *Config) { c.API.Listen = "0.0.0.0:8080" }, "loopback only"},
+		"bad listen":        {func(c *Config) { c.P2P.Listen = []string{"tcp/4001"} }, "p2p.listen"},
+		"bootstrap no peer": {func(c *Config) { c.P2P.Bootstrap = []string{"/ip4/1.2.3.4/tcp/4001"} }, "p2p.bootstrap"},
+		"republish > ttl/2": {func(c *Config) { c.Offers.Republish.Duration = c.Offers.TTL.Duration }, "offers.republish"},
+		"no GPUs":           {func(c *Config) { c.Provider.GPUs = nil }, "provider.gpus"},
+		"bad price":         {func(c *Config) { c.Provider.GPUs[0].PriceUSDC = "2,10" }, "price_usdc"},
+		"zero count":        {func(c *Config) { c.Provider.GPUs[0].Count = 0 }, "count 0"},
+		"bad window":        {func(c *Config) { c.Provider.Availability.Windows = []string{"mon 25:00-26:00"} }, "provider.availability"},
+		"bad zone":          {func(c *Config) { c.Provider.Availability.Timezone = "Mars/Olympus" }, "provider.availability"},
+	}
+	for name, c := range cases {
+		cfg := Defaults(RoleProvider)
+		c.edit(&cfg)
+		err := cfg.Check()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v; want one mentioning %q", name, err, c.want)
+		}
+	}
+	for _, role := range Roles {
+		cfg := Defaults(role)
+		if err := cfg.Check(); err != nil {
+			t.Errorf("defaults of %s do not pass: %v", role, err)
+		}
+	}
+}
+
+func TestLoadConfigRejectsUnknownSettings(t *testing.T) {
+	dir := t.TempDir()
+	h, _, err := Init(dir, InitOptions{Role: RoleRenter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(h.Path(ConfigFile))
+	os.WriteFile(h.Path(ConfigFile), append(b, []byte("\n[offers]\nttl_typo = \"1m\"\n")...), 0o644)
+	if _, err := h.Config(); err == nil {
+		// A duplicate [offers] table is itself an error; try a fresh key in a new table.
+		t.Fatal("config with a duplicate table loaded")
+	}
+	os.WriteFile(filepath.Join(dir, ConfigFile), append(b, []byte("\n[gpu]\nsimulate = true\n")...), 0o644)
+	if _, err := h.Config(); err == nil || !strings.Contains(err.Error(), "unknown settings: gpu") {
+		t.Fatalf("unknown setting: %v", err)
+	}
+}
+
+func TestIdentityRefusesOpenPermissions(t *testing.T) {
+	h, _, err := Init(t.TempDir(), InitOptions{Role: RoleRenter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Identity(); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(h.Path(IdentityFile), 0o644)
+	if _, err := h.Identity(); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("world-readable key accepted: %v", err)
+	}
+}
+
+// TestRenewBeforeDefault: a coordinator whose config predates certificate_renew_before, with
+// a short validity, still starts: the default shrinks to a sixth of the validity; a value
+// set by hand that is not shorter than the validity is an error naming both settings.
+func TestRenewBeforeDefault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(path, []byte("role = \"coordinator\"\n[coordinator]\ncertificate_validity = \"240h\"\n"), 0o600)
+	c, err := LoadConfig(path)
+	if err != nil || c.Coordinator.CertificateRenewBefore.Duration != 40*time.Hour {
+		t.Fatalf("renew_before %s, %v", c.Coordinator.CertificateRenewBefore, err)
+	}
+	os.WriteFile(path, []byte("role = \"coordinator\"\n[coordinator]\ncertificate_validity = \"240h\"\ncertificate_renew_before = \"240h\"\n"), 0o600)
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "certificate_renew_before") || !strings.Contains(err.Error(), "certificate_validity") {
+		t.Fatalf("renew_before as long as the validity: %v", err)
+	}
+}
+
+// TestFailedInitLeavesNothing: an init whose settings do not hold creates no home.
+func TestFailedInitLeavesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "home")
+	if _, _, err := Init(dir, InitOptions{Role: RoleRenter, Bootstrap: []string{"/ip4/1.2.3.4/tcp/4001"}}); err == nil {
+		t.Fatal("init with a bootstrap address without a peer ID succeeded")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed init left %s behind: %v", dir, err)
+	}
+}

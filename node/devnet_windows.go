@@ -1,7 +1,0 @@
-package node
-
-import "syscall"
-
-// devnetProcAttr: Windows has no process groups of the POSIX kind; the devnet stops its
-// nodes itself, and nothing kills them if the devnet is killed.
-func devnetProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{} }

@@ -1,0 +1,569 @@
+// Package benchmarks is a provider's benchmark runner (GPUs, storage, network against a
+// coordinator's challenge, signed into an attestation) and a coordinator's side of it: the
+// bench-net stream and challenges (docs/benchmarks.md).
+package benchmarks
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/bench"
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Benchmarks: a provider measures its GPUs, storage and network, signs the results with a
+// coordinator's challenge (a benchmark attestation), attaches it to its offer, and delists
+// GPUs under the thresholds (docs/benchmarks.md).
+
+// HandleBenchNet serves a provider's benchmark requests on a coordinator: a challenge, then
+// pings and transfers both ways.
+func (c *Coordinator) HandleBenchNet(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	if !c.rate.Allow(remote, time.Now()) {
+		// A benchmark run opens one stream; more than a few a minute is abuse (each may
+		// ask for 64 MiB transfers).
+		c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "rate_limited").Inc()
+		s.Reset()
+		return
+	}
+	in := bufio.NewReader(s)
+	buf := make([]byte, 64<<10)
+	for {
+		s.SetDeadline(time.Now().Add(time.Minute))
+		var m protocol.BenchNetMsg
+		if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetRequest, &m); err != nil {
+			return
+		}
+		var reply protocol.BenchNetMsg
+		switch m.Op {
+		case "challenge":
+			var nonce [16]byte
+			rand.Read(nonce[:])
+			raw, err := protocol.Seal(protocol.KindChallenge, protocol.Challenge{
+				Version: protocol.AttestationVersion, Coordinator: c.peer.ID.String(), Provider: remote.String(),
+				Nonce: hex.EncodeToString(nonce[:]), IssuedAt: c.clock.Now().UTC(),
+			}, c.peer.Key)
+			reply = protocol.BenchNetMsg{Op: m.Op, Record: raw}
+			if err != nil {
+				reply.Error = err.Error()
+			}
+		case "ping":
+			reply = protocol.BenchNetMsg{Op: m.Op}
+		case "down":
+			if m.Size < 0 || m.Size > protocol.MaxBenchTransfer {
+				return
+			}
+			for left := m.Size; left > 0; left -= int64(len(buf)) {
+				if _, err := s.Write(buf[:min(left, int64(len(buf)))]); err != nil {
+					return
+				}
+			}
+			continue
+		case "up":
+			if m.Size < 0 || m.Size > protocol.MaxBenchTransfer {
+				return
+			}
+			if _, err := io.CopyN(io.Discard, in, m.Size); err != nil {
+				return
+			}
+			reply = protocol.BenchNetMsg{Op: m.Op}
+		default:
+			return
+		}
+		if err := protocol.WriteJSONFrame(s, reply); err != nil {
+			return
+		}
+	}
+}
+
+// benchNetwork asks the coordinator for a challenge and measures the link: the median of
+// ten round trips, then size bytes each way.
+func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([]byte, protocol.NetworkBenchmark, error) {
+	nb := protocol.NetworkBenchmark{Peer: coord.String()}
+	if err := b.peer.Reach(ctx, coord); err != nil {
+		return nil, nb, err
+	}
+	s, err := b.peer.OpenStream(ctx, coord, protocol.BenchNetProtocol)
+	if err != nil {
+		return nil, nb, fmt.Errorf("reach coordinator %s for the benchmarks: %w", coord, err)
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(2 * time.Minute))
+	in := bufio.NewReader(s)
+	ask := func(m protocol.BenchNetMsg) (protocol.BenchNetMsg, error) {
+		var r protocol.BenchNetMsg
+		if err := protocol.WriteJSONFrame(s, m); err != nil {
+			return r, err
+		}
+		if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetAnswer, &r); err != nil {
+			return r, err
+		}
+		if r.Error != "" {
+			return r, errors.New(r.Error)
+		}
+		return r, nil
+	}
+	ch, err := ask(protocol.BenchNetMsg{Op: "challenge"})
+	if err != nil {
+		return nil, nb, fmt.Errorf("challenge: %w", err)
+	}
+	var rtts []time.Duration
+	for i := 0; i < 10; i++ {
+		t0 := time.Now()
+		if _, err := ask(protocol.BenchNetMsg{Op: "ping"}); err != nil {
+			return nil, nb, fmt.Errorf("ping: %w", err)
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	slices.Sort(rtts)
+	nb.RTTMilli = float64(rtts[len(rtts)/2].Microseconds()) / 1000
+	t0 := time.Now()
+	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "down", Size: size}); err != nil {
+		return nil, nb, err
+	}
+	if _, err := io.CopyN(io.Discard, in, size); err != nil {
+		return nil, nb, fmt.Errorf("download: %w", err)
+	}
+	nb.DownMbps = megabits(size, time.Since(t0))
+	t0 = time.Now()
+	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "up", Size: size}); err != nil {
+		return nil, nb, err
+	}
+	zero := make([]byte, 64<<10)
+	for left := size; left > 0; left -= int64(len(zero)) {
+		if _, err := s.Write(zero[:min(left, int64(len(zero)))]); err != nil {
+			return nil, nb, fmt.Errorf("upload: %w", err)
+		}
+	}
+	var ack protocol.BenchNetMsg
+	if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetRequest, &ack); err != nil {
+		return nil, nb, fmt.Errorf("upload: %w", err)
+	}
+	nb.UpMbps = megabits(size, time.Since(t0))
+	return ch.Record, nb, nil
+}
+
+func megabits(bytes int64, d time.Duration) float64 {
+	if d <= 0 {
+		d = time.Microsecond
+	}
+	return float64(int64(float64(bytes)*8/1e6/d.Seconds()*10+0.5)) / 10
+}
+
+// Leases are the job runner's GPU leases as the benchmarks see them.
+type Leases interface {
+	// Busy says whether a GPU is leased to a job (benchmarks leave it alone).
+	Busy(uuid string) bool
+	// Probed hands the runner the GPUs the latest probe found.
+	Probed(gpus []bench.GPUInfo)
+}
+
+// Poker wakes the provider's publisher, so that the offer shows a new attestation at once.
+type Poker interface{ Poke() }
+
+// Deps are what a provider's benchmark runner needs.
+type Deps struct {
+	Peer   *p2p.Peer
+	Ledger *ledger.Ledger
+	Clock  clock.Clock
+	Log    *slog.Logger
+	// Trusted are the coordinators whose challenges count; the first is benchmarked against.
+	Trusted  []peer.ID
+	Bench    config.BenchConfig
+	Provider config.ProviderConfig
+	// Probe opens the machine's GPU probe (NVML, or the simulated GPUs of the configuration).
+	Probe func() (bench.Probe, error)
+	// Dir is where the storage benchmark writes.
+	Dir string
+	// Jobs and Publisher may be nil.
+	Jobs      Leases
+	Publisher Poker
+}
+
+// Runner runs a provider's benchmarks and keeps the latest attestation.
+type Runner struct {
+	peer      *p2p.Peer
+	ledger    *ledger.Ledger
+	clock     clock.Clock
+	log       *slog.Logger
+	trusted   []peer.ID
+	trust     protocol.Trust
+	cfg       config.BenchConfig
+	provider  config.ProviderConfig
+	probe     func() (bench.Probe, error)
+	jobs      Leases
+	publisher Poker
+
+	dir  string // where the storage benchmark writes
+	run  sync.Mutex
+	mu   sync.Mutex
+	last *protocol.SignedAttestation
+	wake chan struct{}
+}
+
+// NewRunner returns a provider's benchmark runner holding the latest attestation from the
+// ledger while it is valid; Loop runs it.
+func NewRunner(d Deps) *Runner {
+	b := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, trusted: d.Trusted,
+		trust: protocol.NewTrust(d.Trusted...), cfg: d.Bench, provider: d.Provider, probe: d.Probe,
+		jobs: d.Jobs, publisher: d.Publisher, dir: d.Dir, wake: make(chan struct{}, 1)}
+	if raw, err := b.ledger.OwnAttestation(); err == nil {
+		if a, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust); err == nil {
+			b.last = a
+		}
+	}
+	return b
+}
+
+// Latest returns the latest attestation, nil before the first run.
+func (b *Runner) Latest() *protocol.SignedAttestation {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
+}
+
+// Run measures everything, signs the attestation, delists or relists GPUs and notifies
+// the operator. GPUs leased to a job are not benchmarked: their previous figures stay.
+func (b *Runner) Run(ctx context.Context, progress api.Progress) (*protocol.SignedAttestation, error) {
+	return b.RunWith(ctx, "", progress)
+}
+
+// RunWith is Run against a given coordinator ("" for the first trusted one): a
+// coordinator's challenge is answered with its own nonce.
+func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progress) (*protocol.SignedAttestation, error) {
+	if progress == nil {
+		progress = func(int, int, string) {}
+	}
+	b.run.Lock()
+	defer b.run.Unlock()
+	ids := b.trusted
+	if len(ids) == 0 {
+		return nil, errors.New("no coordinator to benchmark against: set trust.coordinators")
+	}
+	probe, err := b.probe()
+	if err != nil {
+		return nil, err
+	}
+	defer probe.Close()
+	gpus, err := probe.GPUs()
+	if err != nil {
+		return nil, err
+	}
+	if b.jobs != nil {
+		b.jobs.Probed(gpus)
+	}
+	steps, step := len(gpus)+2, 0
+	next := func(what string) { step++; progress(step, steps, what) }
+	if coord == "" {
+		coord = ids[0]
+	}
+	next("network and challenge (coordinator " + coord.String() + ")")
+	challenge, nb, err := b.benchNetwork(ctx, coord, b.cfg.NetworkMB<<20)
+	if err != nil {
+		return nil, err
+	}
+	prev := map[string]protocol.GPUBenchmark{}
+	if last := b.Latest(); last != nil {
+		for _, g := range last.GPUs {
+			prev[g.UUID] = g
+		}
+	}
+	seq, err := b.ledger.NextSerial("attestation", b.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	a := protocol.Attestation{Version: protocol.AttestationVersion, Provider: b.peer.ID.String(), Seq: seq, Challenge: challenge, Network: nb}
+	for _, g := range gpus {
+		next(fmt.Sprintf("GPU %d %s", g.Index, g.Model))
+		if a.DriverVersion == "" {
+			a.DriverVersion, a.CUDAVersion = g.DriverVersion, g.CUDAVersion
+		}
+		if g.Health.Error != "" {
+			// Counted against its model, so that the offer lists one GPU fewer: the model
+			// the probe still reports, else the one this GPU had in the last attestation,
+			// else the only model declared.
+			model := g.Model
+			if p, ok := prev[g.UUID]; ok && model == "" {
+				model = p.Model
+			}
+			if items, err := b.provider.Items(); err == nil && model == "" && len(items) == 1 {
+				model = items[0].Model
+			}
+			if model == "" {
+				model = "LOST"
+			}
+			uuid := g.UUID
+			if uuid == "" {
+				uuid = fmt.Sprintf("lost-%d", g.Index)
+			}
+			a.GPUs = append(a.GPUs, protocol.GPUBenchmark{UUID: uuid, Model: model, Below: protocol.LostPrefix + g.Health.Error})
+			continue
+		}
+		if b.jobs != nil && b.jobs.Busy(g.UUID) {
+			if p, ok := prev[g.UUID]; ok {
+				a.GPUs = append(a.GPUs, p) // leased: never benchmarked during a lease
+			} else {
+				a.GPUs = append(a.GPUs, protocol.GPUBenchmark{UUID: g.UUID, Model: g.Model, Simulated: g.Simulated})
+			}
+			continue
+		}
+		r, err := bench.Compute(ctx, g, seq)
+		if errors.Is(err, bench.ErrComputeUnavailable) {
+			b.log.Warn("GPU figures not measured", "gpu", g.UUID, "err", err)
+		} else if err != nil {
+			return nil, err
+		}
+		a.GPUs = append(a.GPUs, r)
+	}
+	next("storage")
+	if a.Storage, err = bench.Storage(ctx, b.dir, b.cfg.StorageMB<<20); err != nil {
+		return nil, err
+	}
+	a.IssuedAt = b.clock.Now().UTC()
+	raw, err := protocol.Seal(protocol.KindAttestation, a, b.peer.Key)
+	if err != nil {
+		return nil, err
+	}
+	signed, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust)
+	if err != nil {
+		return nil, fmt.Errorf("own attestation does not hold: %w", err)
+	}
+	if err := b.ledger.SetOwnAttestation(raw); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	old := b.last
+	b.last = signed
+	b.mu.Unlock()
+	b.notifyChanges(old, signed)
+	if b.publisher != nil {
+		b.publisher.Poke()
+	}
+	b.log.Info("benchmarks done", "gpus", len(a.GPUs), "rtt_ms", nb.RTTMilli, "storage_write_mbps", a.Storage.SeqWriteMBps)
+	return signed, nil
+}
+
+// notifyChanges tells the operator about every GPU that fell under a threshold or came
+// back over it.
+func (b *Runner) notifyChanges(old, cur *protocol.SignedAttestation) {
+	was := map[string]string{}
+	if old != nil {
+		for _, g := range old.GPUs {
+			was[g.UUID] = g.Below
+		}
+	}
+	now := map[string]bool{}
+	for _, g := range cur.GPUs {
+		now[g.UUID] = true
+		before, known := was[g.UUID]
+		switch {
+		case strings.HasPrefix(g.Below, protocol.LostPrefix) && (!known || before == ""):
+			b.notice(fmt.Sprintf("GPU %s (%s) delisted", g.UUID, g.Model), g.Below+": the driver no longer reaches it (fallen off the bus). "+
+				"Check `nvidia-smi` and the kernel log for Xid errors, power and seating; a lost GPU usually needs a reboot. "+
+				"It stays out of your offer and gets no job until it answers again.")
+		case g.Below != "" && (!known || before == ""):
+			b.notice(fmt.Sprintf("GPU %s (%s) delisted", g.UUID, g.Model), g.Below+". It stays out of your offer until a benchmark run passes (gpunex bench run).")
+		case g.Below == "" && known && before != "":
+			b.notice(fmt.Sprintf("GPU %s (%s) listed again", g.UUID, g.Model), fmt.Sprintf("The latest benchmarks pass the thresholds (performance score %d).", g.PerfScore))
+		}
+	}
+	// A lost GPU has no UUID of its own in the attestation (lost-<index>): when it answers
+	// again, its entry is gone.
+	if old != nil {
+		for _, g := range old.GPUs {
+			if strings.HasPrefix(g.Below, protocol.LostPrefix) && !now[g.UUID] {
+				b.notice(fmt.Sprintf("GPU %s (%s) answers again", g.UUID, g.Model), "The driver reaches it again; it is back in your offer once its benchmarks pass (see gpunex bench show).")
+			}
+		}
+	}
+}
+
+func (b *Runner) notice(subject, body string) {
+	now := b.clock.Now()
+	seq, err := b.ledger.NextSerial("node-notification", now)
+	if err == nil {
+		_, err = b.ledger.AddNotification(ledger.Notification{ReceivedAt: now, From: "node", Seq: seq, Subject: subject, Body: body})
+	}
+	if err != nil {
+		b.log.Warn("storing a notification failed", "err", err)
+	}
+	b.log.Warn(subject, "why", body)
+}
+
+// Delisted counts, per model, the GPUs the latest attestation puts under a threshold.
+func (b *Runner) Delisted() map[string]int {
+	out := map[string]int{}
+	if a := b.Latest(); a != nil {
+		for _, g := range a.GPUs {
+			if g.Below != "" {
+				out[g.Model]++
+			}
+		}
+	}
+	return out
+}
+
+// Loop runs the benchmarks once the node has peers, then whenever the interval has passed
+// or the driver changed (checked hourly), or on request.
+func (b *Runner) Loop(ctx context.Context) {
+	for b.peer.Connected() == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.clock.After(500 * time.Millisecond):
+		}
+	}
+	for {
+		if b.Due() {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			if _, err := b.Run(rctx, nil); err != nil && ctx.Err() == nil {
+				b.log.Warn("benchmark run failed; retrying later", "err", err)
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.wake:
+		case <-b.clock.After(min(time.Hour, b.cfg.Interval.Duration)):
+		}
+	}
+}
+
+// Due says whether a run is needed: none yet, older than the interval, or the driver
+// changed since.
+func (b *Runner) Due() bool {
+	gpus, err := b.detect()
+	if err == nil && b.jobs != nil {
+		b.jobs.Probed(gpus)
+	}
+	last := b.Latest()
+	if last == nil || b.clock.Now().Sub(last.IssuedAt) >= b.cfg.Interval.Duration {
+		return true
+	}
+	if err != nil || len(gpus) == 0 {
+		return false
+	}
+	// A driver change, or a GPU that fell off the bus or came back since the last run.
+	lostNow, lostThen := 0, 0
+	for _, g := range gpus {
+		if g.Health.Error != "" {
+			lostNow++
+		}
+	}
+	for _, g := range last.GPUs {
+		if strings.HasPrefix(g.Below, protocol.LostPrefix) {
+			lostThen++
+		}
+	}
+	return gpus[0].DriverVersion != last.DriverVersion || lostNow != lostThen
+}
+
+// detect lists the machine's GPUs.
+func (b *Runner) detect() ([]bench.GPUInfo, error) {
+	p, err := b.probe()
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return p.GPUs()
+}
+
+// View is the API's view of an attestation.
+func View(a *protocol.SignedAttestation) api.BenchView {
+	return api.BenchView{Attestation: &a.Attestation, Raw: a.Raw}
+}
+
+// CoordinatorDeps are what a coordinator's side of the benchmarks needs.
+type CoordinatorDeps struct {
+	Peer    *p2p.Peer
+	Clock   clock.Clock
+	Metrics *metrics.Metrics
+	// Trust checks the providers' attestations (the coordinator trusts itself).
+	Trust protocol.Trust
+}
+
+// Coordinator serves the providers' network benchmark and challenges (bench-net stream) and
+// asks providers to benchmark now.
+type Coordinator struct {
+	peer    *p2p.Peer
+	clock   clock.Clock
+	metrics *metrics.Metrics
+	trust   protocol.Trust
+	// rate bounds the bench-net streams of each peer.
+	rate *p2p.PeerRate
+}
+
+// benchRunsPerMinute bounds the bench-net streams a peer opens in a minute.
+const benchRunsPerMinute = 6
+
+// NewCoordinator returns a coordinator's side of the benchmarks.
+func NewCoordinator(d CoordinatorDeps) *Coordinator {
+	return &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute)}
+}
+
+// ChallengeProvider asks a provider to run its benchmarks now (a coordinator's request):
+// the provider answers once the new attestation is signed, and returns it.
+func (c *Coordinator) ChallengeProvider(ctx context.Context, p peer.ID) (*protocol.SignedAttestation, error) {
+	s, err := c.peer.OpenStream(ctx, p, protocol.BenchChallengeProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("reach provider %s: %w", p, err)
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(10 * time.Minute))
+	s.CloseWrite()
+	var reply protocol.BenchNetMsg
+	if err := protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxBenchChallengeAnswer, &reply); err != nil {
+		return nil, fmt.Errorf("provider's answer: %w", err)
+	}
+	if reply.Error != "" {
+		return nil, fmt.Errorf("provider %s: %s", p, reply.Error)
+	}
+	a, err := protocol.CheckAttestation(reply.Record, c.clock.Now(), c.trust)
+	if err != nil {
+		return nil, fmt.Errorf("provider's attestation: %w", err)
+	}
+	if a.Signer != p || a.Challenge.Coordinator != c.peer.ID.String() {
+		return nil, fmt.Errorf("%w: attestation by %s on a challenge of %s", protocol.ErrWrongSigner, a.Signer, a.Challenge.Coordinator)
+	}
+	return a, nil
+}
+
+// HandleBenchChallenge runs the benchmarks when a trusted coordinator asks.
+func (b *Runner) HandleBenchChallenge(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	if !b.trust[remote] {
+		protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Error: "only a trusted coordinator may ask for a benchmark run"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	a, err := b.RunWith(ctx, remote, nil)
+	if err != nil {
+		protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Error: err.Error()})
+		return
+	}
+	protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "attestation", Record: a.Raw})
+}

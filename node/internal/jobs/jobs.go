@@ -1,0 +1,134 @@
+// Package jobs runs jobs: the provider's job runner (proposals, GPU leases, the sandbox, job
+// watchers, receipts) and every node's renter side (propose, follow, cancel, fetch).
+package jobs
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Jobs: a renter proposes, the provider answers with a lease or a reason, the renter
+// countersigns, sends or names the image, and the provider runs it in its sandbox
+// (docs/protocols/jobs.md).
+
+const (
+	jobStepTimeout = 30 * time.Second
+)
+
+// ErrRefused wraps a provider's refusal of a proposal; its text is the reason.
+var ErrRefused = errors.New("proposal refused")
+
+// viewJob is a job as the API shows it; now is when a running job's seconds and cost are
+// counted to.
+func viewJob(j ledger.Job, now time.Time) api.JobView {
+	v := api.JobView{ID: j.ID, Side: j.Side, Peer: j.Peer, State: j.State, Error: j.Error, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt,
+		ExitCode: j.ExitCode, ExitReason: j.ExitReason, GPUUUIDs: j.GPUs, Receipt: j.Receipt, Countersign: len(j.ReceiptCountersig) > 0}
+	if p, err := openProposal(j.Proposal); err == nil {
+		v.Model, v.GPUs = p.Model, p.GPUs
+		v.Image = p.Image.Ref
+		if v.Image == "" {
+			v.Image = "archive sha256:" + p.Image.ArchiveSHA256[:12]
+		}
+	}
+	if l, _, err := protocol.OpenLease(j.Lease); err == nil {
+		v.Price, v.EndsAt = l.Price, l.EndsAt
+	}
+	if r, err := openReceipt(j.Receipt); err == nil {
+		v.Seconds, v.Cost = r.Seconds, r.Amount
+	} else if !j.StartedAt.IsZero() && j.State == ledger.JobRunning {
+		v.Seconds = int64(now.Sub(j.StartedAt) / time.Second)
+		v.Cost = protocol.Cost(v.Price, v.GPUs, v.Seconds)
+	}
+	v.PriceUSDC, v.CostUSDC = v.Price.String(), v.Cost.String()
+	return v
+}
+
+// openProposal reads a stored proposal (checked when it arrived).
+func openProposal(raw []byte) (*protocol.Proposal, error) {
+	env, err := protocol.Open(raw)
+	if err != nil {
+		return nil, err
+	}
+	var p protocol.Proposal
+	if err := decodeJSONStrict(env.Payload, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// openReceipt reads a stored receipt (checked when it was made or received).
+func openReceipt(raw []byte) (*protocol.Receipt, error) {
+	if len(raw) == 0 {
+		return nil, api.ErrNotFound
+	}
+	env, err := protocol.Open(raw)
+	if err != nil {
+		return nil, err
+	}
+	var r protocol.Receipt
+	if err := decodeJSONStrict(env.Payload, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func sendMsg(w io.Writer, m protocol.JobMsg) error { return protocol.WriteJSONFrame(w, m) }
+
+func readMsg(r *bufio.Reader) (protocol.JobMsg, error) {
+	var m protocol.JobMsg
+	err := protocol.ReadJSONFrame(r, protocol.MaxJobFrame, &m)
+	return m, err
+}
+
+// hashingReader computes the SHA-256 of what is read through it.
+type hashingReader struct {
+	r io.Reader
+	h interface {
+		io.Writer
+		Sum([]byte) []byte
+	}
+}
+
+func newHashingReader(r io.Reader) *hashingReader { return &hashingReader{r: r, h: sha256.New()} }
+
+func (h *hashingReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.h.Write(p[:n])
+	return n, err
+}
+
+func (h *hashingReader) sum() string { return hex.EncodeToString(h.h.Sum(nil)) }
+
+// fileSHA256 hashes a file and returns its hex digest and size.
+func fileSHA256(r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}
+
+func jobErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))
+}
+
+func decodeJSONStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// wireStatus is a job's view as the job streams carry it.
+func wireStatus(v api.JobView) *protocol.JobStatus {
+	st := protocol.JobStatus(v)
+	return &st
+}

@@ -1,0 +1,928 @@
+package jobs
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/bench"
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
+)
+
+// Publisher is the provider's offer as the job runner sees it (the offers subsystem's
+// publisher).
+type Publisher interface {
+	// Current returns the offer as last published, nil before the first.
+	Current() *protocol.SignedOffer
+	// Open says whether the provider's availability schedule is open at now.
+	Open(now time.Time) bool
+}
+
+// Attestations give the provider's latest benchmark attestation (the benchmark runner): a
+// GPU it delists is leased to no job.
+type Attestations interface {
+	Latest() *protocol.SignedAttestation
+}
+
+// Reporter sends a provider's job, with its final receipt, to its coordinator (the money
+// subsystem).
+type Reporter interface {
+	ReportJob(ctx context.Context, j ledger.Job)
+}
+
+// Deps are what a provider's job runner needs.
+type Deps struct {
+	// Peer gives the provider's ID and key (leases and receipts are signed with it).
+	Peer    *p2p.Peer
+	Ledger  *ledger.Ledger
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	Jobs    config.JobsConfig
+	// Trusted are the coordinators whose escrow holds count and who may ask for a hold's
+	// release.
+	Trusted []peer.ID
+	// Runtime is the sandbox jobs run in; nil when jobs cannot run here, and RuntimeErr
+	// says why (proposals are then refused with it).
+	Runtime    sandbox.Runtime
+	RuntimeErr error
+	// Dir holds the per-job folders (image archive, log, output); it is created if need be.
+	Dir string
+	// Probe opens the machine's GPU probe (NVML, or the simulated GPUs of the
+	// configuration): the GPUs jobs get are the ones it finds.
+	Probe func() (bench.Probe, error)
+	// Publisher is the provider's offer; nil refuses every proposal as outside the
+	// availability window.
+	Publisher Publisher
+	Reports   Reporter
+}
+
+// Runner is the provider's side of jobs: it decides on proposals by its policy, reserves
+// GPUs, receives images, runs jobs in the sandbox, watches them, and writes receipts.
+type Runner struct {
+	peer      *p2p.Peer
+	ledger    *ledger.Ledger
+	clock     clock.Clock
+	log       *slog.Logger
+	metrics   *metrics.Metrics
+	cfg       config.JobsConfig
+	trusted   []peer.ID
+	publisher Publisher
+	reports   Reporter
+
+	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
+	rtErr error
+	// detectErr says why the probe found no GPU at start; cleared when a later probe
+	// finds one (under mu).
+	detectErr error
+	dir       string // per-job folders: image archive, log, output
+
+	mu      sync.Mutex
+	attest  Attestations // nil until UseAttestations
+	gpus    []gpuSlot
+	lost    map[string]bool // UUIDs of slots the latest probe did not find healthy
+	rate    *p2p.PeerRate
+	cancels map[string]context.CancelFunc // running jobs' watchers
+	images  map[string]string             // image references by archive SHA-256
+	imports map[string]*sync.Mutex        // one import per archive at a time
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// gpuSlot is one GPU of the provider and the job holding it ("" when free).
+type gpuSlot struct {
+	model string
+	gpu   sandbox.GPU
+	job   string
+}
+
+// NewRunner returns a provider's job runner with the GPUs the probe finds. The node then
+// runs Reconcile, hands it the benchmark runner (UseAttestations) and registers its
+// stream handlers.
+func NewRunner(d Deps) (*Runner, error) {
+	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
+		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
+		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
+	// The GPUs jobs get are the ones the probe finds, with their real UUIDs and indexes
+	// (simulated ones where the configuration declares them).
+	gpus, err := detectGPUs(d.Probe)
+	if err != nil {
+		r.detectErr = fmt.Errorf("GPU detection: %w", err)
+		r.log.Warn("no GPUs for jobs", "err", err)
+	}
+	for _, g := range gpus {
+		if !usable(g) {
+			if g.Health.Error == "" && g.UUID != "" {
+				r.log.Warn("GPU left out of jobs: its device node is unknown (NVML gave no minor number)", "uuid", g.UUID)
+			}
+			continue
+		}
+		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
+	}
+	return r, nil
+}
+
+// detectGPUs lists the machine's GPUs through a probe.
+func detectGPUs(open func() (bench.Probe, error)) ([]bench.GPUInfo, error) {
+	p, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return p.GPUs()
+}
+
+// UseAttestations hands the runner the provider's benchmark runner, built after the job
+// runner because it asks which GPUs are leased. Until then no GPU is delisted for jobs.
+func (r *Runner) UseAttestations(a Attestations) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attest = a
+}
+
+// Reserve takes n free GPUs of a model for a job, or says how many are free.
+func (r *Runner) Reserve(job, model string, n int) ([]sandbox.GPU, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delisted := map[string]bool{}
+	if r.attest != nil {
+		if a := r.attest.Latest(); a != nil {
+			for _, g := range a.GPUs {
+				if g.Below != "" {
+					delisted[g.UUID] = true
+				}
+			}
+		}
+	}
+	var free, total []int
+	for i, s := range r.gpus {
+		if s.model == model && !delisted[s.gpu.UUID] && !r.lost[s.gpu.UUID] {
+			total = append(total, i)
+			if s.job == "" {
+				free = append(free, i)
+			}
+		}
+	}
+	switch {
+	case len(total) == 0:
+		return nil, jobErr("this provider offers no %s", model)
+	case n > len(total):
+		return nil, jobErr("%d x %s asked, this provider has %d", n, model, len(total))
+	case n > len(free):
+		return nil, jobErr("capacity: %d of %d %s free right now", len(free), len(total), model)
+	}
+	var out []sandbox.GPU
+	for _, i := range free[:n] {
+		r.gpus[i].job = job
+		out = append(out, r.gpus[i].gpu)
+	}
+	return out, nil
+}
+
+// Probed takes the latest list of the machine's GPUs: a GPU the probe no longer finds
+// healthy (fallen off the bus, or gone from the list) is leased to no new job until a probe
+// finds it again, and a healthy GPU the runner did not have (lost when it started) gets a
+// slot.
+func (r *Runner) Probed(gpus []bench.GPUInfo) {
+	healthy := map[string]bench.GPUInfo{}
+	for _, g := range gpus {
+		if usable(g) {
+			healthy[g.UUID] = g
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	have := map[string]bool{}
+	r.lost = map[string]bool{}
+	for i, s := range r.gpus {
+		have[s.gpu.UUID] = true
+		if g, ok := healthy[s.gpu.UUID]; ok { // as it is now (after a driver reload, say)
+			r.gpus[i].model = g.Model
+			r.gpus[i].gpu.Index, r.gpus[i].gpu.Minor, r.gpus[i].gpu.Simulated = g.Index, g.DeviceMinor, g.Simulated
+		} else {
+			r.lost[s.gpu.UUID] = true
+		}
+	}
+	for _, g := range gpus {
+		if _, ok := healthy[g.UUID]; ok && !have[g.UUID] {
+			have[g.UUID] = true
+			r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
+			r.log.Info("GPU available for jobs", "uuid", g.UUID, "model", g.Model)
+		}
+	}
+	if len(healthy) > 0 {
+		r.detectErr = nil
+	}
+}
+
+// usable says whether a probed GPU can run jobs: healthy, and for a real GPU with a known
+// device node.
+func usable(g bench.GPUInfo) bool {
+	return g.Health.Error == "" && g.UUID != "" && (g.Simulated || g.DeviceMinor >= 0)
+}
+
+// Release frees a job's GPUs.
+func (r *Runner) Release(job string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.gpus {
+		if r.gpus[i].job == job {
+			r.gpus[i].job = ""
+		}
+	}
+}
+
+// Hold marks GPUs (by UUID) as a job's, after a restart.
+func (r *Runner) Hold(job string, uuids []string) []sandbox.GPU {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sandbox.GPU
+	for _, u := range uuids {
+		i := slices.IndexFunc(r.gpus, func(s gpuSlot) bool { return s.gpu.UUID == u })
+		if i < 0 {
+			// The probe did not find this GPU healthy at start, but the job still runs on
+			// it: a slot that stays the job's, so that it is never leased twice (probed
+			// fills in its details when the GPU answers).
+			r.gpus = append(r.gpus, gpuSlot{gpu: sandbox.GPU{UUID: u, Index: -1, Minor: -1}})
+			i = len(r.gpus) - 1
+		}
+		r.gpus[i].job = job
+		out = append(out, r.gpus[i].gpu)
+	}
+	return out
+}
+
+// Busy reports whether a GPU is leased (benchmarks leave leased GPUs alone).
+func (r *Runner) Busy(uuid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.gpus {
+		if s.gpu.UUID == uuid {
+			return s.job != ""
+		}
+	}
+	return false
+}
+
+func (r *Runner) jobDir(id string) string { return filepath.Join(r.dir, id) }
+
+// HandleJob runs the provider's side of a negotiation.
+func (r *Runner) HandleJob(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	s.SetDeadline(time.Now().Add(jobStepTimeout))
+	in := bufio.NewReader(s)
+	refuse := func(reason string, err error) {
+		r.metrics.JobProposals.WithLabelValues(reason).Inc()
+		sendMsg(s, protocol.JobMsg{Type: "reject", Reason: err.Error()})
+		r.log.Info("proposal refused", "renter", remote, "reason", reason, "err", err)
+	}
+	now := r.clock.Now()
+	if !r.rate.Allow(remote, now) {
+		refuse("rate_limited", fmt.Errorf("more than %d proposals in a minute from %s: slow down", r.cfg.ProposalsPerMinute, remote))
+		return
+	}
+	m, err := readMsg(in)
+	if err != nil || m.Type != "propose" {
+		if err == nil {
+			err = fmt.Errorf("%w: expected a proposal, got %q", protocol.ErrMalformed, m.Type)
+		}
+		refuse(protocol.Reason(err), err)
+		return
+	}
+	proposalRaw := m.Record
+	p, err := protocol.CheckProposal(proposalRaw, now)
+	if err == nil && p.Renter != remote.String() {
+		err = fmt.Errorf("%w: proposal signed by %s arrived from %s", protocol.ErrWrongSigner, p.Renter, remote)
+	}
+	if err == nil && p.Provider != r.peer.ID.String() {
+		err = fmt.Errorf("%w: proposal addressed to %s", protocol.ErrInvalid, p.Provider)
+	}
+	if err != nil {
+		refuse(protocol.Reason(err), err)
+		return
+	}
+	lease, gpus, counter, err := r.decide(p, proposalRaw, now)
+	if counter > 0 {
+		r.metrics.JobProposals.WithLabelValues("countered").Inc()
+		sendMsg(s, protocol.JobMsg{Type: "counter", Price: counter, Reason: err.Error()})
+		return
+	}
+	if err != nil {
+		refuse("policy", err)
+		return
+	}
+	defer func() {
+		if err != nil {
+			r.Release(p.Job)
+		}
+	}()
+	cached := r.cachedImage(p)
+	if err = sendMsg(s, protocol.JobMsg{Type: "accept", Record: lease, ImageCached: cached != ""}); err != nil {
+		return
+	}
+	m, err = readMsg(in)
+	if err == nil && m.Type != "countersign" {
+		err = fmt.Errorf("expected the lease's countersignature, got %q", m.Type)
+	}
+	if err == nil {
+		_, err = protocol.CheckCountersignature(m.Record, lease, protocol.KindLease, remote)
+	}
+	if err != nil {
+		r.metrics.JobProposals.WithLabelValues("countersign_failed").Inc()
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	var uuids []string
+	for _, g := range gpus {
+		uuids = append(uuids, g.UUID)
+	}
+	if err = r.ledger.CreateJob(ledger.Job{
+		ID: p.Job, Side: "provider", Peer: remote.String(), State: ledger.JobLeased, CreatedAt: now, UpdatedAt: now,
+		Proposal: proposalRaw, Lease: lease, LeaseCountersig: m.Record, GPUs: uuids,
+	}); err != nil {
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	r.metrics.JobProposals.WithLabelValues("accepted").Inc()
+	ref := cached
+	if ref == "" {
+		ref, err = r.receiveImage(s, in, p)
+	}
+	// A pull and the start take their time: the renter waits up to two minutes after
+	// the image, and learns the outcome either way.
+	s.SetDeadline(time.Now().Add(providerStartTimeout))
+	if err == nil {
+		err = r.start(p, lease, ref, gpus)
+	}
+	if err != nil {
+		r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
+			j.State, j.Error, j.UpdatedAt = ledger.JobFailed, err.Error(), r.clock.Now()
+			return nil
+		})
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	j, _ := r.ledger.GetJob(p.Job)
+	v := viewJob(j, r.clock.Now())
+	sendMsg(s, protocol.JobMsg{Type: "started", Status: wireStatus(v)})
+}
+
+// providerStartTimeout bounds a provider's pull and start of a job's image; the renter
+// waits a minute longer for the outcome.
+const providerStartTimeout = 10 * time.Minute
+
+// decide applies the provider's policy to a checked proposal. It returns a signed lease and
+// the GPUs reserved for it, or the price to counter with, or why not.
+func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease []byte, gpus []sandbox.GPU, counter protocol.MicroUSDC, err error) {
+	if r.rtErr != nil {
+		return nil, nil, 0, jobErr("this provider cannot run jobs right now: %v", r.rtErr)
+	}
+	if slices.Contains(r.cfg.BlockedRenters, p.Renter) {
+		return nil, nil, 0, jobErr("renter %s is blocked by this provider", p.Renter)
+	}
+	r.mu.Lock()
+	closed, detectErr := r.closed, r.detectErr
+	r.mu.Unlock()
+	if detectErr != nil {
+		return nil, nil, 0, jobErr("this provider cannot run jobs right now: %v", detectErr)
+	}
+	if closed {
+		return nil, nil, 0, jobErr("the provider is shutting down")
+	}
+	if r.publisher == nil || !r.publisher.Open(now) {
+		return nil, nil, 0, jobErr("outside the provider's availability window")
+	}
+	var item *protocol.OfferGPUs
+	if cur := r.publisher.Current(); cur != nil && cur.Offer.Withdrawn == "" {
+		for i := range cur.Offer.GPUs {
+			if cur.Offer.GPUs[i].Model == p.Model {
+				item = &cur.Offer.GPUs[i]
+			}
+		}
+	}
+	if item == nil {
+		return nil, nil, 0, jobErr("no %s on offer here now", p.Model)
+	}
+	if p.GPUs > item.Count {
+		return nil, nil, 0, jobErr("%d x %s asked, %d offered", p.GPUs, p.Model, item.Count)
+	}
+	if item.PricePerGPUHour > p.MaxPrice {
+		return nil, nil, item.PricePerGPUHour, fmt.Errorf("the price is %s USDC per GPU-hour, above your maximum of %s", item.PricePerGPUHour, p.MaxPrice)
+	}
+	if max := r.cfg.MaxImageMB << 20; p.Image.ArchiveSize > max {
+		return nil, nil, 0, jobErr("image archive of %d MB, this provider takes at most %d MB", p.Image.ArchiveSize>>20, r.cfg.MaxImageMB)
+	}
+	if _, err := r.ledger.GetJob(p.Job); err == nil {
+		return nil, nil, 0, fmt.Errorf("%w: job %s was proposed before", protocol.ErrReplay, p.Job)
+	}
+	if err := r.checkEscrow(p, item.PricePerGPUHour, now); err != nil {
+		return nil, nil, 0, err
+	}
+	if gpus, err = r.Reserve(p.Job, p.Model, p.GPUs); err != nil {
+		return nil, nil, 0, err
+	}
+	cfg := r.cfg
+	l := protocol.Lease{
+		Version: protocol.JobVersion, Job: p.Job, Proposal: protocol.RecordSHA256(raw), Renter: p.Renter, Provider: p.Provider,
+		Model: p.Model, GPUs: p.GPUs, Price: item.PricePerGPUHour, IssuedAt: now.UTC(),
+		EndsAt: now.UTC().Add(time.Duration(p.MaxSeconds) * time.Second),
+		Limits: protocol.Limits{
+			MemoryBytes: int64(p.GPUs) * cfg.MemoryMBPerGPU << 20, CPUMillis: int64(p.GPUs) * cfg.CPUMillisPerGPU,
+			Pids: cfg.Pids, ScratchBytes: cfg.ScratchMB << 20,
+		},
+		Egress: p.Egress,
+	}
+	if lease, err = protocol.Seal(protocol.KindLease, l, r.peer.Key); err != nil {
+		r.Release(p.Job)
+		return nil, nil, 0, err
+	}
+	return lease, gpus, 0, nil
+}
+
+// checkEscrow applies jobs.require_escrow: the proposal carries a hold signed by a trusted
+// coordinator that covers the job's maximum cost at this provider's price and lasts past
+// the lease's end. Without the setting a hold, when given, is still checked.
+func (r *Runner) checkEscrow(p *protocol.Proposal, price protocol.MicroUSDC, now time.Time) error {
+	if len(p.Hold) == 0 {
+		if r.cfg.RequireEscrow {
+			return jobErr("this provider requires an escrow hold from its coordinator: deposit USDC (gpunex wallet deposit) and propose again")
+		}
+		return nil
+	}
+	h, err := protocol.CheckHold(p.Hold, now, protocol.NewTrust(r.trusted...))
+	if err != nil {
+		return jobErr("escrow hold refused: %v", err)
+	}
+	if err := protocol.CheckHoldCovers(h, p, price, now.Add(time.Duration(p.MaxSeconds)*time.Second)); err != nil {
+		return jobErr("escrow hold refused: %v", err)
+	}
+	return nil
+}
+
+// receiveImage takes the job's image: the archive the renter streams (checked against the
+// proposal's digest), or a pull of the reference.
+func (r *Runner) receiveImage(s network.Stream, in *bufio.Reader, p *protocol.Proposal) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if p.Image.Ref != "" {
+		s.SetDeadline(time.Now().Add(10 * time.Minute))
+		if _, err := r.rt.PullImage(ctx, p.Image.Ref); err != nil {
+			return "", fmt.Errorf("pull %s: %w", p.Image.Ref, err)
+		}
+		return p.Image.Ref, nil
+	}
+	// At least 1 MB/s, and never less than the usual step timeout.
+	s.SetDeadline(time.Now().Add(jobStepTimeout + time.Duration(p.Image.ArchiveSize>>20)*time.Second))
+	dir := r.jobDir(p.Job)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "image.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(path)
+	defer f.Close()
+	h := newHashingReader(io.LimitReader(in, p.Image.ArchiveSize))
+	n, err := io.Copy(f, h)
+	if err != nil {
+		return "", fmt.Errorf("receive image archive: %w", err)
+	}
+	if n != p.Image.ArchiveSize {
+		return "", fmt.Errorf("image archive: %d of %d bytes received", n, p.Image.ArchiveSize)
+	}
+	if got := h.sum(); got != p.Image.ArchiveSHA256 {
+		r.metrics.JobProposals.WithLabelValues("image_digest").Inc()
+		return "", fmt.Errorf("%w: image archive digest sha256:%s does not match the proposal's sha256:%s", protocol.ErrInvalid, got, p.Image.ArchiveSHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	// One import per archive at a time: proposals racing with the same image wait for the
+	// first import and use it.
+	lock := r.importLock(p.Image.ArchiveSHA256)
+	lock.Lock()
+	defer lock.Unlock()
+	if ref := r.cachedImage(p); ref != "" {
+		return ref, nil
+	}
+	ref, _, err := r.rt.ImportImage(ctx, f)
+	if err != nil {
+		return "", fmt.Errorf("import image: %w", err)
+	}
+	r.mu.Lock()
+	r.images[p.Image.ArchiveSHA256] = ref
+	r.mu.Unlock()
+	return ref, nil
+}
+
+// importLock returns the lock that serialises imports of one archive.
+func (r *Runner) importLock(sha string) *sync.Mutex {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.imports[sha]
+	if l == nil {
+		l = &sync.Mutex{}
+		r.imports[sha] = l
+	}
+	return l
+}
+
+// cachedImage returns the reference of an archive image this provider imported before and
+// still holds, or "".
+func (r *Runner) cachedImage(p *protocol.Proposal) string {
+	if p.Image.ArchiveSHA256 == "" {
+		return ""
+	}
+	r.mu.Lock()
+	ref := r.images[p.Image.ArchiveSHA256]
+	r.mu.Unlock()
+	if ref == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.rt.ImageSize(ctx, ref); err != nil {
+		return ""
+	}
+	return ref
+}
+
+// start runs the job in the sandbox and watches it.
+func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus []sandbox.GPU) error {
+	l, _, err := protocol.OpenLease(leaseRaw)
+	if err != nil {
+		return err
+	}
+	dir := r.jobDir(p.Job)
+	out := filepath.Join(dir, "output")
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		return err
+	}
+	now := r.clock.Now()
+	wall := l.EndsAt.Sub(now)
+	if wall <= 0 {
+		return errors.New("the lease ended before the job could start")
+	}
+	spec := sandbox.Spec{
+		ID: p.Job, Image: ref, Args: p.Args, Env: p.Env, GPUs: gpus, Egress: l.Egress,
+		MemoryBytes: l.Limits.MemoryBytes, CPUMillis: l.Limits.CPUMillis, Pids: l.Limits.Pids, ScratchBytes: l.Limits.ScratchBytes,
+		WallClock: wall, OutputDir: out, LogPath: filepath.Join(dir, "log"),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.rt.Start(ctx, spec); err != nil {
+		r.rt.Remove(context.Background(), p.Job)
+		return fmt.Errorf("start: %w", err)
+	}
+	started := r.clock.Now()
+	if _, err := r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
+		j.State, j.StartedAt, j.UpdatedAt = ledger.JobRunning, started, started
+		return nil
+	}); err != nil {
+		return err
+	}
+	r.metrics.JobsStarted.Inc()
+	r.log.Info("job started", "job", p.Job, "renter", p.Renter, "gpus", len(gpus), "image", ref)
+	r.watch(p.Job)
+	return nil
+}
+
+// watch waits for a job's end in the background and then writes its receipt.
+func (r *Runner) watch(id string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.mu.Lock()
+	r.cancels[id] = cancel
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer cancel()
+		exit, err := r.rt.Wait(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return // the node is closing without stopping jobs; the next start resumes
+			}
+			exit = sandbox.Exit{Code: -1, Reason: "lost: " + err.Error()}
+		}
+		r.finish(id, exit)
+	}()
+}
+
+// finish writes the final receipt of a job, frees its GPUs and removes its container.
+func (r *Runner) finish(id string, exit sandbox.Exit) {
+	j, err := r.ledger.GetJob(id)
+	if err != nil || j.State == ledger.JobEnded {
+		return
+	}
+	l, _, err := protocol.OpenLease(j.Lease)
+	if err != nil {
+		return
+	}
+	started := j.StartedAt
+	ended := exit.EndedAt
+	if ended.IsZero() || ended.Before(started) {
+		ended = r.clock.Now()
+	}
+	if strings.HasPrefix(exit.Reason, "lost") {
+		ended = started // the provider cannot show how long it ran: no charge
+	}
+	if ended.After(l.EndsAt) {
+		ended = l.EndsAt
+	}
+	secs := int64(ended.Sub(started) / time.Second)
+	reason := exit.Reason
+	if reason == sandbox.ReasonTimeout {
+		reason = "lease expired"
+	}
+	rec := protocol.Receipt{
+		Version: protocol.JobVersion, Job: id, Lease: protocol.RecordSHA256(j.Lease), Provider: l.Provider, Renter: l.Renter,
+		Model: l.Model, GPUs: l.GPUs, StartedAt: started.UTC(), EndedAt: ended.UTC(), Seconds: secs, Price: l.Price,
+		Amount: protocol.Cost(l.Price, l.GPUs, secs), Reason: reason, ExitCode: exit.Code,
+	}
+	raw, err := protocol.Seal(protocol.KindReceipt, rec, r.peer.Key)
+	if err != nil {
+		r.log.Error("signing the receipt failed", "job", id, "err", err)
+		return
+	}
+	if _, err := r.ledger.UpdateJob(id, func(j *ledger.Job) error {
+		j.State, j.Receipt, j.ExitCode, j.ExitReason, j.UpdatedAt = ledger.JobEnded, raw, exit.Code, reason, r.clock.Now()
+		return nil
+	}); err != nil {
+		r.log.Error("storing the receipt failed", "job", id, "err", err)
+		return
+	}
+	r.Release(id)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.rt.Remove(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		r.log.Warn("removing the job's container failed", "job", id, "err", err)
+	}
+	r.mu.Lock()
+	delete(r.cancels, id)
+	r.mu.Unlock()
+	label := exit.Reason
+	if strings.HasPrefix(label, "lost") {
+		label = "lost"
+	} else if label == sandbox.ReasonTimeout {
+		label = "lease_expired"
+	}
+	r.metrics.JobsEnded.WithLabelValues(label).Inc()
+	r.log.Info("job ended", "job", id, "reason", reason, "exit_code", exit.Code, "seconds", secs, "amount_usdc", rec.Amount)
+	if j, err := r.ledger.GetJob(id); err == nil {
+		go r.reports.ReportJob(context.Background(), j)
+	}
+}
+
+// Reconcile runs at start: jobs the ledger says are running are found again in the
+// sandbox and watched, or ended; containers the ledger does not know are removed.
+func (r *Runner) Reconcile(ctx context.Context) error {
+	if r.rt == nil {
+		return nil
+	}
+	infos, err := r.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	held := map[string]sandbox.Info{}
+	for _, in := range infos {
+		held[in.ID] = in
+	}
+	jobs, err := r.ledger.Jobs()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, j := range jobs {
+		if j.Side != "provider" {
+			continue
+		}
+		known[j.ID] = true
+		switch j.State {
+		case ledger.JobRunning:
+			r.Hold(j.ID, j.GPUs)
+			if _, ok := held[j.ID]; ok {
+				r.log.Info("job found again after restart", "job", j.ID)
+				r.watch(j.ID)
+			} else {
+				r.finish(j.ID, sandbox.Exit{Code: -1, Reason: "lost: container gone after a provider restart", EndedAt: j.UpdatedAt})
+			}
+		case ledger.JobEnded, ledger.JobFailed:
+			if _, ok := held[j.ID]; ok {
+				r.rt.Remove(ctx, j.ID) // a crash between the receipt and the removal
+			}
+		case ledger.JobLeased:
+			// The image never arrived or the start never happened: no charge.
+			r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+				j.State, j.Error, j.UpdatedAt = ledger.JobFailed, "provider restarted before the job started", r.clock.Now()
+				return nil
+			})
+			r.rt.Remove(ctx, j.ID)
+		}
+	}
+	for id := range held {
+		if !known[id] {
+			r.log.Warn("removing a container no job owns", "container", id)
+			r.rt.Remove(ctx, id)
+		}
+	}
+	return nil
+}
+
+// StopAll ends every running job with a reason and waits for their receipts.
+func (r *Runner) StopAll(ctx context.Context, reason string) {
+	r.mu.Lock()
+	r.closed = true
+	var ids []string
+	for id := range r.cancels {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		if err := r.rt.Kill(ctx, id, reason); err != nil {
+			r.log.Warn("stopping a job failed", "job", id, "err", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.mu.Lock()
+		for _, c := range r.cancels {
+			c()
+		}
+		r.mu.Unlock()
+	}
+}
+
+// HandleControl serves a renter's requests about its job.
+func (r *Runner) HandleControl(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	s.SetDeadline(time.Now().Add(jobStepTimeout))
+	in := bufio.NewReader(s)
+	m, err := readMsg(in)
+	if err != nil {
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	j, err := r.ledger.GetJob(m.Job)
+	if err != nil || j.Side != "provider" || j.Peer != remote.String() {
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: fmt.Sprintf("no job %s of yours here", m.Job)})
+		return
+	}
+	switch m.Op {
+	case "status":
+		v := viewJob(j, r.clock.Now())
+		sendMsg(s, protocol.JobMsg{Type: "status", Status: wireStatus(v)})
+	case "cancel":
+		if j.State == ledger.JobRunning {
+			err = r.rt.Kill(context.Background(), j.ID, "cancelled by the renter")
+		}
+		if err != nil {
+			sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+			return
+		}
+		v := viewJob(j, r.clock.Now())
+		sendMsg(s, protocol.JobMsg{Type: "status", Status: wireStatus(v)})
+	case "logs":
+		s.SetDeadline(time.Time{})
+		r.streamLogs(s, j.ID, m.Follow)
+	case "receipt-countersign":
+		if _, err := protocol.CheckCountersignature(m.Record, j.Receipt, protocol.KindReceipt, remote); err != nil {
+			sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+			return
+		}
+		if j, err := r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error { j.ReceiptCountersig = m.Record; return nil }); err == nil {
+			go r.reports.ReportJob(context.Background(), j) // the coordinator keeps the renter's countersignature too
+		}
+		sendMsg(s, protocol.JobMsg{Type: "ok"})
+	case "fetch":
+		s.SetDeadline(time.Now().Add(10 * time.Minute))
+		if err := writeTar(s, filepath.Join(r.jobDir(j.ID), "output")); err != nil {
+			s.Reset()
+		}
+	default:
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: fmt.Sprintf("unknown op %q", m.Op)})
+	}
+}
+
+// streamLogs sends the job's log from the start, following it until the job ends when
+// follow is set, then an end frame with the job's status (and receipt).
+func (r *Runner) streamLogs(s network.Stream, id string, follow bool) {
+	path := filepath.Join(r.jobDir(id), "log")
+	var off int64
+	buf := make([]byte, 16<<10) // base64 in a JSON frame: well under maxJobFrame
+	for {
+		j, err := r.ledger.GetJob(id)
+		if err != nil {
+			return
+		}
+		ended := j.State == ledger.JobEnded || j.State == ledger.JobFailed
+		if f, err := os.Open(path); err == nil {
+			f.Seek(off, io.SeekStart)
+			for {
+				n, rerr := f.Read(buf)
+				if n > 0 {
+					off += int64(n)
+					if err := sendMsg(s, protocol.JobMsg{Type: "log", Data: buf[:n]}); err != nil {
+						f.Close()
+						return
+					}
+				}
+				if rerr != nil {
+					break
+				}
+			}
+			f.Close()
+		}
+		if ended || !follow {
+			v := viewJob(j, r.clock.Now())
+			sendMsg(s, protocol.JobMsg{Type: "end", Status: wireStatus(v), Record: j.Receipt})
+			return
+		}
+		<-r.clock.After(100 * time.Millisecond)
+	}
+}
+
+// writeTar writes a folder as a tar stream: regular files and folders only. The folder is
+// opened as an os.Root, so that nothing the job left there (links, or a folder swapped for
+// a link while the walk runs) can lead outside it.
+func writeTar(w io.Writer, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	fsys := root.FS()
+	tw := tar.NewWriter(w)
+	err = fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() && !info.IsDir() {
+			return nil // links and devices stay behind
+		}
+		hdr, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = path
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := root.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		// The job may swap the file for another between the walk and the open: serve only
+		// the very file the walk saw.
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != info.Size() {
+			return fmt.Errorf("%s changed while it was read", path)
+		}
+		_, err = io.CopyN(tw, f, info.Size())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}

@@ -1,0 +1,459 @@
+package jobs
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Offers are the offers a renter knows and finds (the offers subsystem's catalogue).
+type Offers interface {
+	// Get returns the held offer of a provider and when it was last received.
+	Get(p peer.ID) (*protocol.SignedOffer, time.Time)
+	// Search finds offers, asking the network for more.
+	Search(ctx context.Context, f api.SearchFilter) ([]api.OfferRow, error)
+}
+
+// Escrow is the renter's side of escrow holds (the money subsystem).
+type Escrow interface {
+	// RequestHold asks the coordinator to set the proposal's maximum cost aside and
+	// returns the signed hold.
+	RequestHold(ctx context.Context, p protocol.Proposal) ([]byte, error)
+	// ReleaseAfterFailure asks for a failed proposal's hold back.
+	ReleaseAfterFailure(job string)
+}
+
+// RenterDeps are what a node's renter side needs.
+type RenterDeps struct {
+	// Peer gives the node's ID and key (proposals and countersignatures are signed with
+	// it) and reaches providers.
+	Peer    *p2p.Peer
+	Ledger  *ledger.Ledger
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	Offers  Offers
+	Escrow  Escrow
+}
+
+// Renter is a node's side of the jobs it rents: it proposes them, follows and cancels them,
+// takes their receipts and fetches their output. Every role has one; it also lists and
+// shows the jobs a provider runs.
+type Renter struct {
+	peer    *p2p.Peer
+	ledger  *ledger.Ledger
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	offers  Offers
+	escrow  Escrow
+}
+
+// NewRenter returns a node's renter side.
+func NewRenter(d RenterDeps) *Renter {
+	return &Renter{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, offers: d.Offers, escrow: d.Escrow}
+}
+
+// ProposeJob negotiates a job with a provider and, once both sides signed the lease and the
+// image is delivered, returns the started job.
+func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobView, err error) {
+	var provider peer.ID
+	var model string
+	switch {
+	case req.Offer != "":
+		if provider, model, err = protocol.ParseOfferID(req.Offer); err != nil {
+			return api.JobView{}, api.Invalid(err)
+		}
+	case req.Provider != "":
+		if provider, err = peer.Decode(req.Provider); err != nil {
+			return api.JobView{}, api.Invalid(fmt.Errorf("provider %q: not a peer ID", req.Provider))
+		}
+	default:
+		return api.JobView{}, api.Invalid(errors.New("name a provider or an offer"))
+	}
+	so, _ := r.offers.Get(provider)
+	if so == nil || !live(so, r.clock.Now()) {
+		// Not held yet: a search brings it (and checks it).
+		if _, err := r.offers.Search(ctx, api.SearchFilter{Model: model}); err != nil {
+			return api.JobView{}, err
+		}
+		if so, _ = r.offers.Get(provider); so == nil || !live(so, r.clock.Now()) {
+			return api.JobView{}, fmt.Errorf("%w: no live, certified offer from %s", api.ErrNotFound, provider)
+		}
+	}
+	var item *protocol.OfferGPUs
+	for i, g := range so.Offer.GPUs {
+		if g.Model == model || (model == "" && len(so.Offer.GPUs) == 1) {
+			item = &so.Offer.GPUs[i]
+		}
+	}
+	if item == nil {
+		return api.JobView{}, api.Invalid(fmt.Errorf("provider %s offers several models or not %q: name the offer (--offer %s/MODEL)", provider, model, provider))
+	}
+	maxPrice := item.PricePerGPUHour
+	if req.MaxPrice != "" {
+		if maxPrice, err = protocol.ParseUSDC(req.MaxPrice); err != nil {
+			return api.JobView{}, api.Invalid(fmt.Errorf("max price: %w", err))
+		}
+	}
+	var id [8]byte
+	rand.Read(id[:])
+	p := protocol.Proposal{
+		Version: protocol.JobVersion, Job: hex.EncodeToString(id[:]), Renter: r.peer.ID.String(), Provider: provider.String(),
+		IssuedAt: r.clock.Now().UTC(), Model: item.Model, GPUs: req.GPUs, MaxSeconds: req.MaxSeconds, MaxPrice: maxPrice,
+		Image: protocol.Image{Ref: req.Image}, Args: req.Args, Env: req.Env, Egress: req.Egress,
+	}
+	var archive *os.File
+	if req.ImageArchive != "" {
+		if archive, err = os.Open(req.ImageArchive); err != nil {
+			return api.JobView{}, api.Invalid(fmt.Errorf("image archive: %w", err))
+		}
+		defer archive.Close()
+		if p.Image.ArchiveSHA256, p.Image.ArchiveSize, err = fileSHA256(archive); err != nil {
+			return api.JobView{}, err
+		}
+	}
+	// The escrow hold: the coordinator sets the job's maximum cost aside. A renter without
+	// a coordinator or funds proposes without one; a provider requiring escrow says so.
+	var holdErr error
+	p.Hold, holdErr = r.escrow.RequestHold(ctx, p)
+	if holdErr != nil {
+		r.log.Info("job proposed without an escrow hold", "job", p.Job, "why", holdErr)
+	} else {
+		// A job that does not run gives its hold back: the provider confirms it never ran.
+		defer func() {
+			if err != nil {
+				go r.escrow.ReleaseAfterFailure(p.Job)
+			}
+		}()
+	}
+	praw, err := protocol.Seal(protocol.KindProposal, p, r.peer.Key)
+	if err != nil {
+		return api.JobView{}, api.Invalid(err)
+	}
+	if _, err := protocol.CheckProposal(praw, r.clock.Now()); err != nil {
+		return api.JobView{}, api.Invalid(err)
+	}
+
+	if len(so.Offer.Addrs) > 0 {
+		if ai, err := peer.AddrInfosFromP2pAddrs(multiaddrs(so.Offer.Addrs)...); err == nil {
+			for _, a := range ai {
+				r.peer.Host.Peerstore().AddAddrs(a.ID, a.Addrs, 10*time.Minute)
+			}
+		}
+	}
+	if err := r.peer.Reach(ctx, provider); err != nil {
+		return api.JobView{}, err
+	}
+	s, err := r.peer.OpenStream(ctx, provider, protocol.JobProtocol)
+	if err != nil {
+		return api.JobView{}, fmt.Errorf("reach provider %s: %w", provider, err)
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(jobStepTimeout))
+	in := bufio.NewReader(s)
+	if err := sendMsg(s, protocol.JobMsg{Type: "propose", Record: praw}); err != nil {
+		return api.JobView{}, err
+	}
+	m, err := readMsg(in)
+	if err != nil {
+		return api.JobView{}, fmt.Errorf("provider's answer: %w", err)
+	}
+	// A refusal is a conflict with the provider's state or policy (409), and wraps ErrRefused.
+	switch m.Type {
+	case "accept":
+	case "counter":
+		return api.JobView{}, api.Conflict(fmt.Errorf("%w: the provider counters at %s USDC per GPU-hour (%s); propose again with that maximum price", ErrRefused, m.Price, m.Reason))
+	case "reject":
+		reason := strings.TrimPrefix(m.Reason, ErrRefused.Error()+": ")
+		if holdErr != nil && strings.Contains(reason, "escrow") {
+			reason += " (no hold was given: " + holdErr.Error() + ")"
+		}
+		return api.JobView{}, api.Conflict(fmt.Errorf("%w: %s", ErrRefused, reason))
+	default:
+		return api.JobView{}, fmt.Errorf("provider answered %q: %s", m.Type, m.Reason)
+	}
+	accepted := m
+	l, err := protocol.CheckLease(m.Record, praw, &p)
+	if err != nil {
+		return api.JobView{}, fmt.Errorf("the provider's lease does not hold: %w", err)
+	}
+	leaseRaw := m.Record
+	cs, err := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{
+		Version: protocol.JobVersion, Of: protocol.KindLease, SHA256: protocol.RecordSHA256(leaseRaw), Job: p.Job,
+		Signer: r.peer.ID.String(), SignedAt: r.clock.Now().UTC(),
+	}, r.peer.Key)
+	if err != nil {
+		return api.JobView{}, err
+	}
+	now := r.clock.Now()
+	if err := r.ledger.CreateJob(ledger.Job{
+		ID: p.Job, Side: "renter", Peer: provider.String(), State: ledger.JobLeased, CreatedAt: now, UpdatedAt: now,
+		Proposal: praw, Lease: leaseRaw, LeaseCountersig: cs,
+	}); err != nil {
+		return api.JobView{}, err
+	}
+	fail := func(err error) (api.JobView, error) {
+		r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
+			j.State, j.Error, j.UpdatedAt = ledger.JobFailed, err.Error(), r.clock.Now()
+			return nil
+		})
+		return api.JobView{}, err
+	}
+	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: cs}); err != nil {
+		return fail(err)
+	}
+	if archive != nil && !accepted.ImageCached {
+		s.SetDeadline(time.Now().Add(jobStepTimeout + time.Duration(p.Image.ArchiveSize>>20)*time.Second))
+		if _, err := archive.Seek(0, io.SeekStart); err != nil {
+			return fail(err)
+		}
+		if _, err := io.Copy(s, archive); err != nil {
+			return fail(fmt.Errorf("send image archive: %w", err))
+		}
+	}
+	// The provider takes up to 10 minutes to pull the image and start: wait for its word
+	// rather than give up on a job it may still start (and charge).
+	s.SetDeadline(time.Now().Add(providerStartTimeout + time.Minute))
+	if m, err = readMsg(in); err != nil {
+		return fail(fmt.Errorf("waiting for the start: %w", err))
+	}
+	if m.Type != "started" || m.Status == nil {
+		return fail(fmt.Errorf("the provider could not start the job: %s", m.Reason))
+	}
+	j, err := r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
+		j.State, j.StartedAt, j.GPUs, j.UpdatedAt = ledger.JobRunning, m.Status.StartedAt, m.Status.GPUUUIDs, r.clock.Now()
+		return nil
+	})
+	if err != nil {
+		return api.JobView{}, err
+	}
+	r.log.Info("job started", "job", p.Job, "provider", provider, "price_usdc", l.Price, "ends_at", l.EndsAt)
+	return viewJob(j, r.clock.Now()), nil
+}
+
+// live says whether an offer is unexpired, not withdrawn and certified at now (as the
+// offer book counts it).
+func live(so *protocol.SignedOffer, now time.Time) bool {
+	return so.Offer.Withdrawn == "" && now.Before(so.Offer.ExpiresAt) && so.Cert != nil && now.Before(so.Cert.ExpiresAt)
+}
+
+func multiaddrs(ss []string) []ma.Multiaddr {
+	var out []ma.Multiaddr
+	for _, s := range ss {
+		if a, err := ma.NewMultiaddr(s); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// control opens a job-control stream to a job's provider and sends one request.
+func (r *Renter) control(ctx context.Context, j ledger.Job, m protocol.JobMsg) (network.Stream, *bufio.Reader, error) {
+	p, err := peer.Decode(j.Peer)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.peer.Reach(ctx, p); err != nil {
+		return nil, nil, err
+	}
+	s, err := r.peer.OpenStream(ctx, p, protocol.JobControlProtocol)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reach provider %s: %w", p, err)
+	}
+	m.Job = j.ID
+	if err := sendMsg(s, m); err != nil {
+		s.Reset()
+		return nil, nil, err
+	}
+	return s, bufio.NewReader(s), nil
+}
+
+// renterJob returns a job this node rented.
+func (r *Renter) renterJob(id string) (ledger.Job, error) {
+	j, err := r.ledger.GetJob(id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return j, fmt.Errorf("%w: no job %s", api.ErrNotFound, id)
+	}
+	return j, err
+}
+
+// JobLogs writes a job's output to w, following it until the job ends when follow is set.
+// When the job has ended, the provider's receipt is checked, countersigned and kept.
+func (r *Renter) JobLogs(ctx context.Context, id string, follow bool, w io.Writer) (api.JobView, error) {
+	j, err := r.renterJob(id)
+	if err != nil {
+		return api.JobView{}, err
+	}
+	if j.Side == "provider" {
+		return api.JobView{}, api.Invalid(errors.New("this node runs the job: read its log in the job's folder"))
+	}
+	s, in, err := r.control(ctx, j, protocol.JobMsg{Op: "logs", Follow: follow})
+	if err != nil {
+		return viewJob(j, r.clock.Now()), err
+	}
+	defer s.Close()
+	go func() { <-ctx.Done(); s.Reset() }()
+	for {
+		m, err := readMsg(in)
+		if err != nil {
+			return viewJob(j, r.clock.Now()), fmt.Errorf("log stream: %w", err)
+		}
+		switch m.Type {
+		case "log":
+			if _, err := w.Write(m.Data); err != nil {
+				return viewJob(j, r.clock.Now()), err
+			}
+			if f, ok := w.(interface{ Flush() }); ok {
+				f.Flush()
+			}
+		case "end":
+			if len(m.Record) > 0 {
+				if j, err = r.takeReceipt(ctx, j, m.Record); err != nil {
+					return viewJob(j, r.clock.Now()), err
+				}
+			}
+			v := viewJob(j, r.clock.Now())
+			if m.Status != nil && len(m.Record) == 0 {
+				v.State, v.Error = m.Status.State, m.Status.Error
+			}
+			return v, nil
+		case "error":
+			return viewJob(j, r.clock.Now()), errors.New(m.Reason)
+		}
+	}
+}
+
+// takeReceipt checks a provider's final receipt against the lease, countersigns it, sends
+// the countersignature back and keeps both.
+func (r *Renter) takeReceipt(ctx context.Context, j ledger.Job, raw []byte) (ledger.Job, error) {
+	if len(j.ReceiptCountersig) > 0 {
+		return j, nil
+	}
+	l, _, err := protocol.OpenLease(j.Lease)
+	if err != nil {
+		return j, err
+	}
+	rec, err := protocol.CheckReceipt(raw, j.Lease, l)
+	if err != nil {
+		r.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "stream", protocol.Reason(err)).Inc()
+		return j, fmt.Errorf("the provider's receipt does not hold: %w", err)
+	}
+	cs, err := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{
+		Version: protocol.JobVersion, Of: protocol.KindReceipt, SHA256: protocol.RecordSHA256(raw), Job: j.ID,
+		Signer: r.peer.ID.String(), SignedAt: r.clock.Now().UTC(),
+	}, r.peer.Key)
+	if err != nil {
+		return j, err
+	}
+	j, err = r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
+		x.State, x.Receipt, x.ReceiptCountersig, x.ExitCode, x.ExitReason, x.UpdatedAt = ledger.JobEnded, raw, cs, rec.ExitCode, rec.Reason, r.clock.Now()
+		return nil
+	})
+	if err != nil {
+		return j, err
+	}
+	s, in, err := r.control(ctx, j, protocol.JobMsg{Op: "receipt-countersign", Record: cs})
+	if err != nil {
+		return j, nil // kept here; the provider asks again... or learns it at the next request
+	}
+	defer s.Close()
+	readMsg(in)
+	return j, nil
+}
+
+// JobStatus returns a job, asking its provider for news when this node rented it.
+func (r *Renter) JobStatus(ctx context.Context, id string) (api.JobView, error) {
+	j, err := r.renterJob(id)
+	if err != nil {
+		return api.JobView{}, err
+	}
+	if j.Side == "renter" && j.State == ledger.JobRunning {
+		v, err := r.JobLogs(ctx, id, false, io.Discard)
+		if err == nil {
+			return v, nil
+		}
+	}
+	return viewJob(j, r.clock.Now()), nil
+}
+
+// CancelJob asks the provider to stop a job.
+func (r *Renter) CancelJob(ctx context.Context, id string) (api.JobView, error) {
+	j, err := r.renterJob(id)
+	if err != nil {
+		return api.JobView{}, err
+	}
+	if j.Side != "renter" {
+		return api.JobView{}, api.Invalid(errors.New("only the renter cancels a job"))
+	}
+	s, in, err := r.control(ctx, j, protocol.JobMsg{Op: "cancel"})
+	if err != nil {
+		return viewJob(j, r.clock.Now()), err
+	}
+	defer s.Close()
+	m, err := readMsg(in)
+	if err != nil {
+		return viewJob(j, r.clock.Now()), err
+	}
+	if m.Type == "error" {
+		return viewJob(j, r.clock.Now()), errors.New(m.Reason)
+	}
+	if m.Status != nil {
+		v := api.JobView(*m.Status)
+		v.State, v.Side, v.Peer = "stopping", "renter", j.Peer
+		return v, nil
+	}
+	return viewJob(j, r.clock.Now()), nil
+}
+
+// FetchOutput streams the tar of what the job wrote to /output.
+func (r *Renter) FetchOutput(ctx context.Context, id string, w io.Writer) error {
+	j, err := r.renterJob(id)
+	if err != nil {
+		return err
+	}
+	if j.Side != "renter" {
+		return api.Invalid(fmt.Errorf("this node runs job %s: its output is in the job's folder", id))
+	}
+	s, in, err := r.control(ctx, j, protocol.JobMsg{Op: "fetch"})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	_, err = io.Copy(w, in)
+	return err
+}
+
+// Jobs lists the jobs this node runs or rented, newest first.
+func (r *Renter) Jobs() ([]api.JobView, error) {
+	js, err := r.ledger.Jobs()
+	if err != nil {
+		return nil, err
+	}
+	out := []api.JobView{}
+	for _, j := range js {
+		if j.State != ledger.JobReleased { // a job ID whose hold was released: it never ran
+			out = append(out, viewJob(j, r.clock.Now()))
+		}
+	}
+	return out, nil
+}

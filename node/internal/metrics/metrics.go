@@ -1,0 +1,81 @@
+// Package metrics holds one node's Prometheus metrics.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are one node's Prometheus metrics, on their own registry so that several nodes
+// can live in one process (tests, benchmarks).
+type Metrics struct {
+	Registry        *prometheus.Registry
+	RecordsAccepted *prometheus.CounterVec
+	RecordsRejected *prometheus.CounterVec
+	OffersKnown     prometheus.Gauge
+	OfferPublishes  prometheus.Counter
+	// OfferSyncRecords counts valid offers received in catalogue syncs, whether or not the
+	// node already held them.
+	OfferSyncRecords prometheus.Counter
+	Searches         prometheus.Histogram
+	APIRequests      *prometheus.CounterVec
+	// Jobs (provider side).
+	JobProposals *prometheus.CounterVec
+	JobsStarted  prometheus.Counter
+	JobsEnded    *prometheus.CounterVec
+}
+
+func New(peers, penalised func() float64) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		RecordsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_records_accepted_total",
+			Help: "Signed records newly accepted into the node's book, by kind and by where they came from (gossip, dht, stream, sync, self).",
+		}, []string{"kind", "source"}),
+		RecordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_records_rejected_total",
+			Help: "Signed records rejected, by kind, source (gossip, dht, dht_validator, stream, sync, self) and reason (bad_signature, replay, superseded, expired, too_large, malformed, ...).",
+		}, []string{"kind", "source", "reason"}),
+		OffersKnown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpunex_offers_known",
+			Help: "Providers whose live, unwithdrawn offer this node holds.",
+		}),
+		OfferPublishes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpunex_offer_publishes_total",
+			Help: "Offer records this provider signed and announced.",
+		}),
+		OfferSyncRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpunex_offer_sync_records_total",
+			Help: "Valid offer records received in catalogue syncs, new or already held.",
+		}),
+		Searches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpunex_search_duration_seconds",
+			Help:    "Time to answer an offer search.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		APIRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_api_requests_total",
+			Help: "Local API requests by route and status code.",
+		}, []string{"route", "code"}),
+		JobProposals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_job_proposals_total",
+			Help: "Job proposals by outcome: accepted, countered, policy, rate_limited, image_digest, countersign_failed, or the rejection reason of the record (invalid, expired, wrong_signer, ...).",
+		}, []string{"outcome"}),
+		JobsStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpunex_jobs_started_total",
+			Help: "Jobs whose container this provider started.",
+		}),
+		JobsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_jobs_ended_total",
+			Help: "Jobs ended, by reason (exited, oom, timeout, cancelled by the renter, ...).",
+		}, []string{"reason"}),
+	}
+	m.Registry.MustRegister(m.JobProposals, m.JobsStarted, m.JobsEnded,
+		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}

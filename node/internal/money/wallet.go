@@ -1,0 +1,457 @@
+package money
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+
+	"github.com/gpunex/gpunex/node/api"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	chain "github.com/gpunex/gpunex/ledger/solana"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The renter's and the provider's side of money: the wallet stream to the coordinator,
+// deposits, balances, escrow holds for jobs, payout settings and job reports.
+
+// Wallet is every node's side of money: the wallet stream to its coordinators (deposits,
+// balance, escrow holds, releases, earnings, audit bundles), the provider's payout settings
+// and job reports.
+type Wallet struct {
+	peer    *p2p.Peer
+	id      peer.ID
+	ledger  *ledger.Ledger
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	cfg     config.Config
+	home    string
+	// settlement answers locally what is asked of this node as a coordinator (nil on other
+	// roles).
+	settlement *Settlement
+}
+
+// NewWallet returns a node's wallet; settlement is the node's own when it is a coordinator.
+func NewWallet(d Deps, settlement *Settlement) *Wallet {
+	return &Wallet{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
+		cfg: d.Config, home: d.Home, settlement: settlement}
+}
+
+// Info returns the coordinator's treasury facts.
+func (w *Wallet) Info(ctx context.Context) (*api.WalletInfo, error) {
+	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "info"})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Info, nil
+}
+
+// walletCall sends one request on the wallet stream to the coordinator (or serves it
+// locally on a coordinator).
+func (w *Wallet) walletCall(ctx context.Context, req protocol.WalletRequest) (protocol.WalletResponse, error) {
+	if w.settlement != nil {
+		return w.settlement.Serve(ctx, w.id, req)
+	}
+	c, err := w.cfg.HomeCoordinator(w.id)
+	if err != nil {
+		return protocol.WalletResponse{}, err
+	}
+	return w.walletCallTo(ctx, c, req)
+}
+
+// walletCallTo sends one wallet request to a given coordinator (served locally when it is
+// this node).
+func (w *Wallet) walletCallTo(ctx context.Context, c peer.ID, req protocol.WalletRequest) (protocol.WalletResponse, error) {
+	if w.settlement != nil && c == w.id {
+		return w.settlement.Serve(ctx, w.id, req)
+	}
+	var resp protocol.WalletResponse
+	if err := w.peer.Exchange(ctx, c, protocol.WalletProtocol, 60*time.Second, req, protocol.MaxWalletResponse, &resp); err != nil {
+		return protocol.WalletResponse{}, fmt.Errorf("coordinator %s: %w", c, err)
+	}
+	if resp.Error != "" {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}
+
+// RequestHold asks the coordinator to set the proposal's maximum cost aside.
+func (w *Wallet) RequestHold(ctx context.Context, p protocol.Proposal) ([]byte, error) {
+	if _, err := w.cfg.HomeCoordinator(w.id); err != nil {
+		return nil, err
+	}
+	expires := p.IssuedAt.Add(protocol.ProposalTTL + time.Duration(p.MaxSeconds)*time.Second + protocol.HoldGrace + time.Minute)
+	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "hold", Job: p.Job, Provider: p.Provider,
+		Amount: protocol.HoldAmount(p.MaxPrice, p.GPUs, p.MaxSeconds), ExpiresAt: expires})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Hold, nil
+}
+
+// WalletKey loads this node's Solana wallet keypair.
+func (w *Wallet) WalletKey() (chain.PrivateKey, error) {
+	k, err := chain.LoadKeypair(keyPath(w.home, w.cfg.Wallet.Keypair))
+	if err != nil {
+		return nil, fmt.Errorf("wallet.keypair: %w (create one with gpunex wallet init)", err)
+	}
+	return k, nil
+}
+
+// Deposit sends USDC from this node's wallet to the coordinator's treasury, with a memo
+// naming this node, waits for confirmation and has the coordinator credit it. The signed
+// transaction is recorded before it is sent: after a crash, ClaimDeposits finishes it.
+func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC) (api.DepositView, error) {
+	if amount <= 0 {
+		return api.DepositView{}, api.Invalid(errors.New("the amount must be positive"))
+	}
+	if w.cfg.Wallet.RPC == "" {
+		return api.DepositView{}, errors.New("wallet.rpc is not set: name the Solana RPC endpoint in config.toml")
+	}
+	key, err := w.WalletKey()
+	if err != nil {
+		return api.DepositView{}, err
+	}
+	info, err := w.walletCall(ctx, protocol.WalletRequest{Op: "info"})
+	if err != nil {
+		return api.DepositView{}, err
+	}
+	if info.Info.Treasury == "" || info.Info.Mint == "" {
+		return api.DepositView{}, errors.New("the coordinator takes no deposits: its treasury or mint is not configured")
+	}
+	treasury, err1 := chain.ParsePublicKey(info.Info.Treasury)
+	mint, err2 := chain.ParsePublicKey(info.Info.Mint)
+	if err := errors.Join(err1, err2); err != nil {
+		return api.DepositView{}, fmt.Errorf("coordinator's treasury facts: %w", err)
+	}
+	c := chain.Dial(w.cfg.Wallet.RPC)
+	if info.Info.Cluster != "" {
+		if g, err := c.GenesisHash(ctx); err != nil {
+			return api.DepositView{}, fmt.Errorf("wallet.rpc %s: %w", w.cfg.Wallet.RPC, err)
+		} else if g != info.Info.Cluster {
+			return api.DepositView{}, fmt.Errorf("%w: wallet.rpc is on cluster %s, the coordinator settles on %s", chain.ErrWrongCluster, g, info.Info.Cluster)
+		}
+	}
+	have, err := c.TokenBalance(ctx, key.PublicKey(), mint)
+	if err != nil {
+		return api.DepositView{}, err
+	}
+	if have < uint64(amount) {
+		return api.DepositView{}, fmt.Errorf("%w: the wallet %s holds %s USDC, %s asked", chain.ErrUnderfunded, key.PublicKey(), protocol.MicroUSDC(have), amount)
+	}
+	hash, lastValid, err := c.LatestBlockhash(ctx)
+	if err != nil {
+		return api.DepositView{}, err
+	}
+	raw, sig, err := chain.DepositTransaction(hash, key, treasury, mint, protocol.USDCDecimals, uint64(amount), protocol.DepositMemo(w.id))
+	if err != nil {
+		return api.DepositView{}, err
+	}
+	d := ledger.OwnDeposit{Signature: sig.String(), Amount: amount, Raw: raw, LastValid: lastValid, SentAt: w.clock.Now()}
+	if err := w.ledger.PutOwnDeposit(d); err != nil {
+		return api.DepositView{}, err
+	}
+	if err := c.Send(ctx, raw); err != nil {
+		// It may have landed all the same: the deposit stays recorded, and the claim loop
+		// sends it again, claims it, or marks it expired (depositLanded).
+		return api.DepositView{}, fmt.Errorf("deposit %s: %w (it may still land: it is checked and credited automatically; gpunex wallet claim does it now)", sig, err)
+	}
+	// The coordinator credits finalized deposits only (about 13 s after confirmation on a
+	// public cluster).
+	st, err := c.WaitFinalized(ctx, sig, lastValid)
+	if err != nil {
+		return api.DepositView{}, fmt.Errorf("deposit %s: %w", sig, err)
+	}
+	if st.Err != "" {
+		d.Error, d.Raw = st.Err, nil
+		w.ledger.PutOwnDeposit(d)
+		return api.DepositView{}, fmt.Errorf("deposit %s failed on chain: %s", sig, st.Err)
+	}
+	v, err := w.claim(ctx, d)
+	v.Explorer = chain.ExplorerURL(sig, w.cfg.Wallet.RPC)
+	return v, err
+}
+
+// claim asks the coordinator to credit a confirmed deposit.
+func (w *Wallet) claim(ctx context.Context, d ledger.OwnDeposit) (api.DepositView, error) {
+	v := api.DepositView{Signature: d.Signature, Amount: d.Amount, AmountUSDC: d.Amount.String()}
+	var resp protocol.WalletResponse
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if resp, err = w.walletCall(ctx, protocol.WalletRequest{Op: "claim", Signature: d.Signature}); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-w.clock.After(500 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return v, fmt.Errorf("deposit %s is on chain but not credited yet (gpunex wallet claim %s retries): %w", d.Signature, d.Signature, err)
+	}
+	d.Claimed, d.Raw, d.Error = true, nil, ""
+	w.ledger.PutOwnDeposit(d)
+	v.Credited = true
+	if resp.Account != nil {
+		b := balanceView(*resp.Account, nil)
+		v.Balance = &b
+	}
+	return v, nil
+}
+
+// ClaimDeposits has the coordinator credit this node's deposits not credited yet (after a
+// crash or a coordinator outage), or one named by its signature.
+func (w *Wallet) ClaimDeposits(ctx context.Context, signature string) ([]api.DepositView, error) {
+	if signature != "" {
+		v, err := w.claim(ctx, ledger.OwnDeposit{Signature: signature})
+		return []api.DepositView{v}, err
+	}
+	deps, err := w.ledger.OwnDeposits()
+	if err != nil {
+		return nil, err
+	}
+	var out []api.DepositView
+	var errs []error
+	for _, d := range deps {
+		if d.Claimed || d.Error != "" { // credited, or failed or expired: nothing to claim
+			continue
+		}
+		v, err := w.claim(ctx, d)
+		out = append(out, v)
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+func balanceView(a ledger.Account, holds []ledger.Hold) api.BalanceView {
+	v := api.BalanceView{Available: a.Available, Held: a.Held, AvailableUSDC: a.Available.String(), HeldUSDC: a.Held.String(),
+		DepositedUSDC: a.Deposited.String(), ChargedUSDC: a.Charged.String(), Holds: []api.HoldView{}}
+	for _, h := range holds {
+		hv := api.HoldView{Job: h.Job, Provider: h.Provider, AmountUSDC: h.Amount.String(), State: h.State, ExpiresAt: h.ExpiresAt}
+		if h.State == ledger.HoldCharged {
+			hv.ChargeUSDC = h.Charge.String()
+		}
+		v.Holds = append(v.Holds, hv)
+	}
+	return v
+}
+
+// Balance returns this node's balance at the coordinator, and its wallet's USDC.
+func (w *Wallet) Balance(ctx context.Context) (api.BalanceView, error) {
+	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "balance"})
+	if err != nil {
+		return api.BalanceView{}, err
+	}
+	v := balanceView(*resp.Account, resp.Holds)
+	if key, err := w.WalletKey(); err == nil && w.cfg.Wallet.RPC != "" {
+		v.Wallet = key.PublicKey().String()
+		if info, err := w.walletCall(ctx, protocol.WalletRequest{Op: "info"}); err == nil && info.Info.Mint != "" {
+			if mint, err := chain.ParsePublicKey(info.Info.Mint); err == nil {
+				if have, err := chain.Dial(w.cfg.Wallet.RPC).TokenBalance(ctx, key.PublicKey(), mint); err == nil {
+					v.WalletUSDC = protocol.MicroUSDC(have).String()
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+// InitWallet creates this node's Solana wallet keypair (refusing to overwrite one) and
+// returns its address.
+func (w *Wallet) InitWallet() (string, error) {
+	k, err := chain.NewKeypair()
+	if err != nil {
+		return "", err
+	}
+	if err := chain.WriteKeypair(keyPath(w.home, w.cfg.Wallet.Keypair), k); err != nil {
+		return "", err
+	}
+	return k.PublicKey().String(), nil
+}
+
+// PayoutSettingsLoop signs the provider's [payout] settings and delivers them to the
+// coordinator, retrying until it acknowledges them.
+func (w *Wallet) PayoutSettingsLoop(ctx context.Context) {
+	ps := w.cfg.Payout.Settings()
+	if ps == nil {
+		return
+	}
+	ps.Provider, ps.IssuedAt = w.id.String(), w.clock.Now().UTC()
+	seq, err := w.ledger.NextPayoutSettingsSeq(ps.IssuedAt)
+	if err != nil {
+		w.log.Warn("payout settings not sent", "err", err)
+		return
+	}
+	ps.Seq = seq
+	raw, err := protocol.Seal(protocol.KindPayoutSettings, ps, w.peer.Key)
+	if err != nil {
+		w.log.Warn("payout settings not sent", "err", err)
+		return
+	}
+	// Every trusted coordinator gets them: a job is charged, and its earning paid, by the
+	// coordinator that held the renter's money for it (reportTarget).
+	ids, err := w.cfg.TrustedCoordinators()
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	left := slices.Clone(ids)
+	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		left = slices.DeleteFunc(left, func(c peer.ID) bool {
+			if _, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "settings", Settings: raw}); err != nil {
+				w.log.Debug("payout settings not delivered yet", "coordinator", c, "err", err)
+				return false
+			}
+			w.log.Info("payout settings delivered to the coordinator", "coordinator", c, "method", ps.Method, "schedule", ps.Schedule)
+			return true
+		})
+		if len(left) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.clock.After(delay):
+		}
+	}
+}
+
+// ReportLoop delivers the final receipts the coordinator has not acknowledged yet (a
+// coordinator that was down, a lost connection), so that every job is charged and counted.
+func (w *Wallet) ReportLoop(ctx context.Context) {
+	for {
+		w.DeliverReports(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.clock.After(15 * time.Second):
+		}
+	}
+}
+
+// DeliverReports sends every final receipt the coordinator has not acknowledged yet, 8 at
+// a time, and returns when all were tried or ctx ends: from reportLoop, and at shutdown (the
+// jobs stopped then have theirs).
+func (w *Wallet) DeliverReports(ctx context.Context) {
+	jobs, _ := w.ledger.Jobs()
+	slots := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
+		unreported := j.ReportedAt.IsZero() || (len(j.ReceiptCountersig) > 0 && !j.CountersigReported)
+		if j.Side != "provider" || j.State != ledger.JobEnded || len(j.Receipt) == 0 || !unreported || j.ReportError != "" {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case slots <- struct{}{}:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				w.ReportJob(ctx, j)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// ClaimLoop finishes deposits a crash or a coordinator outage left uncredited: at start
+// and every minute while any is left.
+func (w *Wallet) ClaimLoop(ctx context.Context) {
+	for {
+		deps, _ := w.ledger.OwnDeposits()
+		for _, d := range deps {
+			if !d.Claimed && d.Error == "" && w.DepositLanded(ctx, &d) {
+				if _, err := w.claim(ctx, d); err != nil {
+					w.log.Debug("deposit not credited yet", "signature", d.Signature, "err", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.clock.After(time.Minute):
+		}
+	}
+}
+
+// ReleaseHold asks the coordinator to return a job's hold: the provider must confirm
+// that the job never ran.
+func (w *Wallet) ReleaseHold(ctx context.Context, job string) (api.BalanceView, error) {
+	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "release", Job: job})
+	if err != nil {
+		return api.BalanceView{}, err
+	}
+	return balanceView(*resp.Account, resp.Holds), nil
+}
+
+// ReleaseAfterFailure asks for a failed proposal's hold back, a few times: a provider that
+// is still marking a failed start answers no at first.
+func (w *Wallet) ReleaseAfterFailure(job string) {
+	for _, wait := range []time.Duration{0, 2 * time.Second, 10 * time.Second, 30 * time.Second} {
+		<-w.clock.After(wait)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := w.ReleaseHold(ctx, job)
+		cancel()
+		if err == nil {
+			w.log.Info("escrow hold released: the job did not run", "job", job)
+			return
+		}
+		w.log.Debug("escrow hold not released yet", "job", job, "err", err)
+	}
+	w.log.Info("escrow hold kept until it expires (gpunex wallet release retries)", "job", job)
+}
+
+// DepositLanded finishes a deposit a crash may have left between recording and sending: on
+// chain, it is ready to claim; not on chain and still valid, it is sent again (the same
+// signed bytes cannot pay twice); expired unseen, it moved nothing and is marked so.
+func (w *Wallet) DepositLanded(ctx context.Context, d *ledger.OwnDeposit) bool {
+	if w.cfg.Wallet.RPC == "" || len(d.Raw) == 0 {
+		return true
+	}
+	sig, err := chain.ParseSignature(d.Signature)
+	if err != nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c := chain.Dial(w.cfg.Wallet.RPC)
+	height, err := c.BlockHeight(ctx) // first: see settleTx
+	if err != nil {
+		return false
+	}
+	st, err := c.Status(ctx, sig)
+	switch {
+	case err != nil:
+		return false
+	case st.Found && st.Err != "":
+		d.Error, d.Raw = "failed on chain: "+st.Err, nil
+	case st.Found:
+		return true
+	case height > d.LastValid:
+		d.Error, d.Raw = "never landed: its blockhash expired, nothing moved; deposit again", nil
+	default:
+		if err := c.Send(ctx, d.Raw); err != nil {
+			w.log.Debug("deposit sent again", "signature", d.Signature, "err", err)
+		}
+		return false // claimed at the next round, once confirmed
+	}
+	w.ledger.PutOwnDeposit(*d)
+	w.log.Warn("deposit not credited", "signature", d.Signature, "why", d.Error)
+	return false
+}

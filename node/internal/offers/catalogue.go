@@ -1,0 +1,98 @@
+// Package offers is every node's view of the market's offers, and a provider's own offer:
+// the offer book and the trust store (certificates, revocations), the gossip and DHT
+// validators, catalogue and revocation sync, search, and the provider's publisher with its
+// planned maintenance (docs/protocols/offers.md).
+package offers
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Scores gives the latest reliability score record of a provider (nil when none); search
+// shows it on each row.
+type Scores interface {
+	Score(p peer.ID) *protocol.SignedScore
+}
+
+// Deps are what the catalogue needs.
+type Deps struct {
+	Peer    *p2p.Peer
+	Book    *Book
+	Trust   *Trust
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+	Clock   clock.Clock
+	Offers  config.OffersConfig
+	// Bootstrap are asked first in a catalogue sync.
+	Bootstrap []peer.AddrInfo
+	// Scores may be nil: rows then carry no score.
+	Scores Scores
+}
+
+// Catalogue is the node's side of the offer network: it takes offers and revocations in
+// (gossip validators, sync), serves its catalogue and revocations to peers, and searches.
+type Catalogue struct {
+	peer    *p2p.Peer
+	id      peer.ID
+	book    *Book
+	trust   *Trust
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	clock   clock.Clock
+	cfg     config.OffersConfig
+	boot    []peer.AddrInfo
+	scores  Scores
+	// syncSlots bounds the catalogue and revocation syncs served at once.
+	syncSlots chan struct{}
+	// ownRevoked is called when this node's own certificate is revoked (a provider stops
+	// publishing); set with OnOwnRevocation.
+	ownRevoked func()
+}
+
+// New returns the catalogue of a node whose peer, book and trust store are up.
+func New(d Deps) *Catalogue {
+	return &Catalogue{
+		peer: d.Peer, id: d.Peer.ID, book: d.Book, trust: d.Trust, metrics: d.Metrics, log: d.Log,
+		clock: d.Clock, cfg: d.Offers, boot: d.Bootstrap, scores: d.Scores,
+		syncSlots: make(chan struct{}, maxSyncServing),
+	}
+}
+
+// OnOwnRevocation sets what to do when a revocation of this node's own certificate arrives.
+func (c *Catalogue) OnOwnRevocation(f func()) { c.ownRevoked = f }
+
+func (c *Catalogue) onOwnRevocation() {
+	if c.ownRevoked != nil {
+		c.ownRevoked()
+	}
+}
+
+func (c *Catalogue) score(p peer.ID) *protocol.SignedScore {
+	if c.scores == nil {
+		return nil
+	}
+	return c.scores.Score(p)
+}
+
+// ValidateOffer is the offers topic validator: replays and expired records are ignored,
+// anything else that fails is rejected, which lowers the sender's gossip score
+// (node/internal/p2p/gossipscore.go).
+func (c *Catalogue) ValidateOffer(ctx context.Context, from peer.ID, data []byte) p2p.Verdict {
+	_, _, err := c.book.Accept(data, "gossip")
+	// Stale, early (clock skew), revoked since it was sent, or certified by a coordinator
+	// another node trusts: an honest relay can forward these, so they cost it nothing.
+	return p2p.VerdictOf(err)
+}
+
+// Get returns the offer held from a provider and when it was received (nil when none).
+func (c *Catalogue) Get(p peer.ID) (*protocol.SignedOffer, time.Time) { return c.book.Get(p) }

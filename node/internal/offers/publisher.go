@@ -1,0 +1,422 @@
+package offers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/ipfs/go-cid"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Attestations are the provider's benchmark results as its offer shows them.
+type Attestations interface {
+	// Latest is the latest benchmark attestation (nil when none).
+	Latest() *protocol.SignedAttestation
+	// Delisted counts, per model, the GPUs under a benchmark threshold.
+	Delisted() map[string]int
+}
+
+// PublisherDeps are what a provider's publisher needs.
+type PublisherDeps struct {
+	Peer      *p2p.Peer
+	Ledger    *ledger.Ledger
+	Catalogue *Catalogue
+	// Topic is the offers gossip topic.
+	Topic    *p2p.Topic
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
+	Clock    clock.Clock
+	Provider config.ProviderConfig
+	Offers   config.OffersConfig
+}
+
+// Publisher announces this node's offer: on start, on every price change, at every
+// availability-window boundary, every republish interval, and (withdrawn) at shutdown.
+type Publisher struct {
+	peer      *p2p.Peer
+	id        peer.ID
+	ledger    *ledger.Ledger
+	catalogue *Catalogue
+	topic     *p2p.Topic
+	metrics   *metrics.Metrics
+	log       *slog.Logger
+	clock     clock.Clock
+	cfg       config.OffersConfig
+
+	sched  protocol.Schedule
+	region string
+	base   []protocol.OfferGPUs // declared in config, with configured prices
+
+	wake     chan struct{}
+	announce chan []byte // latest record for the DHT announcer; holds at most one
+
+	mu sync.Mutex
+	// bench is the benchmark runner (nil before UseAttestations): the offer then carries
+	// no attestation.
+	bench   Attestations
+	current *protocol.SignedOffer
+	closed  bool
+}
+
+// ErrUnknownModel is returned when a price is set for a model the provider does not declare.
+var ErrUnknownModel = errors.New("model not declared in [[provider.gpus]]")
+
+// ErrBadPrice is returned for a price out of range.
+var ErrBadPrice = errors.New("price out of range")
+
+// NewPublisher returns the publisher of a provider's offer; Run starts it.
+func NewPublisher(d PublisherDeps) (*Publisher, error) {
+	sched, err := d.Provider.Schedule()
+	if err != nil {
+		return nil, err
+	}
+	items, err := d.Provider.Items()
+	if err != nil {
+		return nil, err
+	}
+	return &Publisher{
+		peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, catalogue: d.Catalogue, topic: d.Topic,
+		metrics: d.Metrics, log: d.Log, clock: d.Clock, cfg: d.Offers,
+		sched: sched, base: items,
+		region:   protocol.NormalizeRegion(d.Provider.Region),
+		wake:     make(chan struct{}, 1),
+		announce: make(chan []byte, 1),
+	}, nil
+}
+
+// Poke asks the loop to publish now.
+func (p *Publisher) Poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Publisher) Run(ctx context.Context) {
+	go p.announceLoop(ctx)
+	go p.gossipPeersLoop(ctx)
+	lastErr := ""
+	for {
+		if err := p.publish(ctx); err != nil && err.Error() != lastErr {
+			lastErr = err.Error()
+			if errors.Is(err, errNotCertified) {
+				p.log.Info("offer not published", "why", err)
+			} else {
+				p.log.Warn("publishing offer failed", "err", err)
+			}
+		} else if err == nil {
+			lastErr = ""
+		}
+		wait := p.cfg.Republish.Duration
+		now := p.clock.Now()
+		if next, ok := p.sched.NextChange(now); ok && next.Sub(now) < wait {
+			wait = next.Sub(now)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-p.clock.After(wait):
+		}
+	}
+}
+
+// gossipPeersLoop publishes again whenever the node goes from no gossip peer on the offers
+// topic to one: a record published while alone (at start, or after losing every peer)
+// reached nobody, and waiting for the republish interval would keep the offer out of other
+// nodes' books for that long.
+func (p *Publisher) gossipPeersLoop(ctx context.Context) {
+	if err := p.topic.WhenFirstPeer(ctx, p.Poke); err != nil {
+		p.log.Warn("watching gossip peers failed", "err", err)
+	}
+}
+
+// build makes the offer as it stands at now: declared GPUs with current prices, or a
+// withdrawal outside the availability windows.
+func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, error) {
+	cert, err := p.certificate(now)
+	if err != nil {
+		return protocol.Offer{}, err
+	}
+	o := protocol.Offer{
+		Certificate:  cert.Raw,
+		Version:      protocol.OfferVersion,
+		Provider:     p.id.String(),
+		IssuedAt:     now.UTC().Truncate(time.Millisecond),
+		Region:       p.region,
+		Availability: p.sched.String(),
+		Addrs:        p.peer.Addrs(),
+	}
+	o.ExpiresAt = o.IssuedAt.Add(p.cfg.TTL.Duration)
+	o.Maintenance = p.MaintenanceWindows(now)
+	if len(o.Addrs) > 16 {
+		o.Addrs = o.Addrs[:16]
+	}
+	if withdrawn == "" && !p.sched.Open(now) {
+		withdrawn = "outside availability window"
+		if next, ok := p.sched.NextChange(now); ok {
+			withdrawn += "; back at " + next.UTC().Format(time.RFC3339)
+		}
+	}
+	if withdrawn != "" {
+		o.Withdrawn = withdrawn
+		return o, nil
+	}
+	prices, err := p.ledger.Prices()
+	if err != nil {
+		return o, err
+	}
+	var delisted map[string]int
+	if p.bench != nil {
+		if a := p.bench.Latest(); a != nil && now.Sub(a.Challenge.IssuedAt) < protocol.MaxAttestationAge {
+			o.Attestation = a.Raw
+		}
+		// GPUs under a threshold stay out until a run passes, even once the attestation is
+		// too old to attach (jobs refuse them the same way).
+		delisted = p.bench.Delisted()
+	}
+	for _, g := range p.base {
+		if v, ok := prices[g.Model]; ok {
+			g.PricePerGPUHour = v
+		}
+		// Offer only what the certificate approves.
+		approved := 0
+		for _, a := range cert.GPUs {
+			if a.Model == g.Model {
+				approved = a.Count
+			}
+		}
+		if g.Count > approved {
+			p.log.Warn("declared GPUs exceed the certificate; offering the approved count", "model", g.Model, "declared", g.Count, "approved", approved)
+			g.Count = approved
+		}
+		g.Count -= delisted[g.Model] // under a benchmark threshold: see gpunex notifications
+		if g.Count > 0 {
+			o.GPUs = append(o.GPUs, g)
+		}
+	}
+	if len(o.GPUs) == 0 {
+		o.Withdrawn = "no GPU approved by the certificate and passing the benchmarks"
+	}
+	return o, nil
+}
+
+// errNotCertified means the provider holds no usable certificate: it publishes nothing.
+var errNotCertified = errors.New("not certified")
+
+// certificate returns the provider's certificate if it is valid now: issued by a trusted
+// coordinator, unexpired, unrevoked.
+func (p *Publisher) certificate(now time.Time) (*protocol.SignedCertificate, error) {
+	raw, err := p.ledger.OwnCertificate()
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no certificate yet (apply with `gpunex apply`; offers are published once a coordinator approves)", errNotCertified)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c, err := protocol.CheckCertificate(raw, now, p.catalogue.trust.trust)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotCertified, err)
+	}
+	if c.Provider != p.id.String() {
+		return nil, fmt.Errorf("%w: the stored certificate is for %s", errNotCertified, c.Provider)
+	}
+	if r := p.catalogue.trust.RevocationOf(c); r != nil {
+		return nil, fmt.Errorf("%w: certificate revoked at %s: %s", errNotCertified, r.IssuedAt.UTC().Format(time.RFC3339), r.Reason)
+	}
+	return c, nil
+}
+
+// publish signs the current offer and announces it over gossip at once and over the DHT in
+// the background.
+func (p *Publisher) publish(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	return p.publishLocked(ctx, "")
+}
+
+func (p *Publisher) publishLocked(ctx context.Context, withdrawn string) error {
+	now := p.clock.Now()
+	o, err := p.build(now, withdrawn)
+	if err != nil {
+		return err
+	}
+	if o.Seq, err = p.ledger.NextOfferSeq(now); err != nil {
+		return err
+	}
+	raw, err := protocol.Seal(protocol.KindOffer, o, p.peer.Key)
+	if err != nil {
+		return err
+	}
+	so, _, err := p.catalogue.book.Accept(raw, "self")
+	if err != nil {
+		return fmt.Errorf("own offer rejected: %w", err)
+	}
+	p.current = so
+	p.metrics.OfferPublishes.Inc()
+	select { // replace any announce still pending: only the newest matters
+	case <-p.announce:
+	default:
+	}
+	p.announce <- raw
+	if err := p.topic.Publish(ctx, raw); err != nil {
+		// The offer is signed, current and queued for the DHT: searches still find it.
+		p.log.Warn("gossiping the offer failed; it reaches renters through the DHT", "seq", o.Seq, "err", err)
+	}
+	p.log.Debug("offer published", "seq", o.Seq, "gpus", len(o.GPUs), "withdrawn", o.Withdrawn)
+	return nil
+}
+
+// announceLoop stores the newest offer in the DHT under the provider's key and announces
+// the provider under the model, region and "all" keys.
+//
+// The closest peers to a key change as the network grows: when the routing table has grown
+// by a quarter since the last announcement, the loop announces again, so that records sit
+// with the peers that searches will ask.
+func (p *Publisher) announceLoop(ctx context.Context) {
+	var last []byte
+	lastSize := 0
+	for {
+		var raw []byte
+		select {
+		case <-ctx.Done():
+			return
+		case raw = <-p.announce:
+		case <-p.clock.After(10 * time.Second):
+			if size := p.peer.RoutingTableSize(); last == nil || size < lastSize+lastSize/4+1 {
+				continue
+			}
+			if cur := p.Current(); cur != nil {
+				raw = cur.Raw
+			}
+		}
+		lastSize = p.peer.RoutingTableSize()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		p.announceDHT(actx, raw)
+		cancel()
+		last = raw
+	}
+}
+
+func (p *Publisher) announceDHT(ctx context.Context, raw []byte) {
+	// A node that just started may not have DHT peers yet: wait for them (within ctx).
+	for p.peer.RoutingTableSize() == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.clock.After(200 * time.Millisecond):
+		}
+	}
+	if err := p.peer.PutValue(ctx, protocol.OfferKey(p.id), raw); err != nil {
+		p.log.Debug("DHT put of offer failed", "err", err)
+	}
+	keys := []cid.Cid{protocol.AllOffersKey(), protocol.RegionKey(p.region)}
+	for _, g := range p.base {
+		keys = append(keys, protocol.ModelKey(g.Model))
+	}
+	for _, k := range keys {
+		if err := p.peer.Provide(ctx, k); err != nil {
+			p.log.Debug("DHT provide failed", "key", k, "err", err)
+		}
+	}
+}
+
+// SetPrice changes the price of one declared model and announces the new offer at once.
+func (p *Publisher) SetPrice(ctx context.Context, model string, price protocol.MicroUSDC) (*protocol.SignedOffer, error) {
+	model = protocol.NormalizeModel(model)
+	known := false
+	for _, g := range p.base {
+		known = known || g.Model == model
+	}
+	if !known {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownModel, model)
+	}
+	if price <= 0 || price > protocol.MaxPricePerGPUHour {
+		return nil, fmt.Errorf("%w: %s USDC per GPU-hour; it must be above 0 and at most %s", ErrBadPrice, price, protocol.MaxPricePerGPUHour)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("the provider is shutting down: try again once it has restarted")
+	}
+	if err := p.ledger.SetPrice(model, price); err != nil {
+		return nil, err
+	}
+	if err := p.publishLocked(ctx, ""); err != nil {
+		return nil, err
+	}
+	return p.current, nil
+}
+
+// UseAttestations sets the benchmark runner whose attestation the offer carries (it is built
+// after the publisher, which it wakes).
+func (p *Publisher) UseAttestations(a Attestations) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bench = a
+}
+
+// Open says whether the availability schedule is open at now.
+func (p *Publisher) Open(now time.Time) bool { return p.sched.Open(now) }
+
+// Current returns the offer last published.
+func (p *Publisher) Current() *protocol.SignedOffer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.current
+}
+
+// Withdraw publishes a withdrawn offer and stops further publishing. It waits (within ctx)
+// for the DHT to hold the withdrawal so that searches stop finding the old offer.
+func (p *Publisher) Withdraw(ctx context.Context, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	if err := p.publishLocked(ctx, reason); err != nil {
+		p.log.Warn("withdrawing offer failed", "err", err)
+		return
+	}
+	// Store the withdrawal in the DHT ourselves, now: the announce loop is about to stop.
+	// The round trips this takes also give gossip the time to send it out.
+	if p.peer.RoutingTableSize() > 0 {
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := p.peer.PutValue(dctx, protocol.OfferKey(p.id), p.current.Raw); err != nil {
+			p.log.Debug("DHT put of withdrawal failed", "err", err)
+		}
+		cancel()
+	}
+	p.log.Info("offer withdrawn", "reason", reason)
+}
+
+// HandleOfferStream answers with the provider's current offer record.
+func (p *Publisher) HandleOfferStream(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(offerStreamTimeout))
+	so := p.Current()
+	if so == nil {
+		s.Reset()
+		return
+	}
+	if _, err := s.Write(so.Raw); err != nil {
+		s.Reset()
+	}
+}

@@ -1,0 +1,106 @@
+package offers
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/gpunex/gpunex/node/internal/p2p"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Revocations travel on their own gossip topic, and a joining node pulls every revocation
+// its peers hold (revocation sync), so that a revoked provider's offers leave every book.
+
+// TakeRevocation checks a revocation, keeps it, and drops the revoked provider's offer.
+func (c *Catalogue) TakeRevocation(raw []byte, source string) error {
+	r, fresh, err := c.trust.addRevocation(raw, c.clock.Now())
+	if err != nil {
+		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindRevocation), source, protocol.Reason(err)).Inc()
+		return err
+	}
+	if !fresh {
+		return nil
+	}
+	c.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindRevocation), source).Inc()
+	if c.book.evict(r) {
+		c.log.Info("provider's certificate revoked; its offer is gone", "provider", r.Provider, "reason", r.Reason)
+	}
+	if r.Provider == c.id {
+		c.onOwnRevocation()
+	}
+	return nil
+}
+
+// ValidateRevocation is the revocations topic validator.
+func (c *Catalogue) ValidateRevocation(ctx context.Context, from peer.ID, data []byte) p2p.Verdict {
+	switch err := c.TakeRevocation(data, "gossip"); {
+	case err == nil:
+		return p2p.Accept
+	case errors.Is(err, protocol.ErrFuture):
+		return p2p.Ignore
+	default:
+		return p2p.Reject
+	}
+}
+
+// HandleRevocationSync writes every revocation this node holds.
+func (c *Catalogue) HandleRevocationSync(s network.Stream) {
+	defer s.Close()
+	select { // shares the offer sync's bound on answers served at once
+	case c.syncSlots <- struct{}{}:
+		defer func() { <-c.syncSlots }()
+	default:
+		s.Reset()
+		return
+	}
+	s.SetDeadline(time.Now().Add(30 * time.Second))
+	w := bufio.NewWriter(s)
+	for i, raw := range c.trust.Revocations() {
+		if i == protocol.MaxSyncRevocations {
+			break
+		}
+		if err := protocol.WriteFrame(w, raw); err != nil {
+			s.Reset()
+			return
+		}
+	}
+	if err := w.Flush(); err != nil {
+		s.Reset()
+	}
+}
+
+// syncRevocations reads a peer's revocations.
+func (c *Catalogue) syncRevocations(ctx context.Context, p peer.ID) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := c.peer.OpenStream(ctx, p, protocol.RevocationSyncProtocol)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	s.CloseWrite()
+	r := bufio.NewReader(s)
+	for i := 0; i < protocol.MaxSyncRevocations; i++ {
+		if _, err := r.Peek(1); err == io.EOF {
+			return nil
+		}
+		raw, err := protocol.ReadFrame(r, protocol.MaxRevocationSize)
+		if err != nil {
+			s.Reset()
+			c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindRevocation), "sync", protocol.Reason(err)).Inc()
+			return err
+		}
+		c.TakeRevocation(raw, "sync")
+	}
+	return nil
+}

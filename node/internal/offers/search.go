@@ -1,0 +1,313 @@
+package offers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// SortRows orders search rows as the filter's Sort says; ties go to the better placement, then the ID.
+func SortRows(f api.SearchFilter, rows []api.OfferRow) {
+	key := func(r api.OfferRow) float64 {
+		switch f.Sort {
+		case "price":
+			return float64(r.PriceMicroUSDC)
+		case "score":
+			if r.Score == nil {
+				return math.Inf(1)
+			}
+			return -float64(*r.Score)
+		case "perf":
+			if r.Bench == nil || r.PriceMicroUSDC <= 0 {
+				return math.Inf(1)
+			}
+			return -float64(r.Bench.PerfScore) / float64(r.PriceMicroUSDC)
+		case "placement":
+			return float64(r.PlacementMicroUSDC)
+		}
+		return -r.Rank.Merit
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if ki, kj := key(rows[i]), key(rows[j]); ki != kj {
+			return ki < kj
+		}
+		if rows[i].PlacementMicroUSDC != rows[j].PlacementMicroUSDC {
+			return rows[i].PlacementMicroUSDC < rows[j].PlacementMicroUSDC
+		}
+		return rows[i].ID < rows[j].ID
+	})
+}
+
+// Rank fills each row's rank terms from the rows found.
+func Rank(rows []api.OfferRow) {
+	market := map[string][]protocol.MicroUSDC{}
+	for _, r := range rows {
+		k := r.Model + "|" + r.Region
+		market[k] = append(market[k], r.PriceMicroUSDC)
+	}
+	median := map[string]float64{}
+	for k, ps := range market {
+		slices.Sort(ps)
+		m := float64(ps[len(ps)/2])
+		if len(ps)%2 == 0 {
+			m = float64(ps[len(ps)/2-1]+ps[len(ps)/2]) / 2
+		}
+		median[k] = m
+	}
+	for i := range rows {
+		r := &rows[i]
+		t := api.RankTerms{Score: 90, Perf: 0.8, PriceVsMarket: 1}
+		if r.Score != nil {
+			t.Score = *r.Score
+		}
+		if r.Bench != nil && r.Bench.PerfScore > 0 {
+			t.Perf = float64(r.Bench.PerfScore) / 100
+		}
+		if r.PriceMicroUSDC > 0 {
+			t.Bonus = 1 - float64(r.PlacementMicroUSDC)/float64(r.PriceMicroUSDC)
+		}
+		if m := median[r.Model+"|"+r.Region]; m > 0 {
+			t.PriceVsMarket = float64(r.PriceMicroUSDC) / m
+		}
+		s := float64(t.Score) / 100
+		t.Merit = math.Round(s*s*t.Perf*(1+t.Bonus)/t.PriceVsMarket*10000) / 10000
+		r.Rank = t
+	}
+}
+
+// rowBench summarises an attestation's GPUs of one model, leaving out delisted ones.
+func rowBench(a *protocol.SignedAttestation, model string) *api.RowBench {
+	if a == nil {
+		return nil
+	}
+	rb := &api.RowBench{MeasuredAt: a.IssuedAt}
+	score := 0
+	for _, g := range a.GPUs {
+		if g.Model != model || g.Below != "" || g.PerfScore == 0 {
+			continue // delisted, or not measured
+		}
+		rb.GPUs = append(rb.GPUs, g)
+		rb.FP32TFLOPS += g.FP32TFLOPS
+		rb.FP16TFLOPS += g.FP16TFLOPS
+		rb.TensorTFLOPS += g.TensorTFLOPS
+		rb.MemBandwidth += g.MemBandwidth
+		score += g.PerfScore
+	}
+	n := float64(len(rb.GPUs))
+	if n == 0 {
+		return nil
+	}
+	rb.FP32TFLOPS, rb.FP16TFLOPS = roundTenth(rb.FP32TFLOPS/n), roundTenth(rb.FP16TFLOPS/n)
+	rb.TensorTFLOPS, rb.MemBandwidth = roundTenth(rb.TensorTFLOPS/n), roundTenth(rb.MemBandwidth/n)
+	rb.PerfScore = score / len(rb.GPUs)
+	return rb
+}
+
+func roundTenth(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// PlacementBonusBP is the ranking bonus, in basis points of the price, that a certified
+// provider earns: 1000 (10%) for the Enterprise tier, plus 25 per whole month of commitment
+// left, up to 24 months (600, 6%). Search ranks rows by price x (10000 - bonus) / 10000;
+// the price shown and charged is unchanged.
+func PlacementBonusBP(tier string, commitmentEnd, now time.Time) int64 {
+	var bp int64
+	if tier == protocol.TierEnterprise {
+		bp += 1000
+	}
+	months := int64(commitmentEnd.Sub(now) / (30 * 24 * time.Hour))
+	return bp + 25*min(max(months, 0), 24)
+}
+
+func match(f api.SearchFilter, o *protocol.Offer, g protocol.OfferGPUs) bool {
+	return (f.Model == "" || protocol.NormalizeModel(f.Model) == g.Model) &&
+		(f.Region == "" || protocol.NormalizeRegion(f.Region) == o.Region) &&
+		(f.MaxPrice <= 0 || g.PricePerGPUHour <= f.MaxPrice) &&
+		(f.MinGPUs <= 0 || g.Count >= f.MinGPUs)
+}
+
+// Rows flattens a verified offer into search rows that match the filter.
+func Rows(f api.SearchFilter, so *protocol.SignedOffer) []api.OfferRow {
+	var out []api.OfferRow
+	for _, g := range so.Offer.GPUs {
+		if !match(f, &so.Offer, g) {
+			continue
+		}
+		row := api.OfferRow{
+			ID:             protocol.OfferID(so.Signer, g.Model),
+			Provider:       so.Signer.String(),
+			Model:          g.Model,
+			GPUs:           g.Count,
+			VRAMGB:         g.VRAMGB,
+			PriceUSDC:      g.PricePerGPUHour.String(),
+			PriceMicroUSDC: g.PricePerGPUHour,
+			Region:         so.Offer.Region,
+			Availability:   so.Offer.Availability,
+			Simulated:      g.Simulated,
+			Seq:            so.Offer.Seq,
+			IssuedAt:       so.Offer.IssuedAt,
+			ExpiresAt:      so.Offer.ExpiresAt,
+		}
+		row.PlacementMicroUSDC = row.PriceMicroUSDC
+		row.Bench = rowBench(so.Attest, g.Model)
+		if so.Cert != nil {
+			row.Tier, row.CommitmentEnd = so.Cert.Tier, so.Cert.CommitmentEnd
+			bp := PlacementBonusBP(row.Tier, row.CommitmentEnd, so.Offer.IssuedAt)
+			row.PlacementMicroUSDC = row.PriceMicroUSDC * protocol.MicroUSDC(10000-bp) / 10000
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// Search returns every live offer on the network that matches f, verified and certified,
+// best placed first (lowest price after the placement bonus, see PlacementBonusBP).
+//
+// It queries the DHT for the providers announced under the most selective key (model,
+// region or all), fetches the offer record of each provider it holds no current record for,
+// and merges them with the offers received over gossip.
+func (c *Catalogue) Search(ctx context.Context, f api.SearchFilter) ([]api.OfferRow, error) {
+	rows, _, err := c.SearchMeasured(ctx, f)
+	return rows, err
+}
+
+// SearchStats say where a search's offers came from: how many providers the DHT named,
+// how many records were fetched or failed, and how long the sync and DHT phases took.
+type SearchStats struct {
+	Found, Fetched, Failed int
+	Sync, DHT              time.Duration
+}
+
+// SearchMeasured is Search with the figures of where its offers came from (benchmarks).
+func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]api.OfferRow, SearchStats, error) {
+	var st SearchStats
+	var mu sync.Mutex
+	start := time.Now()
+	defer func() { c.metrics.Searches.Observe(time.Since(start).Seconds()) }()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.SearchTimeout.Duration)
+	defer cancel()
+
+	key := protocol.AllOffersKey()
+	switch {
+	case f.Model != "":
+		key = protocol.ModelKey(f.Model)
+	case f.Region != "":
+		key = protocol.RegionKey(f.Region)
+	}
+	if c.peer.RoutingTableSize() > 0 {
+		stale := c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
+		if c.clock.Now().Sub(c.book.lastSynced()) > stale {
+			// Gossip may have missed offers (this node just joined, or was away): catch up
+			// from peers first, so that the DHT phase only fetches what they lacked.
+			t := time.Now()
+			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+			c.SyncOffers(sctx)
+			scancel()
+			st.Sync = time.Since(t)
+		}
+		t := time.Now()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for ai := range c.peer.FindProviders(ctx, key) {
+			if ai.ID == c.id {
+				continue
+			}
+			st.Found++
+			so, at := c.book.Get(ai.ID)
+			if so != nil && c.clock.Now().Sub(at) < stale {
+				continue // gossip keeps this one current
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(ai peer.AddrInfo) {
+				defer func() { <-sem; wg.Done() }()
+				ok := c.fetchOffer(ctx, ai)
+				mu.Lock()
+				if ok {
+					st.Fetched++
+				} else {
+					st.Failed++
+				}
+				mu.Unlock()
+			}(ai)
+		}
+		wg.Wait()
+		st.DHT = time.Since(t)
+	}
+
+	now := c.clock.Now()
+	var rows []api.OfferRow
+	for _, so := range c.book.Live(now) {
+		rs := Rows(f, so)
+		if s := c.score(so.Signer); s != nil {
+			for i := range rs {
+				v := s.Score
+				rs[i].Score = &v
+			}
+		}
+		rows = append(rows, rs...)
+	}
+	Rank(rows)
+	SortRows(f, rows)
+	c.log.Debug("search", "dht_providers", st.Found, "fetched", st.Fetched, "fetch_failed", st.Failed, "sync", st.Sync, "dht", st.DHT, "rows", len(rows), "took", time.Since(start))
+	return rows, st, nil
+}
+
+// fetchOffer gets a provider's offer record into the book: from the provider itself over
+// the offer stream, or else from the DHT value record.
+func (c *Catalogue) fetchOffer(ctx context.Context, ai peer.AddrInfo) bool {
+	raw, err := c.fetchOfferDirect(ctx, ai)
+	if err == nil {
+		if _, _, err = c.book.acceptFrom(raw, "stream", ai.ID); err == nil {
+			return true
+		}
+	} else if errors.Is(err, protocol.ErrTooLarge) {
+		c.book.reject("stream", err)
+	}
+	c.log.Debug("offer stream failed; trying the DHT", "provider", ai.ID, "err", err)
+	raw, err = c.peer.GetValue(ctx, protocol.OfferKey(ai.ID), 3)
+	if err != nil && raw == nil {
+		c.log.Debug("offer not found in DHT", "provider", ai.ID, "err", err)
+		return false
+	}
+	// The DHT validator already applied every rule, but gossip may have brought a newer
+	// record meanwhile: then this one counts as a replay and the newer one stays.
+	_, _, err = c.book.acceptFrom(raw, "dht", ai.ID)
+	return err == nil
+}
+
+// OfferRecord returns the signed record, as received, of the offer with the given ID.
+func (c *Catalogue) OfferRecord(ctx context.Context, id string) (*protocol.SignedOffer, error) {
+	p, model, err := protocol.ParseOfferID(id)
+	if err != nil {
+		return nil, err
+	}
+	so, _ := c.book.Get(p)
+	if so == nil {
+		fctx, cancel := context.WithTimeout(ctx, c.cfg.SearchTimeout.Duration)
+		c.fetchOffer(fctx, peer.AddrInfo{ID: p})
+		cancel()
+		so, _ = c.book.Get(p)
+	}
+	if so == nil {
+		return nil, fmt.Errorf("%w: no offer known from %s", api.ErrNotFound, p)
+	}
+	for _, g := range so.Offer.GPUs {
+		if g.Model == model {
+			return so, nil
+		}
+	}
+	if so.Offer.Withdrawn != "" {
+		return so, nil // the record shows why there is nothing to rent
+	}
+	return nil, fmt.Errorf("%w: provider %s offers no %s", api.ErrNotFound, p, model)
+}

@@ -1,0 +1,170 @@
+package offers
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Offer stream: a provider hands its current signed offer to whoever asks
+// (docs/protocols/offers.md, "Direct fetch").
+
+const offerStreamTimeout = 5 * time.Second
+
+// fetchOfferDirect asks a provider for its offer over the offer stream.
+func (c *Catalogue) fetchOfferDirect(ctx context.Context, ai peer.AddrInfo) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if len(ai.Addrs) > 0 {
+		// The DHT's provider record names the addresses: use them (else OpenStream asks
+		// the DHT).
+		c.peer.Host.Peerstore().AddAddrs(ai.ID, ai.Addrs, time.Minute)
+	}
+	s, err := c.peer.OpenStream(ctx, ai.ID, protocol.OfferProtocol)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	s.CloseWrite()
+	raw, err := io.ReadAll(io.LimitReader(s, protocol.MaxOfferSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > protocol.MaxOfferSize {
+		s.Reset()
+		return nil, fmt.Errorf("%w: offer stream sent more than %d bytes", protocol.ErrTooLarge, protocol.MaxOfferSize)
+	}
+	return raw, nil
+}
+
+// maxSyncServing caps the sync answers a node writes at once: each can be large.
+const maxSyncServing = 4
+
+// HandleSyncStream writes every live offer this node holds.
+func (c *Catalogue) HandleSyncStream(s network.Stream) {
+	defer s.Close()
+	select {
+	case c.syncSlots <- struct{}{}:
+		defer func() { <-c.syncSlots }()
+	default:
+		s.Reset() // busy: the asker tries its other peers
+		return
+	}
+	s.SetDeadline(time.Now().Add(30 * time.Second))
+	w := bufio.NewWriter(s)
+	offers := c.book.Live(c.clock.Now())
+	for i, so := range offers {
+		if i == protocol.MaxSyncOffers {
+			break
+		}
+		var lenBuf [binary.MaxVarintLen64]byte
+		w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(so.Raw)))])
+		if _, err := w.Write(so.Raw); err != nil {
+			s.Reset()
+			return
+		}
+	}
+	if err := w.Flush(); err != nil {
+		s.Reset()
+	}
+}
+
+// syncFrom reads a peer's live offers into the book and returns how many were new.
+func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := c.peer.OpenStream(ctx, p, protocol.OfferSyncProtocol)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	s.CloseWrite()
+	// Records are checked in batches of 64: one batch signature verification costs less
+	// than 64 single ones.
+	fresh := 0
+	var batch [][]byte
+	flush := func() {
+		f, v := c.book.acceptBatch(batch, "sync")
+		fresh += f
+		c.metrics.OfferSyncRecords.Add(float64(v))
+		batch = batch[:0:0]
+	}
+	err = protocol.ReadSyncFrames(bufio.NewReader(s), func(raw []byte) {
+		if batch = append(batch, raw); len(batch) == 64 {
+			flush()
+		}
+	})
+	if len(batch) > 0 {
+		flush()
+	}
+	if errors.Is(err, protocol.ErrTooLarge) || errors.Is(err, protocol.ErrMalformed) {
+		s.Reset()
+		c.book.reject("sync", err)
+	}
+	return fresh, err
+}
+
+// SyncOffers asks up to three connected peers for their offers, in parallel, the
+// bootstrap peers first (infrastructure that follows the whole network, where any other
+// peer may have joined moments ago). The sync counts as done only if one of them answered.
+func (c *Catalogue) SyncOffers(ctx context.Context) {
+	peers := c.peer.Host.Network().Peers()
+	if len(c.boot) > 0 {
+		first := map[peer.ID]bool{}
+		for _, ai := range c.boot {
+			first[ai.ID] = true
+		}
+		slices.SortStableFunc(peers, func(a, b peer.ID) int {
+			switch {
+			case first[a] && !first[b]:
+				return -1
+			case first[b] && !first[a]:
+				return 1
+			}
+			return 0
+		})
+	}
+	var wg sync.WaitGroup
+	var answered atomic.Bool
+	for i, p := range peers {
+		if i == 3 {
+			break
+		}
+		wg.Add(1)
+		go func(p peer.ID) {
+			defer wg.Done()
+			// Revocations first, so that revoked providers' offers are refused.
+			if err := c.syncRevocations(ctx, p); err != nil {
+				c.log.Debug("revocation sync failed", "peer", p, "err", err)
+			}
+			if got, err := c.syncFrom(ctx, p); err != nil {
+				c.log.Debug("offer sync failed", "peer", p, "err", err)
+			} else {
+				answered.Store(true)
+				c.log.Debug("offer sync", "peer", p, "new", got)
+			}
+		}(p)
+	}
+	wg.Wait()
+	if answered.Load() {
+		c.book.markSynced(c.clock.Now())
+	}
+}

@@ -1,0 +1,555 @@
+package onboarding
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The coordinator's side of onboarding: it takes applications over the apply stream, keeps
+// the queue in its ledger, records every decision with who, when and why, signs
+// certificates, notifications and revocations, and tells the applicant
+// (docs/protocols/onboarding.md).
+
+const (
+	applyTimeout = 10 * time.Second
+	// applicationsPerMinute is the most apply-stream requests served to one peer a minute.
+	applicationsPerMinute = 20
+)
+
+// Revocations are the revocations this node knows, and how it takes a new one in (its own
+// included): the offers package's trust store and catalogue.
+type Revocations interface {
+	RevocationOf(c *protocol.SignedCertificate) *protocol.SignedRevocation
+	TakeRevocation(raw []byte, source string) error
+}
+
+// Publisher sends a record to a gossip topic's peers (a *p2p.Topic).
+type Publisher interface {
+	Publish(ctx context.Context, data []byte) error
+}
+
+// CoordinatorDeps are what a coordinator's onboarding needs.
+type CoordinatorDeps struct {
+	Peer    *p2p.Peer
+	Ledger  *ledger.Ledger
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	Config  config.CoordinatorConfig
+	// Trust holds the coordinators this one trusts, itself included.
+	Trust       protocol.Trust
+	Revocations Revocations
+	// RevocationsTopic is where revocations are gossiped.
+	RevocationsTopic Publisher
+}
+
+// Coordinator runs the coordinator's onboarding.
+type Coordinator struct {
+	peer        *p2p.Peer
+	id          peer.ID
+	ledger      *ledger.Ledger
+	clock       clock.Clock
+	log         *slog.Logger
+	metrics     *metrics.Metrics
+	cfg         config.CoordinatorConfig
+	trust       protocol.Trust
+	revocations Revocations
+	revTopic    Publisher
+
+	out *Notices
+	mu  sync.Mutex // one submission or decision at a time
+	// rate limits apply-stream requests per peer (queue spam).
+	rate *p2p.PeerRate
+}
+
+// NewCoordinator returns a coordinator's onboarding, with the notice channels of its
+// configuration (their secret files read now).
+func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
+	nc := d.Config.Notify
+	oc := NoticesConfig{SMTPAddr: nc.SMTPAddr, SMTPFrom: nc.SMTPFrom, SMTPUsername: nc.SMTPUsername, WebhookURL: nc.WebhookURL}
+	var err error
+	if oc.SMTPPassword, err = readSecretFile(nc.SMTPPasswordFile, "coordinator.notify.smtp_password_file"); err != nil {
+		return nil, err
+	}
+	if oc.WebhookSecret, err = readSecretFile(nc.WebhookSecretFile, "coordinator.notify.webhook_secret_file"); err != nil {
+		return nil, err
+	}
+	return &Coordinator{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
+		cfg: d.Config, trust: d.Trust, revocations: d.Revocations, revTopic: d.RevocationsTopic,
+		out: NewNotices(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute)}, nil
+}
+
+// readSecretFile reads a secret from a file that only its owner may read.
+func readSecretFile(path, setting string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s: %s is readable by others (mode %o); chmod 600 it", setting, path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// HandleApply serves one request on the apply stream.
+func (c *Coordinator) HandleApply(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(applyTimeout))
+	var req protocol.ApplyRequest
+	resp := protocol.ApplyResponse{OK: true}
+	if !c.rate.Allow(s.Conn().RemotePeer(), time.Now()) {
+		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
+		resp = protocol.ApplyResponse{Error: fmt.Sprintf("more than %d requests in a minute: slow down", applicationsPerMinute), Reason: "rate_limited"}
+	} else if err := protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxApplyFrame, &req); err != nil {
+		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
+		resp = protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
+	} else {
+		switch req.Op {
+		case "submit":
+			a, err := c.Submit(req.Record)
+			if err != nil {
+				resp = protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
+			} else {
+				resp.Notification = a.Notification
+			}
+		case "status":
+			if a, ap, ok := c.latestOf(s.Conn().RemotePeer()); ok {
+				resp.Notification = a.Notification
+				if ap.ID != "" && ap.ID != a.ID {
+					resp.Renewal = ap.Notification
+				}
+			} else {
+				resp = protocol.ApplyResponse{Error: "no application from this peer", Reason: "not_found"}
+			}
+		default:
+			resp = protocol.ApplyResponse{Error: fmt.Sprintf("unknown op %q", req.Op), Reason: "malformed"}
+		}
+	}
+	if err := protocol.WriteJSONFrame(s, resp); err != nil {
+		s.Reset()
+	}
+}
+
+// latestOf returns a provider's most recent application, and its most recent approved one
+// (zero when none), in one scan of the queue.
+func (c *Coordinator) latestOf(p peer.ID) (latest, approved ledger.Application, found bool) {
+	apps, err := c.ledger.Applications()
+	if err != nil {
+		return latest, approved, false
+	}
+	for _, a := range apps {
+		if a.Provider != p.String() {
+			continue
+		}
+		if !found || a.Seq > latest.Seq {
+			latest, found = a, true
+		}
+		if a.Status == protocol.StatusApproved && (approved.ID == "" || a.Seq > approved.Seq) {
+			approved = a
+		}
+	}
+	return latest, approved, found
+}
+
+func isOpen(status string) bool {
+	return status == protocol.StatusPending || status == protocol.StatusInfoRequested
+}
+
+// Submit takes a signed application into the queue: a new one, an answer to a question, or
+// the same record again (a retry whose acknowledgement was lost).
+func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
+	now := c.clock.Now()
+	app, err := protocol.CheckApplication(raw, now)
+	if err != nil {
+		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
+		return ledger.Application{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	apps, err := c.ledger.Applications()
+	if err != nil {
+		return ledger.Application{}, err
+	}
+	var same *ledger.Application
+	var maxSeq uint64
+	var open []string
+	for i := range apps {
+		a := &apps[i]
+		if a.ID == app.ID {
+			same = a
+		}
+		if a.Provider == app.Provider {
+			maxSeq = max(maxSeq, a.Seq)
+			if isOpen(a.Status) && a.ID != app.ID {
+				open = append(open, a.ID)
+			}
+		}
+	}
+	reject := func(err error) (ledger.Application, error) {
+		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
+		return ledger.Application{}, err
+	}
+	actor := "provider " + app.Provider
+	proposed, why := protocol.ProposeTier(app)
+	if same != nil {
+		switch {
+		case same.Provider != app.Provider:
+			return reject(fmt.Errorf("%w: application ID %s belongs to another provider", protocol.ErrInvalid, app.ID))
+		case app.Seq == same.Seq && bytes.Equal(raw, same.Raw):
+			return *same, nil // delivered again: acknowledge
+		case app.Seq <= same.Seq:
+			return reject(fmt.Errorf("%w: application %s seq %d, already have %d", protocol.ErrReplay, app.ID, app.Seq, same.Seq))
+		case !isOpen(same.Status):
+			return reject(fmt.Errorf("%w: application %s is %s; submit a new application for a new review", protocol.ErrInvalid, app.ID, same.Status))
+		}
+		a, err := c.ledger.UpdateApplication(app.ID, func(a *ledger.Application) error {
+			a.Raw, a.Seq, a.UpdatedAt = raw, app.Seq, now
+			a.ProposedTier, a.TierReasons, a.CaseByCase = proposed, why, app.CaseByCase()
+			if app.Answer != "" && a.Status == protocol.StatusInfoRequested {
+				a.Status, a.Message = protocol.StatusPending, ""
+				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "answered", Detail: app.Answer})
+			} else {
+				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "updated"})
+			}
+			return c.sign(a, nil, now)
+		})
+		if err == nil {
+			c.tell(a)
+		}
+		return a, err
+	}
+	if app.Seq <= maxSeq {
+		return reject(fmt.Errorf("%w: application seq %d from %s, already have %d", protocol.ErrReplay, app.Seq, app.Provider, maxSeq))
+	}
+	for _, id := range open {
+		// One open application per provider: the newer replaces the older.
+		if _, err := c.ledger.UpdateApplication(id, func(a *ledger.Application) error {
+			a.Status, a.Message, a.UpdatedAt = protocol.StatusRejected, "superseded by application "+app.ID, now
+			a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "superseded", Detail: "by application " + app.ID})
+			return nil
+		}); err != nil {
+			return ledger.Application{}, err
+		}
+	}
+	a := ledger.Application{
+		ID: app.ID, Provider: app.Provider, Status: protocol.StatusPending,
+		ProposedTier: proposed, TierReasons: why, CaseByCase: app.CaseByCase(),
+		SubmittedAt: now, UpdatedAt: now, Seq: app.Seq, Raw: raw,
+		Events: []ledger.Event{{At: now, Actor: actor, Action: "submitted", Detail: "proposed tier " + proposed}},
+	}
+	if err := c.sign(&a, nil, now); err != nil {
+		return ledger.Application{}, err
+	}
+	if err := c.ledger.PutApplication(a); err != nil {
+		return ledger.Application{}, err
+	}
+	c.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindApplication), "stream").Inc()
+	c.log.Info("application received", "id", a.ID, "provider", a.Provider, "proposed_tier", proposed, "case_by_case", a.CaseByCase)
+	return a, nil
+}
+
+// sign writes the signed notification of an application's current status into a.
+func (c *Coordinator) sign(a *ledger.Application, cert []byte, now time.Time) error {
+	seq, err := c.ledger.NextSerial("notification", now)
+	if err != nil {
+		return err
+	}
+	raw, err := protocol.Seal(protocol.KindNotification, protocol.Notification{
+		Version: protocol.NotificationVersion, Coordinator: c.id.String(), Provider: a.Provider, Seq: seq,
+		IssuedAt: now.UTC(), Application: a.ID, Status: a.Status, Tier: a.Tier, Message: a.Message, Certificate: cert,
+	}, c.peer.Key)
+	if err != nil {
+		return err
+	}
+	a.Notification = raw
+	return nil
+}
+
+// Decide applies a reviewer's decision, signs what it implies (certificate, notification)
+// and tells the applicant.
+func (c *Coordinator) Decide(id string, d api.Decision) (ledger.Application, error) {
+	now := c.clock.Now()
+	if strings.TrimSpace(d.Actor) == "" {
+		return ledger.Application{}, api.Invalid(errors.New("actor: say who decides (it goes into the audit trail)"))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.ledger.UpdateApplication(id, func(a *ledger.Application) error {
+		if !isOpen(a.Status) {
+			return api.Invalid(fmt.Errorf("application %s is %s: only pending or info-requested applications can be decided", id, a.Status))
+		}
+		app, err := protocol.OpenApplication(a.Raw)
+		if err != nil {
+			return fmt.Errorf("stored application %s: %w", id, err)
+		}
+		var cert []byte
+		ev := ledger.Event{At: now, Actor: "operator " + d.Actor, Action: d.Action, Detail: d.Message}
+		switch d.Action {
+		case "approve":
+			tier := d.Tier
+			if tier == "" {
+				tier = a.ProposedTier
+			}
+			if err := protocol.CheckTierChoice(app, tier); err != nil {
+				return api.Invalid(err)
+			}
+			if cert, err = c.issue(app, tier, now); err != nil {
+				return err
+			}
+			a.Status, a.Tier, a.Certificate = protocol.StatusApproved, tier, cert
+			ev.Action = "approved"
+			ev.Detail = strings.TrimSpace(fmt.Sprintf("tier %s (proposed %s) %s", tier, a.ProposedTier, d.Message))
+		case "reject":
+			if strings.TrimSpace(d.Message) == "" {
+				return api.Invalid(errors.New("reason: a rejection says why"))
+			}
+			a.Status, ev.Action = protocol.StatusRejected, "rejected"
+		case "request-info":
+			if strings.TrimSpace(d.Message) == "" {
+				return api.Invalid(errors.New("message: ask a question"))
+			}
+			a.Status, ev.Action = protocol.StatusInfoRequested, "info-requested"
+		default:
+			return api.Invalid(fmt.Errorf("action %q: approve, reject or request-info", d.Action))
+		}
+		a.Message, a.UpdatedAt = d.Message, now
+		a.Events = append(a.Events, ev)
+		return c.sign(a, cert, now)
+	})
+	if errors.Is(err, ledger.ErrNotFound) {
+		return a, fmt.Errorf("%w: no application %s", api.ErrNotFound, id)
+	}
+	if err != nil {
+		return a, err
+	}
+	c.log.Info("application decided", "id", id, "action", d.Action, "status", a.Status, "tier", a.Tier, "by", d.Actor)
+	c.tell(a)
+	return a, nil
+}
+
+// issue signs a certificate for an approved application.
+func (c *Coordinator) issue(app *protocol.Application, tier string, now time.Time) ([]byte, error) {
+	serial, err := c.ledger.NextSerial("certificate", now)
+	if err != nil {
+		return nil, err
+	}
+	var gpus []protocol.CertifiedGPU
+	for _, g := range app.GPUs {
+		merged := false
+		for i := range gpus {
+			if gpus[i].Model == g.Model {
+				gpus[i].Count += g.Count
+				merged = true
+			}
+		}
+		if !merged {
+			gpus = append(gpus, protocol.CertifiedGPU{Model: g.Model, Count: g.Count})
+		}
+	}
+	for _, g := range gpus {
+		if g.Count > protocol.MaxGPUsPerItem {
+			return nil, api.Invalid(fmt.Errorf("%d x %s: a certificate approves at most %d of a model", g.Count, g.Model, protocol.MaxGPUsPerItem))
+		}
+	}
+	// Full precision: a revocation and a new approval within one second stay ordered.
+	issued := now.UTC()
+	return protocol.Seal(protocol.KindCertificate, protocol.Certificate{
+		Version: protocol.CertificateVersion, Coordinator: c.id.String(), Provider: app.Provider, Serial: serial,
+		Application: app.ID, Tier: tier, GPUs: gpus,
+		CommitmentEnd: issued.AddDate(0, app.CommitmentMonths, 0),
+		IssuedAt:      issued, ExpiresAt: issued.Add(c.cfg.CertificateValidity.Duration),
+	}, c.peer.Key)
+}
+
+// Revoke revokes every certificate this coordinator issued to a provider: the revocation is
+// stored, gossiped, and the provider is told.
+func (c *Coordinator) Revoke(ctx context.Context, provider peer.ID, reason, actor string) ([]byte, error) {
+	if strings.TrimSpace(reason) == "" {
+		return nil, api.Invalid(errors.New("reason: a revocation says why"))
+	}
+	if strings.TrimSpace(actor) == "" {
+		return nil, api.Invalid(errors.New("actor: say who revokes (it goes into the audit trail)"))
+	}
+	raw, revoked, err := c.revoke(provider, reason, actor)
+	if raw == nil {
+		return nil, err
+	}
+	// Stored: gossip it and tell the provider even if marking an application failed.
+	if err := c.revTopic.Publish(ctx, raw); err != nil {
+		c.log.Warn("gossiping the revocation failed; peers get it by revocation sync", "err", err)
+	}
+	for _, a := range revoked {
+		c.tell(a)
+	}
+	if err != nil {
+		return raw, err
+	}
+	c.log.Info("provider revoked", "provider", provider, "reason", reason, "by", actor)
+	return raw, nil
+}
+
+// revoke signs and stores a revocation and marks the provider's approved applications
+// revoked, under c.mu: a renewal (renewDue, under c.mu too) cannot sign a certificate dated
+// after the revocation before the revocation is stored.
+func (c *Coordinator) revoke(provider peer.ID, reason, actor string) ([]byte, []ledger.Application, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	raw, err := protocol.Seal(protocol.KindRevocation, protocol.Revocation{
+		Version: protocol.RevocationVersion, Coordinator: c.id.String(), Provider: provider.String(),
+		IssuedAt: now.UTC(), Reason: reason,
+	}, c.peer.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.revocations.TakeRevocation(raw, "self"); err != nil {
+		return nil, nil, err
+	}
+	apps, err := c.ledger.Applications()
+	if err != nil {
+		return raw, nil, err
+	}
+	var revoked []ledger.Application
+	for _, a := range apps {
+		if a.Provider != provider.String() || a.Status != protocol.StatusApproved {
+			continue
+		}
+		a, err = c.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
+			a.Status, a.Message, a.UpdatedAt = protocol.StatusRevoked, reason, now
+			a.Events = append(a.Events, ledger.Event{At: now, Actor: "operator " + actor, Action: "revoked", Detail: reason})
+			return c.sign(a, nil, now)
+		})
+		if err != nil {
+			return raw, revoked, err
+		}
+		revoked = append(revoked, a)
+	}
+	return raw, revoked, nil
+}
+
+// tell pushes an application's latest notification to the provider's node and sends the
+// e-mail and webhook notices, in the background. A provider that is offline gets the
+// notification when it next asks for its status.
+func (c *Coordinator) tell(a ledger.Application) {
+	p, err := peer.Decode(a.Provider)
+	if err != nil || len(a.Notification) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+		defer cancel()
+		if err := c.pushNotification(ctx, p, a.Notification); err != nil {
+			c.log.Debug("notification push failed; the provider gets it on its next status request", "provider", p, "err", err)
+		}
+	}()
+	app, err := protocol.OpenApplication(a.Raw)
+	if err != nil {
+		return
+	}
+	subject := fmt.Sprintf("gpunex: application %s %s", a.ID, a.Status)
+	if a.Tier != "" {
+		subject += " (" + a.Tier + ")"
+	}
+	body := fmt.Sprintf("Hello %s,\n\nYour gpunex provider application %s (node %s) is now: %s.\n", app.Name, a.ID, a.Provider, a.Status)
+	if a.Tier != "" {
+		body += "Tier: " + a.Tier + "\n"
+	}
+	if a.Message != "" {
+		body += "\n" + a.Message + "\n"
+	}
+	body += "\nSee `gpunex apply status` on your node for details.\n"
+	event := map[string]any{"application": a.ID, "provider": a.Provider, "status": a.Status, "tier": a.Tier, "message": a.Message, "at": a.UpdatedAt}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err := c.out.Send(ctx, Notice{To: app.Email, Subject: subject, Body: body, Event: event})
+		if err != nil {
+			c.log.Warn("decision notice not delivered", "application", a.ID, "err", err)
+		}
+	}()
+}
+
+// Applications lists the queue, optionally only one status.
+func (c *Coordinator) Applications(status string) ([]api.ApplicationView, error) {
+	apps, err := c.ledger.Applications()
+	if err != nil {
+		return nil, err
+	}
+	out := []api.ApplicationView{}
+	for _, a := range apps {
+		if status == "" || a.Status == status {
+			out = append(out, ViewApplication(a, false))
+		}
+	}
+	return out, nil
+}
+
+// ViewApplication is an application as the coordinator's API shows it (full adds the
+// record and the trail).
+func ViewApplication(a ledger.Application, full bool) api.ApplicationView {
+	v := api.ApplicationView{
+		ID: a.ID, Provider: a.Provider, Status: a.Status, Tier: a.Tier, ProposedTier: a.ProposedTier,
+		TierReasons: a.TierReasons, CaseByCase: a.CaseByCase, SubmittedAt: a.SubmittedAt, UpdatedAt: a.UpdatedAt, Message: a.Message,
+	}
+	if full {
+		if app, err := protocol.OpenApplication(a.Raw); err == nil {
+			v.Application = app
+		}
+		v.Certificate = a.Certificate
+		for _, e := range a.Events {
+			v.Events = append(v.Events, api.Event(e))
+		}
+	}
+	return v
+}
+
+// pushNotification delivers a notification to a provider's node.
+func (c *Coordinator) pushNotification(ctx context.Context, p peer.ID, raw []byte) error {
+	s, err := c.peer.OpenStream(ctx, p, protocol.NotifyProtocol)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	if err := protocol.WriteFrame(s, raw); err != nil {
+		s.Reset()
+		return err
+	}
+	var resp protocol.ApplyResponse
+	if err := protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxNotifyAnswer, &resp); err != nil {
+		return err
+	}
+	if !resp.OK {
+		return fmt.Errorf("provider refused the notification: %s", resp.Error)
+	}
+	return nil
+}

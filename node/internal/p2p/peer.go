@@ -1,0 +1,290 @@
+// Package p2p is a node's libp2p side: the host, the DHT, gossipsub with peer scoring, and
+// the one way every subsystem opens streams and exchanges request and response frames. It is
+// the only package of the module that imports go-libp2p-kad-dht and go-libp2p-pubsub.
+package p2p
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
+
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Options say how to start a Peer.
+type Options struct {
+	// Host is used as it is when set (tests); otherwise one is built listening on Listen.
+	Host      host.Host
+	Key       crypto.PrivKey
+	Listen    []string
+	UserAgent string
+	Bootstrap []peer.AddrInfo
+	// OfferValidator validates the values stored under protocol.OfferNamespace in the DHT.
+	OfferValidator record.Validator
+}
+
+// Peer is a node's place in the network.
+type Peer struct {
+	Host host.Host
+	Key  crypto.PrivKey
+	ID   peer.ID
+
+	dht      *dht.IpfsDHT
+	ps       *pubsub.PubSub
+	scores   GossipScores
+	ownsHost bool
+
+	mu     sync.Mutex
+	topics []*Topic
+	cancel context.CancelFunc
+}
+
+// New starts the host (unless given), the DHT in server mode and gossipsub with peer scoring.
+// The caller must Close it.
+func New(o Options) (p *Peer, err error) {
+	p = &Peer{Host: o.Host, Key: o.Key}
+	if p.ID, err = peer.IDFromPrivateKey(o.Key); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if p.Host == nil {
+		p.Host, err = libp2p.New(
+			libp2p.Identity(o.Key),
+			libp2p.ListenAddrStrings(o.Listen...),
+			libp2p.UserAgent(o.UserAgent),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("start libp2p host on %v: %w", o.Listen, err)
+		}
+		p.ownsHost = true
+	}
+	if p.Host.ID() != p.ID {
+		return nil, errors.New("host identity differs from the node key")
+	}
+	p.dht, err = dht.New(p.Host,
+		dht.Mode(dht.ModeServer),
+		dht.ProtocolPrefix(protocol.DHTProtocolPrefix),
+		dht.Validator(record.NamespacedValidator{protocol.OfferNamespace: o.OfferValidator}),
+		dht.BootstrapPeers(o.Bootstrap...),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("start DHT: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.ps, err = pubsub.NewGossipSub(ctx, p.Host, append([]pubsub.Option{
+		pubsub.WithFloodPublish(true),
+		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
+	}, gossipScoreOptions(p.scores.record)...)...)
+	if err != nil {
+		return nil, fmt.Errorf("start gossipsub: %w", err)
+	}
+	return p, nil
+}
+
+// Close leaves every topic and closes the DHT, and the host when New built it.
+func (p *Peer) Close() error {
+	var errs []error
+	p.mu.Lock()
+	topics := p.topics
+	p.topics = nil
+	p.mu.Unlock()
+	for _, t := range topics {
+		t.close()
+	}
+	if p.cancel != nil {
+		p.cancel()
+	}
+	if p.dht != nil {
+		errs = append(errs, p.dht.Close())
+	}
+	if p.ownsHost && p.Host != nil {
+		errs = append(errs, p.Host.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Addrs returns the node's full multiaddrs (with /p2p/<id>).
+func (p *Peer) Addrs() []string {
+	var out []string
+	for _, a := range p.Host.Addrs() {
+		out = append(out, a.String()+"/p2p/"+p.ID.String())
+	}
+	return out
+}
+
+// Connected returns how many peers the host is connected to.
+func (p *Peer) Connected() int { return len(p.Host.Network().Peers()) }
+
+// GossipScore returns a peer's latest gossipsub score.
+func (p *Peer) GossipScore(id peer.ID) (float64, bool) { return p.scores.Get(id) }
+
+// PenalisedPeers counts the peers whose gossipsub score is negative.
+func (p *Peer) PenalisedPeers() float64 { return p.scores.Negative() }
+
+// Handle sets the handler of a stream protocol.
+func (p *Peer) Handle(proto string, h network.StreamHandler) {
+	p.Host.SetStreamHandler(libp2pprotocol.ID(proto), h)
+}
+
+// Reach makes sure the host knows an address of id: connected already, in the peerstore,
+// or found through the DHT.
+func (p *Peer) Reach(ctx context.Context, id peer.ID) error {
+	if p.Host.Network().Connectedness(id) == network.Connected || len(p.Host.Peerstore().Addrs(id)) > 0 {
+		return nil
+	}
+	ai, err := p.dht.FindPeer(ctx, id)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", id, err)
+	}
+	p.Host.Peerstore().AddAddrs(ai.ID, ai.Addrs, 10*time.Minute)
+	return nil
+}
+
+// OpenStream reaches id and opens a stream on proto. A dial that fails because an earlier
+// one failed moments ago (libp2p's dial backoff) is tried once more at once: the caller
+// asked now, and the peer may be back.
+func (p *Peer) OpenStream(ctx context.Context, id peer.ID, proto string) (network.Stream, error) {
+	if err := p.Reach(ctx, id); err != nil {
+		return nil, err
+	}
+	s, err := p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
+	if err != nil && errors.Is(err, swarm.ErrDialBackoff) {
+		if sw, ok := p.Host.Network().(*swarm.Swarm); ok {
+			sw.Backoff().Clear(id)
+			s, err = p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
+		}
+	}
+	return s, err
+}
+
+// Exchange sends one JSON frame to a peer on a protocol and reads one JSON frame back (at
+// most max bytes), all within timeout.
+func (p *Peer) Exchange(ctx context.Context, id peer.ID, proto string, timeout time.Duration, req any, max int, resp any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := p.OpenStream(ctx, id, proto)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if d, ok := ctx.Deadline(); ok {
+		s.SetDeadline(d)
+	}
+	if err := protocol.WriteJSONFrame(s, req); err != nil {
+		return err
+	}
+	s.CloseWrite()
+	if err := protocol.ReadJSONFrame(bufio.NewReader(s), max, resp); err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	return nil
+}
+
+// RoutingTableSize returns how many peers the DHT's routing table holds.
+func (p *Peer) RoutingTableSize() int { return p.dht.RoutingTable().Size() }
+
+// RefreshRoutingTable refreshes the DHT's routing table and waits for it or ctx.
+func (p *Peer) RefreshRoutingTable(ctx context.Context) {
+	select {
+	case <-p.dht.RefreshRoutingTable():
+	case <-ctx.Done():
+	}
+}
+
+// PutValue stores a record in the DHT.
+func (p *Peer) PutValue(ctx context.Context, key string, value []byte) error {
+	return p.dht.PutValue(ctx, key, value)
+}
+
+// GetValue fetches the best record under key from the DHT, asking until quorum peers answered.
+func (p *Peer) GetValue(ctx context.Context, key string, quorum int) ([]byte, error) {
+	return p.dht.GetValue(ctx, key, dht.Quorum(quorum))
+}
+
+// Provide announces the node under a content key.
+func (p *Peer) Provide(ctx context.Context, key cid.Cid) error {
+	return p.dht.Provide(ctx, key, true)
+}
+
+// FindProviders streams the peers announced under a content key, until ctx ends.
+func (p *Peer) FindProviders(ctx context.Context, key cid.Cid) <-chan peer.AddrInfo {
+	return p.dht.FindProvidersAsync(ctx, key, 0)
+}
+
+// Joined are what a node does each time it goes from no peer to some.
+type Joined struct {
+	// Sync runs first: catch up on what was missed (revocations, the offer catalogue).
+	Sync func(ctx context.Context)
+	// Announce runs once the DHT's routing table has been refreshed: a provider publishes
+	// its offer to the network just joined.
+	Announce func()
+}
+
+// KeepJoined connects to the bootstrap peers until connected, and again whenever the node
+// finds itself alone, until ctx ends. Whenever it goes from no peer to at least one, however
+// that happened, it runs j.Sync, refreshes the DHT routing table and runs j.Announce.
+func (p *Peer) KeepJoined(ctx context.Context, boot []peer.AddrInfo, clk clock.Clock, log *slog.Logger, j Joined) {
+	if len(boot) == 0 {
+		return
+	}
+	// alone is true at start and whenever every peer is gone. The DHT may connect to the
+	// bootstrap peers by itself, so joining is noticed by having peers, not by connecting.
+	alone := true
+	for {
+		if p.Connected() == 0 {
+			alone = true
+			for _, ai := range boot {
+				if ai.ID == p.ID {
+					continue
+				}
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := p.Host.Connect(cctx, ai)
+				cancel()
+				if err != nil {
+					log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+				}
+			}
+		}
+		if peers := p.Connected(); alone && peers > 0 {
+			alone = false
+			log.Info("joined the network", "peers", peers)
+			if j.Sync != nil {
+				j.Sync(ctx)
+			}
+			p.RefreshRoutingTable(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if j.Announce != nil {
+				j.Announce()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-clk.After(2 * time.Second):
+		}
+	}
+}

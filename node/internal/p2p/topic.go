@@ -1,0 +1,114 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Verdict is a topic validator's judgement of one message.
+type Verdict int
+
+const (
+	// Accept takes the message in and forwards it.
+	Accept Verdict = iota
+	// Ignore drops it at no cost to the sender (a stale record an honest relay may forward).
+	Ignore
+	// Reject drops it and lowers the sender's gossip score.
+	Reject
+)
+
+// Validator judges a message received on a topic; it is also where the message is taken in.
+type Validator func(ctx context.Context, from peer.ID, data []byte) Verdict
+
+// VerdictOf is the usual verdict on a record that failed with err: replays, expired and
+// early records, revoked ones and those certified by a coordinator another node trusts are
+// ignored (an honest relay can forward them); anything else is rejected.
+func VerdictOf(err error) Verdict {
+	switch {
+	case err == nil:
+		return Accept
+	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrExpired), errors.Is(err, protocol.ErrFuture),
+		errors.Is(err, protocol.ErrRevoked), errors.Is(err, protocol.ErrUntrusted):
+		return Ignore
+	default:
+		return Reject
+	}
+}
+
+// Topic is a joined gossip topic whose subscription is drained in the background: its
+// validator has already taken each message in.
+type Topic struct {
+	t   *pubsub.Topic
+	sub *pubsub.Subscription
+}
+
+// Join registers v as the topic's validator, joins and subscribes to it. The topic is left at
+// Close.
+func (p *Peer) Join(name string, v Validator) (*Topic, error) {
+	err := p.ps.RegisterTopicValidator(name, func(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		switch v(ctx, from, msg.Data) {
+		case Accept:
+			return pubsub.ValidationAccept
+		case Ignore:
+			return pubsub.ValidationIgnore
+		default:
+			return pubsub.ValidationReject
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	t := &Topic{}
+	if t.t, err = p.ps.Join(name); err != nil {
+		return nil, err
+	}
+	if t.sub, err = t.t.Subscribe(); err != nil {
+		t.t.Close()
+		return nil, err
+	}
+	p.mu.Lock()
+	p.topics = append(p.topics, t)
+	p.mu.Unlock()
+	go func() {
+		for {
+			if _, err := t.sub.Next(context.Background()); err != nil {
+				return // cancelled at Close
+			}
+		}
+	}()
+	return t, nil
+}
+
+// Publish sends data to the topic's peers.
+func (t *Topic) Publish(ctx context.Context, data []byte) error { return t.t.Publish(ctx, data) }
+
+// Peers returns how many gossip peers the node has on the topic.
+func (t *Topic) Peers() int { return len(t.t.ListPeers()) }
+
+// WhenFirstPeer calls f each time the topic goes from no peer to one, until ctx ends.
+func (t *Topic) WhenFirstPeer(ctx context.Context, f func()) error {
+	events, err := t.t.EventHandler()
+	if err != nil {
+		return err
+	}
+	defer events.Cancel()
+	for {
+		ev, err := events.NextPeerEvent(ctx)
+		if err != nil {
+			return nil
+		}
+		if ev.Type == pubsub.PeerJoin && len(t.t.ListPeers()) == 1 {
+			f()
+		}
+	}
+}
+
+func (t *Topic) close() {
+	t.sub.Cancel()
+	t.t.Close()
+}
