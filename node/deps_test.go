@@ -54,6 +54,7 @@ func TestImportBoundaries(t *testing.T) {
 		"node/devnet": {"protocol", "ledger/audit", "ledger/solana", "ledger/solana/localnet", "sandbox", "node/api", "node/config"},
 		// Test servers of the notices (SMTP, webhook), for tests only.
 		"node/internal/noticetest": {},
+		"node/internal/recordtest": {"protocol"},
 		// The daemon assembles the subsystems; it does not import the local Solana runtime.
 		"node": append(slices.Clone(subsystemImports), subsystems...),
 		"cmd/gpunex": {"protocol", "ledger/audit", "ledger/solana", "sandbox", "bench",
