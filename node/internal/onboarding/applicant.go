@@ -40,6 +40,11 @@ var (
 // Poker wakes the provider's publisher: a new certificate (or none) changes the offer.
 type Poker interface{ Poke() }
 
+// RevocationsKnown tells whether a certificate is revoked (the offers package's trust store).
+type RevocationsKnown interface {
+	RevocationOf(c *protocol.SignedCertificate) *protocol.SignedRevocation
+}
+
 // ApplicantDeps are what a provider's applicant needs.
 type ApplicantDeps struct {
 	Peer    *p2p.Peer
@@ -49,10 +54,8 @@ type ApplicantDeps struct {
 	Metrics *metrics.Metrics
 	// Trusted are the coordinators this provider trusts; it applies to the first.
 	Trusted     []peer.ID
-	Revocations interface {
-		RevocationOf(c *protocol.SignedCertificate) *protocol.SignedRevocation
-	}
-	Publisher Poker
+	Revocations RevocationsKnown
+	Publisher   Poker
 	// Detect lists the machine's GPUs, for the application form.
 	Detect func() ([]bench.GPUInfo, error)
 }
@@ -68,11 +71,9 @@ type Applicant struct {
 	metrics     *metrics.Metrics
 	trusted     []peer.ID
 	trust       protocol.Trust
-	revocations interface {
-		RevocationOf(c *protocol.SignedCertificate) *protocol.SignedRevocation
-	}
-	publisher Poker
-	detect    func() ([]bench.GPUInfo, error)
+	revocations RevocationsKnown
+	publisher   Poker
+	detect      func() ([]bench.GPUInfo, error)
 
 	wake chan struct{}
 	mu   sync.Mutex // one change of the own application at a time

@@ -39,7 +39,7 @@ const (
 // Revocations are the revocations this node knows, and how it takes a new one in (its own
 // included): the offers package's trust store and catalogue.
 type Revocations interface {
-	RevocationOf(c *protocol.SignedCertificate) *protocol.SignedRevocation
+	RevocationsKnown
 	TakeRevocation(raw []byte, source string) error
 }
 
