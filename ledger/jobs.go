@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/gpunex/gpunex/protocol"
 )
 
 const prefixJob = "job/"
@@ -50,6 +52,18 @@ type Job struct {
 	// CountersigReported is set once the coordinator has the renter's countersignature of
 	// the receipt too (it often arrives after the first report).
 	CountersigReported bool `json:"countersig_reported,omitempty"`
+	// Metering (docs/protocols/jobs.md): the latest checkpoint the renter countersigned,
+	// its countersignature and seconds, and when it was countersigned (this node's clock).
+	Checkpoint           []byte    `json:"checkpoint,omitempty"`
+	CheckpointCountersig []byte    `json:"checkpoint_countersignature,omitempty"`
+	CheckpointSeconds    int64     `json:"checkpoint_seconds,omitempty"`
+	MeteredAt            time.Time `json:"metered_at,omitzero"`
+	// On the renter: when this node learnt that the job started, and when it last saw it
+	// running (its own clock): what it countersigns is measured against them.
+	ObservedStart   time.Time `json:"observed_start,omitzero"`
+	LastSeenRunning time.Time `json:"last_seen_running,omitzero"`
+	// Dispute is the renter's signed dispute of the receipt, when it did not match.
+	Dispute []byte `json:"dispute,omitempty"`
 }
 
 // PutJob stores a job.
@@ -109,6 +123,26 @@ type JobReport struct {
 	// has it (it may come with a later report of the same job).
 	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
 	ProviderFault     bool   `json:"provider_fault"`
+	// Checkpoint is the latest usage checkpoint the renter countersigned, with that
+	// countersignature, and its seconds.
+	Checkpoint           []byte `json:"checkpoint,omitempty"`
+	CheckpointCountersig []byte `json:"checkpoint_countersignature,omitempty"`
+	CheckpointSeconds    int64  `json:"checkpoint_seconds,omitempty"`
+	// Terms are the receipt's figures a charge needs.
+	Terms ChargeTerms `json:"terms"`
+}
+
+// ChargeTerms are the figures of a reported receipt that charging it needs.
+type ChargeTerms struct {
+	Receipt string             `json:"receipt_sha256"`
+	Amount  protocol.MicroUSDC `json:"amount"`
+	Model   string             `json:"model"`
+	GPUs    int                `json:"gpus"`
+	Seconds int64              `json:"seconds"`
+	EndedAt time.Time          `json:"ended_at"`
+	Renter  string             `json:"renter"`
+	// CheckpointAmount is what the receipt charges under the checkpoint rule.
+	CheckpointAmount protocol.MicroUSDC `json:"checkpoint_amount"`
 }
 
 // jobReportKey keys a report by job and reporting provider: a report from another peer

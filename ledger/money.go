@@ -44,6 +44,11 @@ const (
 	HoldHeld     = "held"
 	HoldCharged  = "charged"
 	HoldReleased = "released"
+	// HoldPending: the provider's receipt is in but not countersigned by the renter; it is
+	// charged under the checkpoint rule when the dispute window ends.
+	HoldPending = "pending"
+	// HoldDisputed: the renter disputed the receipt; a coordinator's decision charges it.
+	HoldDisputed = "disputed"
 )
 
 // PayoutSettings is a provider's latest signed payout settings.
@@ -225,20 +230,33 @@ type ReportCharge struct {
 	Seconds int64
 	EndedAt time.Time
 	Renter  string
+	// Countersigned says the renter countersigned the receipt: it is charged at once.
+	Countersigned bool
+	// CheckpointAmount is what the receipt charges under the checkpoint rule (the last
+	// countersigned checkpoint plus one interval), charged at PendingUntil (the end of the
+	// dispute window) unless the renter's countersignature or a dispute comes first.
+	CheckpointAmount protocol.MicroUSDC
+	PendingUntil     time.Time
 }
 
 // ReportOutcome says what ChargeReports did with one report.
 type ReportOutcome struct {
 	Added   bool     // the report was new
-	Earning *Earning // the charge made, nil when the job had no hold (or the report was old)
-	// Refused says why a report was not stored: it contradicts the job's escrow hold.
+	Earning *Earning // the charge made, nil when none was made now
+	// Pending says the charge waits for the renter's countersignature, a dispute window
+	// or a decision.
+	Pending bool
+	// Refused says why a report was not stored: it contradicts the job's escrow hold, or
+	// there is none.
 	Refused string
 }
 
-// ChargeReports stores job reports and charges their holds, many per transaction: the
-// renter's hold becomes a charge (the receipt's amount, at most the hold), the rest
-// returns to the renter's available funds, and the provider earns the charge less the
-// commission. A report already stored changes nothing.
+// ChargeReports stores job reports and charges their holds, many per transaction, by the
+// rules of docs/settlement.md: a receipt the renter countersigned is charged at once; one
+// it did not waits for the dispute window (ChargeDue). A charge moves the hold's amount:
+// the charge to the provider's earning (less the commission), the rest back to the
+// renter's available funds. A report already stored changes nothing but what it adds: the
+// renter's countersignature (then charged, unless disputed) or a later checkpoint.
 func (l *Ledger) ChargeReports(items []ReportCharge) ([]ReportOutcome, error) {
 	out := make([]ReportOutcome, len(items))
 	for start := 0; start < len(items); {
@@ -271,52 +289,134 @@ func (l *Ledger) ChargeReports(items []ReportCharge) ([]ReportOutcome, error) {
 
 func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 	key := jobReportKey(it.Report.Job, it.Report.Provider)
-	var prev JobReport
-	if err := getJSON(txn, key, &prev); err == nil {
-		// Known already: only the renter's countersignature of the receipt may be added.
-		if len(prev.ReceiptCountersig) == 0 && len(it.Report.ReceiptCountersig) > 0 && string(prev.Receipt) == string(it.Report.Receipt) {
-			prev.ReceiptCountersig = it.Report.ReceiptCountersig
-			return ReportOutcome{}, putJSON(txn, key, prev)
-		}
-		return ReportOutcome{}, nil
-	} else if !errors.Is(err, ErrNotFound) {
-		return ReportOutcome{}, err
-	}
 	var h Hold
 	err := getJSON(txn, prefixHold+it.Report.Job, &h)
 	switch {
-	case err == nil && (h.Provider != it.Report.Provider || h.Renter != it.Renter):
+	case errors.Is(err, ErrNotFound):
+		return ReportOutcome{Refused: fmt.Sprintf("job %s has no escrow hold at this coordinator: only held jobs are charged and counted", it.Report.Job)}, nil
+	case err != nil:
+		return ReportOutcome{}, err
+	case h.Provider != it.Report.Provider || h.Renter != it.Renter:
 		// The job's hold names another provider or renter: this report is not about that
 		// job, and it neither charges the hold nor takes the job's place.
 		return ReportOutcome{Refused: fmt.Sprintf("job %s is held for renter %s on provider %s, not this lease", h.Job, h.Renter, h.Provider)}, nil
-	case err != nil && !errors.Is(err, ErrNotFound):
+	}
+	var prev JobReport
+	if err := getJSON(txn, key, &prev); err == nil {
+		if string(prev.Receipt) != string(it.Report.Receipt) {
+			return ReportOutcome{}, nil // one receipt per job: the first one stands
+		}
+		changed := false
+		if len(prev.ReceiptCountersig) == 0 && it.Countersigned {
+			prev.ReceiptCountersig, changed = it.Report.ReceiptCountersig, true
+		}
+		if it.Report.CheckpointSeconds > prev.CheckpointSeconds && h.State != HoldCharged && h.State != HoldReleased {
+			// (A charge made stays as its records were: the audit recomputes it from them.)
+			prev.Checkpoint, prev.CheckpointCountersig, prev.CheckpointSeconds = it.Report.Checkpoint, it.Report.CheckpointCountersig, it.Report.CheckpointSeconds
+			prev.Terms.CheckpointAmount = it.CheckpointAmount
+			if h.State == HoldPending {
+				h.PendingCharge = it.CheckpointAmount
+				if err := putJSON(txn, prefixHold+h.Job, h); err != nil {
+					return ReportOutcome{}, err
+				}
+			}
+			changed = true
+		}
+		if !changed {
+			return ReportOutcome{Pending: h.State == HoldPending || h.State == HoldDisputed}, nil
+		}
+		if err := putJSON(txn, key, prev); err != nil {
+			return ReportOutcome{}, err
+		}
+		if h.State == HoldPending && len(prev.ReceiptCountersig) > 0 {
+			e, err := chargeHold(txn, h, prev, prev.Terms.Amount, protocol.RuleCountersignedReceipt)
+			return ReportOutcome{Earning: e}, err
+		}
+		return ReportOutcome{Pending: h.State == HoldPending || h.State == HoldDisputed}, nil
+	} else if !errors.Is(err, ErrNotFound) {
 		return ReportOutcome{}, err
 	}
-	if err := putJSON(txn, key, it.Report); err != nil {
+	rep := it.Report
+	rep.Terms = ChargeTerms{Receipt: it.Receipt, Amount: it.Amount, Model: it.Model, GPUs: it.GPUs, Seconds: it.Seconds,
+		EndedAt: it.EndedAt, Renter: it.Renter, CheckpointAmount: it.CheckpointAmount}
+	if err := putJSON(txn, key, rep); err != nil {
 		return ReportOutcome{}, err
 	}
-	if errors.Is(err, ErrNotFound) || h.State != HoldHeld {
-		return ReportOutcome{Added: true}, nil
+	switch h.State {
+	case HoldHeld:
+	case HoldDisputed:
+		return ReportOutcome{Added: true, Pending: true}, nil // the renter disputed first: a decision charges it
+	default:
+		return ReportOutcome{Added: true}, nil // released (it never ran, said the provider) or charged
+	}
+	if it.Countersigned {
+		e, err := chargeHold(txn, h, rep, it.Amount, protocol.RuleCountersignedReceipt)
+		return ReportOutcome{Added: true, Earning: e}, err
+	}
+	h.State, h.PendingUntil, h.PendingCharge = HoldPending, it.PendingUntil, it.CheckpointAmount
+	return ReportOutcome{Added: true, Pending: true}, putJSON(txn, prefixHold+h.Job, h)
+}
+
+// chargeHold charges a hold held, pending or disputed: amount (at most the hold) to the
+// provider's earning less the commission, the rest back to the renter, under rule.
+func chargeHold(txn *badger.Txn, h Hold, rep JobReport, amount protocol.MicroUSDC, rule string) (*Earning, error) {
+	if h.State != HoldHeld && h.State != HoldPending && h.State != HoldDisputed {
+		return nil, fmt.Errorf("%w: the hold of job %s is %s", errNotHeld, h.Job, h.State)
 	}
 	a, err := getAccount(txn, h.Renter)
 	if err != nil {
-		return ReportOutcome{}, err
+		return nil, err
 	}
-	charge := protocol.Charge(it.Amount, h.Amount)
+	t := rep.Terms
+	charge := protocol.Charge(amount, h.Amount)
 	commission := protocol.Commission(charge, h.CommissionBPS)
 	a.Held -= h.Amount
 	a.Available += h.Amount - charge
 	a.Charged += charge
-	h.State, h.Charge, h.Receipt = HoldCharged, charge, it.Receipt
-	e := Earning{Receipt: it.Receipt, Job: it.Report.Job, Provider: it.Report.Provider, Renter: h.Renter,
-		Model: it.Model, GPUs: it.GPUs, Seconds: it.Seconds, EndedAt: it.EndedAt,
-		Charge: charge, Commission: commission, Net: charge - commission}
+	h.State, h.Charge, h.Receipt, h.Rule, h.PendingCharge = HoldCharged, charge, t.Receipt, rule, 0
+	e := Earning{Receipt: t.Receipt, Job: rep.Job, Provider: rep.Provider, Renter: h.Renter,
+		Model: t.Model, GPUs: t.GPUs, Seconds: t.Seconds, EndedAt: t.EndedAt,
+		Charge: charge, Commission: commission, Net: charge - commission, Rule: rule}
 	for k, v := range map[string]any{prefixHold + h.Job: h, prefixAccount + h.Renter: a, earningKey(e.Provider, e.Receipt): e} {
 		if err := putJSON(txn, k, v); err != nil {
-			return ReportOutcome{}, err
+			return nil, err
 		}
 	}
-	return ReportOutcome{Added: true, Earning: &e}, nil
+	return &e, nil
+}
+
+// ChargeDue charges, under the checkpoint rule, every pending hold whose dispute window
+// has passed at now, and returns the earnings made.
+func (l *Ledger) ChargeDue(now time.Time) ([]Earning, error) {
+	holds, err := scanAll[Hold](l, prefixHold, func(h Hold) bool { return h.State == HoldPending && !now.Before(h.PendingUntil) })
+	if err != nil {
+		return nil, err
+	}
+	var out []Earning
+	for _, h := range holds {
+		err := l.db.Update(func(txn *badger.Txn) error {
+			var cur Hold
+			if err := getJSON(txn, prefixHold+h.Job, &cur); err != nil {
+				return err
+			}
+			if cur.State != HoldPending {
+				return nil // charged or disputed meanwhile
+			}
+			var rep JobReport
+			if err := getJSON(txn, jobReportKey(cur.Job, cur.Provider), &rep); err != nil {
+				return err
+			}
+			e, err := chargeHold(txn, cur, rep, cur.PendingCharge, protocol.RuleCheckpoint)
+			if e != nil {
+				out = append(out, *e)
+			}
+			return err
+		})
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 func earningKey(provider, receipt string) string { return prefixEarning + provider + "/" + receipt }

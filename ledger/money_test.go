@@ -44,7 +44,7 @@ func TestMoneyFlowThroughOneJob(t *testing.T) {
 	if a.Available != 100_000_000-4_201_166 || a.Held != 4_201_166 {
 		t.Fatalf("after the hold (placed once although asked twice): %+v", a)
 	}
-	rc := ReportCharge{Report: JobReport{Job: jobID(1), Provider: "prov", ReceivedAt: now}, Receipt: receiptHash(1), Renter: "renter",
+	rc := ReportCharge{Report: JobReport{Job: jobID(1), Provider: "prov", ReceivedAt: now}, Countersigned: true, Receipt: receiptHash(1), Renter: "renter",
 		Amount: 1_050_000, Model: "L4-24GB", GPUs: 2, Seconds: 900, EndedAt: now}
 	out, err := l.ChargeReports([]ReportCharge{rc})
 	if err != nil || !out[0].Added || out[0].Earning == nil {
@@ -71,7 +71,7 @@ func TestChargeCappedAtHoldAndExpiredHoldsReturn(t *testing.T) {
 	l.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 10_000_000, CreditedAt: now})
 	l.PlaceHold(Hold{Job: jobID(1), Renter: "r", Provider: "p", Amount: 2_000_000, ExpiresAt: now.Add(time.Hour)})
 	l.PlaceHold(Hold{Job: jobID(2), Renter: "r", Provider: "p", Amount: 3_000_000, ExpiresAt: now.Add(time.Hour)})
-	out, err := l.ChargeReports([]ReportCharge{{Report: JobReport{Job: jobID(1), Provider: "p"}, Receipt: receiptHash(1), Renter: "r", Amount: 9_000_000}})
+	out, err := l.ChargeReports([]ReportCharge{{Report: JobReport{Job: jobID(1), Provider: "p"}, Countersigned: true, Receipt: receiptHash(1), Renter: "r", Amount: 9_000_000}})
 	if err != nil || out[0].Earning.Charge != 2_000_000 {
 		t.Fatalf("a receipt above its hold is charged the hold: %v %+v", err, out)
 	}
@@ -105,7 +105,7 @@ func TestBatchTakesEachReceiptOnce(t *testing.T) {
 	var items []ReportCharge
 	for i := range 3 {
 		l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 1_000_000, CommissionBPS: 1000, ExpiresAt: now.Add(time.Hour)})
-		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000})
+		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Countersigned: true, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000})
 	}
 	if _, err := l.ChargeReports(items); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func BenchmarkChargeReports(b *testing.B) {
 		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 2_000_000, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 			b.Fatal(err)
 		}
-		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000}
+		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Countersigned: true, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000}
 	}
 	b.ResetTimer()
 	start := time.Now()
@@ -181,7 +181,7 @@ func TestBatchOfManyReceipts(t *testing.T) {
 			prov = "p1"
 		}
 		l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: prov, Amount: 1_000_000, ExpiresAt: time.Now().Add(time.Hour)})
-		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: prov}, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000})
+		items = append(items, ReportCharge{Report: JobReport{Job: jobID(i), Provider: prov}, Countersigned: true, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000})
 	}
 	if _, err := l.ChargeReports(items); err != nil {
 		t.Fatal(err)

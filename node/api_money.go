@@ -80,6 +80,31 @@ func (a *APIServer) routeMoney(mux *http.ServeMux) {
 	a.route(mux, "GET /v1/market", func(r *http.Request) (any, error) {
 		return a.n.market.RecommendPrice(r.URL.Query().Get("model"), r.URL.Query().Get("region"))
 	})
+	a.route(mux, "GET /v1/disputes", func(r *http.Request) (any, error) {
+		s, err := a.settlement("disputes are decided by a coordinator")
+		if err != nil {
+			return nil, err
+		}
+		return s.Disputes(r.URL.Query().Get("all") != "")
+	})
+	a.route(mux, "GET /v1/disputes/{job}", func(r *http.Request) (any, error) {
+		s, err := a.settlement("disputes are decided by a coordinator")
+		if err != nil {
+			return nil, err
+		}
+		return s.Dispute(r.PathValue("job"))
+	})
+	a.route(mux, "POST /v1/disputes/{job}/resolve", func(r *http.Request) (any, error) {
+		s, err := a.settlement("disputes are decided by a coordinator")
+		if err != nil {
+			return nil, err
+		}
+		var req api.ResolveRequest
+		if err := decodeBody(r, 4096, &req); err != nil {
+			return nil, err
+		}
+		return s.ResolveDispute(r.PathValue("job"), req)
+	})
 	a.route(mux, "POST /v1/payouts/run", func(r *http.Request) (any, error) {
 		var o api.PayoutRunOptions
 		if err := decodeBody(r, 1024, &o); err != nil {

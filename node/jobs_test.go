@@ -339,6 +339,8 @@ func TestJobEnds(t *testing.T) {
 		t.Skip("containerd")
 	}
 	tn, renter, prov := jobNetWith(t, 2)
+	// Funds at the coordinator: the jobs run against escrow holds, so their reports count.
+	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	archive := busyboxArchive(t)
 	ctx := context.Background()
 	short, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 2, ImageArchive: archive, Args: []string{"sleep", "30"}})

@@ -179,7 +179,8 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 	}
 	n.wallet = money.NewWallet(moneyDeps, n.settlement)
 	n.renter = jobs.NewRenter(jobs.RenterDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "jobs"),
-		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet})
+		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: cfg.Jobs.CheckpointInterval.Duration})
+	n.goLoop(func() { n.renter.Meter(runCtx) })
 	switch cfg.Role {
 	case config.RoleProvider:
 		err = n.startProvider(ctx, runCtx, d, trusted, offersTopic)

@@ -351,7 +351,7 @@ func (f *payoutFixture) earnUnfunded(t testing.TB, amount protocol.MicroUSDC) {
 		if _, err := l.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: id.String(), Amount: amount, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		items = append(items, ledger.ReportCharge{Report: ledger.JobReport{Job: job, Provider: id.String(), ReceivedAt: time.Now()},
+		items = append(items, ledger.ReportCharge{Report: ledger.JobReport{Job: job, Provider: id.String(), ReceivedAt: time.Now()}, Countersigned: true,
 			Receipt: receiptSHA(f.round, i), Renter: "renter", Amount: amount, EndedAt: time.Now()})
 	}
 	if _, err := l.ChargeReports(items); err != nil {
@@ -751,7 +751,8 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 }
 
 // signedJob builds the records of a job as a provider key and a renter key sign them: the
-// lease, the renter's countersignature and a receipt of the given seconds.
+// lease, the renter's countersignature, a receipt of the given seconds and the renter's
+// countersignature of it.
 func signedJob(t testing.TB, provKey, renterKey crypto.PrivKey, job string, price protocol.MicroUSDC, gpus int, seconds int64) ledger.Job {
 	t.Helper()
 	prov, _ := peer.IDFromPrivateKey(provKey)
@@ -773,7 +774,12 @@ func signedJob(t testing.TB, provKey, renterKey crypto.PrivKey, job string, pric
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ledger.Job{ID: job, Side: "provider", State: ledger.JobEnded, Lease: lease, LeaseCountersig: cs, Receipt: receipt}
+	rcs, err := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindReceipt,
+		SHA256: protocol.RecordSHA256(receipt), Job: job, Signer: renter.String(), SignedAt: time.Now().UTC()}, renterKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.Job{ID: job, Side: "provider", State: ledger.JobEnded, Lease: lease, LeaseCountersig: cs, Receipt: receipt, ReceiptCountersig: rcs}
 }
 
 // TestForgedReportsChargeNothing: job reports built to mint money (figures that overflow),
@@ -911,5 +917,95 @@ func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 	earn, err := prov.wallet.Earnings(ctx, api.EarningsQuery{Period: "month"})
 	if err != nil || len(earn.History) != 1 || earn.History[0].Job != job || earn.Total <= 0 || earn.Total > 120_000 || len(earn.Unreachable) != 0 {
 		t.Fatalf("earnings across coordinators: %+v %v", earn, err)
+	}
+}
+
+// TestUncountersignedReceipts: a greedy provider's receipt the renter never countersigned
+// is charged, after the dispute window, no more than the renter's last countersigned
+// checkpoint plus one interval; a receipt the renter disputes waits for the coordinator's
+// decision, which charges at least what the checkpoints prove; a stranger cannot dispute.
+func TestUncountersignedReceipts(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	ctx := context.Background()
+	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	const price, gpus = 3_600_000, 1 // 1,000 micro-USDC a second
+	greedy := func(job string, cpSeconds int64) ledger.Job {
+		resp, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
+			Amount: 4_000_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := signedJob(t, prov.peer.Key, renter.peer.Key, job, price, gpus, 3000) // it ran 100 s at most
+		j.ReceiptCountersig = nil
+		l, _, _ := protocol.OpenLease(j.Lease)
+		cp := protocol.Checkpoint{Version: 1, Job: job, Lease: protocol.RecordSHA256(j.Lease), Provider: prov.ID().String(), Renter: renter.ID().String(),
+			Seconds: cpSeconds, Amount: protocol.Cost(price, gpus, cpSeconds), At: l.IssuedAt.Add(time.Duration(cpSeconds) * time.Second)}
+		j.Checkpoint, _ = protocol.Seal(protocol.KindCheckpoint, cp, prov.peer.Key)
+		j.CheckpointCountersig, _ = protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindCheckpoint,
+			SHA256: protocol.RecordSHA256(j.Checkpoint), Job: job, Signer: renter.ID().String(), SignedAt: cp.At}, renter.peer.Key)
+		j.Proposal, _ = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
+			Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: gpus, MaxSeconds: 3600, MaxPrice: price,
+			Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
+		eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
+			prov.wallet.ReportJob(ctx, j)
+			h, _ := coord.ledger.GetHold(job)
+			return h.State == ledger.HoldPending, h.State
+		})
+		return j
+	}
+
+	// No dispute: after the window, the checkpoint (60 s) plus one interval (60 s).
+	greedy("00000000000000d1", 60)
+	later := time.Now().Add(coord.cfg.Settlement.DisputeWindow.Duration + time.Minute)
+	if es, err := coord.ledger.ChargeDue(time.Now()); err != nil || len(es) != 0 {
+		t.Fatalf("charged inside the dispute window: %v %+v", err, es)
+	}
+	es, err := coord.ledger.ChargeDue(later)
+	if err != nil || len(es) != 1 || es[0].Charge != 120_000 || es[0].Rule != protocol.RuleCheckpoint {
+		t.Fatalf("after the window, a 3,000 s receipt with a 60 s checkpoint: %v %+v", err, es)
+	}
+
+	// Disputed: the renter says 100 s; the hold waits for a decision.
+	j := greedy("00000000000000d2", 90)
+	rec, _, _ := protocol.OpenReceipt(j.Receipt)
+	d := protocol.Dispute{Version: 1, Job: j.ID, Receipt: protocol.RecordSHA256(j.Receipt), Renter: renter.ID().String(), Provider: prov.ID().String(),
+		ObservedStart: rec.StartedAt, ObservedEnd: rec.StartedAt.Add(100 * time.Second), Seconds: 100, Amount: protocol.Cost(price, gpus, 100),
+		Reason: "the job ended after 100 s", SignedAt: time.Now().UTC()}
+	stranger := tn.add(testConfig(config.RoleRenter), nil)
+	forged := j
+	forged.Dispute, _ = protocol.Seal(protocol.KindDispute, d, stranger.peer.Key)
+	if err := stranger.wallet.Dispute(ctx, forged); err == nil {
+		t.Fatal("a stranger disputed another renter's job")
+	}
+	j.Dispute, _ = protocol.Seal(protocol.KindDispute, d, renter.peer.Key)
+	if err := renter.wallet.Dispute(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := coord.ledger.ChargeDue(later); len(es) != 0 {
+		t.Fatalf("a disputed receipt charged at the window's end: %+v", es)
+	}
+	open, err := coord.settlement.Disputes(false)
+	if err != nil || len(open) != 1 || open[0].ClaimedUSDC != "3.00" || open[0].RenterSaysUSDC != "0.10" || open[0].FloorUSDC != "0.09" {
+		t.Fatalf("open disputes: %+v %v", open, err)
+	}
+	if _, err := coord.settlement.ResolveDispute(j.ID, api.ResolveRequest{USDC: "0.05"}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("a decision below what the checkpoints prove: %v", err)
+	}
+	v, err := coord.settlement.ResolveDispute(j.ID, api.ResolveRequest{For: "renter", Note: "the renter's logs show the end"})
+	if err != nil || v.ChargedUSDC != "0.10" || v.State != ledger.DisputeDecided || len(v.Decision) == 0 {
+		t.Fatalf("decided for the renter: %+v %v", v, err)
+	}
+	if h, _ := coord.ledger.GetHold(j.ID); h.State != ledger.HoldCharged || h.Rule != protocol.RuleDecision || h.Charge != 100_000 {
+		t.Fatalf("hold after the decision: %+v", h)
+	}
+	if _, err := coord.settlement.ResolveDispute(j.ID, api.ResolveRequest{For: "provider"}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("decided twice: %v", err)
+	}
+	a, _ := coord.ledger.GetAccount(renter.ID().String())
+	if a.Charged != 220_000 || a.Available+a.Held+a.Charged != a.Deposited {
+		t.Fatalf("the renter paid %s for two jobs that ran about 100 s each: %+v", a.Charged, a)
 	}
 }

@@ -70,6 +70,9 @@ func testConfig(role string) config.Config {
 	c.Bench.StorageMB, c.Bench.NetworkMB = 1, 1
 	// Job tests run without money unless they ask for escrow (settlement_test.go).
 	c.Jobs.RequireEscrow = false
+	// Renters countersign usage every second, so that a job's receipt is taken and
+	// countersigned soon after it ends.
+	c.Jobs.CheckpointInterval = config.Duration{Duration: time.Second}
 	return c
 }
 

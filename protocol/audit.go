@@ -22,4 +22,11 @@ type AuditReceipt struct {
 	// ReceiptCountersig is the renter's countersignature of the receipt, when the
 	// coordinator has it.
 	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
+	// Rule is the charge rule that applied (Rule*), with the records it follows from: the
+	// last checkpoint the renter countersigned (checkpoint) or the coordinator's decision
+	// on the renter's dispute (decision).
+	Rule                 string `json:"rule"`
+	Checkpoint           []byte `json:"checkpoint,omitempty"`
+	CheckpointCountersig []byte `json:"checkpoint_countersignature,omitempty"`
+	Decision             []byte `json:"decision,omitempty"`
 }

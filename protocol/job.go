@@ -180,9 +180,12 @@ type Countersignature struct {
 
 // CheckLeaseTerms applies the range rules of a lease on its own (a coordinator or an
 // auditor holds the lease, not the proposal): a price, a GPU count and a period that a
-// proposal could have asked for, so that every amount computed from it is in range.
-func CheckLeaseTerms(l *Lease) error {
+// proposal could have asked for, so that every amount computed from it is in range, issued
+// no later than now plus MaxClockSkew.
+func CheckLeaseTerms(l *Lease, now time.Time) error {
 	switch {
+	case l.IssuedAt.After(now.Add(MaxClockSkew)):
+		return fmt.Errorf("%w: lease issued at %s", ErrFuture, l.IssuedAt.UTC().Format(time.RFC3339))
 	case !ValidJobID(l.Job):
 		return invalid(KindLease, "job %q is not 16 lower-case hex digits", l.Job)
 	case l.Price <= 0 || l.Price > MaxPricePerGPUHour:
@@ -342,10 +345,28 @@ func OpenLease(raw []byte) (*Lease, peer.ID, error) {
 	return &l, env.Signer, nil
 }
 
-// CheckReceipt opens a usage receipt and checks it against its lease: signed by the
-// lease's provider, within the lease's period, for its GPUs at its price, with the amount
-// that follows from them.
-func CheckReceipt(raw []byte, leaseRaw []byte, l *Lease) (*Receipt, error) {
+// OpenReceipt reads a receipt's payload and signer, checking only its signature and
+// format (CheckReceipt checks it against its lease).
+func OpenReceipt(raw []byte) (*Receipt, peer.ID, error) {
+	env, err := openKind(raw, KindReceipt)
+	if err != nil {
+		return nil, "", err
+	}
+	var r Receipt
+	if err := decodePayload(env, JobVersion, &r, func() int { return r.Version }); err != nil {
+		return nil, "", err
+	}
+	if r.Provider != env.signerText {
+		return nil, "", fmt.Errorf("%w: receipt names provider %s but is signed by %s", ErrWrongSigner, r.Provider, env.Signer)
+	}
+	return &r, env.Signer, nil
+}
+
+// CheckReceipt opens a usage receipt and checks it against its lease at time now (when the
+// receiver got it): signed by the lease's provider, within the lease's period and ended no
+// later than now (each give or take MaxClockSkew), for its GPUs at its price, with the
+// amount that follows from them.
+func CheckReceipt(raw []byte, leaseRaw []byte, l *Lease, now time.Time) (*Receipt, error) {
 	env, err := openKind(raw, KindReceipt)
 	if err != nil {
 		return nil, err
@@ -363,7 +384,9 @@ func CheckReceipt(raw []byte, leaseRaw []byte, l *Lease) (*Receipt, error) {
 		return nil, bad("terms differ from the lease")
 	case r.Lease != RecordSHA256(leaseRaw):
 		return nil, bad("receipt follows from another lease")
-	case r.StartedAt.Before(l.IssuedAt.Add(-MaxClockSkew)) || r.EndedAt.Before(r.StartedAt):
+	case r.EndedAt.After(now.Add(MaxClockSkew)):
+		return nil, fmt.Errorf("%w: receipt ends at %s", ErrFuture, r.EndedAt.UTC().Format(time.RFC3339))
+	case r.StartedAt.Before(l.IssuedAt.Add(-MaxClockSkew)) || r.EndedAt.Before(r.StartedAt) || r.EndedAt.After(l.EndsAt.Add(MaxClockSkew)):
 		return nil, bad("period %s - %s outside the lease", r.StartedAt.Format(time.RFC3339), r.EndedAt.Format(time.RFC3339))
 	case r.Seconds < 0 || r.Seconds > int64(r.EndedAt.Sub(r.StartedAt)/time.Second)+1 || r.Seconds > int64(l.EndsAt.Sub(l.IssuedAt)/time.Second)+1:
 		return nil, bad("%d seconds exceed the period or the lease", r.Seconds)
@@ -374,8 +397,8 @@ func CheckReceipt(raw []byte, leaseRaw []byte, l *Lease) (*Receipt, error) {
 }
 
 // CheckCountersignature opens a countersignature of the record whose envelope is signed,
-// made by want.
-func CheckCountersignature(raw []byte, signed []byte, of Kind, want peer.ID) (*Countersignature, error) {
+// made by want no later than now plus MaxClockSkew.
+func CheckCountersignature(raw []byte, signed []byte, of Kind, want peer.ID, now time.Time) (*Countersignature, error) {
 	env, err := openKind(raw, KindCountersignature)
 	if err != nil {
 		return nil, err
@@ -389,6 +412,9 @@ func CheckCountersignature(raw []byte, signed []byte, of Kind, want peer.ID) (*C
 	}
 	if c.Of != of || c.SHA256 != RecordSHA256(signed) {
 		return nil, invalid(KindCountersignature, "it countersigns another record")
+	}
+	if c.SignedAt.After(now.Add(MaxClockSkew)) {
+		return nil, fmt.Errorf("%w: countersignature signed at %s", ErrFuture, c.SignedAt.UTC().Format(time.RFC3339))
 	}
 	return &c, nil
 }
@@ -405,11 +431,16 @@ type JobReport struct {
 	LeaseCountersig   []byte `json:"lease_countersignature"`
 	Receipt           []byte `json:"receipt"`
 	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
+	// Checkpoint is the job's latest usage checkpoint the renter countersigned, with that
+	// countersignature: what the provider is paid at least when the renter never
+	// countersigns the receipt.
+	Checkpoint           []byte `json:"checkpoint,omitempty"`
+	CheckpointCountersig []byte `json:"checkpoint_countersignature,omitempty"`
 }
 
 const (
 	// MaxJobReportFrame caps a job report (each record travels base64-encoded).
-	MaxJobReportFrame = 3 * (MaxLeaseSize + MaxReceiptSize + MaxCountersignatureSize)
+	MaxJobReportFrame = 3 * (MaxLeaseSize + MaxReceiptSize + 3*MaxCountersignatureSize + MaxCheckpointSize)
 	// MaxJobReportAnswer caps the coordinator's answer.
 	MaxJobReportAnswer = 4096
 )

@@ -84,30 +84,30 @@ func TestJobRecords(t *testing.T) {
 		t.Fatalf("lease above the maximum price: %v", err)
 	}
 	cs := Countersignature{Version: JobVersion, Of: KindLease, SHA256: RecordSHA256(lraw), Job: p.Job, Signer: renter.String(), SignedAt: testNow}
-	if _, err := CheckCountersignature(seal(t, KindCountersignature, cs, rsk), lraw, KindLease, renter); err != nil {
+	if _, err := CheckCountersignature(seal(t, KindCountersignature, cs, rsk), lraw, KindLease, renter, testNow); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CheckCountersignature(seal(t, KindCountersignature, cs, psk), lraw, KindLease, renter); Reason(err) != "wrong_signer" {
+	if _, err := CheckCountersignature(seal(t, KindCountersignature, cs, psk), lraw, KindLease, renter, testNow); Reason(err) != "wrong_signer" {
 		t.Fatalf("countersigned by the wrong side: %v", err)
 	}
-	if _, err := CheckCountersignature(seal(t, KindCountersignature, cs, rsk), praw, KindLease, renter); Reason(err) != "invalid" {
+	if _, err := CheckCountersignature(seal(t, KindCountersignature, cs, rsk), praw, KindLease, renter, testNow); Reason(err) != "invalid" {
 		t.Fatalf("countersignature of another record: %v", err)
 	}
 
 	r := Receipt{Version: JobVersion, Job: p.Job, Lease: RecordSHA256(lraw), Provider: p.Provider, Renter: p.Renter, Model: p.Model, GPUs: 1,
 		StartedAt: testNow, EndedAt: testNow.Add(90 * time.Second), Seconds: 90, Price: 450_000, Amount: Cost(450_000, 1, 90), Reason: "exited"}
-	if _, err := CheckReceipt(seal(t, KindReceipt, r, psk), lraw, &l); err != nil {
+	if _, err := CheckReceipt(seal(t, KindReceipt, r, psk), lraw, &l, testNow); err != nil {
 		t.Fatal(err)
 	}
 	inflated := r
 	inflated.Amount++
-	if _, err := CheckReceipt(seal(t, KindReceipt, inflated, psk), lraw, &l); Reason(err) != "invalid" {
+	if _, err := CheckReceipt(seal(t, KindReceipt, inflated, psk), lraw, &l, testNow); Reason(err) != "invalid" {
 		t.Fatalf("inflated receipt: %v", err)
 	}
 	longer := r
 	longer.Seconds = 4000
 	longer.Amount = Cost(longer.Price, 1, longer.Seconds)
-	if _, err := CheckReceipt(seal(t, KindReceipt, longer, psk), lraw, &l); Reason(err) != "invalid" {
+	if _, err := CheckReceipt(seal(t, KindReceipt, longer, psk), lraw, &l, testNow); Reason(err) != "invalid" {
 		t.Fatalf("receipt longer than its period: %v", err)
 	}
 }

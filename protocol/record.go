@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -108,6 +109,9 @@ var kindSpecs = []kindSpec{
 	{kind: KindAttestation, domain: "/gpunex/record/attestation", codec: []byte("/gpunex/attestation"), maxSize: MaxAttestationSize},
 	{kind: KindUptimeProof, domain: "/gpunex/record/uptime-proof", codec: []byte("/gpunex/uptime-proof"), maxSize: MaxUptimeProofSize},
 	{kind: KindScore, domain: "/gpunex/record/score", codec: []byte("/gpunex/score"), maxSize: MaxScoreSize},
+	{kind: KindCheckpoint, domain: "/gpunex/record/usage-checkpoint", codec: []byte("/gpunex/usage-checkpoint"), maxSize: MaxCheckpointSize},
+	{kind: KindDispute, domain: "/gpunex/record/usage-dispute", codec: []byte("/gpunex/usage-dispute"), maxSize: MaxDisputeSize},
+	{kind: KindDecision, domain: "/gpunex/record/dispute-decision", codec: []byte("/gpunex/dispute-decision"), maxSize: MaxDecisionSize},
 	{kind: KindEscrowHold, domain: "/gpunex/record/escrow-hold", codec: []byte("/gpunex/escrow-hold"), maxSize: MaxEscrowHoldSize},
 	{kind: KindPayoutSettings, domain: "/gpunex/record/payout-settings", codec: []byte("/gpunex/payout-settings"), maxSize: MaxPayoutSettingsSize},
 	{kind: KindPayoutBatch, domain: "/gpunex/record/payout-batch", codec: []byte("/gpunex/payout-batch"), maxSize: MaxPayoutBatchSize},
@@ -256,8 +260,12 @@ func signedBytes(domain string, payloadType, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// decodeStrict decodes JSON into v, refusing unknown fields and trailing data.
+// decodeStrict decodes JSON into v, refusing unknown fields, trailing data, and member
+// names repeated or not exactly a field's name (strictjson.go).
 func decodeStrict(data []byte, v any) error {
+	if err := checkMemberNames(data, reflect.TypeOf(v)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -377,7 +385,7 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		if err = decodePayload(env, AttestationVersion, &c, func() int { return c.Version }); err == nil {
 			rec = &c
 		}
-	case KindLease, KindReceipt, KindCountersignature:
+	case KindLease, KindReceipt, KindCountersignature, KindCheckpoint, KindDispute, KindDecision:
 		// Checked against the records they follow from; here only signature and format.
 		var v any
 		switch env.Kind {
@@ -385,6 +393,12 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 			v = &Lease{}
 		case KindReceipt:
 			v = &Receipt{}
+		case KindCheckpoint:
+			v = &Checkpoint{}
+		case KindDispute:
+			v = &Dispute{}
+		case KindDecision:
+			v = &Decision{}
 		default:
 			v = &Countersignature{}
 		}

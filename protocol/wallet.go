@@ -7,20 +7,23 @@ import "time"
 
 // Size limits of the wallet stream's frames.
 const (
-	MaxWalletRequest  = 8 << 10
+	MaxWalletRequest  = 16 << 10
 	MaxWalletResponse = MaxPayoutBatchSize * 4
 )
 
 // WalletRequest is one request on the wallet stream.
 type WalletRequest struct {
-	Op        string    `json:"op"` // info, claim, balance, hold, settings, earnings, batches, bundle
+	Op        string    `json:"op"` // info, claim, balance, hold, release, settings, earnings, batches, bundle, dispute
 	Signature string    `json:"signature,omitempty"`
 	Job       string    `json:"job,omitempty"`
 	Provider  string    `json:"provider,omitempty"`
 	Amount    MicroUSDC `json:"amount,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	Settings  []byte    `json:"settings,omitempty"`
-	Batch     string    `json:"batch,omitempty"`
+	// Dispute is a renter's signed dispute of the receipt in Receipt.
+	Dispute []byte `json:"dispute,omitempty"`
+	Receipt []byte `json:"receipt,omitempty"`
+	Batch   string `json:"batch,omitempty"`
 	// From and To bound the earnings an earnings request lists (by end of job).
 	From time.Time `json:"from,omitzero"`
 	To   time.Time `json:"to,omitzero"`
@@ -80,6 +83,12 @@ type Hold struct {
 	State         string    `json:"state"`
 	Charge        MicroUSDC `json:"charge,omitempty"`
 	Receipt       string    `json:"receipt,omitempty"` // hex SHA-256 of the receipt charged
+	// Rule names the charge rule that applied (protocol.Rule*).
+	Rule string `json:"rule,omitempty"`
+	// PendingUntil is when a pending hold is charged PendingCharge under the checkpoint
+	// rule, unless the renter countersigns or disputes the receipt first.
+	PendingUntil  time.Time `json:"pending_until,omitzero"`
+	PendingCharge MicroUSDC `json:"pending_charge,omitempty"`
 }
 
 // Earning is what a provider earned from one receipt.
@@ -96,6 +105,8 @@ type Earning struct {
 	Commission MicroUSDC `json:"commission"`
 	Net        MicroUSDC `json:"net"`
 	Batch      string    `json:"batch,omitempty"` // the payout batch paying it; "" while pending
+	// Rule names the charge rule that applied (protocol.Rule*).
+	Rule string `json:"rule,omitempty"`
 }
 
 // TreasuryInfo is what a coordinator tells about its treasury (the wallet stream's info).

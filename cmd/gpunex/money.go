@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpunex/gpunex/ledger/audit"
 	"github.com/gpunex/gpunex/node/api"
@@ -573,4 +574,91 @@ func rememberBatch(home string, rep audit.Report, record []byte) {
 	if b, err := json.Marshal(rep.Jobs); err == nil {
 		os.WriteFile(filepath.Join(dir, rep.Batch+".jobs"), b, 0o600)
 	}
+}
+
+func disputesCommand() *cobra.Command {
+	c := &cobra.Command{Use: "disputes", Short: "List, show and resolve renters' disputes of job receipts"}
+	var asJSON, all bool
+	list := &cobra.Command{
+		Use:   "list [--all] [--json]",
+		Short: "List open disputes (--all: decided ones too)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			vs, err := cl.Disputes(cmd.Context(), all)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), vs)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
+			fmt.Fprintln(w, "JOB\tRECEIVED\tSTATE\tRECEIPT USDC\tRENTER SAYS\tFLOOR\tREASON")
+			for _, v := range vs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Job, v.ReceivedAt.Format("2006-01-02 15:04"), v.State, v.ClaimedUSDC, v.RenterSaysUSDC, v.FloorUSDC, v.Reason)
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().BoolVar(&all, "all", false, "decided disputes too")
+	show := &cobra.Command{
+		Use:   "show JOB [--json]",
+		Short: "Show a dispute: both sides' figures and the signed records",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.Dispute(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), v)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Job %s (%s)\n  renter:   %s\n  provider: %s\n", v.Job, v.State, v.Renter, v.Provider)
+			fmt.Fprintf(out, "  the receipt charges %s USDC; the renter says %s USDC (%s)\n", v.ClaimedUSDC, v.RenterSaysUSDC, v.Reason)
+			if v.FloorUSDC != "" {
+				fmt.Fprintf(out, "  the renter's countersigned checkpoints prove %s USDC: a decision charges at least that\n", v.FloorUSDC)
+			}
+			if !v.DecidedAt.IsZero() {
+				fmt.Fprintf(out, "  decided %s: charged %s USDC\n", v.DecidedAt.Format(time.RFC3339), v.ChargedUSDC)
+			} else {
+				fmt.Fprintf(out, "Decide with: gpunex coordinator disputes resolve %s --for provider|renter, or --usdc AMOUNT\n", v.Job)
+			}
+			return nil
+		},
+	}
+	var req api.ResolveRequest
+	resolve := &cobra.Command{
+		Use:   "resolve JOB (--for provider|renter | --usdc AMOUNT) [--note TEXT]",
+		Short: "Decide a dispute: charge the receipt, what the renter said, or an amount between the checkpoints' floor and the receipt",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.ResolveDispute(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), v)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Job %s decided: charged %s USDC (the receipt claimed %s)\n", v.Job, v.ChargedUSDC, v.ClaimedUSDC)
+			return nil
+		},
+	}
+	resolve.Flags().StringVar(&req.For, "for", "", "provider (the receipt's amount) or renter (what the renter said, at least its checkpoints)")
+	resolve.Flags().StringVar(&req.USDC, "usdc", "", "charge this amount instead")
+	resolve.Flags().StringVar(&req.Note, "note", "", "why, signed into the decision")
+	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.AddCommand(list, show, resolve)
+	return c
 }

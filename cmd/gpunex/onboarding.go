@@ -568,7 +568,7 @@ func coordinatorCommand() *cobra.Command {
 			return printBench(cmd.OutOrStdout(), v)
 		},
 	}
-	c.AddCommand(apps, revoke, challenge, payoutsCommand())
+	c.AddCommand(apps, revoke, challenge, payoutsCommand(), disputesCommand())
 	return c
 }
 

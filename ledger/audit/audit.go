@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -101,29 +102,31 @@ func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Rep
 		}
 		jobs[job] = sha
 		rep.Jobs = append(rep.Jobs, job)
-		if len(r.ReceiptCountersig) > 0 {
-			rec, _, _ := protocol.OpenLease(r.Lease)
-			renter, _ := peer.Decode(rec.Renter)
-			if _, err := protocol.CheckCountersignature(r.ReceiptCountersig, r.Receipt, protocol.KindReceipt, renter); err != nil {
-				bad("receipt %d (%s): the renter's countersignature: %v", i+1, sha, err)
-				continue
-			}
-			rep.Countersigned++
+		if r.Rule == protocol.RuleCountersignedReceipt {
+			rep.Countersigned++ // checked by auditReceipt
 		}
 		shares[sha] = share{provider, net}
 	}
+	// Each provider's settings are its latest signed before the batch: settings signed
+	// later cannot explain where the batch sent the money.
 	settings := map[string]*protocol.PayoutSettings{}
 	for _, raw := range bundle.Settings {
-		s, signer, err := protocol.CheckPayoutSettings(raw, time.Now())
+		s, signer, err := protocol.CheckPayoutSettings(raw, b.IssuedAt)
 		if err != nil {
 			bad("payout settings: %v", err)
 			continue
 		}
-		settings[signer.String()] = s
+		if prev := settings[signer.String()]; prev == nil || s.Seq > prev.Seq {
+			settings[signer.String()] = s
+		}
 	}
 	var total protocol.MicroUSDC
 	for _, p := range b.Payouts {
 		var sum protocol.MicroUSDC
+		if p.Amount < 0 || p.Rounding < 0 || !addChecked(&total, p.Amount) {
+			bad("payout to %s: amount %d (rounding %d) is negative or overflows the batch's total", p.Provider, p.Amount, p.Rounding)
+			continue
+		}
 		for _, r := range p.Receipts {
 			sh, ok := shares[r]
 			switch {
@@ -131,13 +134,12 @@ func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Rep
 				bad("payout to %s: receipt %s is not in the bundle or does not verify", p.Provider, r)
 			case sh.provider != p.Provider:
 				bad("payout to %s: receipt %s belongs to provider %s", p.Provider, r, sh.provider)
-			default:
-				sum += sh.net
+			case !addChecked(&sum, sh.net):
+				bad("payout to %s: its receipts' sum overflows", p.Provider)
 			}
 		}
 		rep.Receipts += len(p.Receipts)
-		total += p.Amount
-		if sum != p.Amount+p.Rounding {
+		if expected := p.Amount; !addChecked(&expected, p.Rounding) || sum != expected {
 			bad("payout to %s: batch says %s USDC (+%s rounding), its receipts add up to %s USDC", p.Provider, p.Amount, p.Rounding, sum)
 		}
 		if s := settings[p.Provider]; s == nil {
@@ -203,8 +205,20 @@ func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Rep
 	return rep
 }
 
-// auditReceipt checks one receipt's records and returns the provider's share of it.
+// addChecked adds v (non-negative) to *sum unless that would overflow.
+func addChecked(sum *protocol.MicroUSDC, v protocol.MicroUSDC) bool {
+	if v < 0 || *sum > math.MaxInt64-v {
+		return false
+	}
+	*sum += v
+	return true
+}
+
+// auditReceipt checks one receipt's records and returns the provider's share of it: the
+// charge its rule allows (at most the hold), less the hold's commission.
 func auditReceipt(r protocol.AuditReceipt, b *protocol.SignedBatch) (net protocol.MicroUSDC, provider, job string, err error) {
+	// Every record was received before the batch was signed: none may be dated later.
+	now := b.IssuedAt
 	l, signer, err := protocol.OpenLease(r.Lease)
 	if err != nil {
 		return 0, "", "", fmt.Errorf("lease: %w", err)
@@ -212,17 +226,17 @@ func auditReceipt(r protocol.AuditReceipt, b *protocol.SignedBatch) (net protoco
 	if l.Provider != signer.String() {
 		return 0, "", "", fmt.Errorf("lease names provider %s but is signed by %s", l.Provider, signer)
 	}
-	if err := protocol.CheckLeaseTerms(l); err != nil {
+	if err := protocol.CheckLeaseTerms(l, now); err != nil {
 		return 0, "", "", err
 	}
 	renter, err := peer.Decode(l.Renter)
 	if err != nil {
 		return 0, "", "", fmt.Errorf("lease renter: %w", err)
 	}
-	if _, err := protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter); err != nil {
+	if _, err := protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter, now); err != nil {
 		return 0, "", "", fmt.Errorf("the renter's countersignature of the lease: %w", err)
 	}
-	rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l)
+	rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l, now)
 	if err != nil {
 		return 0, "", "", err
 	}
@@ -234,7 +248,36 @@ func auditReceipt(r protocol.AuditReceipt, b *protocol.SignedBatch) (net protoco
 	if h.Job != rec.Job || h.Provider != rec.Provider || h.Renter != rec.Renter {
 		return 0, "", "", fmt.Errorf("escrow hold is for job %s (%s -> %s), not this receipt", h.Job, h.Renter, h.Provider)
 	}
-	charge := protocol.Charge(rec.Amount, h.Amount)
+	var amount protocol.MicroUSDC
+	switch r.Rule {
+	case protocol.RuleCountersignedReceipt:
+		if _, err := protocol.CheckCountersignature(r.ReceiptCountersig, r.Receipt, protocol.KindReceipt, renter, now); err != nil {
+			return 0, "", "", fmt.Errorf("charged as countersigned, but the renter's countersignature: %w", err)
+		}
+		amount = rec.Amount
+	case protocol.RuleCheckpoint:
+		var secs int64
+		if len(r.Checkpoint) > 0 {
+			cp, err := protocol.CheckCheckpoint(r.Checkpoint, r.Lease, l, now)
+			if err != nil {
+				return 0, "", "", fmt.Errorf("checkpoint: %w", err)
+			}
+			if _, err := protocol.CheckCountersignature(r.CheckpointCountersig, r.Checkpoint, protocol.KindCheckpoint, renter, now); err != nil {
+				return 0, "", "", fmt.Errorf("the renter's countersignature of the checkpoint: %w", err)
+			}
+			secs = cp.Seconds
+		}
+		amount = protocol.CheckpointCharge(rec, secs)
+	case protocol.RuleDecision:
+		d, err := protocol.CheckDecision(r.Decision, r.Receipt, rec, b.Signer)
+		if err != nil {
+			return 0, "", "", fmt.Errorf("decision: %w", err)
+		}
+		amount = d.Amount
+	default:
+		return 0, "", "", fmt.Errorf("charge rule %q unknown", r.Rule)
+	}
+	charge := protocol.Charge(amount, h.Amount)
 	return charge - protocol.Commission(charge, h.CommissionBPS), rec.Provider, rec.Job, nil
 }
 

@@ -354,6 +354,28 @@ func (c *Client) Batches(ctx context.Context) ([]BatchView, error) {
 	return v, c.Do(ctx, http.MethodGet, "/v1/payouts", nil, &v)
 }
 
+// Disputes lists a coordinator's disputes, open ones unless all is set.
+func (c *Client) Disputes(ctx context.Context, all bool) ([]DisputeView, error) {
+	var v []DisputeView
+	path := "/v1/disputes"
+	if all {
+		path += "?all=1"
+	}
+	return v, c.Do(ctx, http.MethodGet, path, nil, &v)
+}
+
+// Dispute returns one dispute.
+func (c *Client) Dispute(ctx context.Context, job string) (DisputeView, error) {
+	var v DisputeView
+	return v, c.Do(ctx, http.MethodGet, "/v1/disputes/"+url.PathEscape(job), nil, &v)
+}
+
+// ResolveDispute decides a dispute.
+func (c *Client) ResolveDispute(ctx context.Context, job string, req ResolveRequest) (DisputeView, error) {
+	var v DisputeView
+	return v, c.Do(ctx, http.MethodPost, "/v1/disputes/"+url.PathEscape(job)+"/resolve", req, &v)
+}
+
 // Batch returns one payout batch with its signed record.
 func (c *Client) Batch(ctx context.Context, id string) (BatchRecordView, error) {
 	var v BatchRecordView

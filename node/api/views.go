@@ -263,6 +263,34 @@ type PayoutView struct {
 	Paid        bool               `json:"paid"`
 }
 
+// DisputeView is a renter's dispute of a job's receipt as a coordinator shows it.
+type DisputeView struct {
+	Job            string    `json:"job"`
+	Renter         string    `json:"renter"`
+	Provider       string    `json:"provider"`
+	ReceivedAt     time.Time `json:"received_at"`
+	State          string    `json:"state"` // open or decided
+	ClaimedUSDC    string    `json:"claimed_usdc"`
+	RenterSaysUSDC string    `json:"renter_says_usdc"`
+	// FloorUSDC is what the renter's countersigned checkpoints prove: the least a
+	// decision may charge.
+	FloorUSDC   string    `json:"floor_usdc,omitempty"`
+	Reason      string    `json:"reason"`
+	DecidedAt   time.Time `json:"decided_at,omitzero"`
+	ChargedUSDC string    `json:"charged_usdc,omitempty"`
+	// The signed records: the renter's dispute, the provider's receipt, the decision.
+	Dispute  []byte `json:"dispute,omitempty"`
+	Receipt  []byte `json:"receipt,omitempty"`
+	Decision []byte `json:"decision,omitempty"`
+}
+
+// ResolveRequest decides a dispute: For "provider" or "renter", or an amount in USDC.
+type ResolveRequest struct {
+	For  string `json:"for,omitempty"`
+	USDC string `json:"usdc,omitempty"`
+	Note string `json:"note,omitempty"`
+}
+
 // BatchView is a payout batch as the CLI shows it.
 type BatchView struct {
 	BatchID      string       `json:"batch_id"`

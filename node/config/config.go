@@ -103,6 +103,14 @@ type JobsConfig struct {
 	// RequireEscrow makes the provider start a job only against a coordinator's escrow
 	// hold covering its maximum cost.
 	RequireEscrow bool `toml:"require_escrow"`
+	// CheckpointInterval is how often this node, as a renter, asks the providers of its
+	// running jobs for a usage checkpoint and countersigns it (at most
+	// protocol.CheckpointInterval).
+	CheckpointInterval Duration `toml:"checkpoint_interval"`
+	// UnmeteredStop makes a provider stop a job whose renter has countersigned no
+	// checkpoint for this long (0: never). What a renter did not countersign is paid only
+	// up to one interval past its last checkpoint.
+	UnmeteredStop Duration `toml:"unmetered_stop"`
 }
 
 // SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and
@@ -133,6 +141,9 @@ type SettlementConfig struct {
 	BankAccountName string `toml:"bank_account_name"`
 	BankIBAN        string `toml:"bank_iban"`
 	BankBIC         string `toml:"bank_bic"`
+	// DisputeWindow is how long a final receipt the renter did not countersign waits
+	// for a dispute before it is charged under the checkpoint rule.
+	DisputeWindow Duration `toml:"dispute_window"`
 }
 
 // WalletConfig is [wallet]: the node's own Solana wallet.
@@ -275,6 +286,8 @@ func Defaults(role string) Config {
 			ScratchMB:          10 << 10,
 			ProposalsPerMinute: 30,
 			RequireEscrow:      true,
+			CheckpointInterval: Duration{protocol.CheckpointInterval},
+			UnmeteredStop:      Duration{5 * time.Minute},
 		},
 		Settlement: SettlementConfig{
 			CommissionBPS:   1000,
@@ -283,6 +296,7 @@ func Defaults(role string) Config {
 			PayoutCheck:     Duration{time.Hour},
 			MarketInterval:  Duration{time.Hour},
 			MarketWindow:    Duration{7 * 24 * time.Hour},
+			DisputeWindow:   Duration{24 * time.Hour},
 		},
 		Wallet: WalletConfig{Keypair: "wallet.json"},
 		Offers: OffersConfig{
@@ -388,6 +402,12 @@ func (c *Config) Check() error {
 	if j.MaxImageMB < 1 || j.MemoryMBPerGPU < 16 || j.CPUMillisPerGPU < 100 || j.Pids < 16 || j.ScratchMB < 1 || j.ProposalsPerMinute < 1 {
 		errs = append(errs, errors.New("jobs: max_image_mb, scratch_mb and proposals_per_minute must be at least 1, memory_mb_per_gpu 16, cpu_millis_per_gpu 100, pids 16"))
 	}
+	if ci := j.CheckpointInterval.Duration; ci < time.Second || ci > protocol.CheckpointInterval {
+		errs = append(errs, fmt.Errorf("jobs.checkpoint_interval %s: must be between 1s and %s", j.CheckpointInterval, protocol.CheckpointInterval))
+	}
+	if u := j.UnmeteredStop.Duration; u != 0 && u < 2*protocol.CheckpointInterval {
+		errs = append(errs, fmt.Errorf("jobs.unmetered_stop %s: 0 (never) or at least %s, two checkpoint intervals", j.UnmeteredStop, 2*protocol.CheckpointInterval))
+	}
 	for _, r := range j.BlockedRenters {
 		if _, err := peer.Decode(r); err != nil {
 			errs = append(errs, fmt.Errorf("jobs.blocked_renters %q: not a peer ID", r))
@@ -402,6 +422,9 @@ func (c *Config) Check() error {
 	}
 	if st.Mint != "" && !protocol.ValidSolanaAddress(st.Mint) {
 		errs = append(errs, fmt.Errorf("settlement.mint %q: not a Solana address", st.Mint))
+	}
+	if st.DisputeWindow.Duration < time.Second {
+		errs = append(errs, fmt.Errorf("settlement.dispute_window %s: must be at least 1s", st.DisputeWindow))
 	}
 	if st.PayoutCheck.Duration < time.Second || st.MarketInterval.Duration < time.Second || st.MarketWindow.Duration < time.Minute {
 		errs = append(errs, errors.New("settlement: payout_check and market_interval must be at least 1s, market_window at least 1m"))

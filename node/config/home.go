@@ -317,6 +317,9 @@ min_payout_usdc = "{{.Settlement.MinPayoutUSDC}}"
 payout_check = "{{.Settlement.PayoutCheck}}"
 market_interval = "{{.Settlement.MarketInterval}}"
 market_window = "{{.Settlement.MarketWindow}}"
+# How long a final receipt the renter did not countersign waits for a dispute before it
+# is charged: at most the renter's last countersigned checkpoint plus one minute.
+dispute_window = "{{.Settlement.DisputeWindow}}"
 # The coordinator's bank account, debtor of bank-transfer payout files (pain.001).
 bank_account_name = "{{.Settlement.BankAccountName}}"
 bank_iban = "{{.Settlement.BankIBAN}}"
@@ -366,6 +369,13 @@ blocked_renters = {{list .Jobs.BlockedRenters}}
 proposals_per_minute = {{.Jobs.ProposalsPerMinute}}
 # Start a job only against the coordinator's escrow hold covering its maximum cost.
 require_escrow = {{.Jobs.RequireEscrow}}
+# Stop a job whose renter has countersigned no usage checkpoint for this long ("0s":
+# never): what the renter did not countersign is paid only up to one minute past its last
+# checkpoint.
+unmetered_stop = "{{.Jobs.UnmeteredStop}}"
+# As a renter: how often to ask for and countersign a checkpoint of each running job
+# (at most 1m).
+checkpoint_interval = "{{.Jobs.CheckpointInterval}}"
 
 [payout]
 # How you are paid: method "usdc" (to solana_address) or "bank" (account_name, iban, bic),

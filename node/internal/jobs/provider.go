@@ -349,7 +349,7 @@ func (r *Runner) HandleJob(s network.Stream) {
 		err = fmt.Errorf("expected the lease's countersignature, got %q", m.Type)
 	}
 	if err == nil {
-		_, err = protocol.CheckCountersignature(m.Record, lease, protocol.KindLease, remote)
+		_, err = protocol.CheckCountersignature(m.Record, lease, protocol.KindLease, remote, r.clock.Now())
 	}
 	if err != nil {
 		r.metrics.JobProposals.WithLabelValues("countersign_failed").Inc()
@@ -623,6 +623,9 @@ func (r *Runner) watch(id string) {
 	go func() {
 		defer r.wg.Done()
 		defer cancel()
+		if stop := r.cfg.UnmeteredStop.Duration; stop > 0 {
+			go r.stopUnmetered(ctx, id, stop)
+		}
 		exit, err := r.rt.Wait(ctx, id)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -632,6 +635,92 @@ func (r *Runner) watch(id string) {
 		}
 		r.finish(id, exit)
 	}()
+}
+
+// ReasonUnmetered ends a job whose renter stopped countersigning its usage.
+const ReasonUnmetered = "renter stopped countersigning usage"
+
+// stopUnmetered stops a running job once its renter has countersigned no checkpoint for
+// stop (since the start when it never did): past its last checkpoint, a renter that does
+// not countersign pays at most one checkpoint interval, so running on would be unpaid.
+func (r *Runner) stopUnmetered(ctx context.Context, id string, stop time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(stop / 8):
+		}
+		j, err := r.ledger.GetJob(id)
+		if err != nil || j.State != ledger.JobRunning {
+			return
+		}
+		last := j.StartedAt
+		if j.MeteredAt.After(last) {
+			last = j.MeteredAt
+		}
+		if r.clock.Now().Sub(last) >= stop {
+			r.log.Warn("stopping a job: its renter countersigned no usage", "job", id, "renter", j.Peer, "since", last)
+			if err := r.rt.Kill(ctx, id, ReasonUnmetered); err != nil {
+				r.log.Warn("stopping an unmetered job failed", "job", id, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// checkpoint signs a usage checkpoint of a running job: the seconds since its start (at
+// most its lease) and what they cost.
+func (r *Runner) checkpoint(j ledger.Job) ([]byte, *protocol.Checkpoint, error) {
+	l, _, err := protocol.OpenLease(j.Lease)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := r.clock.Now()
+	until := now
+	if until.After(l.EndsAt) {
+		until = l.EndsAt
+	}
+	secs := max(0, int64(until.Sub(j.StartedAt)/time.Second))
+	cp := protocol.Checkpoint{Version: protocol.JobVersion, Job: j.ID, Lease: protocol.RecordSHA256(j.Lease), Provider: l.Provider,
+		Renter: l.Renter, Seconds: secs, Amount: protocol.Cost(l.Price, l.GPUs, secs), At: now.UTC()}
+	raw, err := protocol.Seal(protocol.KindCheckpoint, cp, r.peer.Key)
+	return raw, &cp, err
+}
+
+// meter serves one checkpoint exchange: a signed checkpoint out, the renter's
+// countersignature back, kept when it is the latest. An ended job answers with its end.
+func (r *Runner) meter(s network.Stream, in *bufio.Reader, j ledger.Job, remote peer.ID) {
+	if j.State != ledger.JobRunning {
+		sendMsg(s, protocol.JobMsg{Type: "end", Status: wireStatus(viewJob(j, r.clock.Now())), Record: j.Receipt})
+		return
+	}
+	raw, cp, err := r.checkpoint(j)
+	if err != nil {
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	if err := sendMsg(s, protocol.JobMsg{Type: "checkpoint", Record: raw}); err != nil {
+		return
+	}
+	m, err := readMsg(in)
+	if err != nil {
+		return
+	}
+	if m.Type != "countersign" {
+		r.log.Warn("the renter refused a usage checkpoint", "job", j.ID, "renter", remote, "seconds", cp.Seconds, "why", m.Reason)
+		return
+	}
+	if _, err := protocol.CheckCountersignature(m.Record, raw, protocol.KindCheckpoint, remote, r.clock.Now()); err != nil {
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
+	r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+		if cp.Seconds >= j.CheckpointSeconds {
+			j.Checkpoint, j.CheckpointCountersig, j.CheckpointSeconds, j.MeteredAt = raw, m.Record, cp.Seconds, r.clock.Now()
+		}
+		return nil
+	})
+	sendMsg(s, protocol.JobMsg{Type: "ok"})
 }
 
 // finish writes the final receipt of a job, frees its GPUs and removes its container.
@@ -811,11 +900,13 @@ func (r *Runner) HandleControl(s network.Stream) {
 		}
 		v := viewJob(j, r.clock.Now())
 		sendMsg(s, protocol.JobMsg{Type: "status", Status: wireStatus(v)})
+	case "checkpoint":
+		r.meter(s, in, j, remote)
 	case "logs":
 		s.SetDeadline(time.Time{})
 		r.streamLogs(s, j.ID, m.Follow)
 	case "receipt-countersign":
-		if _, err := protocol.CheckCountersignature(m.Record, j.Receipt, protocol.KindReceipt, remote); err != nil {
+		if _, err := protocol.CheckCountersignature(m.Record, j.Receipt, protocol.KindReceipt, remote, r.clock.Now()); err != nil {
 			sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
 			return
 		}

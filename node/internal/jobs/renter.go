@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -40,6 +41,9 @@ type Escrow interface {
 	RequestHold(ctx context.Context, p protocol.Proposal) ([]byte, error)
 	// ReleaseAfterFailure asks for a failed proposal's hold back.
 	ReleaseAfterFailure(job string)
+	// Dispute sends the job's signed dispute of its receipt to the coordinator holding
+	// its escrow.
+	Dispute(ctx context.Context, j ledger.Job) error
 }
 
 // RenterDeps are what a node's renter side needs.
@@ -53,6 +57,8 @@ type RenterDeps struct {
 	Metrics *metrics.Metrics
 	Offers  Offers
 	Escrow  Escrow
+	// CheckpointInterval is how often Meter asks for each running job's checkpoint.
+	CheckpointInterval time.Duration
 }
 
 // Renter is a node's side of the jobs it rents: it proposes them, follows and cancels them,
@@ -66,11 +72,17 @@ type Renter struct {
 	metrics *metrics.Metrics
 	offers  Offers
 	escrow  Escrow
+	// interval is how often the meter asks for checkpoints.
+	interval time.Duration
 }
 
 // NewRenter returns a node's renter side.
 func NewRenter(d RenterDeps) *Renter {
-	return &Renter{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, offers: d.Offers, escrow: d.Escrow}
+	interval := d.CheckpointInterval
+	if interval <= 0 || interval > protocol.CheckpointInterval {
+		interval = protocol.CheckpointInterval
+	}
+	return &Renter{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, offers: d.Offers, escrow: d.Escrow, interval: interval}
 }
 
 // ProposeJob negotiates a job with a provider and, once both sides signed the lease and the
@@ -241,7 +253,9 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 		return fail(fmt.Errorf("the provider could not start the job: %s", m.Reason))
 	}
 	j, err := r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
-		j.State, j.StartedAt, j.GPUs, j.UpdatedAt = ledger.JobRunning, m.Status.StartedAt, m.Status.GPUUUIDs, r.clock.Now()
+		now := r.clock.Now()
+		j.State, j.StartedAt, j.GPUs, j.UpdatedAt = ledger.JobRunning, m.Status.StartedAt, m.Status.GPUUUIDs, now
+		j.ObservedStart, j.LastSeenRunning = now, now
 		return nil
 	})
 	if err != nil {
@@ -343,24 +357,30 @@ func (r *Renter) JobLogs(ctx context.Context, id string, follow bool, w io.Write
 	}
 }
 
-// takeReceipt checks a provider's final receipt against the lease, countersigns it, sends
-// the countersignature back and keeps both.
+// takeReceipt checks a provider's final receipt against the lease and against what this
+// node observed (observedSeconds), and countersigns it, sends the countersignature back and
+// keeps both. A receipt charging more than was observed is not countersigned: the renter
+// signs a dispute stating what it observed and sends it to the coordinator instead.
 func (r *Renter) takeReceipt(ctx context.Context, j ledger.Job, raw []byte) (ledger.Job, error) {
-	if len(j.ReceiptCountersig) > 0 {
+	if len(j.ReceiptCountersig) > 0 || len(j.Dispute) > 0 {
 		return j, nil
 	}
 	l, _, err := protocol.OpenLease(j.Lease)
 	if err != nil {
 		return j, err
 	}
-	rec, err := protocol.CheckReceipt(raw, j.Lease, l)
+	now := r.clock.Now()
+	rec, err := protocol.CheckReceipt(raw, j.Lease, l, now)
 	if err != nil {
 		r.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "stream", protocol.Reason(err)).Inc()
 		return j, fmt.Errorf("the provider's receipt does not hold: %w", err)
 	}
+	if observed, end, ok := r.observedSeconds(j, now); ok && rec.Seconds > observed+int64(protocol.MeterTolerance/time.Second) {
+		return r.dispute(ctx, j, raw, rec, observed, end)
+	}
 	cs, err := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{
 		Version: protocol.JobVersion, Of: protocol.KindReceipt, SHA256: protocol.RecordSHA256(raw), Job: j.ID,
-		Signer: r.peer.ID.String(), SignedAt: r.clock.Now().UTC(),
+		Signer: r.peer.ID.String(), SignedAt: now.UTC(),
 	}, r.peer.Key)
 	if err != nil {
 		return j, err
@@ -379,6 +399,171 @@ func (r *Renter) takeReceipt(ctx context.Context, j ledger.Job, raw []byte) (led
 	defer s.Close()
 	readMsg(in)
 	return j, nil
+}
+
+// observedSeconds is the longest this node can vouch that a job ran, at now: from when it
+// learnt of the start to the earlier of now and one checkpoint interval (plus the
+// tolerance) after it last saw the job running. ok is false for a job rented before
+// metering (nothing observed to compare with).
+func (r *Renter) observedSeconds(j ledger.Job, now time.Time) (secs int64, end time.Time, ok bool) {
+	if j.ObservedStart.IsZero() {
+		return 0, time.Time{}, false
+	}
+	end = now
+	if !j.LastSeenRunning.IsZero() {
+		if b := j.LastSeenRunning.Add(r.interval + protocol.MeterTolerance); b.Before(end) {
+			end = b
+		}
+	}
+	return max(0, int64(end.Sub(j.ObservedStart)/time.Second)), end, true
+}
+
+// dispute refuses a receipt that charges more than this node observed: it signs what it
+// observed, keeps the receipt and the dispute, and sends them to the coordinator.
+func (r *Renter) dispute(ctx context.Context, j ledger.Job, raw []byte, rec *protocol.Receipt, observed int64, end time.Time) (ledger.Job, error) {
+	observed = min(observed, rec.Seconds-1)
+	reason := fmt.Sprintf("the receipt charges %d s; this renter saw the job start at %s and run until %s at the latest (%d s)",
+		rec.Seconds, j.ObservedStart.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339), observed)
+	d := protocol.Dispute{Version: protocol.JobVersion, Job: j.ID, Receipt: protocol.RecordSHA256(raw), Renter: r.peer.ID.String(),
+		Provider: rec.Provider, ObservedStart: j.ObservedStart.UTC(), ObservedEnd: end.UTC(), Seconds: observed,
+		Amount: protocol.Cost(rec.Price, rec.GPUs, observed), Reason: reason, SignedAt: r.clock.Now().UTC()}
+	draw, err := protocol.Seal(protocol.KindDispute, d, r.peer.Key)
+	if err != nil {
+		return j, err
+	}
+	r.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "stream", "disputed").Inc()
+	r.log.Warn("receipt disputed: it charges more than this node observed", "job", j.ID, "provider", rec.Provider,
+		"receipt_seconds", rec.Seconds, "observed_seconds", observed)
+	j, err = r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
+		x.State, x.Receipt, x.Dispute, x.ExitCode, x.ExitReason, x.UpdatedAt = ledger.JobEnded, raw, draw, rec.ExitCode, rec.Reason, r.clock.Now()
+		x.Error = "disputed: " + reason
+		return nil
+	})
+	if err != nil {
+		return j, err
+	}
+	if err := r.escrow.Dispute(ctx, j); err != nil {
+		r.log.Warn("the dispute did not reach the coordinator; the meter sends it again", "job", j.ID, "err", err)
+		return j, nil
+	}
+	return r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
+}
+
+// Meter keeps the usage of this node's running rented jobs countersigned: every
+// checkpoint interval it asks each job's provider for a checkpoint and countersigns it
+// when it matches what this node observed; it takes the final receipt of a job that ended
+// and sends again the disputes that did not reach the coordinator.
+func (r *Renter) Meter(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(r.interval):
+		}
+		js, err := r.ledger.Jobs()
+		if err != nil {
+			continue
+		}
+		slots := make(chan struct{}, 16)
+		var wg sync.WaitGroup
+		for _, j := range js {
+			pending := j.State == ledger.JobRunning || (len(j.Dispute) > 0 && j.ReportedAt.IsZero())
+			if j.Side != "renter" || !pending {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+			case slots <- struct{}{}:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots }()
+					if j.State == ledger.JobRunning {
+						r.meterOnce(ctx, j)
+					} else if r.escrow.Dispute(ctx, j) == nil {
+						r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+}
+
+// meterOnce asks a running job's provider for a checkpoint and countersigns it when it is
+// no more than this node observed, and no less than the last one.
+func (r *Renter) meterOnce(ctx context.Context, j ledger.Job) {
+	ctx, cancel := context.WithTimeout(ctx, jobStepTimeout)
+	defer cancel()
+	s, in, err := r.control(ctx, j, protocol.JobMsg{Op: "checkpoint"})
+	if err != nil {
+		r.log.Debug("checkpoint: provider unreachable", "job", j.ID, "err", err)
+		return
+	}
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(jobStepTimeout))
+	m, err := readMsg(in)
+	if err != nil {
+		return
+	}
+	switch m.Type {
+	case "end":
+		if len(m.Record) > 0 {
+			if _, err := r.takeReceipt(ctx, j, m.Record); err != nil {
+				r.log.Warn("the job's receipt was not taken", "job", j.ID, "err", err)
+			}
+		} else if m.Status != nil && m.Status.State == ledger.JobFailed {
+			r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
+				x.State, x.Error, x.UpdatedAt = ledger.JobFailed, m.Status.Error, r.clock.Now()
+				return nil
+			})
+		}
+		return
+	case "checkpoint":
+	default:
+		return
+	}
+	l, _, err := protocol.OpenLease(j.Lease)
+	if err != nil {
+		return
+	}
+	now := r.clock.Now()
+	cp, err := protocol.CheckCheckpoint(m.Record, j.Lease, l, now)
+	if err == nil {
+		limit := int64(now.Sub(j.ObservedStart)/time.Second) + int64(protocol.MeterTolerance/time.Second)
+		switch {
+		case j.ObservedStart.IsZero():
+			err = errors.New("this node did not see the job start")
+		case cp.Seconds > limit:
+			err = fmt.Errorf("checkpoint counts %d s; this node saw the job start %d s ago", cp.Seconds, limit-int64(protocol.MeterTolerance/time.Second))
+		case cp.Seconds < j.CheckpointSeconds:
+			err = fmt.Errorf("checkpoint counts %d s, less than the %d s already countersigned", cp.Seconds, j.CheckpointSeconds)
+		}
+	}
+	if err != nil {
+		r.metrics.RecordsRejected.WithLabelValues(string(protocol.KindCheckpoint), "stream", protocol.Reason(err)).Inc()
+		r.log.Warn("usage checkpoint refused", "job", j.ID, "provider", j.Peer, "err", err)
+		sendMsg(s, protocol.JobMsg{Type: "refuse", Reason: err.Error()})
+		return
+	}
+	cs, err := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{
+		Version: protocol.JobVersion, Of: protocol.KindCheckpoint, SHA256: protocol.RecordSHA256(m.Record), Job: j.ID,
+		Signer: r.peer.ID.String(), SignedAt: now.UTC(),
+	}, r.peer.Key)
+	if err != nil {
+		return
+	}
+	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: cs}); err != nil {
+		return
+	}
+	r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
+		if cp.Seconds >= x.CheckpointSeconds {
+			x.Checkpoint, x.CheckpointCountersig, x.CheckpointSeconds, x.MeteredAt = m.Record, cs, cp.Seconds, now
+		}
+		x.LastSeenRunning = now
+		return nil
+	})
+	readMsg(in)
 }
 
 // JobStatus returns a job, asking its provider for news when this node rented it.

@@ -69,10 +69,21 @@ func (s *Settlement) BundlePage(id string, offset, budget int) (*protocol.AuditB
 				return nil, false, fmt.Errorf("job %s: hold: %w", e.Job, err)
 			}
 			ar := protocol.AuditReceipt{Receipt: rep.Receipt, Lease: rep.Lease, LeaseCountersig: rep.LeaseCountersig, Hold: h.Raw,
-				ReceiptCountersig: rep.ReceiptCountersig}
+				ReceiptCountersig: rep.ReceiptCountersig, Rule: h.Rule}
+			switch h.Rule {
+			case protocol.RuleCheckpoint:
+				ar.Checkpoint, ar.CheckpointCountersig = rep.Checkpoint, rep.CheckpointCountersig
+			case protocol.RuleDecision:
+				d, err := l.GetDispute(e.Job)
+				if err != nil {
+					return nil, false, fmt.Errorf("job %s: dispute: %w", e.Job, err)
+				}
+				ar.Decision = d.Decision
+			}
 			out.Receipts = append(out.Receipts, ar)
 			// Records travel base64-encoded: 4/3 of their size.
-			size += (len(ar.Receipt) + len(ar.Lease) + len(ar.LeaseCountersig) + len(ar.Hold) + len(ar.ReceiptCountersig)) * 4 / 3
+			size += (len(ar.Receipt) + len(ar.Lease) + len(ar.LeaseCountersig) + len(ar.Hold) + len(ar.ReceiptCountersig) +
+				len(ar.Checkpoint) + len(ar.CheckpointCountersig) + len(ar.Decision)) * 4 / 3
 		}
 	}
 	return out, false, nil

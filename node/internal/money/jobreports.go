@@ -27,7 +27,8 @@ func (w *Wallet) ReportJob(ctx context.Context, j ledger.Job) {
 	}
 	to := reportTarget(ids, j.Proposal)
 	var answer map[string]string
-	report := protocol.JobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt, ReceiptCountersig: j.ReceiptCountersig}
+	report := protocol.JobReport{Lease: j.Lease, LeaseCountersig: j.LeaseCountersig, Receipt: j.Receipt, ReceiptCountersig: j.ReceiptCountersig,
+		Checkpoint: j.Checkpoint, CheckpointCountersig: j.CheckpointCountersig}
 	if err := w.peer.Exchange(ctx, to, protocol.JobReportProtocol, 10*time.Second, report, protocol.MaxJobReportAnswer, &answer); err != nil {
 		w.log.Debug("job report not delivered", "job", j.ID, "err", err)
 		return
@@ -74,9 +75,13 @@ func holdCoordinator(proposal []byte) peer.ID {
 	return h.Signer
 }
 
-// HandleJobReport takes a provider's final receipt on a coordinator: the lease must be
-// signed by that provider and countersigned by its renter, and the receipt must follow
-// from it. The outcome counts for job completion (provider's fault or not), once per job.
+// HandleJobReport takes a provider's final receipt on a coordinator. Only a party with
+// standing is heard: the job must have an escrow hold here naming the reporting provider
+// (holds are placed only for certified providers), the lease must be signed by that
+// provider and countersigned by the hold's renter, and every record must be dated no
+// later than this coordinator's clock plus protocol.MaxClockSkew. The charge follows the
+// rule the records allow (docs/settlement.md); the outcome counts for job completion once
+// per job, dated by when it arrived here, at most the lease's end.
 func (st *Settlement) HandleJobReport(s network.Stream) {
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(10 * time.Second))
@@ -88,68 +93,105 @@ func (st *Settlement) HandleJobReport(s network.Stream) {
 	}
 	var r protocol.JobReport
 	err := protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxJobReportFrame, &r)
-	var l *protocol.Lease
-	if err == nil {
-		var signer peer.ID
-		if l, signer, err = protocol.OpenLease(r.Lease); err == nil && signer != remote {
-			err = fmt.Errorf("%w: lease signed by %s, reported by %s", protocol.ErrWrongSigner, signer, remote)
-		}
-	}
-	if err == nil {
-		var renter peer.ID
-		if renter, err = peer.Decode(l.Renter); err == nil {
-			_, err = protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter)
-		}
-	}
-	if err == nil {
-		err = protocol.CheckLeaseTerms(l)
-	}
+	var it ledger.ReportCharge
 	var rec *protocol.Receipt
+	now := st.clock.Now()
 	if err == nil {
-		rec, err = protocol.CheckReceipt(r.Receipt, r.Lease, l)
-	}
-	if err == nil && len(r.ReceiptCountersig) > 0 {
-		renter, _ := peer.Decode(l.Renter)
-		if _, cerr := protocol.CheckCountersignature(r.ReceiptCountersig, r.Receipt, protocol.KindReceipt, renter); cerr != nil {
-			err = fmt.Errorf("the renter's countersignature of the receipt: %w", cerr)
-		}
+		it, rec, err = st.checkReport(remote, r, now)
 	}
 	if err != nil {
 		st.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", protocol.Reason(err)).Inc()
 		protocol.WriteJSONFrame(s, map[string]string{"error": err.Error()})
 		return
 	}
-	now := st.clock.Now()
-	fault := protocol.ProviderFault(rec.Reason)
-	out, err := st.charge(context.Background(), ledger.ReportCharge{
-		Report: ledger.JobReport{Job: rec.Job, Provider: remote.String(), ReceivedAt: now,
-			Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ReceiptCountersig: r.ReceiptCountersig, ProviderFault: fault},
-		Receipt: protocol.RecordSHA256(r.Receipt), Amount: rec.Amount, Model: rec.Model, GPUs: rec.GPUs,
-		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter})
+	out, err := st.charge(context.Background(), it)
 	if err != nil {
 		protocol.WriteJSONFrame(s, map[string]string{"error": "not recorded: " + err.Error()})
 		return
 	}
 	if out.Refused != "" {
-		st.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", "invalid").Inc()
+		st.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", "no_standing").Inc()
 		protocol.WriteJSONFrame(s, map[string]string{"error": out.Refused})
 		return
 	}
 	if e := out.Earning; e != nil {
-		st.log.Info("job charged", "job", rec.Job, "provider", remote, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())
+		st.log.Info("job charged", "job", rec.Job, "provider", remote, "rule", e.Rule, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())
 	}
 	if out.Added {
 		st.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindReceipt), "report").Inc()
 		halfLife := st.cfg.Coordinator.HalfLife.Duration
+		fault := it.Report.ProviderFault
+		at := now
+		if l, _, err := protocol.OpenLease(r.Lease); err == nil && at.After(l.EndsAt) {
+			at = l.EndsAt
+		}
 		st.ledger.UpdateReliability(remote.String(), func(rs *ledger.ReliabilityState) error {
 			good := 1.0
 			if fault {
 				good = 0
 				rs.AddEvent(fmt.Sprintf("job %s interrupted: %s", rec.Job, rec.Reason))
 			}
-			rs.Reliability.Completion.Add(rec.EndedAt, good, halfLife)
+			rs.Reliability.Completion.Add(at, good, halfLife)
 			return nil
 		})
 	}
-	protocol.WriteJSONFrame(s, map[string]string{"ok": "true"})
+	answer := map[string]string{"ok": "true"}
+	if out.Pending {
+		answer["pending"] = "true"
+	}
+	protocol.WriteJSONFrame(s, answer)
+}
+
+// checkReport checks a job report's records at now and returns the charge they make.
+func (st *Settlement) checkReport(remote peer.ID, r protocol.JobReport, now time.Time) (ledger.ReportCharge, *protocol.Receipt, error) {
+	l, signer, err := protocol.OpenLease(r.Lease)
+	if err != nil {
+		return ledger.ReportCharge{}, nil, err
+	}
+	if signer != remote {
+		return ledger.ReportCharge{}, nil, fmt.Errorf("%w: lease signed by %s, reported by %s", protocol.ErrWrongSigner, signer, remote)
+	}
+	renter, err := peer.Decode(l.Renter)
+	if err != nil {
+		return ledger.ReportCharge{}, nil, fmt.Errorf("%w: lease renter %q", protocol.ErrInvalid, l.Renter)
+	}
+	if _, err := protocol.CheckCountersignature(r.LeaseCountersig, r.Lease, protocol.KindLease, renter, now); err != nil {
+		return ledger.ReportCharge{}, nil, err
+	}
+	if err := protocol.CheckLeaseTerms(l, now); err != nil {
+		return ledger.ReportCharge{}, nil, err
+	}
+	rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l, now)
+	if err != nil {
+		return ledger.ReportCharge{}, nil, err
+	}
+	countersigned := false
+	if len(r.ReceiptCountersig) > 0 {
+		if _, err := protocol.CheckCountersignature(r.ReceiptCountersig, r.Receipt, protocol.KindReceipt, renter, now); err != nil {
+			return ledger.ReportCharge{}, nil, fmt.Errorf("the renter's countersignature of the receipt: %w", err)
+		}
+		countersigned = true
+	}
+	var cpSeconds int64
+	if len(r.Checkpoint) > 0 {
+		cp, err := protocol.CheckCheckpoint(r.Checkpoint, r.Lease, l, now)
+		if err != nil {
+			return ledger.ReportCharge{}, nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		if _, err := protocol.CheckCountersignature(r.CheckpointCountersig, r.Checkpoint, protocol.KindCheckpoint, renter, now); err != nil {
+			return ledger.ReportCharge{}, nil, fmt.Errorf("the renter's countersignature of the checkpoint: %w", err)
+		}
+		cpSeconds = cp.Seconds
+	}
+	report := ledger.JobReport{Job: rec.Job, Provider: remote.String(), ReceivedAt: now,
+		Lease: r.Lease, LeaseCountersig: r.LeaseCountersig, Receipt: r.Receipt, ReceiptCountersig: r.ReceiptCountersig,
+		ProviderFault: protocol.ProviderFault(rec.Reason)}
+	if cpSeconds > 0 || len(r.Checkpoint) > 0 {
+		report.Checkpoint, report.CheckpointCountersig, report.CheckpointSeconds = r.Checkpoint, r.CheckpointCountersig, cpSeconds
+	}
+	return ledger.ReportCharge{Report: report,
+		Receipt: protocol.RecordSHA256(r.Receipt), Amount: rec.Amount, Model: rec.Model, GPUs: rec.GPUs,
+		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter,
+		Countersigned: countersigned, CheckpointAmount: protocol.CheckpointCharge(rec, cpSeconds),
+		PendingUntil: now.Add(st.cfg.Settlement.DisputeWindow.Duration)}, rec, nil
 }

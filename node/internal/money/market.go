@@ -89,10 +89,10 @@ func (s *Settlement) computeMarket(now time.Time) (protocol.MarketStats, error) 
 			continue
 		}
 		l, _, err := protocol.OpenLease(r.Lease)
-		if err != nil || protocol.CheckLeaseTerms(l) != nil {
+		if err != nil || protocol.CheckLeaseTerms(l, r.ReceivedAt) != nil {
 			continue
 		}
-		rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l)
+		rec, err := protocol.CheckReceipt(r.Receipt, r.Lease, l, r.ReceivedAt)
 		if err != nil {
 			continue
 		}

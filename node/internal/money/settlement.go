@@ -268,6 +268,8 @@ func (s *Settlement) Serve(ctx context.Context, remote peer.ID, req protocol.Wal
 	case "batches":
 		batches, more, err := s.batchPage(req.After, WalletPageBytes)
 		return protocol.WalletResponse{Batches: batches, More: more}, err
+	case "dispute":
+		return protocol.WalletResponse{}, s.openDispute(remote, req)
 	case "bundle":
 		b, more, err := s.BundlePage(req.Batch, req.Offset, WalletPageBytes)
 		if err != nil {
@@ -469,11 +471,15 @@ func (s *Settlement) Run(ctx context.Context) {
 	st := s.cfg.Settlement
 	payouts := s.clock.After(st.PayoutCheck.Duration)
 	market := s.clock.After(st.MarketInterval.Duration)
+	due := s.clock.After(dueCheck(st.DisputeWindow.Duration))
 	s.publishMarket(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-due:
+			due = s.clock.After(dueCheck(st.DisputeWindow.Duration))
+			s.chargeDue()
 		case <-payouts:
 			payouts = s.clock.After(st.PayoutCheck.Duration)
 			if n, err := s.ledger.ReleaseExpiredHolds(s.clock.Now()); err != nil {

@@ -1,0 +1,151 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Disputes: a renter refused a provider's final receipt and signed what it observed
+// instead. The job's hold stays held until the coordinator decides (docs/settlement.md).
+
+const prefixDispute = "coordinator/dispute/"
+
+// Dispute states.
+const (
+	DisputeOpen    = "open"
+	DisputeDecided = "decided"
+)
+
+// Dispute is a renter's dispute of a job's receipt as the coordinator keeps it.
+type Dispute struct {
+	Job        string    `json:"job"`
+	Renter     string    `json:"renter"`
+	Provider   string    `json:"provider"`
+	ReceivedAt time.Time `json:"received_at"`
+	// Record is the renter's signed dispute; Receipt the receipt it disputes.
+	Record  []byte `json:"record"`
+	Receipt []byte `json:"receipt"`
+	// Amount is what the renter says it owes; Claimed what the receipt charges.
+	Amount  protocol.MicroUSDC `json:"amount"`
+	Claimed protocol.MicroUSDC `json:"claimed"`
+	Reason  string             `json:"reason"`
+	State   string             `json:"state"`
+	// Decision is the coordinator's signed decision, Charged what it charged.
+	Decision  []byte             `json:"decision,omitempty"`
+	DecidedAt time.Time          `json:"decided_at,omitzero"`
+	Charged   protocol.MicroUSDC `json:"charged,omitempty"`
+}
+
+// ErrDisputeClosed is returned for a dispute of a job already charged.
+var ErrDisputeClosed = errors.New("too late to dispute")
+
+// OpenDispute stores a renter's dispute and holds the job's escrow until a decision. A job
+// already charged cannot be disputed: the renter countersigned its receipt, or the
+// dispute window passed. The same dispute again changes nothing.
+func (l *Ledger) OpenDispute(d Dispute) (Dispute, error) {
+	out := d
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixDispute+d.Job, &out); err == nil {
+			return nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		out = d
+		var h Hold
+		if err := getJSON(txn, prefixHold+d.Job, &h); err != nil {
+			return fmt.Errorf("job %s has no escrow hold here: %w", d.Job, err)
+		}
+		if h.Renter != d.Renter || h.Provider != d.Provider {
+			return fmt.Errorf("job %s is held for renter %s on provider %s", d.Job, h.Renter, h.Provider)
+		}
+		switch h.State {
+		case HoldHeld, HoldPending:
+		case HoldCharged:
+			return fmt.Errorf("%w: job %s was charged %s USDC under the %s rule", ErrDisputeClosed, d.Job, h.Charge, h.Rule)
+		default:
+			return fmt.Errorf("%w: the hold of job %s is %s", ErrDisputeClosed, d.Job, h.State)
+		}
+		h.State, h.PendingUntil = HoldDisputed, time.Time{}
+		out.State = DisputeOpen
+		if err := putJSON(txn, prefixHold+h.Job, h); err != nil {
+			return err
+		}
+		return putJSON(txn, prefixDispute+d.Job, out)
+	})
+	return out, err
+}
+
+// GetDispute returns a job's dispute, or ErrNotFound.
+func (l *Ledger) GetDispute(job string) (Dispute, error) {
+	var d Dispute
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixDispute+job, &d) })
+	return d, err
+}
+
+// Disputes returns the disputes, oldest first; open only when open is set.
+func (l *Ledger) Disputes(open bool) ([]Dispute, error) {
+	out, err := scanAll[Dispute](l, prefixDispute, func(d Dispute) bool { return !open || d.State == DisputeOpen })
+	sort.Slice(out, func(i, k int) bool { return out[i].ReceivedAt.Before(out[k].ReceivedAt) })
+	return out, err
+}
+
+// DecideDispute charges a disputed job the amount the coordinator decided (at most its
+// hold) under the decision rule, and closes the dispute. Without the provider's report
+// there is no receipt to charge: only a decision of 0 is possible, and it returns the
+// hold to the renter.
+func (l *Ledger) DecideDispute(job string, decision []byte, amount protocol.MicroUSDC, now time.Time) (Dispute, *Earning, error) {
+	var d Dispute
+	var earning *Earning
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixDispute+job, &d); err != nil {
+			return err
+		}
+		if d.State != DisputeOpen {
+			return fmt.Errorf("%w: the dispute of job %s was decided at %s", ErrDisputeClosed, job, d.DecidedAt.UTC().Format(time.RFC3339))
+		}
+		var h Hold
+		if err := getJSON(txn, prefixHold+job, &h); err != nil {
+			return err
+		}
+		var rep JobReport
+		switch err := getJSON(txn, jobReportKey(job, h.Provider), &rep); {
+		case errors.Is(err, ErrNotFound):
+			if amount != 0 {
+				return fmt.Errorf("the provider has not reported job %s: nothing to charge; decide 0 to return the hold", job)
+			}
+			if h.State == HoldDisputed {
+				a, err := getAccount(txn, h.Renter)
+				if err != nil {
+					return err
+				}
+				a.Held -= h.Amount
+				a.Available += h.Amount
+				h.State = HoldReleased
+				if err := putJSON(txn, prefixAccount+h.Renter, a); err != nil {
+					return err
+				}
+				if err := putJSON(txn, prefixHold+job, h); err != nil {
+					return err
+				}
+			}
+		case err != nil:
+			return err
+		default:
+			e, err := chargeHold(txn, h, rep, amount, protocol.RuleDecision)
+			if err != nil {
+				return err
+			}
+			earning = e
+			d.Charged = e.Charge
+		}
+		d.State, d.Decision, d.DecidedAt = DisputeDecided, decision, now
+		return putJSON(txn, prefixDispute+job, d)
+	})
+	return d, earning, err
+}
