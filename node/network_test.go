@@ -217,10 +217,12 @@ func TestOfferNetwork(t *testing.T) {
 
 // evilPeer speaks the gpunex protocols without checking anything.
 type evilPeer struct {
-	id    peer.ID
-	key   crypto.PrivKey
-	topic *pubsub.Topic
-	dht   *dht.IpfsDHT
+	id     peer.ID
+	key    crypto.PrivKey
+	topic  *pubsub.Topic
+	dht    *dht.IpfsDHT
+	ps     *pubsub.PubSub
+	topics map[string]*pubsub.Topic
 }
 
 type acceptAll struct{}
@@ -255,11 +257,103 @@ func newEvilPeer(t *testing.T, tn *testNet) *evilPeer {
 	eventually(t, 5*time.Second, "hostile peer in the renter's topic view", func() (bool, string) {
 		return len(topic.ListPeers()) >= len(tn.nodes)/2, fmt.Sprint(len(topic.ListPeers()))
 	})
-	return &evilPeer{h.ID(), sk, topic, d}
+	return &evilPeer{h.ID(), sk, topic, d, ps, map[string]*pubsub.Topic{protocol.OffersTopic: topic}}
+}
+
+// publishTo publishes raw on a topic, joining it first.
+func (e *evilPeer) publishTo(t *testing.T, name string, raw []byte) {
+	t.Helper()
+	topic := e.topics[name]
+	if topic == nil {
+		var err error
+		if topic, err = e.ps.Join(name); err != nil {
+			t.Fatal(err)
+		}
+		e.topics[name] = topic
+		eventually(t, 5*time.Second, "hostile peer in the topic's view", func() (bool, string) {
+			return len(topic.ListPeers()) > 0, ""
+		})
+	}
+	if err := topic.Publish(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *evilPeer) publish(t *testing.T, raw []byte) {
 	if err := e.topic.Publish(context.Background(), raw); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestJunkGossipCostsItsSender: on every topic, records only their sender could have made
+// (malformed, a self-certified offer, a score dated far in the future) are rejected and
+// drive the sender's gossip score below the graylist threshold on the node that received
+// them; stale records an honest relay may forward (an expired score) cost nothing within
+// the budget; honest peers keep their score.
+func TestJunkGossipCostsItsSender(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	evil := newEvilPeer(t, tn)
+	now := time.Now().UTC()
+
+	// Stale but well made: ignored, free.
+	stale, err := protocol.Seal(protocol.KindScore, protocol.ScoreRecord{Version: protocol.ScoreVersion, Coordinator: evil.id.String(),
+		Provider: evil.id.String(), Seq: 1, IssuedAt: now.Add(-48 * time.Hour), ExpiresAt: now.Add(-24 * time.Hour)}, evil.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignoredBefore := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("score", "gossip", "expired"))
+	evil.publishTo(t, protocol.ScoresTopic, stale)
+	eventually(t, 5*time.Second, "the expired record seen and scored", func() (bool, string) {
+		_, scored := renter.peer.GossipScore(evil.id)
+		return scored && testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("score", "gossip", "expired")) > ignoredBefore, ""
+	})
+	time.Sleep(1100 * time.Millisecond) // one more score inspection, after the record
+	if s, _ := renter.peer.GossipScore(evil.id); s < 0 {
+		t.Fatalf("an expired record cost its relay %v", s)
+	}
+
+	// Junk on each topic.
+	selfCert, err := protocol.Seal(protocol.KindCertificate, protocol.Certificate{Version: protocol.CertificateVersion, Coordinator: evil.id.String(),
+		Provider: evil.id.String(), Serial: 1, Application: "0123456789ab", Tier: protocol.TierCommunity, IssuedAt: now, ExpiresAt: now.Add(time.Hour),
+		GPUs: []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 1}}}, evil.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offer := protocol.Offer{Version: protocol.OfferVersion, Provider: evil.id.String(), Seq: 1, IssuedAt: now, ExpiresAt: now.Add(10 * time.Minute),
+		Region: "eu-west", GPUs: []protocol.OfferGPUs{{Model: "L4-24GB", Count: 1, VRAMGB: 24, PricePerGPUHour: 1}}, Certificate: selfCert}
+	selfCertified, err := protocol.Seal(protocol.KindOffer, offer, evil.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	farFuture, err := protocol.Seal(protocol.KindScore, protocol.ScoreRecord{Version: protocol.ScoreVersion, Coordinator: evil.id.String(),
+		Provider: evil.id.String(), Seq: 1, IssuedAt: now.Add(24 * time.Hour), ExpiresAt: now.Add(48 * time.Hour)}, evil.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		evil.publishTo(t, protocol.OffersTopic, selfCertified)
+		evil.publishTo(t, protocol.RevocationsTopic, []byte(fmt.Sprintf("junk revocation %d", i)))
+		evil.publishTo(t, protocol.ScoresTopic, farFuture)
+		evil.publishTo(t, protocol.MarketTopic, []byte(fmt.Sprintf("junk market statistics %d", i)))
+	}
+	for _, victim := range []*Node{renter, coord} {
+		eventually(t, 10*time.Second, "hostile peer graylisted", func() (bool, string) {
+			s, ok := victim.peer.GossipScore(evil.id)
+			return ok && s < -1000, fmt.Sprint(s, ok)
+		})
+	}
+	for _, reason := range []string{"self_signed", "far_future", "malformed"} {
+		n := 0.0
+		for _, kind := range []string{"offer", "score", "revocation", "market-stats"} {
+			n += testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues(kind, "gossip", reason))
+		}
+		if n == 0 {
+			t.Errorf("no %s record counted as rejected", reason)
+		}
+	}
+	if s, ok := renter.peer.GossipScore(coord.ID()); ok && s < 0 {
+		t.Fatalf("the honest coordinator's score fell to %v", s)
 	}
 }

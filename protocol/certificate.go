@@ -32,7 +32,10 @@ const (
 
 // Errors of the trust checks, on top of the stateless ones of record.go.
 var (
-	ErrUntrusted    = errors.New("signed by a coordinator this node does not trust")
+	ErrUntrusted = errors.New("signed by a coordinator this node does not trust")
+	// ErrSelfSigned: a certificate its own provider signed, by a key nobody here trusts:
+	// only that provider can make it.
+	ErrSelfSigned   = errors.New("certificate signed by its own provider")
 	ErrNotCertified = errors.New("offer without a valid certificate")
 	ErrRevoked      = errors.New("certificate revoked")
 	ErrNotApproved  = errors.New("offer exceeds what the certificate approves")
@@ -122,6 +125,9 @@ func OpenCertificate(raw []byte, trust Trust) (*SignedCertificate, error) {
 		return nil, err
 	}
 	if err := trust.check(KindCertificate, env.Signer); err != nil {
+		if c.Provider == c.Coordinator {
+			return nil, fmt.Errorf("%w: %s", ErrSelfSigned, c.Provider)
+		}
 		return nil, err
 	}
 	return &SignedCertificate{Certificate: c, Signer: env.Signer, Raw: raw}, nil

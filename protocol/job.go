@@ -185,7 +185,7 @@ type Countersignature struct {
 func CheckLeaseTerms(l *Lease, now time.Time) error {
 	switch {
 	case l.IssuedAt.After(now.Add(MaxClockSkew)):
-		return fmt.Errorf("%w: lease issued at %s", ErrFuture, l.IssuedAt.UTC().Format(time.RFC3339))
+		return futureErr(KindLease, "issued at", l.IssuedAt, now)
 	case !ValidJobID(l.Job):
 		return invalid(KindLease, "job %q is not 16 lower-case hex digits", l.Job)
 	case l.Price <= 0 || l.Price > MaxPricePerGPUHour:
@@ -385,7 +385,7 @@ func CheckReceipt(raw []byte, leaseRaw []byte, l *Lease, now time.Time) (*Receip
 	case r.Lease != RecordSHA256(leaseRaw):
 		return nil, bad("receipt follows from another lease")
 	case r.EndedAt.After(now.Add(MaxClockSkew)):
-		return nil, fmt.Errorf("%w: receipt ends at %s", ErrFuture, r.EndedAt.UTC().Format(time.RFC3339))
+		return nil, futureErr(KindReceipt, "ends at", r.EndedAt, now)
 	case r.StartedAt.Before(l.IssuedAt.Add(-MaxClockSkew)) || r.EndedAt.Before(r.StartedAt) || r.EndedAt.After(l.EndsAt.Add(MaxClockSkew)):
 		return nil, bad("period %s - %s outside the lease", r.StartedAt.Format(time.RFC3339), r.EndedAt.Format(time.RFC3339))
 	case r.Seconds < 0 || r.Seconds > int64(r.EndedAt.Sub(r.StartedAt)/time.Second)+1 || r.Seconds > int64(l.EndsAt.Sub(l.IssuedAt)/time.Second)+1:
@@ -414,7 +414,7 @@ func CheckCountersignature(raw []byte, signed []byte, of Kind, want peer.ID, now
 		return nil, invalid(KindCountersignature, "it countersigns another record")
 	}
 	if c.SignedAt.After(now.Add(MaxClockSkew)) {
-		return nil, fmt.Errorf("%w: countersignature signed at %s", ErrFuture, c.SignedAt.UTC().Format(time.RFC3339))
+		return nil, futureErr(KindCountersignature, "signed at", c.SignedAt, now)
 	}
 	return &c, nil
 }

@@ -84,7 +84,7 @@ func CheckCheckpoint(raw, leaseRaw []byte, l *Lease, now time.Time) (*Checkpoint
 	case c.Job != l.Job || c.Renter != l.Renter || c.Lease != RecordSHA256(leaseRaw):
 		return nil, bad("it is about another job or lease")
 	case c.At.After(now.Add(MaxClockSkew)):
-		return nil, fmt.Errorf("%w: checkpoint made at %s", ErrFuture, c.At.UTC().Format(time.RFC3339))
+		return nil, futureErr(KindCheckpoint, "made at", c.At, now)
 	case c.At.Before(l.IssuedAt.Add(-MaxClockSkew)) || c.At.After(l.EndsAt.Add(MaxClockSkew)):
 		return nil, bad("made at %s, outside the lease", c.At.UTC().Format(time.RFC3339))
 	case c.Seconds < 0 || c.Seconds > int64(l.EndsAt.Sub(l.IssuedAt)/time.Second)+1:
@@ -131,7 +131,7 @@ func CheckDispute(raw, receiptRaw []byte, r *Receipt, now time.Time) (*Dispute, 
 	case d.Job != r.Job || d.Provider != r.Provider || d.Receipt != RecordSHA256(receiptRaw):
 		return nil, bad("it disputes another receipt")
 	case d.SignedAt.After(now.Add(MaxClockSkew)):
-		return nil, fmt.Errorf("%w: dispute signed at %s", ErrFuture, d.SignedAt.UTC().Format(time.RFC3339))
+		return nil, futureErr(KindDispute, "signed at", d.SignedAt, now)
 	case d.Seconds < 0 || d.Seconds >= r.Seconds:
 		return nil, bad("it states %d seconds; the receipt charges %d", d.Seconds, r.Seconds)
 	case d.Amount != Cost(r.Price, r.GPUs, d.Seconds):

@@ -41,6 +41,18 @@ const (
 // MaxClockSkew is how far in the future a record's issue time may lie before it is rejected.
 const MaxClockSkew = 5 * time.Minute
 
+// FarFuture is how far beyond MaxClockSkew a record's time must lie to be ErrFarFuture
+// rather than ErrFuture: a relay with a skewed clock may forward the latter, not the former.
+const FarFuture = time.Hour
+
+// futureErr is the error of a record of kind dated at t, later than now plus MaxClockSkew.
+func futureErr(kind Kind, what string, t, now time.Time) error {
+	if t.After(now.Add(MaxClockSkew + FarFuture)) {
+		return fmt.Errorf("%w: %s %s %s", ErrFarFuture, kind, what, t.UTC().Format(time.RFC3339))
+	}
+	return fmt.Errorf("%w: %s %s %s", ErrFuture, kind, what, t.UTC().Format(time.RFC3339))
+}
+
 // Rejection reasons. Every error returned by Open and the Check functions wraps exactly one
 // of them, so callers can count rejections by reason (see Reason).
 var (
@@ -53,7 +65,10 @@ var (
 	ErrWrongSigner    = errors.New("record signed by another peer")
 	ErrExpired        = errors.New("record expired")
 	ErrFuture         = errors.New("record issued in the future")
-	ErrReplay         = errors.New("replayed record: older sequence than one already seen")
+	// ErrFarFuture: issued more than FarFuture beyond the clock skew allowed. No honest
+	// clock is that far off: only the record's author makes such a record.
+	ErrFarFuture = errors.New("record issued far in the future")
+	ErrReplay    = errors.New("replayed record: older sequence than one already seen")
 )
 
 var reasons = []struct {
@@ -68,8 +83,10 @@ var reasons = []struct {
 	{ErrInvalid, "invalid"},
 	{ErrWrongSigner, "wrong_signer"},
 	{ErrExpired, "expired"},
+	{ErrFarFuture, "far_future"},
 	{ErrFuture, "future"},
 	{ErrReplay, "replay"},
+	{ErrSelfSigned, "self_signed"},
 	{ErrUntrusted, "untrusted"},
 	{ErrNotCertified, "uncertified"},
 	{ErrRevoked, "revoked"},
@@ -306,7 +323,7 @@ func CheckIssued(kind Kind, issued, expires, now time.Time) error {
 // (beyond MaxClockSkew), not expired. A zero expiry means the record does not expire.
 func checkIssued(kind Kind, issued, expires, now time.Time) error {
 	if issued.After(now.Add(MaxClockSkew)) {
-		return fmt.Errorf("%w: %s issued at %s", ErrFuture, kind, issued.UTC().Format(time.RFC3339))
+		return futureErr(kind, "issued at", issued, now)
 	}
 	if !expires.IsZero() && !now.Before(expires) {
 		return fmt.Errorf("%w: %s expired at %s", ErrExpired, kind, expires.UTC().Format(time.RFC3339))

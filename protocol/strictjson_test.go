@@ -77,3 +77,30 @@ func BenchmarkCheckpointExchange(b *testing.B) {
 		}
 	}
 }
+
+// TestReceiptFromTheFuture: the reproduction of issue 14, a receipt ending in 2100 for a
+// 30-day lease, is refused as far in the future; one a few minutes ahead (a skewed clock)
+// is refused as merely early, which relays are not penalised for.
+func TestReceiptFromTheFuture(t *testing.T) {
+	rsk, renter := newKey(t)
+	psk, provider := newKey(t)
+	p := validProposal(renter.String(), provider.String())
+	praw := seal(t, KindProposal, p, rsk)
+	l := Lease{Version: JobVersion, Job: p.Job, Proposal: RecordSHA256(praw), Renter: p.Renter, Provider: p.Provider, Model: p.Model,
+		GPUs: 1, Price: 450_000, IssuedAt: testNow, EndsAt: testNow.Add(MaxJobDuration), Limits: Limits{1 << 30, 1000, 256, 1 << 30}}
+	lraw := seal(t, KindLease, l, psk)
+	r := Receipt{Version: JobVersion, Job: p.Job, Lease: RecordSHA256(lraw), Provider: p.Provider, Renter: p.Renter, Model: p.Model, GPUs: 1,
+		StartedAt: testNow, EndedAt: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), Seconds: 2_592_001, Price: 450_000}
+	r.Amount = Cost(r.Price, 1, r.Seconds)
+	if _, err := CheckReceipt(seal(t, KindReceipt, r, psk), lraw, &l, testNow.Add(time.Second)); Reason(err) != "far_future" {
+		t.Fatalf("a receipt ending in 2100: %v", err)
+	}
+	r.EndedAt, r.Seconds = testNow.Add(10*time.Minute), 600
+	r.Amount = Cost(r.Price, 1, r.Seconds)
+	if _, err := CheckReceipt(seal(t, KindReceipt, r, psk), lraw, &l, testNow.Add(time.Second)); Reason(err) != "future" {
+		t.Fatalf("a receipt ending 10 minutes ahead: %v", err)
+	}
+	if _, err := CheckReceipt(seal(t, KindReceipt, r, psk), lraw, &l, testNow.Add(10*time.Minute)); err != nil {
+		t.Fatalf("the same receipt once its end has come: %v", err)
+	}
+}

@@ -10,10 +10,12 @@ import (
 	"github.com/gpunex/gpunex/protocol"
 )
 
-// Gossipsub peer scoring: a peer that sends records the offers topic validator rejects
-// (forged, tampered, malformed, oversized) loses score quadratically; below the thresholds
-// its gossip is ignored, then its publications, then everything it sends (graylist). Replays
-// and expired records are ignored, not rejected, so honest relays keep their score.
+// Gossipsub peer scoring, on every topic (offers, revocations, scores, market): a peer that
+// sends records a topic's validator rejects (forged, tampered, malformed, oversized, far in
+// the future, self-certified, or past its budget of ignored messages) loses score
+// quadratically; below the thresholds its gossip is ignored, then its publications, then
+// everything it sends (graylist). Replays and expired records are ignored, not rejected,
+// within a budget (IgnoredPerMinute), so honest relays keep their score.
 
 const (
 	invalidMessageWeight = -100 // per squared invalid message: 1 -> -100, 4 -> -1600
@@ -29,17 +31,19 @@ func gossipScoreOptions(record func(map[peer.ID]float64)) []pubsub.Option {
 		DecayInterval:        time.Second,
 		DecayToZero:          0.01,
 		RetainScore:          time.Hour,
-		Topics: map[string]*pubsub.TopicScoreParams{
-			protocol.OffersTopic: {
-				SkipAtomicValidation:           true,
-				TopicWeight:                    1,
-				TimeInMeshWeight:               0.01, // P1 is always computed: its quantum must be set
-				TimeInMeshQuantum:              time.Second,
-				TimeInMeshCap:                  10,
-				InvalidMessageDeliveriesWeight: invalidMessageWeight,
-				InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(time.Hour),
-			},
-		},
+		Topics:               map[string]*pubsub.TopicScoreParams{},
+	}
+	// Every topic scores its senders alike: a rejected message costs its sender on all.
+	for _, name := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic} {
+		params.Topics[name] = &pubsub.TopicScoreParams{
+			SkipAtomicValidation:           true,
+			TopicWeight:                    1,
+			TimeInMeshWeight:               0.01, // P1 is always computed: its quantum must be set
+			TimeInMeshQuantum:              time.Second,
+			TimeInMeshCap:                  10,
+			InvalidMessageDeliveriesWeight: invalidMessageWeight,
+			InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(time.Hour),
+		}
 	}
 	thresholds := &pubsub.PeerScoreThresholds{
 		SkipAtomicValidation:        true,

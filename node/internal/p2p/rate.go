@@ -44,3 +44,48 @@ func (r *PeerRate) Allow(p peer.ID, now time.Time) bool {
 	}
 	return true
 }
+
+// PeerBudget is a per-peer token bucket: each peer may spend up to burst at once, and its
+// budget refills at perMinute. It costs O(1) a call, for limits in the thousands.
+type PeerBudget struct {
+	mu        sync.Mutex
+	perMinute float64
+	burst     float64
+	peers     map[peer.ID]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// NewPeerBudget gives every peer perMinute a minute, at most burst at once.
+func NewPeerBudget(perMinute, burst int) *PeerBudget {
+	return &PeerBudget{perMinute: float64(perMinute), burst: float64(burst), peers: map[peer.ID]*bucket{}}
+}
+
+// Spend takes one from p's budget at now and reports whether there was one to take.
+func (b *PeerBudget) Spend(p peer.ID, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.peers[p]
+	if k == nil {
+		if len(b.peers) >= 10_000 {
+			// Forget the peers whose budget is full again: they cost nothing to recreate.
+			for q, x := range b.peers {
+				if x.tokens+now.Sub(x.at).Minutes()*b.perMinute >= b.burst {
+					delete(b.peers, q)
+				}
+			}
+		}
+		k = &bucket{tokens: b.burst, at: now}
+		b.peers[p] = k
+	}
+	k.tokens = min(b.burst, k.tokens+now.Sub(k.at).Minutes()*b.perMinute)
+	k.at = now
+	if k.tokens < 1 {
+		return false
+	}
+	k.tokens--
+	return true
+}

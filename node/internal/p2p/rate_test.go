@@ -29,3 +29,25 @@ func TestPeerRate(t *testing.T) {
 		t.Fatal("still limited a minute later")
 	}
 }
+
+// TestPeerBudget: a peer spends its burst, is refused, and gets its budget back at the
+// rate given; another peer's budget is its own.
+func TestPeerBudget(t *testing.T) {
+	b := NewPeerBudget(60, 3)
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	a, c := peer.ID("a"), peer.ID("c")
+	for i := range 3 {
+		if !b.Spend(a, now) {
+			t.Fatalf("spend %d of a burst of 3 refused", i+1)
+		}
+	}
+	if b.Spend(a, now) {
+		t.Fatal("a fourth spend within the same instant")
+	}
+	if !b.Spend(c, now) {
+		t.Fatal("another peer refused")
+	}
+	if !b.Spend(a, now.Add(time.Second)) || b.Spend(a, now.Add(time.Second)) {
+		t.Fatal("60 a minute: one more after a second, not two")
+	}
+}

@@ -3,6 +3,7 @@ package p2p
 import (
 	"context"
 	"errors"
+	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -27,7 +28,9 @@ type Validator func(ctx context.Context, from peer.ID, data []byte) Verdict
 
 // VerdictOf is the usual verdict on a record that failed with err: replays, expired and
 // early records, revoked ones and those certified by a coordinator another node trusts are
-// ignored (an honest relay can forward them); anything else is rejected.
+// ignored (an honest relay can forward them); anything else is rejected, among it what only
+// its author can make: malformed, forged, signed by the wrong key, dated far in the future
+// (protocol.ErrFarFuture), self-certified (protocol.ErrSelfSigned).
 func VerdictOf(err error) Verdict {
 	switch {
 	case err == nil:
@@ -47,14 +50,29 @@ type Topic struct {
 	sub *pubsub.Subscription
 }
 
+// IgnoredPerMinute is how many messages a peer may send on one topic each minute that
+// are ignored at no cost (stale, early, revoked, or certified by a coordinator this node
+// does not trust: an honest relay forwards such records now and then), with a burst of
+// IgnoredBurst; past it, each further one is rejected and lowers the sender's score. A peer
+// relaying the offers of a federation of about 5,000 providers this node does not trust
+// (republished every 3 minutes) stays within it.
+const (
+	IgnoredPerMinute = 2000
+	IgnoredBurst     = 4000
+)
+
 // Join registers v as the topic's validator, joins and subscribes to it. The topic is left at
-// Close.
+// Close. Messages v ignores are free only within IgnoredPerMinute per peer.
 func (p *Peer) Join(name string, v Validator) (*Topic, error) {
+	ignored := NewPeerBudget(IgnoredPerMinute, IgnoredBurst)
 	err := p.ps.RegisterTopicValidator(name, func(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 		switch v(ctx, from, msg.Data) {
 		case Accept:
 			return pubsub.ValidationAccept
 		case Ignore:
+			if !ignored.Spend(from, time.Now()) {
+				return pubsub.ValidationReject
+			}
 			return pubsub.ValidationIgnore
 		default:
 			return pubsub.ValidationReject
