@@ -530,10 +530,10 @@ func CheckMarketStats(raw []byte, now time.Time, trust Trust) (*SignedMarketStat
 			return nil, invalid(KindMarketStats, "market %s/%s out of range", mk.Model, mk.Region)
 		}
 	}
-	if err := trust.check(KindMarketStats, env.Signer); err != nil {
-		return nil, err
-	}
 	if err := checkIssued(KindMarketStats, m.IssuedAt, m.ExpiresAt, now); err != nil {
+		return nil, err // dates first, as for scores: far in the future is the author's work
+	}
+	if err := trust.check(KindMarketStats, env.Signer); err != nil {
 		return nil, err
 	}
 	return &SignedMarketStats{MarketStats: m, Signer: env.Signer, Raw: raw}, nil
