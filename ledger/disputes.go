@@ -126,6 +126,7 @@ func (l *Ledger) DecideDispute(job string, decision []byte, amount protocol.Micr
 				}
 				a.Held -= h.Amount
 				a.Available += h.Amount
+				a.OpenHolds = max(0, a.OpenHolds-1)
 				h.State = HoldReleased
 				if err := putJSON(txn, prefixAccount+h.Renter, a); err != nil {
 					return err

@@ -66,7 +66,12 @@ func Open(o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ledger in %s: %w", o.Dir, err)
 	}
-	return &Ledger{db: db, log: log}, nil
+	l := &Ledger{db: db, log: log}
+	if err := l.buildRenterIndex(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("index renters' holds and deposits: %w", err)
+	}
+	return l, nil
 }
 
 // Close flushes and closes the ledger.

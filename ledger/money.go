@@ -39,6 +39,9 @@ const (
 // ErrInsufficientFunds is returned when a renter's available balance cannot cover a hold.
 var ErrInsufficientFunds = errors.New("insufficient funds")
 
+// ErrTooManyHolds is returned when a renter has MaxOpenHolds open already.
+var ErrTooManyHolds = errors.New("too many open holds")
+
 // Hold states.
 const (
 	HoldHeld     = "held"
@@ -98,16 +101,32 @@ func (l *Ledger) CreditDeposit(d Deposit) (bool, Account, error) {
 		if err := putJSON(txn, prefixDeposit+d.Signature, d); err != nil {
 			return err
 		}
+		if err := txn.Set([]byte(renterIndexKey(prefixRenterDeposit, d.Renter, d.CreditedAt, d.Signature)), nil); err != nil {
+			return err
+		}
 		return putJSON(txn, prefixAccount+d.Renter, a)
 	})
 	return created, a, err
 }
 
-// Deposits returns a renter's credited deposits, oldest first ("" for all).
-func (l *Ledger) Deposits(renter string) ([]Deposit, error) {
-	out, err := scanAll[Deposit](l, prefixDeposit, func(d Deposit) bool { return renter == "" || d.Renter == renter })
+// GetDeposit returns a credited deposit by its transaction signature, or ErrNotFound.
+func (l *Ledger) GetDeposit(signature string) (Deposit, error) {
+	var d Deposit
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixDeposit+signature, &d) })
+	return d, err
+}
+
+// Deposits returns all credited deposits, oldest first.
+func (l *Ledger) Deposits() ([]Deposit, error) {
+	out, err := scanAll[Deposit](l, prefixDeposit, nil)
 	sort.Slice(out, func(i, k int) bool { return out[i].CreditedAt.Before(out[k].CreditedAt) })
 	return out, err
+}
+
+// RenterDeposits returns a renter's latest deposits, newest first, at most limit: it reads
+// that renter's own index only.
+func (l *Ledger) RenterDeposits(renter string, limit int) ([]Deposit, error) {
+	return newestOf[Deposit](l, prefixRenterDeposit, renter, prefixDeposit, limit)
 }
 
 // PlaceHold moves a hold's amount from the renter's available to held funds and stores
@@ -131,11 +150,18 @@ func (l *Ledger) PlaceHold(h Hold) (Hold, error) {
 		if a.Available < h.Amount {
 			return fmt.Errorf("%w: the job may cost up to %s USDC and %s USDC is available (deposit with gpunex wallet deposit)", ErrInsufficientFunds, h.Amount, a.Available)
 		}
+		if a.OpenHolds >= MaxOpenHolds {
+			return fmt.Errorf("%w: %d jobs are held already, the most one renter may have open; wait for some to settle", ErrTooManyHolds, a.OpenHolds)
+		}
 		a.Available -= h.Amount
 		a.Held += h.Amount
+		a.OpenHolds++
 		h.State = HoldHeld
 		out = h
 		if err := putJSON(txn, prefixHold+h.Job, h); err != nil {
+			return err
+		}
+		if err := txn.Set([]byte(renterIndexKey(prefixRenterHold, h.Renter, h.IssuedAt, h.Job)), nil); err != nil {
 			return err
 		}
 		return putJSON(txn, prefixAccount+h.Renter, a)
@@ -150,16 +176,22 @@ func (l *Ledger) GetHold(job string) (Hold, error) {
 	return h, err
 }
 
-// Holds returns a renter's holds ("" for all), newest first.
-func (l *Ledger) Holds(renter string) ([]Hold, error) {
-	out, err := scanAll[Hold](l, prefixHold, func(h Hold) bool { return renter == "" || h.Renter == renter })
+// Holds returns every hold, newest first.
+func (l *Ledger) Holds() ([]Hold, error) {
+	out, err := scanAll[Hold](l, prefixHold, nil)
 	sort.Slice(out, func(i, k int) bool { return out[i].IssuedAt.After(out[k].IssuedAt) })
 	return out, err
 }
 
+// RenterHolds returns a renter's latest holds, newest first, at most limit: it reads that
+// renter's own index only.
+func (l *Ledger) RenterHolds(renter string, limit int) ([]Hold, error) {
+	return newestOf[Hold](l, prefixRenterHold, renter, prefixHold, limit)
+}
+
 // ReleaseExpiredHolds returns to their renters the holds still unused at their expiry.
 func (l *Ledger) ReleaseExpiredHolds(now time.Time) (int, error) {
-	holds, err := l.Holds("")
+	holds, err := l.Holds()
 	if err != nil {
 		return 0, err
 	}
@@ -211,6 +243,7 @@ func releaseHold(txn *badger.Txn, job string) (Hold, error) {
 	}
 	a.Held -= h.Amount
 	a.Available += h.Amount
+	a.OpenHolds = max(0, a.OpenHolds-1)
 	h.State = HoldReleased
 	if err := putJSON(txn, prefixHold+job, h); err != nil {
 		return h, err
@@ -373,6 +406,7 @@ func chargeHold(txn *badger.Txn, h Hold, rep JobReport, amount protocol.MicroUSD
 	a.Held -= h.Amount
 	a.Available += h.Amount - charge
 	a.Charged += charge
+	a.OpenHolds = max(0, a.OpenHolds-1)
 	h.State, h.Charge, h.Receipt, h.Rule, h.PendingCharge = HoldCharged, charge, t.Receipt, rule, 0
 	e := Earning{Receipt: t.Receipt, Job: rep.Job, Provider: rep.Provider, Renter: h.Renter,
 		Model: t.Model, GPUs: t.GPUs, Seconds: t.Seconds, EndedAt: t.EndedAt,
@@ -646,6 +680,34 @@ func (l *Ledger) Batches() ([]Batch, error) {
 	out, err := scanAll[Batch](l, prefixBatch, nil)
 	sort.Slice(out, func(i, k int) bool { return out[i].Batch > out[k].Batch })
 	return out, err
+}
+
+// BatchesBefore calls f with each batch whose ID sorts before before ("" for all), newest
+// first, until f returns false: a page of batches reads only that page from the ledger.
+func (l *Ledger) BatchesBefore(before string, f func(Batch) bool) error {
+	return l.db.View(func(txn *badger.Txn) error {
+		p := []byte(prefixBatch)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, Reverse: true, PrefetchValues: false})
+		defer it.Close()
+		seek := append(append([]byte{}, p...), 0xff)
+		if before != "" {
+			seek = []byte(prefixBatch + before)
+		}
+		for it.Seek(seek); it.ValidForPrefix(p); it.Next() {
+			k := string(it.Item().Key())
+			if before != "" && k >= prefixBatch+before {
+				continue
+			}
+			var b Batch
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &b) }); err != nil {
+				return fmt.Errorf("ledger: %s: %w", k, err)
+			}
+			if !f(b) {
+				return nil
+			}
+		}
+		return nil
+	})
 }
 
 // scanAll decodes every value under a prefix, keeping those keep accepts (nil keeps all).

@@ -59,6 +59,8 @@ type Account struct {
 	Held      MicroUSDC `json:"held"`
 	Deposited MicroUSDC `json:"deposited"`
 	Charged   MicroUSDC `json:"charged"`
+	// OpenHolds counts the holds still open (held, pending, disputed).
+	OpenHolds int `json:"open_holds"`
 }
 
 // Deposit is a confirmed on-chain deposit, credited once.

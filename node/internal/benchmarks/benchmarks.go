@@ -49,10 +49,24 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 	}
 	in := bufio.NewReader(s)
 	buf := make([]byte, 64<<10)
+	// One benchmark run per stream: one challenge, ten round trips (a few more allowed),
+	// one transfer each way, each within MaxBenchTransfer and the source's hourly budget.
+	ops := map[string]int{}
+	limits := map[string]int{"challenge": 1, "ping": 16, "down": 1, "up": 1}
+	s.SetDeadline(time.Now().Add(3 * time.Minute))
 	for {
-		s.SetDeadline(time.Now().Add(time.Minute))
 		var m protocol.BenchNetMsg
 		if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetRequest, &m); err != nil {
+			return
+		}
+		if ops[m.Op]++; ops[m.Op] > limits[m.Op] {
+			c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
+			protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("one benchmark run per stream: at most %d %q", limits[m.Op], m.Op)})
+			return
+		}
+		if (m.Op == "down" || m.Op == "up") && (m.Size < 0 || m.Size > protocol.MaxBenchTransfer || !c.bytes.Take(s.Conn(), time.Now(), float64(m.Size))) {
+			c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
+			protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("transfer of %d bytes refused: at most %d MiB each, %d MiB an hour per peer", m.Size, protocol.MaxBenchTransfer>>20, BenchBytesPerHour>>20)})
 			return
 		}
 		var reply protocol.BenchNetMsg
@@ -71,9 +85,6 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 		case "ping":
 			reply = protocol.BenchNetMsg{Op: m.Op}
 		case "down":
-			if m.Size < 0 || m.Size > protocol.MaxBenchTransfer {
-				return
-			}
 			for left := m.Size; left > 0; left -= int64(len(buf)) {
 				if _, err := s.Write(buf[:min(left, int64(len(buf)))]); err != nil {
 					return
@@ -81,9 +92,6 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 			}
 			continue
 		case "up":
-			if m.Size < 0 || m.Size > protocol.MaxBenchTransfer {
-				return
-			}
 			if _, err := io.CopyN(io.Discard, in, m.Size); err != nil {
 				return
 			}
@@ -511,16 +519,24 @@ type Coordinator struct {
 	clock   clock.Clock
 	metrics *metrics.Metrics
 	trust   protocol.Trust
-	// rate bounds the bench-net streams of each peer.
-	rate *p2p.PeerRate
+	// rate bounds the bench-net streams of each peer; bytes their transfers, per peer and
+	// per network.
+	rate  *p2p.PeerRate
+	bytes *p2p.Sources
 }
 
 // benchRunsPerMinute bounds the bench-net streams a peer opens in a minute.
 const benchRunsPerMinute = 6
 
+// BenchBytesPerHour is how many bytes of bench-net transfers one peer may ask for an hour
+// (both ways, with as many at once); its network (IPv4 address, IPv6 /64) four times that.
+// A run at the largest size (64 MiB each way) takes 128 MiB.
+const BenchBytesPerHour = 512 << 20
+
 // NewCoordinator returns a coordinator's side of the benchmarks.
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
-	return &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute)}
+	return &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
+		bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, BenchBytesPerHour, 4)}
 }
 
 // ChallengeProvider asks a provider to run its benchmarks now (a coordinator's request):

@@ -590,20 +590,18 @@ func (s *Settlement) Batches() ([]api.BatchView, error) {
 // when after is empty), newest first, about budget bytes of them (at least one); more says
 // older ones are left.
 func (s *Settlement) batchPage(after string, budget int) (records [][]byte, more bool, err error) {
-	bs, err := s.ledger.Batches()
-	if err != nil {
-		return nil, false, err
-	}
 	size := 0
-	for _, b := range bs {
-		if len(b.Record) == 0 || (after != "" && b.Batch >= after) {
-			continue
+	err = s.ledger.BatchesBefore(after, func(b ledger.Batch) bool {
+		if len(b.Record) == 0 {
+			return true
 		}
 		if size >= budget && len(records) > 0 {
-			return records, true, nil
+			more = true
+			return false
 		}
 		records = append(records, b.Record)
 		size += len(b.Record) * 4 / 3
-	}
-	return records, false, nil
+		return true
+	})
+	return records, more, err
 }

@@ -88,8 +88,10 @@ type Settlement struct {
 	// crashAt names a step at which the process kills itself (GPUNEX_TEST_CRASH_AT; the
 	// kill -9 tests of the payout state machine).
 	crashAt string
-	// rate limits wallet requests per peer; reportRate job reports per provider.
-	rate, reportRate *p2p.PeerRate
+	// rate limits wallet requests per peer and network; claims the deposit claims (each
+	// costs Solana RPC calls); reportRate job reports per provider.
+	rate, claims *p2p.Sources
+	reportRate   *p2p.PeerRate
 }
 
 // NewSettlement returns a coordinator's settlement; Run starts its loops.
@@ -97,7 +99,8 @@ func NewSettlement(d SettlementDeps) (*Settlement, error) {
 	s := &Settlement{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		cfg: d.Config, home: d.Home, offers: d.Offers, market: d.Market, marketTopic: d.MarketTopic,
 		charges: make(chan chargeRequest, 4096), crashAt: os.Getenv("GPUNEX_TEST_CRASH_AT"),
-		rate: p2p.NewPeerRate(walletRequestsPerMinute), reportRate: p2p.NewPeerRate(reportsPerMinute)}
+		rate:   p2p.NewSources(walletRequestsPerMinute, walletRequestsPerMinute, 4),
+		claims: p2p.NewSources(claimsPerMinute, 2*claimsPerMinute, 4), reportRate: p2p.NewPeerRate(reportsPerMinute)}
 	st := d.Config.Settlement
 	if st.RPC != "" {
 		s.client = chain.Dial(st.RPC)
@@ -173,8 +176,15 @@ func (s *Settlement) ready() error {
 }
 
 const (
-	// walletRequestsPerMinute is the most wallet requests served to one peer a minute.
+	// walletRequestsPerMinute is the most wallet requests served to one peer a minute (its
+	// network four times that).
 	walletRequestsPerMinute = 120
+	// MaxBalanceRows is how many of a renter's latest holds and deposits a balance answer
+	// lists (the account's sums cover all of them).
+	MaxBalanceRows = 500
+	// claimsPerMinute is the most deposit claims one peer may make a minute (its network
+	// four times that): each asks the Solana RPC about a transaction.
+	claimsPerMinute = 10
 	// reportsPerMinute is the most job reports taken from one provider a minute (each job
 	// ends once; retries come every 15 s).
 	reportsPerMinute = 600
@@ -198,7 +208,7 @@ func (s *Settlement) HandleWallet(st network.Stream) {
 	defer st.Close()
 	st.SetDeadline(time.Now().Add(60 * time.Second))
 	remote := st.Conn().RemotePeer()
-	if !s.rate.Allow(remote, time.Now()) {
+	if !s.rate.Take(st.Conn(), time.Now(), 1) {
 		s.metrics.RecordsRejected.WithLabelValues("wallet-request", "stream", "rate_limited").Inc()
 		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d wallet requests in a minute: slow down", walletRequestsPerMinute)})
 		return
@@ -206,6 +216,11 @@ func (s *Settlement) HandleWallet(st network.Stream) {
 	var req protocol.WalletRequest
 	if err := protocol.ReadJSONFrame(bufio.NewReader(st), protocol.MaxWalletRequest, &req); err != nil {
 		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: "bad request: " + err.Error()})
+		return
+	}
+	if req.Op == "claim" && !s.claims.Take(st.Conn(), time.Now(), 1) {
+		s.metrics.RecordsRejected.WithLabelValues("wallet-request", "stream", "rate_limited").Inc()
+		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d deposit claims a minute: slow down", claimsPerMinute)})
 		return
 	}
 	resp, err := s.Serve(context.Background(), remote, req)
@@ -236,11 +251,11 @@ func (s *Settlement) Serve(ctx context.Context, remote peer.ID, req protocol.Wal
 		if err != nil {
 			return protocol.WalletResponse{}, err
 		}
-		holds, err := l.Holds(remote.String())
+		holds, err := l.RenterHolds(remote.String(), MaxBalanceRows)
 		if err != nil {
 			return protocol.WalletResponse{}, err
 		}
-		deps, err := l.Deposits(remote.String())
+		deps, err := l.RenterDeposits(remote.String(), MaxBalanceRows)
 		return protocol.WalletResponse{Account: &a, Holds: holds, Deposits: deps}, err
 	case "hold":
 		raw, err := s.placeHold(remote, req)
@@ -290,6 +305,9 @@ func (s *Settlement) claimDeposit(ctx context.Context, signature string) (ledger
 	sig, err := chain.ParseSignature(signature)
 	if err != nil {
 		return ledger.Deposit{}, false, fmt.Errorf("deposit signature %q: %w", signature, err)
+	}
+	if d, err := s.ledger.GetDeposit(signature); err == nil {
+		return d, false, nil // credited already: no RPC call
 	}
 	treasury, err := s.treasury()
 	if err != nil {
@@ -345,12 +363,8 @@ func (s *Settlement) claimDeposit(ctx context.Context, signature string) (ledger
 		s.log.Info("deposit credited", "renter", renter, "usdc", d.Amount.String(), "signature", signature)
 	}
 	if !credited {
-		if deps, _ := s.ledger.Deposits(""); deps != nil {
-			for _, prev := range deps {
-				if prev.Signature == signature {
-					d = prev
-				}
-			}
+		if prev, err := s.ledger.GetDeposit(signature); err == nil {
+			d = prev
 		}
 	}
 	return d, credited, err

@@ -34,7 +34,15 @@ const (
 	applyTimeout = 10 * time.Second
 	// applicationsPerMinute is the most apply-stream requests served to one peer a minute.
 	applicationsPerMinute = 20
+	// SubmitsPerHour is how many submissions (new applications, updates, answers) one peer
+	// may make an hour, with as many at once; a network (IPv4 address, IPv6 /64) four
+	// times that, so that rotating peer IDs buys nothing.
+	SubmitsPerHour = 10
 )
+
+// MaxOpenApplications caps the review queue: past it, new applications are refused until
+// reviewers catch up (updates and answers to open ones still go through).
+var MaxOpenApplications = 5000
 
 // Revocations are the revocations this node knows, and how it takes a new one in (its own
 // included): the offers package's trust store and catalogue.
@@ -80,6 +88,8 @@ type Coordinator struct {
 	mu  sync.Mutex // one submission or decision at a time
 	// rate limits apply-stream requests per peer (queue spam).
 	rate *p2p.PeerRate
+	// submits bounds submissions per peer and per network.
+	submits *p2p.Sources
 }
 
 // NewCoordinator returns a coordinator's onboarding, with the notice channels of its
@@ -96,7 +106,8 @@ func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
 	}
 	return &Coordinator{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		cfg: d.Config, trust: d.Trust, revocations: d.Revocations, revTopic: d.RevocationsTopic,
-		out: NewNotices(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute)}, nil
+		out: NewNotices(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute),
+		submits: p2p.NewSources(SubmitsPerHour/60.0, SubmitsPerHour, 4)}, nil
 }
 
 // readSecretFile reads a secret from a file that only its owner may read.
@@ -133,6 +144,11 @@ func (c *Coordinator) HandleApply(s network.Stream) {
 	} else {
 		switch req.Op {
 		case "submit":
+			if !c.submits.Take(s.Conn(), time.Now(), 1) {
+				c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
+				resp = protocol.ApplyResponse{Error: fmt.Sprintf("more than %d submissions an hour from this peer or its network: try again later", SubmitsPerHour), Reason: "rate_limited"}
+				break
+			}
 			a, err := c.Submit(req.Record)
 			if err != nil {
 				resp = protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
@@ -200,10 +216,14 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 	var same *ledger.Application
 	var maxSeq uint64
 	var open []string
+	openAll := 0
 	for i := range apps {
 		a := &apps[i]
 		if a.ID == app.ID {
 			same = a
+		}
+		if isOpen(a.Status) {
+			openAll++
 		}
 		if a.Provider == app.Provider {
 			maxSeq = max(maxSeq, a.Seq)
@@ -247,6 +267,10 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 	}
 	if app.Seq <= maxSeq {
 		return reject(fmt.Errorf("%w: application seq %d from %s, already have %d", protocol.ErrReplay, app.Seq, app.Provider, maxSeq))
+	}
+	if len(open) == 0 && openAll >= MaxOpenApplications {
+		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "queue_full").Inc()
+		return ledger.Application{}, fmt.Errorf("the review queue is full (%d open applications): try again in a day", openAll)
 	}
 	for _, id := range open {
 		// One open application per provider: the newer replaces the older.

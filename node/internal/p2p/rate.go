@@ -1,10 +1,14 @@
 package p2p
 
 import (
+	"net"
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 )
 
 // PeerRate limits how many requests each peer makes in a sliding minute.
@@ -45,13 +49,13 @@ func (r *PeerRate) Allow(p peer.ID, now time.Time) bool {
 	return true
 }
 
-// PeerBudget is a per-peer token bucket: each peer may spend up to burst at once, and its
-// budget refills at perMinute. It costs O(1) a call, for limits in the thousands.
-type PeerBudget struct {
+// Budget is a token bucket per key (a peer, a network): each key may spend up to burst at
+// once, and its budget refills at perMinute. It costs O(1) a call.
+type Budget[K comparable] struct {
 	mu        sync.Mutex
 	perMinute float64
 	burst     float64
-	peers     map[peer.ID]*bucket
+	keys      map[K]*bucket
 }
 
 type bucket struct {
@@ -59,33 +63,97 @@ type bucket struct {
 	at     time.Time
 }
 
+// PeerBudget is a Budget per peer.
+type PeerBudget = Budget[peer.ID]
+
 // NewPeerBudget gives every peer perMinute a minute, at most burst at once.
 func NewPeerBudget(perMinute, burst int) *PeerBudget {
-	return &PeerBudget{perMinute: float64(perMinute), burst: float64(burst), peers: map[peer.ID]*bucket{}}
+	return NewBudget[peer.ID](float64(perMinute), float64(burst))
 }
 
-// Spend takes one from p's budget at now and reports whether there was one to take.
-func (b *PeerBudget) Spend(p peer.ID, now time.Time) bool {
+// NewBudget gives every key perMinute a minute, at most burst at once.
+func NewBudget[K comparable](perMinute, burst float64) *Budget[K] {
+	return &Budget[K]{perMinute: perMinute, burst: burst, keys: map[K]*bucket{}}
+}
+
+// Spend takes one from k's budget at now and reports whether there was one to take.
+func (b *Budget[K]) Spend(k K, now time.Time) bool { return b.Take(k, now, 1) }
+
+// Take takes n from k's budget at now, all or nothing, and reports whether there was that
+// much to take.
+func (b *Budget[K]) Take(k K, now time.Time, n float64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := b.peers[p]
-	if k == nil {
-		if len(b.peers) >= 10_000 {
-			// Forget the peers whose budget is full again: they cost nothing to recreate.
-			for q, x := range b.peers {
-				if x.tokens+now.Sub(x.at).Minutes()*b.perMinute >= b.burst {
-					delete(b.peers, q)
+	x := b.keys[k]
+	if x == nil {
+		if len(b.keys) >= 10_000 {
+			// Forget the keys whose budget is full again: they cost nothing to recreate.
+			for q, y := range b.keys {
+				if y.tokens+now.Sub(y.at).Minutes()*b.perMinute >= b.burst {
+					delete(b.keys, q)
 				}
 			}
 		}
-		k = &bucket{tokens: b.burst, at: now}
-		b.peers[p] = k
+		x = &bucket{tokens: b.burst, at: now}
+		b.keys[k] = x
 	}
-	k.tokens = min(b.burst, k.tokens+now.Sub(k.at).Minutes()*b.perMinute)
-	k.at = now
-	if k.tokens < 1 {
+	x.tokens = min(b.burst, x.tokens+now.Sub(x.at).Minutes()*b.perMinute)
+	x.at = now
+	if x.tokens < n {
 		return false
 	}
-	k.tokens--
+	x.tokens -= n
 	return true
+}
+
+// Sources bounds the costly work peers may ask for both per peer and per network (an
+// IPv4 address, an IPv6 /64), so that a new peer ID buys nothing: a host that rotates
+// identities shares its network's budget.
+type Sources struct {
+	peers *Budget[peer.ID]
+	nets  *Budget[string]
+}
+
+// NewSources gives each peer perMinute (burst at once), and each network netFactor times
+// that.
+func NewSources(perMinute, burst, netFactor float64) *Sources {
+	return &Sources{peers: NewBudget[peer.ID](perMinute, burst), nets: NewBudget[string](perMinute*netFactor, burst*netFactor)}
+}
+
+// Take spends n of the budgets of the stream's peer and network at now; false, and
+// nothing spent, when either is short. Peers at this host's own address (127.0.0.1, ::1)
+// share no network budget: they are the operator's own processes (a devnet, a test).
+func (s *Sources) Take(c network.Conn, now time.Time, n float64) bool {
+	net := NetworkOf(c.RemoteMultiaddr())
+	if net == "loopback" {
+		return s.peers.Take(c.RemotePeer(), now, n)
+	}
+	if !s.nets.Take(net, now, n) {
+		return false
+	}
+	if !s.peers.Take(c.RemotePeer(), now, n) {
+		s.nets.Take(net, now, -n) // give the network's share back
+		return false
+	}
+	return true
+}
+
+// NetworkOf names the network an address is in: an IPv4 address, an IPv6 /64, "loopback"
+// for 127.0.0.1 and ::1, or the address itself when it holds no IP (a relayed or in-memory
+// connection).
+func NetworkOf(a ma.Multiaddr) string {
+	if a == nil {
+		return ""
+	}
+	ip, err := manet.ToIP(a)
+	if err != nil {
+		return a.String()
+	}
+	if ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback) {
+		return "loopback"
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String()
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // TestPeerRate: a peer gets its limit of requests a minute (a provider's
@@ -49,5 +50,24 @@ func TestPeerBudget(t *testing.T) {
 	}
 	if !b.Spend(a, now.Add(time.Second)) || b.Spend(a, now.Add(time.Second)) {
 		t.Fatal("60 a minute: one more after a second, not two")
+	}
+}
+
+// TestNetworkOf: identities on one IPv4 address or one IPv6 /64 share a network budget;
+// only the host's own address is exempt.
+func TestNetworkOf(t *testing.T) {
+	for addr, want := range map[string]string{
+		"/ip4/203.0.113.7/tcp/4001":       "203.0.113.7",
+		"/ip6/2001:db8::1/tcp/4001":       "2001:db8::/64",
+		"/ip6/2001:db8::ffff:1/udp/4001":  "2001:db8::/64",
+		"/ip4/127.0.0.1/tcp/4001":         "loopback",
+		"/ip6/::1/tcp/4001":               "loopback",
+		"/ip4/127.0.0.2/tcp/4001":         "127.0.0.2",
+		"/ip4/198.51.100.1/udp/1/quic-v1": "198.51.100.1",
+		"/ip6/2001:db8:0:1::1/tcp/4001":   "2001:db8:0:1::/64",
+	} {
+		if got := NetworkOf(ma.StringCast(addr)); got != want {
+			t.Errorf("%s: %s, want %s", addr, got, want)
+		}
 	}
 }
