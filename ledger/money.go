@@ -513,7 +513,11 @@ type BatchTx struct {
 	// LastValid is the last block height at which the signed transaction can land.
 	LastValid uint64 `json:"last_valid_block_height,omitempty"`
 	Attempts  int    `json:"attempts"`
-	Fee       uint64 `json:"fee_lamports,omitempty"`
+	// Slot is the slot its latest signature's blockhash was read at: it cannot have
+	// landed before. Failures counts its failures on chain.
+	Slot     uint64 `json:"slot,omitempty"`
+	Failures int    `json:"failures,omitempty"`
+	Fee      uint64 `json:"fee_lamports,omitempty"`
 	// CreateATA lists the payouts whose token account the transaction creates.
 	CreateATA []int `json:"create_ata,omitempty"`
 }
@@ -531,7 +535,44 @@ type Batch struct {
 	// Marking is set while the batch's receipts are being marked as taken by it (in
 	// chunks: a batch may pay more receipts than one ledger transaction holds).
 	Marking bool `json:"marking,omitempty"`
-	DryRun  bool `json:"-"`
+	// Deferred are the payouts taken out of the batch before any transaction paying them
+	// was signed: their receipts wait for the next batch.
+	Deferred []DeferredPayout `json:"deferred,omitempty"`
+	DryRun   bool             `json:"-"`
+}
+
+// DeferredPayout is a payout moved out of a batch, and why.
+type DeferredPayout struct {
+	Provider string             `json:"provider"`
+	Amount   protocol.MicroUSDC `json:"amount"`
+	Receipts []string           `json:"receipts"`
+	Reason   string             `json:"reason"`
+	At       time.Time          `json:"at"`
+}
+
+// DeferPayouts stores a batch from which payouts were taken out, and gives their receipts
+// back to the pending earnings, in one ledger transaction: no receipt is ever both in a
+// batch and pending.
+func (l *Ledger) DeferPayouts(b Batch, deferred []DeferredPayout) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		for _, d := range deferred {
+			for _, r := range d.Receipts {
+				key := earningKey(d.Provider, r)
+				var e Earning
+				if err := getJSON(txn, key, &e); err != nil {
+					return fmt.Errorf("receipt %s of %s: %w", r, d.Provider, err)
+				}
+				if e.Batch != b.Batch {
+					continue
+				}
+				e.Batch = ""
+				if err := putJSON(txn, key, e); err != nil {
+					return err
+				}
+			}
+		}
+		return putJSON(txn, prefixBatch+b.Batch, b)
+	})
 }
 
 // BatchFailed is the state of a batch that could not take its receipts (one was in another

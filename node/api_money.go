@@ -80,6 +80,19 @@ func (a *APIServer) routeMoney(mux *http.ServeMux) {
 	a.route(mux, "GET /v1/market", func(r *http.Request) (any, error) {
 		return a.n.market.RecommendPrice(r.URL.Query().Get("model"), r.URL.Query().Get("region"))
 	})
+	a.route(mux, "POST /v1/payouts/{id}/replan", func(r *http.Request) (any, error) {
+		s, err := a.settlement("payouts are run by a coordinator")
+		if err != nil {
+			return nil, err
+		}
+		var req struct {
+			Providers []string `json:"providers"`
+		}
+		if err := decodeBody(r, 64<<10, &req); err != nil {
+			return nil, err
+		}
+		return s.Replan(r.Context(), r.PathValue("id"), req.Providers)
+	})
 	a.route(mux, "GET /v1/disputes", func(r *http.Request) (any, error) {
 		s, err := a.settlement("disputes are decided by a coordinator")
 		if err != nil {

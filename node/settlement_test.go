@@ -1009,3 +1009,90 @@ func TestUncountersignedReceipts(t *testing.T) {
 		t.Fatalf("the renter paid %s for two jobs that ran about 100 s each: %+v", a.Charged, a)
 	}
 }
+
+// TestPayoutGriefing: a provider that closes its token account after its batch is planned
+// cannot block the others: its payout moves to the next batch before anything is signed,
+// the others are paid, and the next batch pays it (creating its account), each exactly
+// once. And a transaction that expired unseen is not signed again while the RPC endpoint
+// cannot prove it never landed (pruned history): the operator is told to use an archival
+// endpoint, and nothing is paid twice.
+func TestPayoutGriefing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Solana")
+	}
+	f := newPayoutFixture(t, t.TempDir(), 3)
+	ctx := context.Background()
+	s := f.coord.settlement
+	griefer := f.providers[0]
+	if err := f.e.c.Airdrop(ctx, griefer.PublicKey(), 1_000_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.c.CreateATA(ctx, f.e.treasury, griefer.PublicKey(), f.e.mint); err != nil {
+		t.Fatal(err)
+	}
+	f.earn(t, 1_000_000)
+	var closed atomic.Bool
+	s.SetStepHook(func(name string) error {
+		if name == "planned" && closed.CompareAndSwap(false, true) {
+			return f.e.c.CloseTokenAccount(ctx, griefer, f.e.mint)
+		}
+		return nil
+	})
+	v, err := s.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
+	s.SetStepHook(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Deferred) != 1 || v.Deferred[0].Provider != f.ids[0].String() || len(v.Payouts) != 2 || v.State != protocol.BatchSettled {
+		t.Fatalf("batch after the griefer closed its account: %+v", v)
+	}
+	for i, w := range f.providers {
+		want := uint64(900_000)
+		if i == 0 {
+			want = 0
+		}
+		if got := f.e.usdc(t, w.PublicKey()); got != want {
+			t.Fatalf("provider %d holds %d, want %d", i, got, want)
+		}
+	}
+	f.settled(t)
+	// The next run pays the griefer's receipts, once.
+	if v, err := s.RunPayouts(ctx, api.PayoutRunOptions{Now: true}); err != nil || len(v.Payouts) != 1 || v.Payouts[0].Provider != f.ids[0].String() {
+		t.Fatalf("the next batch: %+v %v", v, err)
+	}
+	f.paid(t, 900_000)
+	f.settled(t)
+
+	// Pruned history: sent, landed, then the node forgets it and the blockhash expires.
+	f.earn(t, 1_000_000)
+	s.SetStepHook(func(name string) error {
+		if name == "sent" {
+			return errors.New("injected crash after sending")
+		}
+		return nil
+	})
+	s.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
+	s.SetStepHook(nil)
+	if err := f.e.rt.PruneHistory(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.rt.ExpireBlockhash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v, err = s.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
+	if err != nil || len(v.Skipped) == 0 || !strings.Contains(strings.Join(v.Skipped, ";"), "archival RPC endpoint") {
+		t.Fatalf("an expired transaction on a pruned RPC node: %+v %v", v.Skipped, err)
+	}
+	if bs, _ := f.coord.ledger.Batches(); !strings.Contains(bs[0].Error, "keeps history only from slot") || bs[0].Txs[0].Attempts != 1 {
+		t.Fatalf("the stuck batch: error %q, signed %d times", bs[0].Error, bs[0].Txs[0].Attempts)
+	}
+	f.paid(t, 1_800_000) // landed once; not signed again
+	if err := f.e.rt.PruneHistory(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunPayouts(ctx, api.PayoutRunOptions{Now: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.paid(t, 1_800_000)
+	f.settled(t)
+}

@@ -411,7 +411,28 @@ func payoutsCommand() *cobra.Command {
 	export.Flags().StringVar(&format, "format", "csv", "csv or pain001 (ISO 20022 pain.001.001.03)")
 	export.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
 	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(run, list, show, confirm, export)
+	var replanFor []string
+	replan := &cobra.Command{
+		Use:   "replan ID [--provider PEER]... [--json]",
+		Short: "Move unpaid payouts (all, or those providers') out of a batch that cannot settle, settle the rest; the next batch pays them",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.ReplanPayouts(cmd.Context(), args[0], replanFor)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), v)
+			}
+			return printBatch(cmd.OutOrStdout(), v)
+		},
+	}
+	replan.Flags().StringSliceVar(&replanFor, "provider", nil, "the provider whose payout to move (repeatable; all unpaid ones when absent)")
+	c.AddCommand(run, list, show, confirm, export, replan)
 	return c
 }
 
@@ -429,6 +450,9 @@ func printBatch(out io.Writer, v api.BatchView) error {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%v\t%s\n", p.Provider, p.Method, p.Destination, p.AmountUSDC, p.Receipts, p.Paid, dash(p.Transaction))
 		}
 		w.Flush()
+	}
+	for _, d := range v.Deferred {
+		fmt.Fprintf(out, "moved to the next batch: %s, %s USDC (%d receipts): %s\n", d.Provider, d.AmountUSDC, d.Receipts, d.Reason)
 	}
 	for _, s := range v.Skipped {
 		fmt.Fprintf(out, "skipped %s\n", s)

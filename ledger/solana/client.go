@@ -242,14 +242,31 @@ func (c *Client) IsTokenAccount(ctx context.Context, addr, mint sol.PublicKey) (
 // LatestBlockhash returns a recent blockhash and the last block height at which a
 // transaction using it can land.
 func (c *Client) LatestBlockhash(ctx context.Context) (sol.Hash, uint64, error) {
+	h, last, _, err := c.LatestBlockhashAt(ctx)
+	return h, last, err
+}
+
+// LatestBlockhashAt is LatestBlockhash with the slot the answer was read at: a transaction
+// using the blockhash cannot land in an earlier slot.
+func (c *Client) LatestBlockhashAt(ctx context.Context) (hash sol.Hash, lastValid, slot uint64, err error) {
 	res, err := c.rpc.GetLatestBlockhash(ctx, commitment)
 	if err != nil {
-		return sol.Hash{}, 0, fmt.Errorf("getLatestBlockhash: %w", err)
+		return sol.Hash{}, 0, 0, fmt.Errorf("getLatestBlockhash: %w", err)
 	}
 	if res == nil || res.Value == nil {
-		return sol.Hash{}, 0, errors.New("getLatestBlockhash: empty answer")
+		return sol.Hash{}, 0, 0, errors.New("getLatestBlockhash: empty answer")
 	}
-	return res.Value.Blockhash, res.Value.LastValidBlockHeight, nil
+	return res.Value.Blockhash, res.Value.LastValidBlockHeight, res.Context.Slot, nil
+}
+
+// FirstAvailableSlot is the oldest slot the RPC node still has: it cannot tell whether a
+// transaction landed before it (getFirstAvailableBlock).
+func (c *Client) FirstAvailableSlot(ctx context.Context) (uint64, error) {
+	s, err := c.rpc.GetFirstAvailableBlock(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("getFirstAvailableBlock: %w", err)
+	}
+	return s, nil
 }
 
 // BlockHeight returns the current block height.

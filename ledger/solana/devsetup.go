@@ -120,3 +120,15 @@ func (c *Client) MintTo(ctx context.Context, authority sol.PrivateKey, mint, own
 	_, err := c.sendAndConfirm(ctx, "mint", ixs, authority)
 	return err
 }
+
+// CloseTokenAccount closes owner's empty associated token account for mint, the rent going
+// back to owner, who signs and pays the fee (tests: a provider closing its account).
+func (c *Client) CloseTokenAccount(ctx context.Context, owner sol.PrivateKey, mint sol.PublicKey) error {
+	ix := sol.NewInstruction(sol.TokenProgramID, sol.AccountMetaSlice{
+		sol.NewAccountMeta(ATA(owner.PublicKey(), mint), true, false),
+		sol.NewAccountMeta(owner.PublicKey(), true, false),
+		sol.NewAccountMeta(owner.PublicKey(), false, true),
+	}, []byte{9}) // CloseAccount
+	_, err := c.sendAndConfirm(ctx, "close token account", []sol.Instruction{ix}, owner)
+	return err
+}

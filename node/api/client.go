@@ -354,6 +354,13 @@ func (c *Client) Batches(ctx context.Context) ([]BatchView, error) {
 	return v, c.Do(ctx, http.MethodGet, "/v1/payouts", nil, &v)
 }
 
+// ReplanPayouts takes providers' unpaid payouts (all when none is named) out of a batch
+// that cannot settle, settles the rest, and leaves their receipts to the next batch.
+func (c *Client) ReplanPayouts(ctx context.Context, id string, providers []string) (BatchView, error) {
+	var v BatchView
+	return v, c.Do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/replan", map[string][]string{"providers": providers}, &v)
+}
+
 // Disputes lists a coordinator's disputes, open ones unless all is set.
 func (c *Client) Disputes(ctx context.Context, all bool) ([]DisputeView, error) {
 	var v []DisputeView

@@ -291,6 +291,15 @@ type ResolveRequest struct {
 	Note string `json:"note,omitempty"`
 }
 
+// DeferredView is a payout moved out of a batch, and why.
+type DeferredView struct {
+	Provider   string    `json:"provider"`
+	AmountUSDC string    `json:"amount_usdc"`
+	Receipts   int       `json:"receipts"`
+	Reason     string    `json:"reason"`
+	At         time.Time `json:"at"`
+}
+
 // BatchView is a payout batch as the CLI shows it.
 type BatchView struct {
 	BatchID      string       `json:"batch_id"`
@@ -306,6 +315,9 @@ type BatchView struct {
 	Error        string       `json:"error,omitempty"`
 	// Skipped says why providers with pending earnings are not in the batch.
 	Skipped []string `json:"skipped,omitempty"`
+	// Deferred are the payouts taken out of the batch before they were sent (a closed
+	// token account, repeated failures, the operator's replan): the next batch pays them.
+	Deferred []DeferredView `json:"deferred,omitempty"`
 }
 
 // SearchFilter selects offers. Zero fields match everything.

@@ -217,6 +217,12 @@ func (r *Runtime) ExpireBlockhash(ctx context.Context) error {
 	return r.call(ctx, "gpunex_expireBlockhash", nil)
 }
 
+// PruneHistory makes the runtime answer for no transaction that landed before now, like an
+// RPC node without archival history, until it is called with false.
+func (r *Runtime) PruneHistory(ctx context.Context, prune bool) error {
+	return r.call(ctx, "gpunex_pruneHistory", []any{prune})
+}
+
 // HoldFinality makes transactions landing from now on only "confirmed" (not finalized)
 // until it is called with false: for tests of what waits for finality.
 func (r *Runtime) HoldFinality(ctx context.Context, hold bool) error {

@@ -9,7 +9,9 @@
 // It speaks the standard Solana JSON-RPC shapes for the methods below, so unmodified
 // clients (solana-go, @solana/web3.js) work against it. Non-standard methods for tests:
 // gpunex_expireBlockhash (every blockhash issued so far becomes invalid) and
-// gpunex_holdFinality [bool] (while held, transactions landing from then on are only
+// gpunex_pruneHistory [bool] (while on, the node answers for no transaction before the
+// slot at which it was turned on, like a non-archival RPC node), gpunex_holdFinality [bool]
+// (while held, transactions landing from then on are only
 // "confirmed": their status says so and getTransaction at "finalized" does not find them).
 //
 // Block height model: slot == block height. It advances by one for every landed
@@ -329,6 +331,9 @@ let expiredFloor = 0n; // blockhashes issued at or below this height are invalid
 const txs = new Map(); // signature (base58) -> record
 const byAddress = new Map(); // address (base58) -> [signature, ...] oldest first
 let transactionCount = 0n;
+// firstAvailable is the oldest slot whose transactions this node still answers for, like
+// an RPC node that pruned its history (gpunex_pruneHistory); 0 keeps everything.
+let firstAvailable = 0n;
 const waiters = new Map(); // signature -> [callback]
 
 function advance() {
@@ -627,7 +632,7 @@ function isFinal(rec) {
 }
 
 function statusOf(rec) {
-  if (!rec) return null;
+  if (!rec || BigInt(rec.slot) < firstAvailable) return null;
   return {
     slot: rec.slot,
     confirmations: isFinal(rec) ? null : 1,
@@ -642,7 +647,7 @@ function getTransaction(params) {
   let cfg = params[1] || {};
   if (typeof cfg === 'string') cfg = { encoding: cfg };
   const rec = txs.get(sig);
-  if (!rec || !rec.raw) return null;
+  if (!rec || !rec.raw || BigInt(rec.slot) < firstAvailable) return null;
   if (cfg.commitment === 'finalized' && !isFinal(rec)) return null;
   const versioned = rec.tx.message.version !== 'legacy';
   const maxVersion = cfg.maxSupportedTransactionVersion;
@@ -819,6 +824,14 @@ const methods = {
     const m = a && isTokenProgram(a.owner) ? parseMint(a.data) : null;
     if (!m) throw rpcError(-32602, 'Invalid param: not a Token mint');
     return { context: context(), value: uiAmount(m.supply, m.decimals) };
+  },
+  getFirstAvailableBlock: () => firstAvailable,
+  minimumLedgerSlot: () => firstAvailable,
+  gpunex_pruneHistory: (p) => {
+    // [true]: forget every transaction before the current slot, as an RPC node without
+    // archival history does; [false]: remember them again.
+    firstAvailable = p && p[0] ? height + 1n : 0n;
+    return firstAvailable;
   },
   gpunex_holdFinality: (p) => {
     finalityHeld = !!(p && p[0]);

@@ -62,6 +62,9 @@ func (s *Settlement) view(b ledger.Batch) api.BatchView {
 		v.FeesLamports += t.Fee
 	}
 	v.Total, v.TotalUSDC = int64(total), total.String()
+	for _, d := range b.Deferred {
+		v.Deferred = append(v.Deferred, api.DeferredView{Provider: d.Provider, AmountUSDC: d.Amount.String(), Receipts: len(d.Receipts), Reason: d.Reason, At: d.At})
+	}
 	return v
 }
 
@@ -357,8 +360,21 @@ func (s *Settlement) settle(ctx context.Context, b *ledger.Batch) error {
 			return err
 		}
 	}
-	for i := range b.Txs {
-		if err := s.settleTx(ctx, b, i); err != nil {
+	if err := s.replan(ctx, b, nil, "", false); err != nil {
+		return err
+	}
+	for i := 0; i < len(b.Txs); i++ {
+		err := s.settleTx(ctx, b, i)
+		if errors.Is(err, errReplan) {
+			// A payout of this transaction cannot be paid as planned: take it out and
+			// go over the batch again.
+			if err := s.replan(ctx, b, nil, "", true); err != nil {
+				return err
+			}
+			i = -1
+			continue
+		}
+		if err != nil {
 			b.Error = err.Error()
 			s.ledger.PutBatch(*b)
 			return fmt.Errorf("batch %s, transaction %d of %d: %w", b.Batch, i+1, len(b.Txs), err)
@@ -419,16 +435,29 @@ func (s *Settlement) settleTx(ctx context.Context, b *ledger.Batch, i int) error
 			}
 			switch {
 			case st.Found && st.Err != "" && st.Confirmed:
-				// Failed on chain, confirmed: nothing moved. Sign it again on the next run.
+				// Failed on chain, confirmed: nothing moved. Sign it again on the next run;
+				// after MaxTxFailures, replan splits or defers its payouts.
 				tx.State = ledger.TxPlanned
+				tx.Failures++
 				s.ledger.PutBatch(*b)
-				return fmt.Errorf("transaction %s failed on chain: %s", tx.Signature, st.Err)
+				return fmt.Errorf("transaction %s failed on chain (%d of %d tries): %s", tx.Signature, tx.Failures, MaxTxFailures, st.Err)
 			case st.Found && st.Confirmed && st.Err == "":
 				if err := s.confirmTx(ctx, b, i); err != nil {
 					return err
 				}
 				continue
 			case !st.Found && height > tx.LastValid:
+				// "Not found" is proof only if the node keeps history back to the slot the
+				// transaction was signed at: a pruned node says "not found" of a
+				// transaction that landed, and signing it again would pay twice.
+				first, err := s.client.FirstAvailableSlot(ctx)
+				if err != nil {
+					return fmt.Errorf("transaction %s expired unseen, and the RPC endpoint cannot say how far back its history goes (%w): not signed again", tx.Signature, err)
+				}
+				if first > tx.Slot {
+					return fmt.Errorf("%w: transaction %s was signed at slot %d, and settlement.rpc %s keeps history only from slot %d: it may have landed unseen. Finish this batch with an archival RPC endpoint (settlement.rpc); nothing was signed again",
+						ErrNoHistory, tx.Signature, tx.Slot, s.cfg.Settlement.RPC, first)
+				}
 				s.log.Info("payout transaction expired unseen: signing it again", "batch", b.Batch, "signature", tx.Signature)
 				tx.State = ledger.TxPlanned
 				if err := s.ledger.PutBatch(*b); err != nil {
@@ -457,6 +486,158 @@ func (s *Settlement) settleTx(ctx context.Context, b *ledger.Batch, i int) error
 	return nil
 }
 
+// MaxTxFailures is how many times a transaction may fail on chain before replan splits it
+// into one transaction per payout, or takes a lone payout out of the batch.
+const MaxTxFailures = 3
+
+// ErrNoHistory: the RPC endpoint cannot prove that an expired transaction never landed.
+var ErrNoHistory = errors.New("the RPC endpoint has no history back to the transaction")
+
+// errReplan says a transaction's payouts must be planned again before it is signed.
+var errReplan = errors.New("a payout must be planned again")
+
+// replan fixes the batch's transactions not signed yet, before they are: a payout whose
+// token account is gone since planning (closed by its owner; looked for when
+// checkAccounts is set, after signTx found one) is taken out of the batch; a
+// transaction that failed MaxTxFailures times is split into one per payout, and a lone
+// payout that did is taken out. Payouts named in force (by the operator) are taken out too.
+// A payout taken out leaves the batch with its receipts, which the next batch pays; the
+// other payouts settle. Payouts in signed or confirmed transactions are never touched.
+func (s *Settlement) replan(ctx context.Context, b *ledger.Batch, force map[string]bool, why string, checkAccounts bool) error {
+	out := map[int]string{} // payout index -> reason
+	var txs []ledger.BatchTx
+	for _, tx := range b.Txs {
+		if tx.State != ledger.TxPlanned {
+			txs = append(txs, tx)
+			continue
+		}
+		for _, pi := range tx.Payouts {
+			p := b.Payouts[pi]
+			if force[p.Provider] {
+				out[pi] = why
+				continue
+			}
+			if !checkAccounts || slices.Contains(tx.CreateATA, pi) {
+				continue
+			}
+			owner, err := chain.ParsePublicKey(p.Destination)
+			if err != nil {
+				return err
+			}
+			ok, err := s.client.IsTokenAccount(ctx, chain.ATA(owner, s.mint), s.mint)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				out[pi] = "its USDC token account was closed after the batch was planned"
+			}
+		}
+		switch {
+		case tx.Failures >= MaxTxFailures && len(tx.Payouts) > 1:
+			for _, pi := range tx.Payouts {
+				single := ledger.BatchTx{State: ledger.TxPlanned, Payouts: []int{pi}}
+				if slices.Contains(tx.CreateATA, pi) {
+					single.CreateATA = []int{pi}
+				}
+				txs = append(txs, single)
+			}
+			s.log.Warn("payout transaction failed repeatedly: split into one per payout", "batch", b.Batch, "payouts", len(tx.Payouts))
+		case tx.Failures >= MaxTxFailures:
+			out[tx.Payouts[0]] = fmt.Sprintf("its transaction failed %d times on chain", tx.Failures)
+			txs = append(txs, tx)
+		default:
+			txs = append(txs, tx)
+		}
+	}
+	if len(out) == 0 {
+		if len(txs) != len(b.Txs) {
+			b.Txs = txs
+			return s.ledger.PutBatch(*b)
+		}
+		return nil
+	}
+	// Take the payouts out and renumber the rest.
+	now := s.clock.Now().UTC()
+	renumber := map[int]int{}
+	var payouts []protocol.Payout
+	var deferred []ledger.DeferredPayout
+	for i, p := range b.Payouts {
+		if reason, ok := out[i]; ok {
+			deferred = append(deferred, ledger.DeferredPayout{Provider: p.Provider, Amount: p.Amount + p.Rounding, Receipts: p.Receipts, Reason: reason, At: now})
+			s.log.Warn("payout moved to the next batch", "batch", b.Batch, "provider", p.Provider, "usdc", p.Amount.String(), "why", reason)
+			continue
+		}
+		renumber[i] = len(payouts)
+		payouts = append(payouts, p)
+	}
+	b.Txs = b.Txs[:0]
+	for _, tx := range txs {
+		var keep, create []int
+		for _, pi := range tx.Payouts {
+			if n, ok := renumber[pi]; ok {
+				keep = append(keep, n)
+				if slices.Contains(tx.CreateATA, pi) {
+					create = append(create, n)
+				}
+			}
+		}
+		if len(keep) == 0 {
+			continue
+		}
+		tx.Payouts, tx.CreateATA = keep, create
+		b.Txs = append(b.Txs, tx)
+	}
+	b.Payouts = payouts
+	var all []string
+	for _, p := range b.Payouts {
+		all = append(all, p.Receipts...)
+	}
+	slices.Sort(all)
+	b.MerkleRoot, _ = protocol.MerkleRoot(all)
+	for _, d := range deferred {
+		delete(b.Settings, d.Provider)
+	}
+	b.Deferred = append(b.Deferred, deferred...)
+	if err := s.ledger.DeferPayouts(*b, deferred); err != nil {
+		return err
+	}
+	return s.sign(b)
+}
+
+// Replan takes the named providers' payouts (all unpaid ones when none is named) out of a
+// batch that cannot settle, before any transaction paying them is signed, and settles the
+// rest; their receipts go to the next batch (gpunex coordinator payouts replan).
+func (s *Settlement) Replan(ctx context.Context, id string, providers []string) (api.BatchView, error) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	b, err := s.ledger.GetBatch(id)
+	if err != nil {
+		return api.BatchView{}, fmt.Errorf("%w: batch %s", api.ErrNotFound, id)
+	}
+	force := map[string]bool{}
+	for _, p := range b.Payouts {
+		if !p.Paid && p.Method == protocol.PayoutUSDC && (len(providers) == 0 || slices.Contains(providers, p.Provider)) {
+			force[p.Provider] = true
+		}
+	}
+	for i, tx := range b.Txs {
+		for _, pi := range tx.Payouts {
+			if force[b.Payouts[pi].Provider] && tx.State != ledger.TxPlanned {
+				return api.BatchView{}, api.Conflict(fmt.Errorf("the payout to %s is in transaction %d, signed (%s): it may still land; wait until it expires or lands, then replan",
+					b.Payouts[pi].Provider, i+1, tx.Signature))
+			}
+		}
+	}
+	if len(force) == 0 {
+		return api.BatchView{}, api.Invalid(fmt.Errorf("batch %s has no unpaid USDC payout of those providers", id))
+	}
+	if err := s.replan(ctx, &b, force, "moved to the next batch by the operator", false); err != nil {
+		return api.BatchView{}, err
+	}
+	err = s.settle(ctx, &b)
+	return s.view(b), err
+}
+
 // signTx signs a planned transaction with a fresh blockhash and records its signature and
 // bytes durably before anything is sent.
 func (s *Settlement) signTx(ctx context.Context, b *ledger.Batch, i int) error {
@@ -472,9 +653,21 @@ func (s *Settlement) signTx(ctx context.Context, b *ledger.Batch, i int) error {
 		if err != nil {
 			return err
 		}
-		pays = append(pays, chain.Payment{Owner: owner, Amount: uint64(p.Amount), CreateATA: slices.Contains(tx.CreateATA, pi)})
+		create := slices.Contains(tx.CreateATA, pi)
+		if !create {
+			// Checked again at every signature: a provider that closed its token account
+			// after planning would make the whole transaction fail, again and again.
+			ok, err := s.client.IsTokenAccount(ctx, chain.ATA(owner, s.mint), s.mint)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errReplan
+			}
+		}
+		pays = append(pays, chain.Payment{Owner: owner, Amount: uint64(p.Amount), CreateATA: create})
 	}
-	hash, lastValid, err := s.client.LatestBlockhash(ctx)
+	hash, lastValid, slot, err := s.client.LatestBlockhashAt(ctx)
 	if err != nil {
 		return err
 	}
@@ -482,7 +675,7 @@ func (s *Settlement) signTx(ctx context.Context, b *ledger.Batch, i int) error {
 	if err != nil {
 		return err
 	}
-	tx.Raw, tx.Signature, tx.LastValid, tx.State = raw, sig.String(), lastValid, ledger.TxSigned
+	tx.Raw, tx.Signature, tx.LastValid, tx.Slot, tx.State = raw, sig.String(), lastValid, slot, ledger.TxSigned
 	tx.Attempts++
 	return s.ledger.PutBatch(*b)
 }
