@@ -10,7 +10,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 FUZZTIME ?= 5s
 PROVIDERS ?= 4
 
-.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench clean
+.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean
 
 build: deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex
@@ -54,6 +54,16 @@ fuzz:
 	    { cat /tmp/gpunex-fuzz.log; exit 1; }; \
 	  done; \
 	done
+
+## adversary: the scripted adversary, each scenario for ADVERSARY_SECONDS (30) against a
+## devnet of real processes, and its table (make test runs each for 2 s)
+ADVERSARY_SECONDS ?= 30
+adversary: deps
+	@$(GO) test ./cmd/gpunex -run '^TestAdversary$$' -count=1 -v -timeout 60m -args -adversary.duration=$(ADVERSARY_SECONDS)s \
+	  >/tmp/gpunex-adversary.log 2>&1; status=$$?; \
+	  sed -n '/^adversary:/,/^=== NAME/p' /tmp/gpunex-adversary.log | grep -v '^=== NAME'; \
+	  grep -E '^ +--- FAIL|^ +adversary_test.go:[0-9]+: [a-z-]+:|^(ok|FAIL)' /tmp/gpunex-adversary.log; \
+	  echo "(full log: /tmp/gpunex-adversary.log)"; exit $$status
 
 ## bench: the performance figures of the issues (not part of `make test`)
 bench:

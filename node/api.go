@@ -15,6 +15,7 @@ import (
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/offers"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -49,6 +50,14 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	a.route(mux, "GET /v1/status", a.status)
+	a.route(mux, "GET /v1/gossip/{peer}", func(r *http.Request) (any, error) {
+		p, err := peer.Decode(r.PathValue("peer"))
+		if err != nil {
+			return nil, api.Invalid(fmt.Errorf("peer %q: %w", r.PathValue("peer"), err))
+		}
+		score, known := n.peer.GossipScore(p)
+		return api.GossipView{Peer: p.String(), Score: score, Known: known}, nil
+	})
 	a.route(mux, "GET /v1/offers", a.search)
 	a.route(mux, "GET /v1/offers/record", a.offerRecord)
 	a.route(mux, "GET /v1/provider/offer", a.ownOffer)

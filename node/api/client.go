@@ -361,6 +361,12 @@ func (c *Client) ReplanPayouts(ctx context.Context, id string, providers []strin
 	return v, c.Do(ctx, http.MethodPost, "/v1/payouts/"+url.PathEscape(id)+"/replan", map[string][]string{"providers": providers}, &v)
 }
 
+// Gossip returns a peer's gossip score as the node keeps it.
+func (c *Client) Gossip(ctx context.Context, peer string) (GossipView, error) {
+	var v GossipView
+	return v, c.Do(ctx, http.MethodGet, "/v1/gossip/"+url.PathEscape(peer), nil, &v)
+}
+
 // Disputes lists a coordinator's disputes, open ones unless all is set.
 func (c *Client) Disputes(ctx context.Context, all bool) ([]DisputeView, error) {
 	var v []DisputeView

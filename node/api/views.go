@@ -21,6 +21,14 @@ type Status struct {
 	StartedAt   time.Time `json:"started_at"`
 }
 
+// GossipView is a peer's gossipsub score as this node keeps it (GET /v1/gossip/{peer}):
+// below -1000 everything it sends is ignored (docs/protocols/offers.md, "Peer scoring").
+type GossipView struct {
+	Peer  string  `json:"peer"`
+	Score float64 `json:"score"`
+	Known bool    `json:"known"`
+}
+
 // OfferRecordView is the answer of GET /v1/offers/record.
 type OfferRecordView struct {
 	Provider string          `json:"provider"`

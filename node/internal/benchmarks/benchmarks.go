@@ -529,14 +529,15 @@ type Coordinator struct {
 const benchRunsPerMinute = 6
 
 // BenchBytesPerHour is how many bytes of bench-net transfers one peer may ask for an hour
-// (both ways, with as many at once); its network (IPv4 address, IPv6 /64) four times that.
+// (both ways; one full run, 128 MiB, at once); its network (IPv4 address, IPv6 /64) four
+// times that.
 // A run at the largest size (64 MiB each way) takes 128 MiB.
 const BenchBytesPerHour = 512 << 20
 
 // NewCoordinator returns a coordinator's side of the benchmarks.
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
 	return &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
-		bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, BenchBytesPerHour, 4)}
+		bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4)}
 }
 
 // ChallengeProvider asks a provider to run its benchmarks now (a coordinator's request):

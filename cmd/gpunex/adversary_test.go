@@ -1,0 +1,631 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/devnet"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The scripted adversary: hostile peers attack a devnet of real gpunex processes, one
+// scenario per stream and topic, while honest operations go on. Each scenario measures
+// the victim process (CPU, resident memory), counts the honest operations that still
+// succeeded, and asserts what the attacker got: nothing over-charged or mis-scored, the
+// victim's ledger growth bounded, gossip attackers graylisted. `make test` runs each
+// scenario for -adversary.duration (2 s); `make adversary` runs them for 30 s and prints
+// the table. The attackers listen on 127.0.0.2, a network of their own: only the host's
+// own address (127.0.0.1) is exempt from per-network budgets.
+
+var adversaryDuration = flag.Duration("adversary.duration", 2*time.Second, "how long each adversary scenario attacks")
+
+// Budgets every scenario must keep the victim within.
+const (
+	victimCPUBudget = 1.0       // cores, on average over the attack
+	victimRSSBudget = 512 << 20 // bytes
+	honestFloor     = 0.9       // share of honest operations that must succeed
+)
+
+// advEnv is the devnet under attack.
+type advEnv struct {
+	nodes   map[string]devnet.Node
+	clients map[string]*api.Client
+	addrs   map[string][]ma.Multiaddr
+}
+
+func newAdvEnv(t *testing.T, f devnet.File) *advEnv {
+	t.Helper()
+	e := &advEnv{nodes: map[string]devnet.Node{}, clients: map[string]*api.Client{}, addrs: map[string][]ma.Multiaddr{}}
+	for _, n := range f.Nodes {
+		cl, err := api.NewClient(config.Home{Dir: n.Home})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := cl.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range st.Addrs {
+			// TCP only: the attacker's connections then leave from 127.0.0.2, its listen
+			// address (a QUIC dial would leave from 127.0.0.1, the host's own).
+			if m, err := ma.NewMultiaddr(a); err == nil && strings.Contains(a, "/tcp/") {
+				e.addrs[n.Name] = append(e.addrs[n.Name], m)
+			}
+		}
+		e.nodes[n.Name], e.clients[n.Name] = n, cl
+	}
+	return e
+}
+
+func (e *advEnv) id(name string) peer.ID {
+	id, _ := peer.Decode(e.nodes[name].PeerID)
+	return id
+}
+
+// attacker is a hostile libp2p host on 127.0.0.2 that checks nothing.
+type attacker struct {
+	t    *testing.T
+	e    *advEnv
+	h    host.Host
+	key  crypto.PrivKey
+	ps   *pubsub.PubSub
+	tops map[string]*pubsub.Topic
+}
+
+func newAttacker(t *testing.T, e *advEnv, connect ...string) *attacker {
+	t.Helper()
+	sk, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	h, err := libp2p.New(libp2p.Identity(sk), libp2p.ListenAddrStrings("/ip4/127.0.0.2/tcp/0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attacker{t: t, e: e, h: h, key: sk, tops: map[string]*pubsub.Topic{}}
+	for _, name := range connect {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := h.Connect(ctx, peer.AddrInfo{ID: e.id(name), Addrs: e.addrs[name]})
+		cancel()
+		if err != nil {
+			t.Fatalf("attacker connect to %s: %v", name, err)
+		}
+	}
+	return a
+}
+
+func (a *attacker) close() { a.h.Close() }
+
+// stream opens a stream to a victim.
+func (a *attacker) stream(ctx context.Context, victim, proto string) (network.Stream, error) {
+	a.h.Peerstore().AddAddrs(a.e.id(victim), a.e.addrs[victim], time.Hour)
+	return a.h.NewStream(ctx, a.e.id(victim), libp2pprotocol.ID(proto))
+}
+
+// publish sends raw on a topic, joining it first.
+func (a *attacker) publish(ctx context.Context, topic string, raw []byte) {
+	if a.ps == nil {
+		ps, err := pubsub.NewGossipSub(context.Background(), a.h, pubsub.WithFloodPublish(true))
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		a.ps = ps
+	}
+	tp := a.tops[topic]
+	if tp == nil {
+		var err error
+		if tp, err = a.ps.Join(topic); err != nil {
+			a.t.Fatal(err)
+		}
+		a.tops[topic] = tp
+		for i := 0; i < 50 && len(tp.ListPeers()) == 0; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	tp.Publish(ctx, raw)
+}
+
+func (a *attacker) seal(kind protocol.Kind, payload any) []byte {
+	raw, err := protocol.Seal(kind, payload, a.key)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return raw
+}
+
+// procSample is a victim process's CPU time and resident memory.
+type procSample struct {
+	cpu time.Duration
+	rss int64
+}
+
+func sampleProc(pid int) (procSample, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procSample{}, err
+	}
+	// Fields after the command name (which may hold spaces) start after the last ')'.
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	rssPages, _ := strconv.ParseInt(f[21], 10, 64)
+	const ticks = 100 // USER_HZ
+	return procSample{cpu: time.Duration(utime+stime) * time.Second / ticks, rss: rssPages * int64(os.Getpagesize())}, nil
+}
+
+// scenario is one attack.
+type scenario struct {
+	name   string
+	victim string
+	// attack runs until ctx ends and returns how many hostile operations it made.
+	attack func(ctx context.Context, t *testing.T, e *advEnv) int64
+	// honest is one honest operation.
+	honest func(ctx context.Context, e *advEnv) error
+	// check asserts on the victim after the attack and says what the attacker got.
+	check func(t *testing.T, e *advEnv, ops int64) string
+}
+
+type advRow struct {
+	name, victim  string
+	rate          float64
+	cpu           float64
+	rss           int64
+	honestOK, all int64
+	penalty       string
+}
+
+func (e *advEnv) run(t *testing.T, sc scenario) advRow {
+	pid := e.nodes[sc.victim].PID
+	ctx, cancel := context.WithTimeout(context.Background(), *adversaryDuration)
+	defer cancel()
+	before, err := sampleProc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peak atomic.Int64
+	var honestOK, honestAll atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the victim's memory, sampled
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if s, err := sampleProc(pid); err == nil && s.rss > peak.Load() {
+				peak.Store(s.rss)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	go func() { // honest traffic
+		defer wg.Done()
+		for ctx.Err() == nil {
+			octx, ocancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := sc.honest(octx, e)
+			ocancel()
+			honestAll.Add(1)
+			if err == nil {
+				honestOK.Add(1)
+			} else if ctx.Err() == nil {
+				t.Logf("honest operation failed: %v", err)
+			}
+			time.Sleep(700 * time.Millisecond) // within an honest renter's 120 wallet requests a minute
+		}
+	}()
+	t0 := time.Now()
+	ops := sc.attack(ctx, t, e)
+	<-ctx.Done()
+	wall := time.Since(t0)
+	wg.Wait()
+	after, err := sampleProc(pid)
+	if err != nil {
+		t.Fatalf("the victim %s is gone: %v", sc.victim, err)
+	}
+	row := advRow{name: sc.name, victim: sc.victim, rate: float64(ops) / wall.Seconds(), cpu: float64(after.cpu-before.cpu) / float64(wall),
+		rss: max(peak.Load(), after.rss), honestOK: honestOK.Load(), all: honestAll.Load()}
+	row.penalty = sc.check(t, e, ops)
+	if row.cpu > victimCPUBudget {
+		t.Errorf("%s: the victim used %.0f%% of a core, over the budget of %.0f%%", sc.name, row.cpu*100, victimCPUBudget*100)
+	}
+	if row.rss > victimRSSBudget {
+		t.Errorf("%s: the victim's resident memory reached %d MiB, over the budget of %d MiB", sc.name, row.rss>>20, victimRSSBudget>>20)
+	}
+	if row.all == 0 || float64(row.honestOK) < honestFloor*float64(row.all) {
+		t.Errorf("%s: only %d of %d honest operations succeeded", sc.name, row.honestOK, row.all)
+	}
+	return row
+}
+
+// TestAdversary runs every scenario against one devnet and prints the table.
+func TestAdversary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a devnet of real processes")
+	}
+	dir := t.TempDir()
+	dev, _, f := startDevnet(t, dir, "--providers", "2", "--outage", "none")
+	t.Cleanup(func() { dev.Process.Signal(os.Interrupt); dev.Wait() })
+	e := newAdvEnv(t, f)
+	var rows []advRow
+	for _, sc := range adversaryScenarios() {
+		t.Run(sc.name, func(t *testing.T) { rows = append(rows, e.run(t, sc)) })
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nadversary: %s per scenario; budgets: victim CPU <= %.0f%% of a core, RSS <= %d MiB, honest operations >= %.0f%%\n",
+		*adversaryDuration, victimCPUBudget*100, victimRSSBudget>>20, honestFloor*100)
+	fmt.Fprintf(&b, "%-22s %-12s %12s %9s %9s %10s  %s\n", "SCENARIO", "VICTIM", "ATTACK/S", "CPU %", "RSS MiB", "HONEST OK", "ATTACKER GOT")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-22s %-12s %12.1f %9.1f %9d %10s  %s\n", r.name, r.victim, r.rate, r.cpu*100, r.rss>>20, fmt.Sprintf("%d/%d", r.honestOK, r.all), r.penalty)
+	}
+	fmt.Print(b.String())
+	t.Log(b.String())
+}
+
+// Honest operations.
+
+func honestSearch(ctx context.Context, e *advEnv) error {
+	rows, err := e.clients["renter-1"].Search(ctx, nil)
+	if err == nil && len(rows) == 0 {
+		err = fmt.Errorf("search found no offer")
+	}
+	return err
+}
+
+// honestBalance asks the coordinator for the renter's balance (the wallet stream).
+func honestBalance(ctx context.Context, e *advEnv) error {
+	_, err := e.clients["renter-1"].Balance(ctx)
+	return err
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func adversaryScenarios() []scenario {
+	return []scenario{
+		{
+			// Junk on every topic, records only their sender could have made.
+			name: "gossip-junk", victim: "renter-1", honest: honestSearch,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				a := newAttacker(t, e, "renter-1", "coordinator")
+				t.Cleanup(a.close)
+				gossipAttacker = a
+				now := time.Now().UTC()
+				far := a.seal(protocol.KindScore, protocol.ScoreRecord{Version: protocol.ScoreVersion, Coordinator: a.h.ID().String(),
+					Provider: a.h.ID().String(), Seq: 1, IssuedAt: now.Add(48 * time.Hour), ExpiresAt: now.Add(49 * time.Hour)})
+				var n int64
+				for ctx.Err() == nil {
+					for _, topic := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic} {
+						a.publish(ctx, topic, []byte("junk "+randomHex(8)))
+						n++
+					}
+					a.publish(ctx, protocol.ScoresTopic, far)
+					n++
+					time.Sleep(10 * time.Millisecond)
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				g, err := e.clients["renter-1"].Gossip(context.Background(), gossipAttacker.h.ID().String())
+				if err != nil || !g.Known || g.Score > -1000 {
+					t.Errorf("the junk gossiper is not graylisted: %+v %v", g, err)
+				}
+				return fmt.Sprintf("graylisted, score %.0f", g.Score)
+			},
+		},
+		{
+			// A fresh identity every few messages: each pays its own penalty; the victim's
+			// cost stays bounded.
+			name: "gossip-sybil", victim: "renter-1", honest: honestSearch,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				var n int64
+				for ctx.Err() == nil {
+					a := newAttacker(t, e, "renter-1")
+					for range 4 {
+						a.publish(ctx, protocol.OffersTopic, []byte("junk "+randomHex(8)))
+						n++
+					}
+					sybils = append(sybils, a.h.ID())
+					time.Sleep(50 * time.Millisecond)
+					a.close()
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				graylisted := 0
+				for _, id := range sybils {
+					if g, err := e.clients["renter-1"].Gossip(context.Background(), id.String()); err == nil && g.Known && g.Score < 0 {
+						graylisted++
+					}
+				}
+				if graylisted == 0 {
+					t.Errorf("none of %d identities was penalised", len(sybils))
+				}
+				return fmt.Sprintf("%d of %d identities penalised", graylisted, len(sybils))
+			},
+		},
+		{
+			// Identities rotating to ask the coordinator for 64 MiB bench-net downloads.
+			name: "bench-net-download", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				var n int64
+				for ctx.Err() == nil {
+					a := newAttacker(t, e)
+					s, err := a.stream(ctx, "coordinator", protocol.BenchNetProtocol)
+					if err == nil {
+						protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer})
+						got, _ := io.Copy(io.Discard, io.LimitReader(s, protocol.MaxBenchTransfer))
+						if got == protocol.MaxBenchTransfer {
+							benchServed.Add(got)
+						}
+						s.Close()
+						n++
+					}
+					a.close()
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				// The network's budget: 512 MiB at once, then 2 GiB an hour.
+				limit := int64(512<<20) + int64(adversaryDuration.Hours()*float64(2<<30)) + protocol.MaxBenchTransfer
+				if benchServed.Load() > limit {
+					t.Errorf("the coordinator served %d MiB of bench-net downloads to one network, over its budget of %d MiB", benchServed.Load()>>20, limit>>20)
+				}
+				return fmt.Sprintf("%d MiB served of %d asked", benchServed.Load()>>20, ops*protocol.MaxBenchTransfer>>20)
+			},
+		},
+		{
+			// Identities rotating to fill the review queue with signed applications.
+			name: "apply-flood", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				var n int64
+				for ctx.Err() == nil {
+					a := newAttacker(t, e)
+					app := protocol.Application{Version: protocol.ApplicationVersion, ID: randomHex(6), Provider: a.h.ID().String(), Seq: 1,
+						IssuedAt: time.Now().UTC(), Name: "Sybil", Email: "sybil@example.org",
+						GPUs: []protocol.ApplicationGPU{{Model: "H100-80GB", Count: 8, HostRAMGB: 1024, UpGbps: 10, DownGbps: 10, Availability: "24/7",
+							Location: protocol.Location{City: "Lyon", Country: "FR", Region: "eu-west"}}}, CommitmentMonths: 12}
+					if s, err := a.stream(ctx, "coordinator", protocol.ApplyProtocol); err == nil {
+						protocol.WriteJSONFrame(s, protocol.ApplyRequest{Op: "submit", Record: a.seal(protocol.KindApplication, app)})
+						var resp protocol.ApplyResponse
+						protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxApplyFrame, &resp)
+						s.Close()
+						n++
+					}
+					a.close()
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				apps, err := e.clients["coordinator"].Applications(context.Background(), "pending")
+				if err != nil {
+					t.Fatal(err)
+				}
+				devnetPeers := map[string]bool{}
+				for _, n := range e.nodes {
+					devnetPeers[n.PeerID] = true
+				}
+				sybil := 0
+				for _, a := range apps {
+					if !devnetPeers[a.Provider] {
+						sybil++
+					}
+				}
+				// The network's budget: 40 at once, then 40 an hour.
+				if limit := 40 + int(adversaryDuration.Hours()*40) + 1; sybil > limit {
+					t.Errorf("%d sybil applications queued, over the network's budget of %d", sybil, limit)
+				}
+				return fmt.Sprintf("%d of %d applications queued", sybil, ops)
+			},
+		},
+		{
+			// Identities rotating to make the coordinator ask Solana about made-up deposits,
+			// and read balances.
+			name: "wallet-claims", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				var n int64
+				for ctx.Err() == nil {
+					a := newAttacker(t, e)
+					for range 5 {
+						s, err := a.stream(ctx, "coordinator", protocol.WalletProtocol)
+						if err != nil {
+							break
+						}
+						sig := make([]byte, 64)
+						rand.Read(sig)
+						protocol.WriteJSONFrame(s, protocol.WalletRequest{Op: "claim", Signature: base58(sig)})
+						var resp protocol.WalletResponse
+						protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxWalletResponse, &resp)
+						if !strings.Contains(resp.Error, "slow down") {
+							claimsServed.Add(1)
+						}
+						s.Close()
+						n++
+					}
+					a.close()
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				// The network's claim budget: 80 at once, then 40 a minute.
+				if limit := int64(80 + adversaryDuration.Minutes()*40 + 1); claimsServed.Load() > limit {
+					t.Errorf("%d claims reached the Solana RPC, over the network's budget of %d", claimsServed.Load(), limit)
+				}
+				return fmt.Sprintf("%d of %d claims served", claimsServed.Load(), ops)
+			},
+		},
+		{
+			// Job reports from a fresh key: a receipt ending in 2100, a lease with a throwaway
+			// renter, a report in a real provider's name.
+			name: "forged-reports", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				jobsBefore = provider1Jobs(e)
+				a := newAttacker(t, e)
+				defer a.close()
+				var n int64
+				for ctx.Err() == nil {
+					for _, r := range forgedReports(a, e) {
+						s, err := a.stream(ctx, "coordinator", protocol.JobReportProtocol)
+						if err != nil {
+							continue
+						}
+						protocol.WriteJSONFrame(s, r)
+						var answer map[string]string
+						protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxJobReportAnswer, &answer)
+						if answer["ok"] == "true" {
+							reportsTaken.Add(1)
+						}
+						s.Close()
+						n++
+					}
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				if reportsTaken.Load() != 0 {
+					t.Errorf("%d forged reports were taken", reportsTaken.Load())
+				}
+				// The score's job count only decays: no forged report adds to it.
+				if after := provider1Jobs(e); after > jobsBefore+0.001 {
+					t.Errorf("provider-1's completion went from %.3f to %.3f jobs on forged reports", jobsBefore, after)
+				}
+				return fmt.Sprintf("%d of %d reports taken, no score moved", reportsTaken.Load(), ops)
+			},
+		},
+		{
+			// Streams opened on every coordinator protocol and left to trickle.
+			name: "slow-streams", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				a := newAttacker(t, e)
+				defer a.close()
+				var streams []network.Stream
+				var n int64
+				for ctx.Err() == nil && len(streams) < 400 {
+					for _, p := range []string{protocol.ApplyProtocol, protocol.WalletProtocol, protocol.JobReportProtocol, protocol.BenchNetProtocol} {
+						if s, err := a.stream(ctx, "coordinator", p); err == nil {
+							s.Write([]byte{0x80}) // the first byte of a long length prefix
+							streams = append(streams, s)
+							n++
+						}
+					}
+				}
+				<-ctx.Done()
+				for _, s := range streams {
+					s.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+					if _, err := s.Read(make([]byte, 1)); err != nil && !os.IsTimeout(err) {
+						streamsClosed.Add(1) // the victim closed it: its deadline passed
+					}
+					s.Reset()
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				// Apply and job-report streams have 10 s to deliver their frame, wallet ones
+				// 60 s, bench-net 3 minutes: a long attack sees them closed.
+				if *adversaryDuration >= 15*time.Second && streamsClosed.Load() < ops/4 {
+					t.Errorf("only %d of %d trickling streams were closed by the victim", streamsClosed.Load(), ops)
+				}
+				return fmt.Sprintf("%d streams held; %d closed by the victim's deadlines", ops, streamsClosed.Load())
+			},
+		},
+	}
+}
+
+// Results the scenarios' checks read.
+var (
+	gossipAttacker *attacker
+	sybils         []peer.ID
+	benchServed    atomic.Int64
+	claimsServed   atomic.Int64
+	reportsTaken   atomic.Int64
+	jobsBefore     float64
+	streamsClosed  atomic.Int64
+)
+
+// provider1Jobs is the decayed count of jobs behind provider-1's completion, as the
+// coordinator's latest score says.
+func provider1Jobs(e *advEnv) float64 {
+	scores, err := e.clients["coordinator"].Scores(context.Background(), e.nodes["provider-1"].PeerID)
+	if err != nil || len(scores) == 0 {
+		return 0
+	}
+	return scores[0].Jobs
+}
+
+// forgedReports are job reports no coordinator may take from this attacker.
+func forgedReports(a *attacker, e *advEnv) []protocol.JobReport {
+	now := time.Now().UTC()
+	sk2, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	throwaway, _ := peer.IDFromPrivateKey(sk2)
+	job := randomHex(8)
+	lease := protocol.Lease{Version: 1, Job: job, Proposal: strings.Repeat("0", 64), Renter: throwaway.String(), Provider: a.h.ID().String(),
+		Model: "H100-80GB", GPUs: 8, Price: 3_000_000, IssuedAt: now.Add(-time.Hour), EndsAt: now.Add(29 * 24 * time.Hour),
+		Limits: protocol.Limits{MemoryBytes: 1, CPUMillis: 1, Pids: 1, ScratchBytes: 1}}
+	lraw := a.seal(protocol.KindLease, lease)
+	lcs, _ := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindLease, SHA256: protocol.RecordSHA256(lraw),
+		Job: job, Signer: throwaway.String(), SignedAt: now}, sk2)
+	receipt := func(end time.Time, secs int64) []byte {
+		return a.seal(protocol.KindReceipt, protocol.Receipt{Version: 1, Job: job, Lease: protocol.RecordSHA256(lraw), Provider: lease.Provider,
+			Renter: lease.Renter, Model: lease.Model, GPUs: lease.GPUs, StartedAt: lease.IssuedAt, EndedAt: end, Seconds: secs, Price: lease.Price,
+			Amount: protocol.Cost(lease.Price, lease.GPUs, secs), Reason: "exited"})
+	}
+	// A lease in provider-1's name, signed by the attacker.
+	stolen := lease
+	stolen.Provider = e.nodes["provider-1"].PeerID
+	sraw := a.seal(protocol.KindLease, stolen)
+	return []protocol.JobReport{
+		{Lease: lraw, LeaseCountersig: lcs, Receipt: receipt(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), 2_592_001)},
+		{Lease: lraw, LeaseCountersig: lcs, Receipt: receipt(now, 3600)},
+		{Lease: sraw, LeaseCountersig: lcs, Receipt: receipt(now, 60)},
+	}
+}
+
+// base58 encodes bytes in Bitcoin's base58 alphabet (a transaction signature's text).
+func base58(b []byte) string {
+	const alphabet = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+	digits := []byte{0}
+	for _, c := range b {
+		carry := int(c)
+		for i := range digits {
+			carry += int(digits[i]) << 8
+			digits[i] = byte(carry % 58)
+			carry /= 58
+		}
+		for carry > 0 {
+			digits = append(digits, byte(carry%58))
+			carry /= 58
+		}
+	}
+	out := make([]byte, 0, len(digits))
+	for _, c := range b {
+		if c != 0 {
+			break
+		}
+		out = append(out, '1')
+	}
+	for i := len(digits) - 1; i >= 0; i-- {
+		out = append(out, alphabet[digits[i]])
+	}
+	return string(out)
+}
