@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	varint "encoding/binary"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -514,6 +515,88 @@ func adversaryScenarios() []scenario {
 			},
 		},
 		{
+			// Frames announcing a gigabyte, on every coordinator protocol.
+			name: "oversized-frames", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				a := newAttacker(t, e)
+				defer a.close()
+				junk := make([]byte, 64<<10)
+				var n int64
+				for ctx.Err() == nil {
+					for _, p := range []string{protocol.ApplyProtocol, protocol.WalletProtocol, protocol.JobReportProtocol, protocol.BenchNetProtocol} {
+						s, err := a.stream(ctx, "coordinator", p)
+						if err != nil {
+							continue
+						}
+						s.SetDeadline(time.Now().Add(300 * time.Millisecond))
+						s.Write(varint.AppendUvarint(nil, 1<<30))
+						var sent int64
+						for sent < 4<<20 {
+							k, err := s.Write(junk)
+							sent += int64(k)
+							if err != nil {
+								break
+							}
+						}
+						oversizedBytes.Add(sent)
+						s.Reset()
+						n++
+					}
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				if ops > 0 && oversizedBytes.Load()/ops > 4<<20 {
+					t.Errorf("the victim took %d KiB of each oversized frame", oversizedBytes.Load()/ops>>10)
+				}
+				return fmt.Sprintf("%d frames of 1 GiB announced, %d KiB each taken in before the victim stopped reading", ops, oversizedBytes.Load()/max(ops, 1)>>10)
+			},
+		},
+		{
+			// One bench-net stream asking again and again.
+			name: "bench-net-loop", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				a := newAttacker(t, e)
+				defer a.close()
+				var n int64
+				for ctx.Err() == nil {
+					s, err := a.stream(ctx, "coordinator", protocol.BenchNetProtocol)
+					if err != nil {
+						loopBanned.Store(true) // refused: banned for its refusals
+						time.Sleep(100 * time.Millisecond)
+						continue
+					}
+					in := bufio.NewReader(s)
+					answered := int64(0)
+					for range 100 {
+						if protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "ping"}) != nil {
+							break
+						}
+						var m protocol.BenchNetMsg
+						if protocol.ReadJSONFrame(in, protocol.MaxBenchNetAnswer, &m) != nil || m.Error != "" {
+							break
+						}
+						answered++
+					}
+					loopAnswered.Add(answered)
+					loopStreams.Add(1)
+					if answered > 16 {
+						t.Errorf("one bench-net stream answered %d pings", answered)
+					}
+					s.Reset()
+					n += answered
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				banned := ""
+				if loopBanned.Load() {
+					banned = "; banned after its refusals"
+				}
+				return fmt.Sprintf("%d pings answered over %d streams (16 each at most)%s", loopAnswered.Load(), loopStreams.Load(), banned)
+			},
+		},
+		{
 			// Streams opened on every coordinator protocol and left to trickle.
 			name: "slow-streams", victim: "coordinator", honest: honestBalance,
 			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
@@ -561,6 +644,10 @@ var (
 	reportsTaken   atomic.Int64
 	jobsBefore     float64
 	streamsClosed  atomic.Int64
+	oversizedBytes atomic.Int64
+	loopAnswered   atomic.Int64
+	loopStreams    atomic.Int64
+	loopBanned     atomic.Bool
 )
 
 // provider1Jobs is the decayed count of jobs behind provider-1's completion, as the

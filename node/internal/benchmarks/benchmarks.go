@@ -44,6 +44,7 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 		// A benchmark run opens one stream; more than a few a minute is abuse (each may
 		// ask for 64 MiB transfers).
 		c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "rate_limited").Inc()
+		c.peer.Misbehaved(remote)
 		s.Reset()
 		return
 	}
@@ -61,11 +62,13 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 		}
 		if ops[m.Op]++; ops[m.Op] > limits[m.Op] {
 			c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
+			c.peer.Misbehaved(remote)
 			protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("one benchmark run per stream: at most %d %q", limits[m.Op], m.Op)})
 			return
 		}
 		if (m.Op == "down" || m.Op == "up") && (m.Size < 0 || m.Size > protocol.MaxBenchTransfer || !c.bytes.Take(s.Conn(), time.Now(), float64(m.Size))) {
 			c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
+			c.peer.Misbehaved(remote)
 			protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("transfer of %d bytes refused: at most %d MiB each, %d MiB an hour per peer", m.Size, protocol.MaxBenchTransfer>>20, BenchBytesPerHour>>20)})
 			return
 		}

@@ -302,6 +302,7 @@ func (r *Runner) HandleJob(s network.Stream) {
 	}
 	now := r.clock.Now()
 	if !r.rate.Allow(remote, now) {
+		r.peer.Misbehaved(remote)
 		refuse("rate_limited", fmt.Errorf("more than %d proposals in a minute from %s: slow down", r.cfg.ProposalsPerMinute, remote))
 		return
 	}

@@ -88,6 +88,7 @@ func (st *Settlement) HandleJobReport(s network.Stream) {
 	remote := s.Conn().RemotePeer()
 	if !st.reportRate.Allow(remote, time.Now()) {
 		st.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", "rate_limited").Inc()
+		st.peer.Misbehaved(remote)
 		protocol.WriteJSONFrame(s, map[string]string{"error": "not recorded: more than " + strconv.Itoa(reportsPerMinute) + " reports in a minute: slow down"})
 		return
 	}

@@ -210,6 +210,7 @@ func (s *Settlement) HandleWallet(st network.Stream) {
 	remote := st.Conn().RemotePeer()
 	if !s.rate.Take(st.Conn(), time.Now(), 1) {
 		s.metrics.RecordsRejected.WithLabelValues("wallet-request", "stream", "rate_limited").Inc()
+		s.peer.Misbehaved(remote)
 		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d wallet requests in a minute: slow down", walletRequestsPerMinute)})
 		return
 	}
@@ -220,6 +221,7 @@ func (s *Settlement) HandleWallet(st network.Stream) {
 	}
 	if req.Op == "claim" && !s.claims.Take(st.Conn(), time.Now(), 1) {
 		s.metrics.RecordsRejected.WithLabelValues("wallet-request", "stream", "rate_limited").Inc()
+		s.peer.Misbehaved(remote)
 		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d deposit claims a minute: slow down", claimsPerMinute)})
 		return
 	}

@@ -137,6 +137,7 @@ func (c *Coordinator) HandleApply(s network.Stream) {
 	resp := protocol.ApplyResponse{OK: true}
 	if !c.rate.Allow(s.Conn().RemotePeer(), time.Now()) {
 		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
+		c.peer.Misbehaved(s.Conn().RemotePeer())
 		resp = protocol.ApplyResponse{Error: fmt.Sprintf("more than %d requests in a minute: slow down", applicationsPerMinute), Reason: "rate_limited"}
 	} else if err := protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxApplyFrame, &req); err != nil {
 		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
@@ -146,6 +147,7 @@ func (c *Coordinator) HandleApply(s network.Stream) {
 		case "submit":
 			if !c.submits.Take(s.Conn(), time.Now(), 1) {
 				c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
+				c.peer.Misbehaved(s.Conn().RemotePeer())
 				resp = protocol.ApplyResponse{Error: fmt.Sprintf("more than %d submissions an hour from this peer or its network: try again later", SubmitsPerHour), Reason: "rate_limited"}
 				break
 			}

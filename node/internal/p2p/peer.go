@@ -54,6 +54,9 @@ type Peer struct {
 	mu     sync.Mutex
 	topics []*Topic
 	cancel context.CancelFunc
+	// bans refuses the connections of peers that kept going past their limits (nil when
+	// the host was given).
+	bans *bans
 }
 
 // New starts the host (unless given), the DHT in server mode and gossipsub with peer scoring.
@@ -69,10 +72,12 @@ func New(o Options) (p *Peer, err error) {
 		}
 	}()
 	if p.Host == nil {
+		p.bans = newBans()
 		p.Host, err = libp2p.New(
 			libp2p.Identity(o.Key),
 			libp2p.ListenAddrStrings(o.Listen...),
 			libp2p.UserAgent(o.UserAgent),
+			libp2p.ConnectionGater(p.bans),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("start libp2p host on %v: %w", o.Listen, err)
