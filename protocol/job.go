@@ -302,8 +302,9 @@ func CheckProposal(raw []byte, now time.Time) (*Proposal, error) {
 }
 
 // CheckLease opens a lease and checks it against the proposal it answers: signed by that
-// proposal's provider, same job, GPUs and model, a price within the renter's maximum, and
-// an end within the proposal's duration.
+// proposal's provider, same job, GPUs and model, a price within the renter's maximum, issued
+// no earlier than the proposal (less MaxClockSkew), and an end within the proposal's
+// duration.
 func CheckLease(raw []byte, proposalRaw []byte, p *Proposal) (*Lease, error) {
 	env, err := openKind(raw, KindLease)
 	if err != nil {
@@ -326,6 +327,10 @@ func CheckLease(raw []byte, proposalRaw []byte, p *Proposal) (*Lease, error) {
 		return nil, bad("price %s above the renter's maximum %s", l.Price, p.MaxPrice)
 	case l.IssuedAt.IsZero() || !l.EndsAt.After(l.IssuedAt) || l.EndsAt.Sub(l.IssuedAt) > time.Duration(p.MaxSeconds)*time.Second:
 		return nil, bad("lease period longer than the proposal's max_seconds")
+	case l.IssuedAt.Before(p.IssuedAt.Add(-MaxClockSkew)):
+		// A lease dated before the proposal it answers would let its receipt claim the
+		// time in between.
+		return nil, bad("lease issued at %s, before the proposal (%s)", l.IssuedAt.UTC().Format(time.RFC3339), p.IssuedAt.UTC().Format(time.RFC3339))
 	case l.Limits.MemoryBytes <= 0 || l.Limits.CPUMillis <= 0 || l.Limits.Pids <= 0 || l.Limits.ScratchBytes <= 0:
 		return nil, bad("limits must be positive")
 	}

@@ -78,6 +78,11 @@ func TestJobRecords(t *testing.T) {
 	if _, err := CheckLease(seal(t, KindLease, l, rsk), praw, got); Reason(err) != "wrong_signer" {
 		t.Fatalf("lease signed by the renter: %v", err)
 	}
+	backdated := l
+	backdated.IssuedAt, backdated.EndsAt = testNow.Add(-time.Hour), testNow
+	if _, err := CheckLease(seal(t, KindLease, backdated, psk), praw, got); Reason(err) != "invalid" {
+		t.Fatalf("a lease dated an hour before the proposal: %v", err)
+	}
 	dear := l
 	dear.Price = 600_000
 	if _, err := CheckLease(seal(t, KindLease, dear, psk), praw, got); Reason(err) != "invalid" {

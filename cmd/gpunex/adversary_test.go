@@ -100,8 +100,14 @@ type attacker struct {
 
 func newAttacker(t *testing.T, e *advEnv, connect ...string) *attacker {
 	t.Helper()
+	return newAttackerOn(t, e, "127.0.0.2", connect...)
+}
+
+// newAttackerOn is an attacker listening, and so connecting, from ip.
+func newAttackerOn(t *testing.T, e *advEnv, ip string, connect ...string) *attacker {
+	t.Helper()
 	sk, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-	h, err := libp2p.New(libp2p.Identity(sk), libp2p.ListenAddrStrings("/ip4/127.0.0.2/tcp/0"))
+	h, err := libp2p.New(libp2p.Identity(sk), libp2p.ListenAddrStrings("/ip4/"+ip+"/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +311,7 @@ func randomHex(n int) string {
 
 func adversaryScenarios() []scenario {
 	return []scenario{
+		greedyScenario(),
 		{
 			// Junk on every topic, records only their sender could have made.
 			name: "gossip-junk", victim: "renter-1", honest: honestSearch,
