@@ -116,6 +116,10 @@ type JobsConfig struct {
 // SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and
 // its payouts (docs/settlement.md).
 type SettlementConfig struct {
+	// Network names a Solana cluster whose settings fill rpc, cluster and mint where they
+	// are not given: "devnet" or "mainnet-beta" (SolanaNetworks); empty gives them one by
+	// one (the local runtime of a devnet).
+	Network string `toml:"network"`
 	// RPC is the Solana JSON-RPC endpoint (the devnet's local runtime, solana-test-validator,
 	// devnet or mainnet).
 	RPC string `toml:"rpc"`
@@ -144,6 +148,21 @@ type SettlementConfig struct {
 	// DisputeWindow is how long a final receipt the renter did not countersign waits
 	// for a dispute before it is charged under the checkpoint rule.
 	DisputeWindow Duration `toml:"dispute_window"`
+}
+
+// SolanaNetwork is a preset of settlement.network.
+type SolanaNetwork struct {
+	RPC, Cluster, Mint string
+}
+
+// SolanaNetworks are the presets of settlement.network: the public RPC endpoint, the
+// genesis hash and Circle's USDC mint of each cluster. The public endpoints are rate
+// limited; a coordinator in production gives its own rpc, with archival history (a payout
+// whose transaction expired unseen is signed again only when the endpoint's history goes
+// back to it: docs/settlement.md).
+var SolanaNetworks = map[string]SolanaNetwork{
+	"devnet":       {RPC: "https://api.devnet.solana.com", Cluster: "EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG", Mint: "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU"},
+	"mainnet-beta": {RPC: "https://api.mainnet-beta.solana.com", Cluster: "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d", Mint: "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v"},
 }
 
 // WalletConfig is [wallet]: the node's own Solana wallet.
@@ -333,6 +352,19 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	if n, ok := SolanaNetworks[c.Settlement.Network]; ok {
+		// The preset fills what the file does not give.
+		st := &c.Settlement
+		for _, f := range []struct {
+			key   string
+			field *string
+			value string
+		}{{"rpc", &st.RPC, n.RPC}, {"cluster", &st.Cluster, n.Cluster}, {"mint", &st.Mint, n.Mint}} {
+			if !md.IsDefined("settlement", f.key) || *f.field == "" {
+				*f.field = f.value
+			}
+		}
+	}
 	if !md.IsDefined("coordinator", "certificate_renew_before") {
 		// The default renews 30 days ahead, or a sixth of a shorter validity ahead.
 		c.Coordinator.CertificateRenewBefore.Duration = min(c.Coordinator.CertificateRenewBefore.Duration, c.Coordinator.CertificateValidity.Duration/6)
@@ -422,6 +454,9 @@ func (c *Config) Check() error {
 	}
 	if st.Mint != "" && !protocol.ValidSolanaAddress(st.Mint) {
 		errs = append(errs, fmt.Errorf("settlement.mint %q: not a Solana address", st.Mint))
+	}
+	if _, ok := SolanaNetworks[st.Network]; st.Network != "" && !ok {
+		errs = append(errs, fmt.Errorf("settlement.network %q: devnet, mainnet-beta, or empty (rpc, cluster and mint given one by one)", st.Network))
 	}
 	if st.DisputeWindow.Duration < time.Second {
 		errs = append(errs, fmt.Errorf("settlement.dispute_window %s: must be at least 1s", st.DisputeWindow))

@@ -102,3 +102,23 @@ func TestFailedInitLeavesNothing(t *testing.T) {
 		t.Fatalf("a failed init left %s behind: %v", dir, err)
 	}
 }
+
+// TestSolanaNetworkPreset: one line moves a coordinator to a real cluster: the preset fills
+// the endpoint, genesis hash and USDC mint the file leaves empty, and keeps what it gives.
+func TestSolanaNetworkPreset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(path, []byte("role = \"coordinator\"\n[settlement]\nnetwork = \"mainnet-beta\"\nrpc = \"\"\nmint = \"\"\n"), 0o600)
+	c, err := LoadConfig(path)
+	if err != nil || c.Settlement.RPC != "https://api.mainnet-beta.solana.com" || c.Settlement.Mint != "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v" ||
+		c.Settlement.Cluster != "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d" {
+		t.Fatalf("mainnet-beta: %+v %v", c.Settlement, err)
+	}
+	os.WriteFile(path, []byte("role = \"coordinator\"\n[settlement]\nnetwork = \"devnet\"\nrpc = \"https://archive.example.org\"\n"), 0o600)
+	if c, err := LoadConfig(path); err != nil || c.Settlement.RPC != "https://archive.example.org" || c.Settlement.Mint != "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU" {
+		t.Fatalf("devnet with an archival endpoint: %+v %v", c.Settlement, err)
+	}
+	os.WriteFile(path, []byte("role = \"coordinator\"\n[settlement]\nnetwork = \"testnet\"\n"), 0o600)
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "settlement.network") {
+		t.Fatalf("an unknown network: %v", err)
+	}
+}

@@ -301,6 +301,10 @@ webhook_url = "{{.Coordinator.Notify.WebhookURL}}"
 webhook_secret_file = "{{.Coordinator.Notify.WebhookSecretFile}}"
 
 [settlement]
+# A Solana cluster, "devnet" or "mainnet-beta", fills rpc, cluster and mint where they are
+# empty: moving from the local runtime to a real cluster is this one line (give your own
+# rpc with archival history in production: the public endpoints are rate limited).
+network = "{{.Settlement.Network}}"
 # Solana JSON-RPC endpoint, expected genesis hash (empty: not checked) and USDC mint
 # (mainnet EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v, devnet 4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU).
 rpc = "{{.Settlement.RPC}}"
