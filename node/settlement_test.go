@@ -206,6 +206,13 @@ func TestMoneyEndToEnd(t *testing.T) {
 	if got := e.usdc(t, provWallet.PublicKey()); got != uint64(net) {
 		t.Fatalf("provider's wallet holds %d micro-USDC, want %d", got, net)
 	}
+	// Solana's official JavaScript client reads the same deposit and payout from the
+	// runtime, as explorers and wallets would.
+	if err := localnet.CheckWithWeb3(ctx, localnet.Web3Check{RPC: e.rt.URL, Mint: e.mint.String(), Treasury: e.treasury.PublicKey().String(),
+		Deposits: []localnet.Web3Transfer{{Signature: dep.Signature, Amount: "100000000"}},
+		Payouts:  []localnet.Web3Transfer{{Signature: batch.Transactions[0], Owner: provWallet.PublicKey().String(), Amount: fmt.Sprint(int64(net))}}}); err != nil {
+		t.Fatal(err)
+	}
 	// Running again pays nothing more.
 	again, err := coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
 	if err != nil || again.State != "empty" {

@@ -27,6 +27,9 @@ import (
 	"time"
 )
 
+//go:embed web3check.js
+var web3CheckJS []byte
+
 //go:embed server.js
 var serverJS []byte
 
@@ -258,6 +261,71 @@ func (r *Runtime) call(ctx context.Context, method string, params []any) error {
 	}
 	if out.Error != nil {
 		return fmt.Errorf("localnet %s: %d %s", method, out.Error.Code, strings.TrimSpace(out.Error.Message))
+	}
+	return nil
+}
+
+// Web3Check is what CheckWithWeb3 reads back: deposits into the treasury and payouts to
+// owners, amounts in base units.
+type Web3Check struct {
+	RPC      string         `json:"rpc"`
+	Mint     string         `json:"mint"`
+	Treasury string         `json:"treasury"`
+	Deposits []Web3Transfer `json:"deposits"`
+	Payouts  []Web3Transfer `json:"payouts"`
+}
+
+// Web3Transfer is one transaction and the amount it should move (to Owner, for a payout).
+type Web3Transfer struct {
+	Signature string `json:"signature"`
+	Owner     string `json:"owner,omitempty"`
+	Amount    string `json:"amount"`
+}
+
+// CheckWithWeb3 reads the deposits and payouts with Solana's official JavaScript client
+// (@solana/web3.js, web3check.js) and returns an error naming every amount it does not
+// find as expected: the proof that real clients and explorers understand this runtime.
+func CheckWithWeb3(ctx context.Context, c Web3Check) error {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return errors.New("localnet: node (Node.js) is not on PATH")
+	}
+	modules, err := FindModules()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(modules, "@solana", "web3.js")); err != nil {
+		return fmt.Errorf("localnet: @solana/web3.js is not installed in %s; run `make deps`", modules)
+	}
+	dir, err := os.MkdirTemp("", "gpunex-web3check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "web3check.js")
+	if err := os.WriteFile(script, web3CheckJS, 0o600); err != nil {
+		return err
+	}
+	in, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, node, script, string(in))
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
+	out, runErr := cmd.Output()
+	var res struct {
+		OK      bool     `json:"ok"`
+		Checked int      `json:"checked"`
+		Errors  []string `json:"errors"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return fmt.Errorf("web3check: %v (%v): %s", err, runErr, out)
+	}
+	if !res.OK || runErr != nil {
+		return fmt.Errorf("@solana/web3.js read other amounts: %s", strings.Join(res.Errors, "; "))
+	}
+	if res.Checked != len(c.Deposits)+len(c.Payouts) {
+		return fmt.Errorf("web3check checked %d transactions of %d", res.Checked, len(c.Deposits)+len(c.Payouts))
 	}
 	return nil
 }

@@ -658,7 +658,8 @@ function getTransaction(params) {
   let transaction;
   if (encoding === 'base64') transaction = [rec.raw.toString('base64'), 'base64'];
   else if (encoding === 'base58') transaction = [b58encode(rec.raw), 'base58'];
-  else if (encoding === 'json' || encoding === 'jsonParsed') {
+  else if (encoding === 'jsonParsed') transaction = parsedTransaction(rec);
+  else if (encoding === 'json') {
     const m = rec.tx.message;
     const message = {
       accountKeys: m.accountKeys.map(b58encode),
@@ -683,7 +684,9 @@ function getTransaction(params) {
       fee: rec.fee,
       preBalances: rec.preBalances,
       postBalances: rec.postBalances,
-      innerInstructions: rec.innerInstructions,
+      innerInstructions: encoding === 'jsonParsed'
+        ? rec.innerInstructions.map((g) => ({ index: g.index, instructions: g.instructions.map((ix) => parsedInstruction(rec.keys, ix.programIdIndex, ix.accounts, Buffer.from(b58decode(ix.data)), ix.stackHeight)) }))
+        : rec.innerInstructions,
       logMessages: rec.logs,
       preTokenBalances: rec.preTokenBalances,
       postTokenBalances: rec.postTokenBalances,
@@ -694,6 +697,98 @@ function getTransaction(params) {
   };
   if (maxVersion !== undefined && maxVersion !== null) out.version = versioned ? rec.tx.message.version : 'legacy';
   return out;
+}
+
+// ---------------------------------------------------------------- jsonParsed
+
+const ATA_PROGRAM = 'ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL';
+const SYSTEM_PROGRAM = '11111111111111111111111111111111';
+const MEMO_PROGRAMS = ['MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr', 'Memo1UhkJRfHyvLMcVucJwxXeuD728EqVDDwQDxFMNo'];
+
+// parsedTransaction is a transaction as jsonParsed shows it: account keys as objects with
+// their signer and writable flags, instructions of the programs it knows parsed.
+function parsedTransaction(rec) {
+  const m = rec.tx.message;
+  const h = m.header;
+  const n = m.accountKeys.length;
+  const writable = (i) => {
+    if (i < h.numRequiredSignatures) return i < h.numRequiredSignatures - h.numReadonlySignedAccounts;
+    if (i < n) return i < n - h.numReadonlyUnsignedAccounts;
+    return i < n + rec.loaded.writable.length;
+  };
+  const accountKeys = rec.keys.map((k, i) => ({ pubkey: b58encode(k), signer: i < h.numRequiredSignatures, source: i < n ? 'transaction' : 'lookupTable', writable: writable(i) }));
+  const message = {
+    accountKeys,
+    recentBlockhash: m.recentBlockhash,
+    instructions: m.instructions.map((ix) => parsedInstruction(rec.keys, ix.programIdIndex, ix.accounts, ix.data, null)),
+  };
+  if (m.version !== 'legacy') {
+    message.addressTableLookups = m.addressTableLookups.map((l) => ({ accountKey: b58encode(l.accountKey), writableIndexes: l.writableIndexes, readonlyIndexes: l.readonlyIndexes }));
+  }
+  return { signatures: rec.tx.signatures.map(b58encode), message };
+}
+
+// parsedInstruction parses the instructions gpunex's transactions use (SPL Token transfers,
+// associated token accounts, memos, system transfers) as the standard RPC does; any other is
+// partially decoded (program, accounts, data in base58).
+function parsedInstruction(keys, programIdIndex, accountIdx, data, stackHeight) {
+  const programId = b58encode(keys[programIdIndex]);
+  const acc = Array.from(accountIdx).map((i) => b58encode(keys[i]));
+  const parsed = (program, p) => ({ program, programId, parsed: p, stackHeight });
+  try {
+    if ((programId === TOKEN_PROGRAM || programId === TOKEN_2022_PROGRAM) && data.length > 0) {
+      const program = programId === TOKEN_PROGRAM ? 'spl-token' : 'spl-token-2022';
+      const amount = () => data.readBigUInt64LE(1);
+      switch (data[0]) {
+        case 3:
+          return parsed(program, { type: 'transfer', info: { source: acc[0], destination: acc[1], authority: acc[2], amount: amount().toString() } });
+        case 12:
+          return parsed(program, { type: 'transferChecked', info: { source: acc[0], mint: acc[1], destination: acc[2], authority: acc[3], tokenAmount: uiAmount(amount(), data[9]) } });
+        case 7:
+          return parsed(program, { type: 'mintTo', info: { mint: acc[0], account: acc[1], mintAuthority: acc[2], amount: amount().toString() } });
+        case 9:
+          return parsed(program, { type: 'closeAccount', info: { account: acc[0], destination: acc[1], owner: acc[2] } });
+        case 1:
+          return parsed(program, { type: 'initializeAccount', info: { account: acc[0], mint: acc[1], owner: acc[2], rentSysvar: acc[3] } });
+        case 18:
+          return parsed(program, { type: 'initializeAccount3', info: { account: acc[0], mint: acc[1], owner: b58encode(data.subarray(1, 33)) } });
+        case 22:
+          return parsed(program, { type: 'initializeImmutableOwner', info: { account: acc[0] } });
+      }
+    }
+    if (programId === ATA_PROGRAM) {
+      const type = data.length === 0 || data[0] === 0 ? 'create' : data[0] === 1 ? 'createIdempotent' : null;
+      if (type) return parsed('spl-associated-token-account', { type, info: { source: acc[0], account: acc[1], wallet: acc[2], mint: acc[3], systemProgram: acc[4], tokenProgram: acc[5] } });
+    }
+    if (MEMO_PROGRAMS.includes(programId)) return parsed('spl-memo', data.toString('utf8'));
+    if (programId === SYSTEM_PROGRAM && data.length >= 4) {
+      const kind = data.readUInt32LE(0);
+      if (kind === 2) return parsed('system', { type: 'transfer', info: { source: acc[0], destination: acc[1], lamports: Number(data.readBigUInt64LE(4)) } });
+      if (kind === 0) return parsed('system', { type: 'createAccount', info: { source: acc[0], newAccount: acc[1], lamports: Number(data.readBigUInt64LE(4)), space: Number(data.readBigUInt64LE(12)), owner: b58encode(data.subarray(20, 52)) } });
+    }
+  } catch (e) {
+    // A malformed instruction is shown partially decoded.
+  }
+  return { programId, accounts: acc, data: b58encode(data), stackHeight };
+}
+
+// getTokenAccountsByOwner lists the token accounts an owner holds, of one mint or one token
+// program: every account a transaction touched is known here.
+function getTokenAccountsByOwner(params) {
+  const owner = b58encode(pubkeyParam(params[0]));
+  const filter = params[1] || {};
+  const cfg = params[2] || {};
+  if (!filter.mint && !filter.programId) throw rpcError(-32602, 'Invalid params: expected a mint or a programId filter');
+  const value = [];
+  for (const addr of byAddress.keys()) {
+    const a = accountOf(pubkeyParam(addr));
+    if (!a || !isTokenProgram(a.owner)) continue;
+    if (filter.programId && a.owner !== filter.programId) continue;
+    const t = parseTokenAccount(a.data);
+    if (!t || t.owner !== owner || (filter.mint && t.mint !== filter.mint)) continue;
+    value.push({ pubkey: addr, account: encodeAccount(a, cfg) });
+  }
+  return { context: context(), value };
 }
 
 function encodeAccount(a, cfg) {
@@ -807,6 +902,7 @@ const methods = {
   },
   getTransaction,
   getSignaturesForAddress,
+  getTokenAccountsByOwner,
   getAccountInfo: (p) => ({ context: context(), value: encodeAccount(accountOf(pubkeyParam(p[0])), p[1] || {}) }),
   getMultipleAccounts: (p) => {
     if (!Array.isArray(p[0])) throw rpcError(-32602, 'Invalid params: expected an array of public keys');
