@@ -88,6 +88,10 @@ type JobStatus struct {
 	CostUSDC    string    `json:"cost_usdc"`
 	Receipt     []byte    `json:"receipt,omitempty"`
 	Countersign bool      `json:"receipt_countersigned"`
+	// MeteredSeconds is the latest checkpoint both sides signed: what the renter owes at
+	// least. Disputed says the renter disputed the final receipt.
+	MeteredSeconds int64 `json:"metered_seconds"`
+	Disputed       bool  `json:"disputed,omitempty"`
 }
 
 // Image says what a job runs: a registry reference the provider pulls, or an OCI image

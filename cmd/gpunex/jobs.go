@@ -61,6 +61,9 @@ func jobCommand() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(errOut, "job %s %s: %s, exit code %d, %d s, cost %s USDC\n", v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC)
+			if v.Disputed {
+				fmt.Fprintf(errOut, "the provider's receipt was disputed: %s (the coordinator decides; %d s were countersigned as the job ran)\n", v.Error, v.MeteredSeconds)
+			}
 			if v.ExitCode != 0 {
 				code := v.ExitCode
 				if code < 0 || code > 255 {

@@ -52,6 +52,8 @@ type InitOptions struct {
 	BenchStorageMB, BenchNetworkMB int64
 	// ProbeInterval and HalfLife set coordinator.probe_interval and coordinator.half_life.
 	ProbeInterval, HalfLife time.Duration
+	// CheckpointInterval sets jobs.checkpoint_interval.
+	CheckpointInterval time.Duration
 }
 
 // ErrHomeExists is returned by Init when the home already holds an identity.
@@ -92,6 +94,9 @@ func Init(dir string, o InitOptions) (_ Home, _ peer.ID, err error) {
 	}
 	if o.ProbeInterval > 0 {
 		c.Coordinator.ProbeInterval = Duration{o.ProbeInterval}
+	}
+	if o.CheckpointInterval > 0 {
+		c.Jobs.CheckpointInterval = Duration{o.CheckpointInterval}
 	}
 	if o.HalfLife > 0 {
 		c.Coordinator.HalfLife = Duration{o.HalfLife}
@@ -334,7 +339,12 @@ bank_bic = "{{.Settlement.BankBIC}}"
 # (created by ` + "`gpunex wallet init`" + `, mode 0600, relative to this folder).
 rpc = "{{.Wallet.RPC}}"
 keypair = "{{.Wallet.Keypair}}"
-{{if eq .Role "provider"}}
+{{if ne .Role "provider"}}
+[jobs]
+# How often to ask the provider of each job this node rents for a usage checkpoint and
+# countersign it (at most 1m): a provider stops a job whose renter stopped countersigning.
+checkpoint_interval = "{{.Jobs.CheckpointInterval}}"
+{{end}}{{if eq .Role "provider"}}
 [provider]
 # Where the GPUs are (free text, lower case): renters filter on it.
 region = "{{.Provider.Region}}"

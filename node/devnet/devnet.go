@@ -250,7 +250,8 @@ func Run(ctx context.Context, o Options) (err error) {
 			return err
 		}
 	}
-	renter, err := start("renter-1", config.InitOptions{Role: config.RoleRenter, Bootstrap: boot})
+	// The renter countersigns usage every 2 s, so that the demo job is metered as it runs.
+	renter, err := start("renter-1", config.InitOptions{Role: config.RoleRenter, Bootstrap: boot, CheckpointInterval: 2 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -467,7 +468,7 @@ func devnetJob(ctx context.Context, renter *api.Client, dir string, say func(str
 	offer := rows[0]
 	say("the renter runs a job on %s (%s)…", offer.Provider, offer.Model)
 	v, err := renter.ProposeJob(ctx, api.JobRequest{Offer: offer.ID, GPUs: 1, MaxSeconds: 120, ImageArchive: archive,
-		Args: []string{"sh", "-c", "echo hello from a gpunex sandbox on $(hostname); echo allocated GPUs: $GPUNEX_VISIBLE_GPUS; echo done > /output/result.txt; sleep 3"}})
+		Args: []string{"sh", "-c", "echo hello from a gpunex sandbox on $(hostname); echo allocated GPUs: $GPUNEX_VISIBLE_GPUS; echo done > /output/result.txt; sleep 6"}})
 	if err != nil {
 		return "", err
 	}
@@ -479,7 +480,8 @@ func devnetJob(ctx context.Context, renter *api.Client, dir string, say func(str
 	if v, err = renter.Job(ctx, v.ID); err != nil {
 		return "", err
 	}
-	say("job %s %s: %s, exit code %d, %d s, cost %s USDC (receipt signed by both sides)", v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC)
+	say("job %s %s: %s, exit code %d, %d s, cost %s USDC (%d s metered by checkpoints both sides signed as it ran; receipt signed by both sides)",
+		v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC, v.MeteredSeconds)
 	return offer.ID, nil
 }
 

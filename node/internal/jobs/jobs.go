@@ -33,7 +33,8 @@ var ErrRefused = errors.New("proposal refused")
 // counted to.
 func viewJob(j ledger.Job, now time.Time) api.JobView {
 	v := api.JobView{ID: j.ID, Side: j.Side, Peer: j.Peer, State: j.State, Error: j.Error, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt,
-		ExitCode: j.ExitCode, ExitReason: j.ExitReason, GPUUUIDs: j.GPUs, Receipt: j.Receipt, Countersign: len(j.ReceiptCountersig) > 0}
+		ExitCode: j.ExitCode, ExitReason: j.ExitReason, GPUUUIDs: j.GPUs, Receipt: j.Receipt, Countersign: len(j.ReceiptCountersig) > 0,
+		MeteredSeconds: j.CheckpointSeconds, Disputed: len(j.Dispute) > 0}
 	if p, err := openProposal(j.Proposal); err == nil {
 		v.Model, v.GPUs = p.Model, p.GPUs
 		v.Image = p.Image.Ref
