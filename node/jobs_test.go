@@ -457,3 +457,61 @@ func TestLeasedGPUNotBenchmarked(t *testing.T) {
 	}
 	renter.renter.CancelJob(ctx, v.ID)
 }
+
+// TestRenterVanishes: a renter whose node goes away mid-job stops countersigning; the
+// provider stops the job (jobs.unmetered_stop) instead of running it unpaid, and the
+// coordinator charges, once the dispute window has passed, what the renter's checkpoints
+// prove plus one interval: never the receipt's longer claim, never nothing.
+func TestRenterVanishes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	rt := testRuntime(t)
+	tn := newTestNet(t)
+	cfg := providerConfig(0)
+	cfg.Provider.GPUs[0].Count, cfg.Provider.GPUs[0].PriceUSDC = 1, "36.00" // 10,000 micro-USDC a second
+	cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
+	cfg.Jobs.UnmeteredStop = config.Duration{Duration: 5 * time.Second} // renters in tests countersign every second
+	prov := tn.addWith(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
+		_, ok := searchHas(t, renter, prov.ID())
+		return ok, ""
+	})
+	ctx := context.Background()
+	v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 600, ImageArchive: busyboxArchive(t), Args: []string{"sleep", "600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "two checkpoints countersigned", func() (bool, string) {
+		j, _ := prov.ledger.GetJob(v.ID)
+		return j.CheckpointSeconds >= 2, fmt.Sprint(j.CheckpointSeconds)
+	})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	renter.Close(cctx) // the renter's node goes away
+	cancel()
+	var j ledger.Job
+	eventually(t, 20*time.Second, "the provider stops the unmetered job", func() (bool, string) {
+		j, _ = prov.ledger.GetJob(v.ID)
+		return j.State == ledger.JobEnded, j.State + " " + j.ExitReason
+	})
+	if j.ExitReason != jobs.ReasonUnmetered || len(j.ReceiptCountersig) != 0 {
+		t.Fatalf("the job's end: %q, countersigned %v", j.ExitReason, len(j.ReceiptCountersig) > 0)
+	}
+	rec, _, _ := protocol.OpenReceipt(j.Receipt)
+	coord := tn.boot
+	eventually(t, 20*time.Second, "the receipt reported, its charge pending", func() (bool, string) {
+		h, _ := coord.ledger.GetHold(v.ID)
+		return h.State == ledger.HoldPending, h.State
+	})
+	rep, _ := coord.ledger.GetJobReport(v.ID, prov.ID().String())
+	es, err := coord.ledger.ChargeDue(time.Now().Add(coord.cfg.Settlement.DisputeWindow.Duration + time.Minute))
+	if err != nil || len(es) != 1 {
+		t.Fatalf("after the dispute window: %+v %v", es, err)
+	}
+	want := protocol.Cost(rec.Price, 1, min(rec.Seconds, rep.CheckpointSeconds+60))
+	if es[0].Charge != want || es[0].Rule != protocol.RuleCheckpoint || rep.CheckpointSeconds < 2 {
+		t.Fatalf("charged %s under %s; the checkpoints prove %d s, the receipt says %d s: want %s", es[0].Charge, es[0].Rule, rep.CheckpointSeconds, rec.Seconds, want)
+	}
+}

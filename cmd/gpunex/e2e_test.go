@@ -320,6 +320,13 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if f.SolanaRPC == "" || f.USDCMint == "" || f.Cluster == "" {
 		t.Fatalf("devnet.json lacks the Solana runtime: %+v", f)
 	}
+	// The demo job was metered as it ran: checkpoints both sides signed, then a receipt
+	// both signed (the charge under the countersigned-receipt rule).
+	var demo []api.JobView
+	json.Unmarshal([]byte(mustRun(t, "job", "list", "--json", "--home", renter)), &demo)
+	if len(demo) != 1 || demo[0].MeteredSeconds < 2 || !demo[0].Countersign || demo[0].Disputed {
+		t.Fatalf("the demo job was not metered as it ran: %+v", demo)
+	}
 	var bal api.BalanceView
 	json.Unmarshal([]byte(mustRun(t, "wallet", "balance", "--json", "--home", renter)), &bal)
 	if bal.DepositedUSDC != "100.00" || bal.Held != 0 || bal.Available >= 100_000_000 || bal.Available <= 99_000_000 || bal.WalletUSDC != "900.00" {

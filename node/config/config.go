@@ -437,8 +437,8 @@ func (c *Config) Check() error {
 	if ci := j.CheckpointInterval.Duration; ci < time.Second || ci > protocol.CheckpointInterval {
 		errs = append(errs, fmt.Errorf("jobs.checkpoint_interval %s: must be between 1s and %s", j.CheckpointInterval, protocol.CheckpointInterval))
 	}
-	if u := j.UnmeteredStop.Duration; u != 0 && u < 2*protocol.CheckpointInterval {
-		errs = append(errs, fmt.Errorf("jobs.unmetered_stop %s: 0 (never) or at least %s, two checkpoint intervals", j.UnmeteredStop, 2*protocol.CheckpointInterval))
+	if u := j.UnmeteredStop.Duration; u != 0 && u < 5*time.Second {
+		errs = append(errs, fmt.Errorf("jobs.unmetered_stop %s: 0 (never) or at least 5s (below %s it stops the jobs of renters countersigning at the slowest pace allowed, once a minute)", j.UnmeteredStop, 2*protocol.CheckpointInterval))
 	}
 	for _, r := range j.BlockedRenters {
 		if _, err := peer.Decode(r); err != nil {
