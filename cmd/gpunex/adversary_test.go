@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -343,6 +344,46 @@ func adversaryScenarios() []scenario {
 			},
 		},
 		{
+			// A real provider's offer, replayed as fast as the link goes: each copy is the
+			// record the victim holds already, so it changes nothing and costs the victim
+			// one cached check.
+			name: "replayed-offer", victim: "renter-1", honest: honestSearch,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				a := newAttacker(t, e, "renter-1")
+				defer a.close()
+				rows, err := e.clients["renter-1"].Search(ctx, url.Values{})
+				if err != nil || len(rows) == 0 {
+					t.Fatalf("no offer to replay: %v", err)
+				}
+				rec, err := e.clients["renter-1"].OfferRecord(ctx, rows[0].ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				replayedOffer = rows[0]
+				replayer = a.h.ID()
+				var n int64
+				for ctx.Err() == nil {
+					a.publish(ctx, protocol.OffersTopic, rec.Raw)
+					n++
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{})
+				for _, r := range rows {
+					if r.ID == replayedOffer.ID && r.PriceUSDC != replayedOffer.PriceUSDC {
+						t.Errorf("the replayed offer changed the price shown: %s, was %s", r.PriceUSDC, replayedOffer.PriceUSDC)
+					}
+				}
+				g, _ := e.clients["renter-1"].Gossip(context.Background(), replayer.String())
+				// Past its budget (a burst of 4,000, then 2,000 a minute), each copy is rejected.
+				if ops > 5000 && g.Score > -1000 {
+					t.Errorf("%d copies of one offer, and the replayer's score is still %.0f", ops, g.Score)
+				}
+				return fmt.Sprintf("%d copies of one offer: nothing changed; score %.0f", ops, g.Score)
+			},
+		},
+		{
 			// A fresh identity every few messages: each pays its own penalty; the victim's
 			// cost stays bounded.
 			name: "gossip-sybil", victim: "renter-1", honest: honestSearch,
@@ -655,6 +696,8 @@ var (
 	loopAnswered   atomic.Int64
 	loopStreams    atomic.Int64
 	loopBanned     atomic.Bool
+	replayedOffer  api.OfferRow
+	replayer       peer.ID
 )
 
 // provider1Jobs is the decayed count of jobs behind provider-1's completion, as the

@@ -88,7 +88,13 @@ func (c *Catalogue) score(p peer.ID) *protocol.SignedScore {
 // anything else that fails is rejected, which lowers the sender's gossip score
 // (node/internal/p2p/gossipscore.go).
 func (c *Catalogue) ValidateOffer(ctx context.Context, from peer.ID, data []byte) p2p.Verdict {
-	_, _, err := c.book.Accept(data, "gossip")
+	_, fresh, err := c.book.Accept(data, "gossip")
+	if err == nil && !fresh {
+		// The record held already, again (a republish: it says the offer is still
+		// current, and is forwarded): free within the sender's budget, so that a peer
+		// replaying a record as fast as its link goes is soon penalised.
+		return p2p.Repeat
+	}
 	// Stale, early (clock skew), revoked since it was sent, or certified by a coordinator
 	// another node trusts: an honest relay can forward these, so they cost it nothing.
 	return p2p.VerdictOf(err)

@@ -21,6 +21,9 @@ const (
 	Ignore
 	// Reject drops it and lowers the sender's gossip score.
 	Reject
+	// Repeat takes in and forwards a record the node holds already (a republish), within
+	// the sender's budget of ignored messages; past it, it is rejected.
+	Repeat
 )
 
 // Validator judges a message received on a topic; it is also where the message is taken in.
@@ -74,6 +77,11 @@ func (p *Peer) Join(name string, v Validator) (*Topic, error) {
 				return pubsub.ValidationReject
 			}
 			return pubsub.ValidationIgnore
+		case Repeat:
+			if !ignored.Spend(from, time.Now()) {
+				return pubsub.ValidationReject
+			}
+			return pubsub.ValidationAccept
 		default:
 			return pubsub.ValidationReject
 		}
