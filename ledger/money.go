@@ -752,19 +752,26 @@ func (l *Ledger) BatchesBefore(before string, f func(Batch) bool) error {
 }
 
 // scanAll decodes every value under a prefix, keeping those keep accepts (nil keeps all).
-func scanAll[T any](l *Ledger, prefix string, keep func(T) bool) ([]T, error) {
+func scanAll[T any](l *Ledger, prefix string, keep func(T) bool) (out []T, err error) {
+	err = l.db.View(func(txn *badger.Txn) error {
+		out, err = scanTxn(txn, prefix, keep)
+		return err
+	})
+	return out, err
+}
+
+// scanTxn is scanAll within a transaction.
+func scanTxn[T any](txn *badger.Txn, prefix string, keep func(T) bool) ([]T, error) {
 	var out []T
-	err := l.db.View(func(txn *badger.Txn) error {
-		return scan(txn, prefix, func(key string, val []byte) error {
-			var v T
-			if err := json.Unmarshal(val, &v); err != nil {
-				return fmt.Errorf("ledger: %s: %w", key, err)
-			}
-			if keep == nil || keep(v) {
-				out = append(out, v)
-			}
-			return nil
-		})
+	err := scan(txn, prefix, func(key string, val []byte) error {
+		var v T
+		if err := json.Unmarshal(val, &v); err != nil {
+			return fmt.Errorf("ledger: %s: %w", key, err)
+		}
+		if keep == nil || keep(v) {
+			out = append(out, v)
+		}
+		return nil
 	})
 	return out, err
 }

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -35,26 +34,12 @@ func (l *Ledger) buildRenterIndex() error {
 		} else if !errors.Is(err, badger.ErrKeyNotFound) {
 			return err
 		}
-		var holds []Hold
-		if err := scan(txn, prefixHold, func(_ string, v []byte) error {
-			var h Hold
-			if err := json.Unmarshal(v, &h); err != nil {
-				return err
-			}
-			holds = append(holds, h)
-			return nil
-		}); err != nil {
+		holds, err := scanTxn[Hold](txn, prefixHold, nil)
+		if err != nil {
 			return err
 		}
-		var deps []Deposit
-		if err := scan(txn, prefixDeposit, func(_ string, v []byte) error {
-			var d Deposit
-			if err := json.Unmarshal(v, &d); err != nil {
-				return err
-			}
-			deps = append(deps, d)
-			return nil
-		}); err != nil {
+		deps, err := scanTxn[Deposit](txn, prefixDeposit, nil)
+		if err != nil {
 			return err
 		}
 		open := map[string]int{}
