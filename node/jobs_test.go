@@ -341,6 +341,7 @@ func TestJobEnds(t *testing.T) {
 	tn, renter, prov := jobNetWith(t, 2)
 	// Funds at the coordinator: the jobs run against escrow holds, so their reports count.
 	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, tn.boot, prov)
 	archive := busyboxArchive(t)
 	ctx := context.Background()
 	short, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 2, ImageArchive: archive, Args: []string{"sleep", "30"}})
@@ -479,6 +480,7 @@ func TestRenterVanishes(t *testing.T) {
 		_, ok := searchHas(t, renter, prov.ID())
 		return ok, ""
 	})
+	waitCertified(t, tn.boot, prov)
 	ctx := context.Background()
 	v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 600, ImageArchive: busyboxArchive(t), Args: []string{"sleep", "600"}})
 	if err != nil {

@@ -124,6 +124,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 		_, ok := searchHas(t, renter, prov.ID())
 		return ok, ""
 	})
+	waitCertified(t, tn.boot, prov)
 	archive := busyboxArchive(t)
 	job := api.JobRequest{Offer: offerOf(prov), GPUs: 2, MaxSeconds: 60, ImageArchive: archive, Args: []string{"sh", "-c", "sleep 2"}}
 
@@ -800,6 +801,7 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 	ctx := context.Background()
 	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
 	const job = "00000000000000aa"
+	waitCertified(t, coord, prov)
 	if _, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
 		Amount: 7_300_000, ExpiresAt: time.Now().Add(48 * time.Hour)}); err != nil {
 		t.Fatal(err)
@@ -899,6 +901,7 @@ func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 	ctx := context.Background()
 	second.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
 	const job = "00000000000000cc"
+	waitCertified(t, second, prov)
 	resp, err := second.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
 		Amount: 7_300_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
 	if err != nil {
@@ -939,6 +942,7 @@ func TestUncountersignedReceipts(t *testing.T) {
 	ctx := context.Background()
 	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	const price, gpus = 3_600_000, 1 // 1,000 micro-USDC a second
+	waitCertified(t, coord, prov)
 	greedy := func(job string, cpSeconds int64) ledger.Job {
 		resp, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
 			Amount: 4_000_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
@@ -1102,4 +1106,14 @@ func TestPayoutGriefing(t *testing.T) {
 	}
 	f.paid(t, 1_800_000)
 	f.settled(t)
+}
+
+// waitCertified waits until a coordinator holds a provider's certified offer: it places
+// holds and hears reports only for such providers.
+func waitCertified(t testing.TB, coord, prov *Node) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the provider's certified offer at the coordinator", func() (bool, string) {
+		so, _ := coord.book.Get(prov.ID())
+		return so != nil && so.Cert != nil, ""
+	})
 }

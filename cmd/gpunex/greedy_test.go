@@ -110,11 +110,17 @@ func newGreedyProvider(t *testing.T, e *advEnv) *greedyProvider {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		g.publish(ctx, protocol.OffersTopic, offer)
-		rows, _ := e.clients["renter-1"].Search(ctx, url.Values{"model": {"H100-80GB"}})
-		for _, r := range rows {
-			if r.Provider == g.h.ID().String() {
-				return g
+		seen := 0
+		for _, node := range []string{"renter-1", "coordinator"} { // the coordinator holds money only for certified offers it holds
+			rows, _ := e.clients[node].Search(ctx, url.Values{"model": {"H100-80GB"}})
+			for _, r := range rows {
+				if r.Provider == g.h.ID().String() {
+					seen++
+				}
 			}
+		}
+		if seen == 2 {
+			return g
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the renter never saw the greedy provider's offer")

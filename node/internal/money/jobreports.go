@@ -145,6 +145,11 @@ func (st *Settlement) HandleJobReport(s network.Stream) {
 
 // checkReport checks a job report's records at now and returns the charge they make.
 func (st *Settlement) checkReport(remote peer.ID, r protocol.JobReport, now time.Time) (ledger.ReportCharge, *protocol.Receipt, error) {
+	if !st.certifiedHere(remote) {
+		// "not recorded": the provider sends it again (its offer may not have reached this
+		// coordinator yet); a stranger's retries cost it its own rate.
+		return ledger.ReportCharge{}, nil, fmt.Errorf("not recorded: %w: %s has no certified offer at this coordinator, or its offer has not reached it yet", protocol.ErrNotCertified, remote)
+	}
 	l, signer, err := protocol.OpenLease(r.Lease)
 	if err != nil {
 		return ledger.ReportCharge{}, nil, err

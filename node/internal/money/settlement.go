@@ -46,6 +46,17 @@ type Deps struct {
 // Offers are the live offers this node holds (market statistics count them).
 type Offers interface {
 	Live(now time.Time) []*protocol.SignedOffer
+	// Get returns the offer held from a provider (nil when none).
+	Get(p peer.ID) (*protocol.SignedOffer, time.Time)
+}
+
+// certifiedHere says whether a provider is certified as this coordinator sees it: its offer
+// in the coordinator's book carries a certificate of a coordinator this one trusts (itself
+// among them; the book takes no other, and drops offers whose certificate was revoked).
+// Holds are placed, and job reports heard, only for such providers.
+func (s *Settlement) certifiedHere(p peer.ID) bool {
+	so, _ := s.offers.Get(p)
+	return so != nil && so.Cert != nil
 }
 
 // Publisher sends a record to a gossip topic's peers (a *p2p.Topic).
@@ -384,6 +395,8 @@ func (s *Settlement) placeHold(renter peer.ID, req protocol.WalletRequest) ([]by
 		return nil, fmt.Errorf("provider %q is not a peer ID", req.Provider)
 	case !protocol.ValidJobID(req.Job):
 		return nil, fmt.Errorf("job %q is not 16 lower-case hex digits", req.Job)
+	case !s.certifiedHere(prov):
+		return nil, fmt.Errorf("provider %s has no certified offer at this coordinator (not certified by a coordinator it trusts, or its offer has not reached it yet): no hold for it", prov)
 	case req.Amount <= 0 || req.Amount > protocol.MicroUSDC(1<<53):
 		return nil, fmt.Errorf("hold amount %d out of range", req.Amount)
 	case !req.ExpiresAt.After(now) || req.ExpiresAt.After(now.Add(maxHoldPeriod)):
