@@ -645,6 +645,71 @@ func adversaryScenarios() []scenario {
 			},
 		},
 		{
+			// Identities rotating to send a provider signed proposals it must check, without
+			// escrow.
+			name: "proposal-flood", victim: "provider-1", honest: honestSearch,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				var n int64
+				for ctx.Err() == nil {
+					a := newAttacker(t, e)
+					for range 10 {
+						s, err := a.stream(ctx, "provider-1", protocol.JobProtocol)
+						if err != nil {
+							break
+						}
+						p := protocol.Proposal{Version: 1, Job: randomHex(8), Renter: a.h.ID().String(), Provider: e.nodes["provider-1"].PeerID,
+							IssuedAt: time.Now().UTC(), Model: "H100-80GB", GPUs: 1, MaxSeconds: 3600, MaxPrice: 100_000_000, Image: protocol.Image{Ref: "example.org/x:1"}}
+						protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "propose", Record: a.seal(protocol.KindProposal, p)})
+						var m protocol.JobMsg
+						protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxJobFrame, &m)
+						if m.Type == "accept" {
+							proposalsAccepted.Add(1)
+						}
+						s.Reset()
+						n++
+					}
+					a.close()
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				if proposalsAccepted.Load() != 0 {
+					t.Errorf("the provider leased %d jobs without escrow", proposalsAccepted.Load())
+				}
+				return fmt.Sprintf("%d of %d proposals leased (no escrow hold)", proposalsAccepted.Load(), ops)
+			},
+		},
+		{
+			// Identities rotating to have a renter serve its whole catalogue again and again.
+			name: "sync-flood", victim: "renter-1", honest: honestSearch,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				var n int64
+				for ctx.Err() == nil {
+					a := newAttacker(t, e)
+					for range 10 {
+						s, err := a.stream(ctx, "renter-1", protocol.OfferSyncProtocol)
+						if err != nil {
+							break
+						}
+						if k, _ := io.Copy(io.Discard, s); k > 0 {
+							syncsServed.Add(1)
+						}
+						s.Close()
+						n++
+					}
+					a.close()
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				// The network's budget: 24 at once, then 24 a minute.
+				if limit := int64(24 + adversaryDuration.Minutes()*24 + 1); syncsServed.Load() > limit {
+					t.Errorf("%d catalogue syncs served to one network, over its budget of %d", syncsServed.Load(), limit)
+				}
+				return fmt.Sprintf("%d of %d catalogue syncs served", syncsServed.Load(), ops)
+			},
+		},
+		{
 			// Streams opened on every coordinator protocol and left to trickle.
 			name: "slow-streams", victim: "coordinator", honest: honestBalance,
 			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
@@ -685,19 +750,21 @@ func adversaryScenarios() []scenario {
 
 // Results the scenarios' checks read.
 var (
-	gossipAttacker *attacker
-	sybils         []peer.ID
-	benchServed    atomic.Int64
-	claimsServed   atomic.Int64
-	reportsTaken   atomic.Int64
-	jobsBefore     float64
-	streamsClosed  atomic.Int64
-	oversizedBytes atomic.Int64
-	loopAnswered   atomic.Int64
-	loopStreams    atomic.Int64
-	loopBanned     atomic.Bool
-	replayedOffer  api.OfferRow
-	replayer       peer.ID
+	gossipAttacker    *attacker
+	sybils            []peer.ID
+	benchServed       atomic.Int64
+	claimsServed      atomic.Int64
+	reportsTaken      atomic.Int64
+	jobsBefore        float64
+	streamsClosed     atomic.Int64
+	oversizedBytes    atomic.Int64
+	loopAnswered      atomic.Int64
+	loopStreams       atomic.Int64
+	loopBanned        atomic.Bool
+	replayedOffer     api.OfferRow
+	replayer          peer.ID
+	proposalsAccepted atomic.Int64
+	syncsServed       atomic.Int64
 )
 
 // provider1Jobs is the decayed count of jobs behind provider-1's completion, as the

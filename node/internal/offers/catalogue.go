@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/node/config"
@@ -52,8 +53,10 @@ type Catalogue struct {
 	cfg     config.OffersConfig
 	boot    []peer.AddrInfo
 	scores  Scores
-	// syncSlots bounds the catalogue and revocation syncs served at once.
+	// syncSlots bounds the catalogue and revocation syncs served at once; syncs the syncs
+	// served to each peer and network.
 	syncSlots chan struct{}
+	syncs     *p2p.Sources
 	// ownRevoked is called when this node's own certificate is revoked (a provider stops
 	// publishing); set with OnOwnRevocation.
 	ownRevoked func()
@@ -65,6 +68,28 @@ func New(d Deps) *Catalogue {
 		peer: d.Peer, id: d.Peer.ID, book: d.Book, trust: d.Trust, metrics: d.Metrics, log: d.Log,
 		clock: d.Clock, cfg: d.Offers, boot: d.Bootstrap, scores: d.Scores,
 		syncSlots: make(chan struct{}, maxSyncServing),
+		syncs:     p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4),
+	}
+}
+
+// SyncsPerMinute is how many catalogue and revocation syncs one peer may ask for a minute
+// (a node syncs when it joins and when it finds itself cut off); its network four times
+// that. Each answer may hold the whole catalogue.
+const SyncsPerMinute = 6
+
+// admitSync says whether a sync may be served to the stream's peer now: a slot is free
+// (release it after) and the peer and its network are within SyncsPerMinute.
+func (c *Catalogue) admitSync(s network.Stream) (release func(), ok bool) {
+	if !c.syncs.Take(s.Conn(), time.Now(), 1) {
+		c.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited").Inc()
+		c.peer.Misbehaved(s.Conn().RemotePeer())
+		return nil, false
+	}
+	select {
+	case c.syncSlots <- struct{}{}:
+		return func() { <-c.syncSlots }, true
+	default:
+		return nil, false // busy: the asker tries its other peers
 	}
 }
 

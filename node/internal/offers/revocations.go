@@ -53,13 +53,12 @@ func (c *Catalogue) ValidateRevocation(ctx context.Context, from peer.ID, data [
 // HandleRevocationSync writes every revocation this node holds.
 func (c *Catalogue) HandleRevocationSync(s network.Stream) {
 	defer s.Close()
-	select { // shares the offer sync's bound on answers served at once
-	case c.syncSlots <- struct{}{}:
-		defer func() { <-c.syncSlots }()
-	default:
+	release, ok := c.admitSync(s) // shares the offer sync's bounds
+	if !ok {
 		s.Reset()
 		return
 	}
+	defer release()
 	s.SetDeadline(time.Now().Add(30 * time.Second))
 	w := bufio.NewWriter(s)
 	for i, raw := range c.trust.Revocations() {

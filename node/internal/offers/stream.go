@@ -58,13 +58,12 @@ const maxSyncServing = 4
 // HandleSyncStream writes every live offer this node holds.
 func (c *Catalogue) HandleSyncStream(s network.Stream) {
 	defer s.Close()
-	select {
-	case c.syncSlots <- struct{}{}:
-		defer func() { <-c.syncSlots }()
-	default:
-		s.Reset() // busy: the asker tries its other peers
+	release, ok := c.admitSync(s)
+	if !ok {
+		s.Reset() // busy or asked too often: the asker tries its other peers
 		return
 	}
+	defer release()
 	s.SetDeadline(time.Now().Add(30 * time.Second))
 	w := bufio.NewWriter(s)
 	offers := c.book.Live(c.clock.Now())
