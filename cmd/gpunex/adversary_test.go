@@ -665,6 +665,9 @@ func adversaryScenarios() []scenario {
 						if m.Type == "accept" {
 							proposalsAccepted.Add(1)
 						}
+						if m.Type != "" && !strings.Contains(m.Reason, "slow down") {
+							proposalsChecked.Add(1)
+						}
 						s.Reset()
 						n++
 					}
@@ -676,7 +679,11 @@ func adversaryScenarios() []scenario {
 				if proposalsAccepted.Load() != 0 {
 					t.Errorf("the provider leased %d jobs without escrow", proposalsAccepted.Load())
 				}
-				return fmt.Sprintf("%d of %d proposals leased (no escrow hold)", proposalsAccepted.Load(), ops)
+				// The network's budget: 4 x jobs.proposals_per_minute (30) at once, then a minute.
+				if limit := int64(120 + adversaryDuration.Minutes()*120 + 1); proposalsChecked.Load() > limit {
+					t.Errorf("the provider checked %d proposals from one network, over its budget of %d", proposalsChecked.Load(), limit)
+				}
+				return fmt.Sprintf("%d of %d proposals checked, none leased (no escrow hold)", proposalsChecked.Load(), ops)
 			},
 		},
 		{
@@ -764,6 +771,7 @@ var (
 	replayedOffer     api.OfferRow
 	replayer          peer.ID
 	proposalsAccepted atomic.Int64
+	proposalsChecked  atomic.Int64
 	syncsServed       atomic.Int64
 )
 

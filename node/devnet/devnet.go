@@ -465,12 +465,22 @@ func devnetJob(ctx context.Context, renter *api.Client, dir string, say func(str
 	if err != nil || len(rows) == 0 {
 		return "", fmt.Errorf("no offer to run the demo job on: %v", err)
 	}
-	offer := rows[0]
-	say("the renter runs a job on %s (%s)…", offer.Provider, offer.Model)
-	v, err := renter.ProposeJob(ctx, api.JobRequest{Offer: offer.ID, GPUs: 1, MaxSeconds: 120, ImageArchive: archive,
-		Args: []string{"sh", "-c", "echo hello from a gpunex sandbox on $(hostname); echo allocated GPUs: $GPUNEX_VISIBLE_GPUS; echo done > /output/result.txt; sleep 6"}})
-	if err != nil {
-		return "", err
+	// An offer found a moment ago may have changed since (the benchmarks delist provider-1's
+	// throttled GPUs as the devnet starts): a refused proposal tries the next offer.
+	var offer api.OfferRow
+	var v api.JobView
+	for i, row := range rows {
+		offer = row
+		say("the renter runs a job on %s (%s)…", offer.Provider, offer.Model)
+		v, err = renter.ProposeJob(ctx, api.JobRequest{Offer: offer.ID, GPUs: 1, MaxSeconds: 120, ImageArchive: archive,
+			Args: []string{"sh", "-c", "echo hello from a gpunex sandbox on $(hostname); echo allocated GPUs: $GPUNEX_VISIBLE_GPUS; echo done > /output/result.txt; sleep 6"}})
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "proposal refused") || i == min(len(rows), 3)-1 {
+			return "", err
+		}
+		say("  refused (%v): trying the next offer", err)
 	}
 	w := &prefixWriter{w: devnetOut{say}, prefix: "  | "}
 	if err := renter.JobLogs(ctx, v.ID, true, w); err != nil {
