@@ -2,8 +2,11 @@ package ledger
 
 import (
 	"fmt"
+
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -94,6 +97,25 @@ func checkBooks(t *testing.T, l *Ledger, when string) {
 	}
 	if held != a.Held {
 		t.Fatalf("%s: open holds add up to %d, the account holds %d", when, held, a.Held)
+	}
+	// The pending index lists exactly the pending holds: one missing would never be charged.
+	indexed := map[string]bool{}
+	l.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPending)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			indexed[string(it.Item().Key())] = true
+		}
+		return nil
+	})
+	for _, h := range holds {
+		if (h.State == HoldPending) != indexed[string(pendingKey(h))] {
+			t.Fatalf("%s: hold %s is %s, and its pending index entry is there: %v", when, h.Job, h.State, indexed[string(pendingKey(h))])
+		}
+		delete(indexed, string(pendingKey(h)))
+	}
+	if len(indexed) > 0 {
+		t.Fatalf("%s: pending index entries without a pending hold: %v", when, indexed)
 	}
 	earnings, _ := l.Earnings("")
 	seen := map[string]bool{}

@@ -71,6 +71,11 @@ func (l *Ledger) OpenDispute(d Dispute) (Dispute, error) {
 		default:
 			return fmt.Errorf("%w: the hold of job %s is %s", ErrDisputeClosed, d.Job, h.State)
 		}
+		if h.State == HoldPending {
+			if err := txn.Delete(pendingKey(h)); err != nil {
+				return err
+			}
+		}
 		h.State, h.PendingUntil = HoldDisputed, time.Time{}
 		out.State = DisputeOpen
 		if err := putJSON(txn, prefixHold+h.Job, h); err != nil {

@@ -387,6 +387,9 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 		return ReportOutcome{Added: true, Earning: e}, err
 	}
 	h.State, h.PendingUntil, h.PendingCharge = HoldPending, it.PendingUntil, it.CheckpointAmount
+	if err := txn.Set(pendingKey(h), nil); err != nil {
+		return ReportOutcome{}, err
+	}
 	return ReportOutcome{Added: true, Pending: true}, putJSON(txn, prefixHold+h.Job, h)
 }
 
@@ -395,6 +398,11 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 func chargeHold(txn *badger.Txn, h Hold, rep JobReport, amount protocol.MicroUSDC, rule string) (*Earning, error) {
 	if h.State != HoldHeld && h.State != HoldPending && h.State != HoldDisputed {
 		return nil, fmt.Errorf("%w: the hold of job %s is %s", errNotHeld, h.Job, h.State)
+	}
+	if h.State == HoldPending {
+		if err := txn.Delete(pendingKey(h)); err != nil {
+			return nil, err
+		}
 	}
 	a, err := getAccount(txn, h.Renter)
 	if err != nil {
@@ -419,10 +427,33 @@ func chargeHold(txn *badger.Txn, h Hold, rep JobReport, amount protocol.MicroUSD
 	return &e, nil
 }
 
+// prefixPending indexes pending holds by the end of their dispute window:
+// <prefix><20 digits of Unix nanoseconds>/<job>, so that ChargeDue reads only the due ones.
+const prefixPending = "money/pending/"
+
+func pendingKey(h Hold) []byte {
+	return []byte(fmt.Sprintf("%s%020d/%s", prefixPending, h.PendingUntil.UnixNano(), h.Job))
+}
+
 // ChargeDue charges, under the checkpoint rule, every pending hold whose dispute window
-// has passed at now, and returns the earnings made.
+// has passed at now, and returns the earnings made. It reads the pending index up to now,
+// not the holds.
 func (l *Ledger) ChargeDue(now time.Time) ([]Earning, error) {
-	holds, err := scanAll[Hold](l, prefixHold, func(h Hold) bool { return h.State == HoldPending && !now.Before(h.PendingUntil) })
+	var holds []Hold
+	err := l.db.View(func(txn *badger.Txn) error {
+		p := []byte(prefixPending)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
+		defer it.Close()
+		until := fmt.Sprintf("%s%020d", prefixPending, now.UnixNano())
+		for it.Rewind(); it.ValidForPrefix(p); it.Next() {
+			k := string(it.Item().Key())
+			if k[:len(until)] > until {
+				break
+			}
+			holds = append(holds, Hold{Job: k[len(until)+1:]})
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
