@@ -490,6 +490,30 @@ func (r *Renter) Meter(ctx context.Context) {
 	}
 }
 
+// checkObserved checks a provider's checkpoint of a job against its lease and against what
+// this node observed by now: no more seconds than since it saw the start (plus the
+// tolerance), no fewer than the last one it countersigned.
+func checkObserved(j ledger.Job, raw []byte, now time.Time) (*protocol.Checkpoint, error) {
+	l, _, err := protocol.OpenLease(j.Lease)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := protocol.CheckCheckpoint(raw, j.Lease, l, now)
+	if err != nil {
+		return nil, err
+	}
+	limit := int64(now.Sub(j.ObservedStart)/time.Second) + int64(protocol.MeterTolerance/time.Second)
+	switch {
+	case j.ObservedStart.IsZero():
+		return nil, errors.New("this node did not see the job start")
+	case cp.Seconds > limit:
+		return nil, fmt.Errorf("checkpoint counts %d s; this node saw the job start %d s ago", cp.Seconds, limit-int64(protocol.MeterTolerance/time.Second))
+	case cp.Seconds < j.CheckpointSeconds:
+		return nil, fmt.Errorf("checkpoint counts %d s, less than the %d s already countersigned", cp.Seconds, j.CheckpointSeconds)
+	}
+	return cp, nil
+}
+
 // meterOnce asks a running job's provider for a checkpoint and countersigns it when it is
 // no more than this node observed, and no less than the last one.
 func (r *Renter) meterOnce(ctx context.Context, j ledger.Job) {
@@ -523,23 +547,8 @@ func (r *Renter) meterOnce(ctx context.Context, j ledger.Job) {
 	default:
 		return
 	}
-	l, _, err := protocol.OpenLease(j.Lease)
-	if err != nil {
-		return
-	}
 	now := r.clock.Now()
-	cp, err := protocol.CheckCheckpoint(m.Record, j.Lease, l, now)
-	if err == nil {
-		limit := int64(now.Sub(j.ObservedStart)/time.Second) + int64(protocol.MeterTolerance/time.Second)
-		switch {
-		case j.ObservedStart.IsZero():
-			err = errors.New("this node did not see the job start")
-		case cp.Seconds > limit:
-			err = fmt.Errorf("checkpoint counts %d s; this node saw the job start %d s ago", cp.Seconds, limit-int64(protocol.MeterTolerance/time.Second))
-		case cp.Seconds < j.CheckpointSeconds:
-			err = fmt.Errorf("checkpoint counts %d s, less than the %d s already countersigned", cp.Seconds, j.CheckpointSeconds)
-		}
-	}
+	cp, err := checkObserved(j, m.Record, now)
 	if err != nil {
 		r.metrics.RecordsRejected.WithLabelValues(string(protocol.KindCheckpoint), "stream", protocol.Reason(err)).Inc()
 		r.log.Warn("usage checkpoint refused", "job", j.ID, "provider", j.Peer, "err", err)

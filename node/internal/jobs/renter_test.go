@@ -87,3 +87,40 @@ func TestRenterDisputesWhatItDidNotSee(t *testing.T) {
 		t.Fatal("a disputed receipt taken twice")
 	}
 }
+
+// TestRenterCountersignsOnlyWhatItSaw: a checkpoint is countersigned when its seconds fit
+// what the renter saw (since the start, within the tolerance) and do not go back; one that
+// counts more time than has passed, or goes back, or is signed by someone else, is refused.
+func TestRenterCountersignsOnlyWhatItSaw(t *testing.T) {
+	_, renter := newKey(t)
+	pkey, provider := newKey(t)
+	skey, _ := newKey(t)
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	lease := protocol.Lease{Version: 1, Job: "00000000000000e2", Proposal: "00", Renter: renter.String(), Provider: provider.String(),
+		Model: "L4-24GB", GPUs: 1, Price: 3_600_000, IssuedAt: t0, EndsAt: t0.Add(2 * time.Hour), Limits: protocol.Limits{MemoryBytes: 1, CPUMillis: 1, Pids: 1, ScratchBytes: 1}}
+	lraw, _ := protocol.Seal(protocol.KindLease, lease, pkey)
+	j := ledger.Job{ID: lease.Job, Side: "renter", Lease: lraw, ObservedStart: t0.Add(time.Second), CheckpointSeconds: 60}
+	cp := func(secs int64, key crypto.PrivKey) []byte {
+		raw, _ := protocol.Seal(protocol.KindCheckpoint, protocol.Checkpoint{Version: 1, Job: lease.Job, Lease: protocol.RecordSHA256(lraw), Provider: provider.String(),
+			Renter: renter.String(), Seconds: secs, Amount: protocol.Cost(lease.Price, 1, secs), At: t0.Add(time.Duration(secs) * time.Second)}, key)
+		return raw
+	}
+	now := t0.Add(2 * time.Minute)
+	if got, err := checkObserved(j, cp(125, pkey), now); err != nil || got.Seconds != 125 {
+		t.Fatalf("a checkpoint within what the renter saw: %v", err)
+	}
+	for name, raw := range map[string][]byte{
+		"more time than has passed": cp(300, pkey),
+		"going back":                cp(30, pkey),
+		"signed by someone else":    cp(120, skey),
+	} {
+		if _, err := checkObserved(j, raw, now); err == nil {
+			t.Errorf("%s: countersigned", name)
+		}
+	}
+	unseen := j
+	unseen.ObservedStart = time.Time{}
+	if _, err := checkObserved(unseen, cp(60, pkey), now); err == nil {
+		t.Error("a checkpoint of a job whose start the renter never saw: countersigned")
+	}
+}
