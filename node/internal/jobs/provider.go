@@ -102,7 +102,7 @@ type Runner struct {
 	gpus    []gpuSlot
 	lost    map[string]bool // UUIDs of slots the latest probe did not find healthy
 	rate    *p2p.PeerRate
-	nets    *p2p.Budget[string]           // proposals per network (IPv4 address, IPv6 /64)
+	nets    *p2p.NetworkBudget            // proposals per network (IPv4 address, IPv6 /64)
 	cancels map[string]context.CancelFunc // running jobs' watchers
 	images  map[string]string             // image references by archive SHA-256
 	imports map[string]*sync.Mutex        // one import per archive at a time
@@ -126,7 +126,7 @@ func NewRunner(d Deps) (*Runner, error) {
 	}
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
 		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
-		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewBudget[string](float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute)), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
+		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute)), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
 	// The GPUs jobs get are the ones the probe finds, with their real UUIDs and indexes
 	// (simulated ones where the configuration declares them).
 	gpus, err := detectGPUs(d.Probe)
@@ -309,7 +309,7 @@ func (r *Runner) HandleJob(s network.Stream) {
 	}
 	// Identities rotating on one network share four times one peer's rate (the host's own
 	// address is exempt: a devnet's renters).
-	if net := p2p.NetworkOf(s.Conn().RemoteMultiaddr()); net != "loopback" && !r.nets.Spend(net, time.Now()) {
+	if !r.nets.Take(s.Conn(), time.Now(), 1) {
 		r.peer.Misbehaved(remote)
 		refuse("rate_limited", fmt.Errorf("more than %d proposals in a minute from %s's network: slow down", 4*r.cfg.ProposalsPerMinute, remote))
 		return

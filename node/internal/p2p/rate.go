@@ -106,33 +106,43 @@ func (b *Budget[K]) Take(k K, now time.Time, n float64) bool {
 	return true
 }
 
-// Sources bounds the costly work peers may ask for both per peer and per network (an
-// IPv4 address, an IPv6 /64), so that a new peer ID buys nothing: a host that rotates
-// identities shares its network's budget.
+// NetworkBudget is a Budget per network (an IPv4 address, an IPv6 /64) of the peers a
+// node talks to. Peers at this host's own address (127.0.0.1, ::1) have none: they are the
+// operator's own processes (a devnet, a test).
+type NetworkBudget struct{ b *Budget[string] }
+
+// NewNetworkBudget gives every network perMinute a minute, at most burst at once.
+func NewNetworkBudget(perMinute, burst float64) *NetworkBudget {
+	return &NetworkBudget{NewBudget[string](perMinute, burst)}
+}
+
+// Take takes n from the budget of the connection's network at now, all or nothing.
+func (nb *NetworkBudget) Take(c network.Conn, now time.Time, n float64) bool {
+	net := NetworkOf(c.RemoteMultiaddr())
+	return net == "loopback" || nb.b.Take(net, now, n)
+}
+
+// Sources bounds the costly work peers may ask for both per peer and per network, so that a
+// new peer ID buys nothing: a host that rotates identities shares its network's budget.
 type Sources struct {
 	peers *Budget[peer.ID]
-	nets  *Budget[string]
+	nets  *NetworkBudget
 }
 
 // NewSources gives each peer perMinute (burst at once), and each network netFactor times
 // that.
 func NewSources(perMinute, burst, netFactor float64) *Sources {
-	return &Sources{peers: NewBudget[peer.ID](perMinute, burst), nets: NewBudget[string](perMinute*netFactor, burst*netFactor)}
+	return &Sources{peers: NewBudget[peer.ID](perMinute, burst), nets: NewNetworkBudget(perMinute*netFactor, burst*netFactor)}
 }
 
 // Take spends n of the budgets of the stream's peer and network at now; false, and
-// nothing spent, when either is short. Peers at this host's own address (127.0.0.1, ::1)
-// share no network budget: they are the operator's own processes (a devnet, a test).
+// nothing spent, when either is short.
 func (s *Sources) Take(c network.Conn, now time.Time, n float64) bool {
-	net := NetworkOf(c.RemoteMultiaddr())
-	if net == "loopback" {
-		return s.peers.Take(c.RemotePeer(), now, n)
-	}
-	if !s.nets.Take(net, now, n) {
+	if !s.nets.Take(c, now, n) {
 		return false
 	}
 	if !s.peers.Take(c.RemotePeer(), now, n) {
-		s.nets.Take(net, now, -n) // give the network's share back
+		s.nets.Take(c, now, -n) // give the network's share back
 		return false
 	}
 	return true
