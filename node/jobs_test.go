@@ -427,10 +427,13 @@ func TestLeasedGPUNotBenchmarked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The latest attestation once the GPU is leased (the node's own benchmark loop may have
-	// run since the test's first run): every run from now on must keep the leased GPU's
-	// figures as they are.
-	before := prov.bench.Latest()
+	// A run once the GPU is leased (the node's own benchmark loop may have had a run in
+	// flight when the lease began, measuring the GPU just before it; runs take turns, so this
+	// one starts after it): from now on, every run must keep the leased GPU's figures.
+	before, err := prov.bench.Run(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	after, err := prov.bench.Run(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
