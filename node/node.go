@@ -254,7 +254,8 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 	rt = d.Sandbox
 	if rt == nil {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := sandbox.NewContainerd(cctx, sandbox.ContainerdOptions{Address: n.cfg.Jobs.ContainerdAddress, Namespace: n.cfg.Jobs.Namespace})
+		c, err := sandbox.NewContainerd(cctx, sandbox.ContainerdOptions{Address: n.cfg.Jobs.ContainerdAddress, Namespace: n.cfg.Jobs.Namespace,
+			Owner: n.peer.ID.String()})
 		cancel()
 		if err != nil {
 			rtErr = err

@@ -66,6 +66,10 @@ const (
 	labelLogMax     = "gpunex/log-max"     // ContainerdOptions.MaxLogBytes when it started
 	labelKillReason = "gpunex/kill-reason" // the first reason given to Kill (or timeout)
 	labelExit       = "gpunex/exit"        // the Exit as JSON, once known
+	// labelOwner names the node that started the job (ContainerdOptions.Owner): a runtime
+	// sees, watches, kills and removes only its own jobs, so that nodes sharing a
+	// containerd namespace (a devnet, a misconfigured host) never touch each other's.
+	labelOwner = "gpunex/owner"
 )
 
 // ContainerdOptions configure NewContainerd. Zero values take the defaults.
@@ -82,7 +86,11 @@ type ContainerdOptions struct {
 	// that calls RunLoggerIfInvoked first thing (the running one, os.Executable(), by
 	// default; an absolute path).
 	LogBinary string
-	Logger    *slog.Logger // slog.Default() with subsystem=sandbox
+	// Owner identifies the node running the jobs (its peer ID): jobs are labelled with it,
+	// and List, Wait, Kill and Remove ignore containers another owner labelled. Containers
+	// without an owner (made by versions before it existed) belong to every runtime.
+	Owner  string
+	Logger *slog.Logger // slog.Default() with subsystem=sandbox
 }
 
 // Containerd runs jobs as containerd containers (runc). It needs root on the host running
@@ -357,6 +365,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 		labelLogPath:   spec.LogPath,
 		labelLogMax:    strconv.FormatInt(c.opts.MaxLogBytes, 10),
 	}
+	if c.opts.Owner != "" {
+		labels[labelOwner] = c.opts.Owner
+	}
 	ctr, err := c.client.NewContainer(ctx, spec.ID,
 		client.WithImage(img),
 		client.WithSnapshotter(c.opts.Snapshotter),
@@ -398,7 +409,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	return nil
 }
 
-// load finds a job's container.
+// load finds a job's container; another owner's is not found.
 func (c *Containerd) load(ctx context.Context, id string) (client.Container, error) {
 	ctr, err := c.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
@@ -407,7 +418,23 @@ func (c *Containerd) load(ctx context.Context, id string) (client.Container, err
 	if err != nil {
 		return nil, fmt.Errorf("load job %s: %w", id, err)
 	}
+	labels, err := ctr.Labels(ctx)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load job %s: %w", id, err)
+	}
+	if !c.owns(labels) {
+		return nil, fmt.Errorf("%w: %s (it belongs to another node using containerd namespace %s)", ErrNotFound, id, c.opts.Namespace)
+	}
 	return ctr, nil
+}
+
+// owns tells whether a container with these labels is this runtime's.
+func (c *Containerd) owns(labels map[string]string) bool {
+	o := labels[labelOwner]
+	return o == "" || c.opts.Owner == "" || o == c.opts.Owner
 }
 
 // Wait blocks until the job's process has ended and returns its Exit, which is also
@@ -587,6 +614,7 @@ func (c *Containerd) kill(ctx context.Context, ctr client.Container, reason stri
 			return fmt.Errorf("kill job %s: record the reason: %w", ctr.ID(), err)
 		}
 	}
+	c.log.Info("stopping a job", "job", ctr.ID(), "reason", reason, "sigterm_grace", grace)
 	exitC, err := task.Wait(ctx)
 	if err != nil {
 		return fmt.Errorf("kill job %s: %w", ctr.ID(), err)
@@ -627,6 +655,9 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 	}
 	c.unwatch(id)
 	if task, err := ctr.Task(ctx, nil); err == nil {
+		if st, err := task.Status(ctx); err == nil && st.Status != client.Stopped {
+			c.log.Warn("removing a job that still runs: SIGKILL", "job", id)
+		}
 		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("remove job %s: delete its task: %w", id, err)
 		}
@@ -667,6 +698,9 @@ func (c *Containerd) List(ctx context.Context) ([]Info, error) {
 		info, err := ctr.Info(ctx, client.WithoutRefreshedMetadata)
 		if err != nil {
 			return nil, err
+		}
+		if !c.owns(info.Labels) {
+			continue
 		}
 		if e, ok, err := exitLabel(info.Labels); err == nil && ok {
 			in.Exit = &e
@@ -760,7 +794,7 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if info.Labels[labelJob] == "" {
+	if info.Labels[labelJob] == "" || !c.owns(info.Labels) {
 		return nil // not ours: nothing to enforce
 	}
 	wall, err := time.ParseDuration(info.Labels[labelWallClock])

@@ -403,3 +403,50 @@ func TestRealGPUDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnersShareANamespace: two nodes on one containerd namespace (the devnet's
+// providers) never see, stop or remove each other's jobs. A provider restarting used to
+// remove the other providers' running jobs as containers no job of its owned: a SIGKILL
+// that no log explained.
+func TestOwnersShareANamespace(t *testing.T) {
+	rt, ref := testRuntime(t)
+	open := func(owner string) *Containerd {
+		c, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(), Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := open("provider-a"), open("provider-b")
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "out"), 0o700)
+	spec := Spec{ID: "owned-by-a", Image: ref, Args: []string{"sleep", "3"}, MemoryBytes: 32 << 20, CPUMillis: 200, Pids: 8,
+		ScratchBytes: 1 << 20, WallClock: 30 * time.Second, OutputDir: filepath.Join(dir, "out"), LogPath: filepath.Join(dir, "log")}
+	ctx := context.Background()
+	if err := a.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Remove(ctx, spec.ID)
+	infos, err := b.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Fatalf("provider b lists %+v: another node's job", infos)
+	}
+	if err := b.Remove(ctx, spec.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("provider b removes a's job: %v, want ErrNotFound", err)
+	}
+	if err := b.Kill(ctx, spec.ID, "not yours"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("provider b kills a's job: %v, want ErrNotFound", err)
+	}
+	infos, err = a.List(ctx)
+	if err != nil || len(infos) != 1 || !infos[0].Running {
+		t.Fatalf("provider a lists %+v (%v): its job should still run", infos, err)
+	}
+	exit, err := a.Wait(ctx, spec.ID)
+	if err != nil || exit.Code != 0 || exit.Reason != ReasonExited {
+		t.Fatalf("a's job ended %+v (%v); want code 0, reason exited: nothing else may stop it", exit, err)
+	}
+}
