@@ -15,7 +15,7 @@ PROVIDERS ?= 4
 build: deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex
 
-## deps: the Debian packages needed (gcc for go-nvml, containerd, runc, busybox-static), when missing
+## deps: the Debian packages needed (gcc for go-nvml, containerd, runc, containernetworking-plugins, iptables, busybox-static), when missing
 deps:
 	@.ci/install-deps
 

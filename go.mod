@@ -12,6 +12,7 @@ require (
 	github.com/containerd/errdefs/pkg v0.3.0
 	github.com/containerd/platforms v1.0.0-rc.5
 	github.com/containerd/typeurl/v2 v2.3.0
+	github.com/containernetworking/cni v1.3.1
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/gagliardetto/solana-go v1.14.0
 	github.com/ipfs/go-cid v0.6.2

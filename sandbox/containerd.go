@@ -70,6 +70,7 @@ const (
 	// sees, watches, kills and removes only its own jobs, so that nodes sharing a
 	// containerd namespace (a devnet, a misconfigured host) never touch each other's.
 	labelOwner = "gpunex/owner"
+	labelNetns = "gpunex/netns" // the pinned network namespace of a job with egress
 )
 
 // ContainerdOptions configure NewContainerd. Zero values take the defaults.
@@ -89,8 +90,10 @@ type ContainerdOptions struct {
 	// Owner identifies the node running the jobs (its peer ID): jobs are labelled with it,
 	// and List, Wait, Kill and Remove ignore containers another owner labelled. Containers
 	// without an owner (made by versions before it existed) belong to every runtime.
-	Owner  string
-	Logger *slog.Logger // slog.Default() with subsystem=sandbox
+	Owner string
+	// Network is what jobs with egress get (network.go); its zero value refuses egress.
+	Network NetworkOptions
+	Logger  *slog.Logger // slog.Default() with subsystem=sandbox
 }
 
 // Containerd runs jobs as containerd containers (runc). It needs root on the host running
@@ -112,6 +115,7 @@ type Containerd struct {
 	opts   ContainerdOptions
 	log    *slog.Logger
 	devDir string // the host's device nodes: "/dev"
+	net    *jobNetwork
 
 	ctx    context.Context // namespaced; the monitors run under it until Close
 	cancel context.CancelFunc
@@ -181,8 +185,13 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 		cl.Close()
 		return nil, fmt.Errorf("containerd at %s has no usable %q snapshotter (%v): check its config and log", o.Address, o.Snapshotter, err)
 	}
+	jn, err := newJobNetwork(o.Network)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
 	c := &Containerd{
-		client: cl, opts: o, log: o.Logger, devDir: "/dev",
+		client: cl, opts: o, log: o.Logger, devDir: "/dev", net: jn,
 		monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{},
 	}
 	c.ctx, c.cancel = context.WithCancel(namespaces.WithNamespace(context.Background(), o.Namespace))
@@ -349,7 +358,15 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err := os.Chown(spec.OutputDir, JobUID, JobGID); err != nil {
 		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", JobUID, err)
 	}
-	opts, err := specOpts(cfg, spec, c.devDir)
+	if spec.Egress {
+		if c.net.opts.Policy == EgressDeny {
+			return fmt.Errorf("job %s: %w", spec.ID, ErrEgressOff)
+		}
+		if err := c.net.install(); err != nil {
+			return fmt.Errorf("job %s: set up the jobs' network: %w", spec.ID, err)
+		}
+	}
+	opts, err := specOpts(cfg, spec, c.devDir, c.net.resolv)
 	if err != nil {
 		return fmt.Errorf("job %s: %w", spec.ID, err)
 	}
@@ -396,13 +413,32 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return fmt.Errorf("create the task of job %s: %w", spec.ID, err)
 	}
+	defer func() {
+		if err != nil {
+			task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+		}
+	}()
+	if spec.Egress {
+		// The namespace is the task's own (runc made it, before the process runs), so it
+		// belongs to the job's user namespace; it is connected before the job starts.
+		var pin string
+		if pin, err = c.net.attach(ctx, c.opts.Namespace, spec.ID, task.Pid()); err != nil {
+			return fmt.Errorf("job %s: %w", spec.ID, err)
+		}
+		defer func() {
+			if err != nil {
+				c.net.detach(context.WithoutCancel(ctx), c.opts.Namespace, spec.ID, pin)
+			}
+		}()
+		if _, err := ctr.SetLabels(ctx, map[string]string{labelNetns: pin}); err != nil {
+			return fmt.Errorf("record the network of job %s: %w", spec.ID, err)
+		}
+	}
 	started := time.Now()
 	if err := task.Start(ctx); err != nil {
-		task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
 		return fmt.Errorf("start job %s: %w", spec.ID, err)
 	}
 	if _, err := ctr.SetLabels(ctx, map[string]string{labelStartedAt: started.UTC().Format(time.RFC3339Nano)}); err != nil {
-		task.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
 		return fmt.Errorf("record the start of job %s: %w", spec.ID, err)
 	}
 	c.watch(spec.ID)
@@ -663,6 +699,11 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 		}
 	} else if !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove job %s: %w", id, err)
+	}
+	if labels, err := ctr.Labels(ctx); err == nil && labels[labelNetns] != "" {
+		if err := c.net.detach(ctx, c.opts.Namespace, id, labels[labelNetns]); err != nil {
+			return fmt.Errorf("remove job %s: %w", id, err)
+		}
 	}
 	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove job %s: delete its container: %w", id, err)

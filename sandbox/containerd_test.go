@@ -46,6 +46,7 @@ func TestMain(m *testing.M) {
 			return m.Run()
 		}
 		defer os.RemoveAll(dir)
+		buildProbe(dir)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		testDaemon, testDaemonErr = StartContainerd(ctx, dir)
 		cancel()

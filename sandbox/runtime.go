@@ -31,7 +31,7 @@ type Spec struct {
 	Env   []string // K=V, added to the image's environment
 	GPUs  []GPU
 
-	Egress       bool          // network access through the host; without it the job has only its own loopback
+	Egress       bool          // network access through NAT, as the runtime's egress policy allows; without it the job has only its own loopback
 	MemoryBytes  int64         // hard memory limit (required)
 	CPUMillis    int64         // CPU quota in thousandths of a CPU (required)
 	Pids         int64         // most processes and threads at once (required)
@@ -77,6 +77,10 @@ type Info struct {
 
 // ErrNotFound is returned for a job the runtime does not hold.
 var ErrNotFound = errors.New("no such job in the sandbox runtime")
+
+// ErrEgressOff is returned by Start for a job with Egress on a runtime whose egress
+// policy is EgressDeny.
+var ErrEgressOff = errors.New("this provider gives jobs no network (jobs.egress = \"deny\")")
 
 // ErrImageNotFound is returned by Start and ImageSize for an image that is not present:
 // import or pull it first.

@@ -118,15 +118,16 @@ func (s *Spec) Validate() error {
 //     privileges, containerd's default seccomp profile;
 //   - memory limit MemoryBytes with memory+swap = MemoryBytes (no swap), a CFS quota of
 //     CPUMillis, a pids limit;
-//   - the host network namespace when Egress (the job then sees the host's interfaces,
-//     and can reach services listening on the host's loopback: the isolation is weaker,
-//     and the host's /etc/resolv.conf is bind-mounted read-only so names resolve);
-//     otherwise a new network namespace with only its own loopback;
+//   - its own network namespace, with only its loopback; with Egress the runtime then
+//     connects it to the jobs' network (network.go: a veth to the host, NAT, the egress
+//     policy's rules) and resolvConf, the jobs' nameservers, is bind-mounted read-only at
+//     /etc/resolv.conf. IPv6 is off in it (the jobs' network is IPv4: a link-local IPv6
+//     address would reach the host past the IPv4 rules);
 //   - for each real (not simulated) GPU its /dev/nvidia<Minor>, plus /dev/nvidiactl,
 //     /dev/nvidia-uvm and /dev/nvidia-uvm-tools, where present on the host, each with a
 //     device cgroup rule allowing only it, and the NVIDIA driver's user-space libraries
 //     bind-mounted read-only (see gpuMounts).
-func specOpts(img ocispec.Image, s Spec, devDir string) ([]oci.SpecOpts, error) {
+func specOpts(img ocispec.Image, s Spec, devDir, resolvConf string) ([]oci.SpecOpts, error) {
 	uuids := make([]string, len(s.GPUs))
 	for i, g := range s.GPUs {
 		uuids[i] = g.UUID
@@ -149,12 +150,10 @@ func specOpts(img ocispec.Image, s Spec, devDir string) ([]oci.SpecOpts, error) 
 		oci.WithPidsLimit(s.Pids),
 		oci.WithRlimit(&specs.POSIXRlimit{Type: "RLIMIT_FSIZE", Hard: uint64(s.ScratchBytes), Soft: uint64(s.ScratchBytes)}),
 	}
-	if s.Egress {
-		opts = append(opts, oci.WithHostNamespace(specs.NetworkNamespace))
-		if _, err := os.Stat("/etc/resolv.conf"); err == nil {
-			opts = append(opts, oci.WithMounts([]specs.Mount{{Destination: "/etc/resolv.conf", Type: "bind", Source: "/etc/resolv.conf", Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}}))
-		}
+	if s.Egress && resolvConf != "" {
+		opts = append(opts, oci.WithMounts([]specs.Mount{{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvConf, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}}))
 	}
+	opts = append(opts, withoutIPv6)
 	gpus, err := gpuOpts(s.GPUs, devDir)
 	if err != nil {
 		return nil, err
@@ -309,4 +308,17 @@ func withDevice(dev specs.LinuxDevice, path string) oci.SpecOpts {
 		})
 		return nil
 	}
+}
+
+// withoutIPv6 turns IPv6 off in the job's network namespace, where the host has IPv6.
+func withoutIPv6(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		return nil
+	}
+	if s.Linux.Sysctl == nil {
+		s.Linux.Sysctl = map[string]string{}
+	}
+	s.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"] = "1"
+	s.Linux.Sysctl["net.ipv6.conf.default.disable_ipv6"] = "1"
+	return nil
 }
