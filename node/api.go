@@ -144,6 +144,13 @@ func (n *Node) Status(started time.Time) api.Status {
 func (a *APIServer) search(r *http.Request) (any, error) {
 	q := r.URL.Query()
 	f := api.SearchFilter{Model: q.Get("model"), Region: q.Get("region"), Sort: q.Get("sort")}
+	switch q.Get("egress") {
+	case "", "false", "0":
+	case "true", "1":
+		f.Egress = true
+	default:
+		return nil, api.Invalid(fmt.Errorf("egress %q: true or false", q.Get("egress")))
+	}
 	switch f.Sort {
 	case "", "merit", "placement", "price", "score", "perf":
 	default:

@@ -39,6 +39,12 @@ var (
 // GPUNEX_REQUIRE_CONTAINERD=1) where containerd cannot run.
 func testRuntime(t testing.TB) sandbox.Runtime {
 	t.Helper()
+	return testRuntimeWith(t, sandbox.NetworkOptions{})
+}
+
+// testRuntimeWith is testRuntime whose jobs with egress get network n.
+func testRuntimeWith(t testing.TB, n sandbox.NetworkOptions) *sandbox.Containerd {
+	t.Helper()
 	ctrdOnce.Do(func() {
 		ctrdDir, ctrdErr = os.MkdirTemp("", "gpunex-ctrd-")
 		if ctrdErr == nil {
@@ -52,7 +58,7 @@ func testRuntime(t testing.TB) sandbox.Runtime {
 		t.Skipf("containerd not available: %v", ctrdErr)
 	}
 	ns := fmt.Sprintf("gpunex-test-%d", time.Now().UnixNano())
-	rt, err := sandbox.NewContainerd(context.Background(), sandbox.ContainerdOptions{Address: ctrd.Address(), Namespace: ns})
+	rt, err := sandbox.NewContainerd(context.Background(), sandbox.ContainerdOptions{Address: ctrd.Address(), Namespace: ns, Network: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +101,20 @@ func jobNet(t testing.TB, gpus int) (renter, prov *Node) {
 // jobNetWith is jobNet that also returns the network (its coordinator is tn.boot).
 func jobNetWith(t testing.TB, gpus int) (tn *testNet, renter, prov *Node) {
 	t.Helper()
-	rt := testRuntime(t)
+	return jobNetConfig(t, gpus, testRuntime(t), nil)
+}
+
+// jobNetConfig is jobNetWith on runtime rt, with the provider's configuration changed by
+// edit (when not nil) before it starts.
+func jobNetConfig(t testing.TB, gpus int, rt sandbox.Runtime, edit func(*config.Config)) (tn *testNet, renter, prov *Node) {
+	t.Helper()
 	tn = newTestNet(t)
 	cfg := providerConfig(0)
 	cfg.Provider.GPUs[0].Count = gpus
 	cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
+	if edit != nil {
+		edit(&cfg)
+	}
 	prov = tn.addWith(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
 	renter = tn.add(testConfig(config.RoleRenter), nil)
 	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
@@ -302,8 +317,8 @@ func TestJobConcurrentProposals(t *testing.T) {
 // provider (negotiation, lease signed by both, image already held, container started), on
 // loopback with containerd. Reports the median and 95th percentile.
 func BenchmarkJobStart(b *testing.B) {
-	renter, prov := jobNet(b, 1)
-	prov.cfg.Jobs.ProposalsPerMinute = 1 << 20 // the benchmark proposes faster than a renter should
+	// The benchmark proposes faster than a renter should.
+	_, renter, prov := jobNetConfig(b, 1, testRuntime(b), func(c *config.Config) { c.Jobs.ProposalsPerMinute = 1 << 20 })
 	archive := busyboxArchive(b)
 	ctx := context.Background()
 	run := func() time.Duration {
@@ -521,5 +536,50 @@ func TestRenterVanishes(t *testing.T) {
 	want := protocol.Cost(rec.Price, 1, min(rec.Seconds, rep.CheckpointSeconds+60))
 	if es[0].Charge != want || es[0].Rule != protocol.RuleCheckpoint || rep.CheckpointSeconds < 2 {
 		t.Fatalf("charged %s under %s; the checkpoints prove %d s, the receipt says %d s: want %s", es[0].Charge, es[0].Rule, rep.CheckpointSeconds, rec.Seconds, want)
+	}
+}
+
+// TestJobEgress: a provider whose jobs get a network says so in its offer and renters
+// filter on it; a job with egress there gets its own interface on the jobs' network and
+// the provider's nameservers. A provider giving none is left out of the filtered search,
+// and a job with egress there is refused with the reason.
+func TestJobEgress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	rt := testRuntimeWith(t, sandbox.NetworkOptions{Policy: protocol.EgressPublicOnly, Name: fmt.Sprintf("n%d", os.Getpid()%100000),
+		Subnet: "10.231.81.0/24", DNS: []string{"192.0.2.53"}})
+	t.Cleanup(func() { rt.RemoveNetworkRules() })
+	tn, renter, prov := jobNetConfig(t, 1, rt, nil)
+	cfg := providerConfig(0)
+	cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
+	closed := tn.addWith(cfg, Deps{Sandbox: testRuntime(t), JobsDir: t.TempDir()})
+	ctx := context.Background()
+	eventually(t, 10*time.Second, "both offers found, one with egress", func() (bool, string) {
+		_, all := searchHas(t, renter, closed.ID())
+		rows := search(t, renter, api.SearchFilter{Egress: true})
+		var with []string
+		for _, r := range rows {
+			with = append(with, r.Provider+"="+r.Egress)
+		}
+		return all && len(rows) == 1 && rows[0].Provider == prov.ID().String() && rows[0].Egress == protocol.EgressPublicOnly,
+			fmt.Sprintf("egress rows %v", with)
+	})
+	archive := busyboxArchive(t)
+	v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Egress: true,
+		Args: []string{"sh", "-c", "ip -4 -o addr show eth0; cat /etc/resolv.conf"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if final, err := renter.renter.JobLogs(ctx, v.ID, true, &out); err != nil || final.ExitCode != 0 {
+		t.Fatalf("job with egress: %+v %v; output:\n%s", final, err, out.String())
+	}
+	if !strings.Contains(out.String(), "inet 10.231.81.") || !strings.Contains(out.String(), "nameserver 192.0.2.53") {
+		t.Fatalf("a job with egress should have an address on the jobs' network and the provider's nameservers; output:\n%s", out.String())
+	}
+	_, err = renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(closed), GPUs: 1, MaxSeconds: 60, ImageArchive: archive, Egress: true, Args: []string{"true"}})
+	if err == nil || !strings.Contains(err.Error(), "gives jobs no network") {
+		t.Fatalf("a job with egress on a provider giving none: %v; want the reason", err)
 	}
 }

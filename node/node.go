@@ -253,15 +253,30 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtErr error, dir string, err error) {
 	rt = d.Sandbox
 	if rt == nil {
+		j := n.cfg.Jobs
+		o := sandbox.ContainerdOptions{Address: j.ContainerdAddress, Namespace: j.Namespace, Owner: n.peer.ID.String(),
+			Network: sandbox.NetworkOptions{Policy: j.Egress, Subnet: j.NetworkSubnet, EgressMbps: j.EgressMbps, DNS: j.DNS}}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := sandbox.NewContainerd(cctx, sandbox.ContainerdOptions{Address: n.cfg.Jobs.ContainerdAddress, Namespace: n.cfg.Jobs.Namespace,
-			Owner: n.peer.ID.String()})
+		c, err := sandbox.NewContainerd(cctx, o)
+		if errors.Is(err, sandbox.ErrNetwork) {
+			// Jobs without a network can still run: say why egress is off, and offer none.
+			n.log.Warn("jobs get no network: proposals asking for egress will be refused until this is fixed", "jobs.egress", j.Egress, "err", err)
+			o.Network = sandbox.NetworkOptions{Policy: protocol.EgressDeny}
+			c, err = sandbox.NewContainerd(cctx, o)
+		}
 		cancel()
 		if err != nil {
 			rtErr = err
 			n.log.Warn("jobs cannot run: proposals will be refused until this is fixed", "err", err)
 		} else {
 			rt, n.ownsSandbox = c, true
+		}
+	}
+	if c, ok := rt.(*sandbox.Containerd); ok {
+		policy, mbps := c.Egress()
+		n.publisher.SetEgress(policy, mbps)
+		if policy != protocol.EgressDeny {
+			n.log.Info("jobs with egress get their own network", "policy", policy, "mbps_cap", mbps, "subnet", n.cfg.Jobs.NetworkSubnet)
 		}
 	}
 	n.runtime = rt

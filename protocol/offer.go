@@ -72,6 +72,29 @@ type Offer struct {
 	// Attestation is the provider's latest benchmark attestation (an attestation envelope),
 	// when it has one: renters see each GPU's measured figures.
 	Attestation []byte `json:"attestation,omitempty"`
+	// Egress is what the provider's jobs with egress reach (its jobs.egress policy):
+	// EgressPublicOnly or EgressAllow; empty: jobs get no network. EgressMbps caps each
+	// job's traffic in each direction (0: no cap).
+	Egress     string `json:"egress,omitempty"`
+	EgressMbps int64  `json:"egress_mbps,omitempty"`
+}
+
+// Egress policies: what a provider lets jobs with egress reach (jobs.egress,
+// docs/sandbox.md).
+const (
+	// EgressDeny: jobs get no network; a proposal asking for egress is refused.
+	EgressDeny = "deny"
+	// EgressPublicOnly: public addresses only, through NAT.
+	EgressPublicOnly = "public-only"
+	// EgressAllow: public addresses and the provider's private networks (RFC 1918,
+	// CGNAT), through NAT. The host itself, link-local addresses (cloud metadata) and
+	// other jobs stay out of reach.
+	EgressAllow = "allow"
+)
+
+// ValidEgress tells whether p names an egress policy.
+func ValidEgress(p string) bool {
+	return p == EgressDeny || p == EgressPublicOnly || p == EgressAllow
 }
 
 // OfferGPUs is one GPU model in an offer.
@@ -263,6 +286,12 @@ func (o *Offer) Validate() error {
 	}
 	if len(o.Availability) > maxAvailabilityLen {
 		return bad("availability text too long")
+	}
+	if o.Egress != "" && o.Egress != EgressPublicOnly && o.Egress != EgressAllow {
+		return bad("egress %q: %q, %q or absent", o.Egress, EgressPublicOnly, EgressAllow)
+	}
+	if o.EgressMbps < 0 || (o.Egress == "" && o.EgressMbps != 0) {
+		return bad("egress_mbps %d without egress, or negative", o.EgressMbps)
 	}
 	if len(o.Withdrawn) > 256 {
 		return bad("withdrawn reason too long")

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpunex/gpunex/protocol"
+
 	"github.com/containerd/cgroups/v3/cgroup1/stats"
 	statsv2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
@@ -207,6 +209,20 @@ func (c *Containerd) ns(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, c.opts.Namespace)
 }
 
+// Egress is what the runtime's jobs with egress get: its policy and bandwidth cap.
+func (c *Containerd) Egress() (policy string, mbps int64) {
+	return c.net.opts.Policy, c.net.opts.EgressMbps
+}
+
+// RemoveNetworkRules removes the iptables rules of the jobs' network (tests, and a
+// provider that turns egress off; running jobs with egress lose their network).
+func (c *Containerd) RemoveNetworkRules() error {
+	if c.net.opts.Policy == protocol.EgressDeny {
+		return nil
+	}
+	return c.net.Uninstall()
+}
+
 // Client is the containerd client, for callers that need more (tests, benchmarks). Its
 // calls need a context carrying the runtime's namespace (Namespace).
 func (c *Containerd) Client() *client.Client { return c.client }
@@ -359,7 +375,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", JobUID, err)
 	}
 	if spec.Egress {
-		if c.net.opts.Policy == EgressDeny {
+		if c.net.opts.Policy == protocol.EgressDeny {
 			return fmt.Errorf("job %s: %w", spec.ID, ErrEgressOff)
 		}
 		if err := c.net.install(); err != nil {

@@ -10,29 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/gpunex/gpunex/protocol"
 )
-
-// Egress policies: what a provider lets jobs reach (jobs.egress, docs/sandbox.md).
-const (
-	// EgressDeny: no job gets a network; a proposal asking for egress is refused.
-	EgressDeny = "deny"
-	// EgressPublicOnly: a job with egress reaches public addresses only, through NAT.
-	EgressPublicOnly = "public-only"
-	// EgressAllow: public addresses and the provider's private networks (RFC 1918,
-	// CGNAT), through NAT. The host itself, link-local addresses (cloud metadata) and
-	// other jobs stay out of reach.
-	EgressAllow = "allow"
-)
-
-// ValidEgressPolicy tells whether p names a policy.
-func ValidEgressPolicy(p string) bool {
-	return p == EgressDeny || p == EgressPublicOnly || p == EgressAllow
-}
 
 // Defaults of NetworkOptions.
 const (
@@ -55,13 +38,13 @@ var DefaultCNIPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 // the rule refusing every new connection into the jobs' subnet.
 var alwaysBlocked = []string{"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"}
 
-// Private ranges a job reaches only under EgressAllow: RFC 1918 and carrier-grade NAT
+// Private ranges a job reaches only under protocol.EgressAllow: RFC 1918 and carrier-grade NAT
 // (RFC 6598), where a provider's own network usually is.
 var privateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"}
 
 // NetworkOptions configure the network of jobs with egress.
 type NetworkOptions struct {
-	Policy string // EgressDeny (the default), EgressPublicOnly or EgressAllow
+	Policy string // protocol.EgressDeny (the default), EgressPublicOnly or EgressAllow
 	// Name names the CNI network, its address allocations (/var/lib/cni/networks/<Name>)
 	// and its iptables chains: nodes on one host that share it must share Subnet and
 	// Policy too. DefaultNetworkName.
@@ -76,6 +59,10 @@ type NetworkOptions struct {
 	// ("/run/gpunex"): what lives there does not outlive a reboot, as the namespaces do not.
 	RunDir string
 }
+
+// ErrNetwork wraps why NewContainerd cannot give jobs the network its egress policy asks
+// for (a missing plugin or iptables, bad options): a runtime with EgressDeny still works.
+var ErrNetwork = errors.New("the jobs' network cannot be set up")
 
 // jobNetwork gives a job its own network namespace a veth pair away from the host (the
 // CNI ptp plugin, addresses from host-local), NAT to the outside (ptp's ipMasq), an
@@ -97,6 +84,14 @@ var networkNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,14}$`)
 // newJobNetwork checks the options and that the plugins and iptables are there. The
 // rules are installed at the first job with egress (install).
 func newJobNetwork(o NetworkOptions) (*jobNetwork, error) {
+	n, err := makeJobNetwork(o)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNetwork, err)
+	}
+	return n, nil
+}
+
+func makeJobNetwork(o NetworkOptions) (*jobNetwork, error) {
 	if o.Name == "" {
 		o.Name = DefaultNetworkName
 	}
@@ -125,12 +120,12 @@ func newJobNetwork(o NetworkOptions) (*jobNetwork, error) {
 		}
 	}
 	n := &jobNetwork{opts: o, subnet: subnet, resolv: filepath.Join(o.RunDir, "resolv-"+o.Name+".conf")}
-	if o.Policy == EgressDeny || o.Policy == "" {
-		n.opts.Policy = EgressDeny
+	if o.Policy == protocol.EgressDeny || o.Policy == "" {
+		n.opts.Policy = protocol.EgressDeny
 		return n, nil
 	}
-	if !ValidEgressPolicy(o.Policy) {
-		return nil, fmt.Errorf("egress policy %q: use %s, %s or %s", o.Policy, EgressDeny, EgressPublicOnly, EgressAllow)
+	if !protocol.ValidEgress(o.Policy) {
+		return nil, fmt.Errorf("egress policy %q: use %s, %s or %s", o.Policy, protocol.EgressDeny, protocol.EgressPublicOnly, protocol.EgressAllow)
 	}
 	plugins := []string{"ptp", "host-local"}
 	if o.EgressMbps > 0 {
@@ -145,11 +140,11 @@ func newJobNetwork(o NetworkOptions) (*jobNetwork, error) {
 		}
 		if !found {
 			return nil, fmt.Errorf("jobs with egress need the CNI plugin %q in %s: apt-get install containernetworking-plugins, or set jobs.egress = %q",
-				p, strings.Join(o.PluginDirs, " or "), EgressDeny)
+				p, strings.Join(o.PluginDirs, " or "), protocol.EgressDeny)
 		}
 	}
 	if _, err := exec.LookPath("iptables"); err != nil {
-		return nil, fmt.Errorf("jobs with egress need iptables: apt-get install iptables, or set jobs.egress = %q", EgressDeny)
+		return nil, fmt.Errorf("jobs with egress need iptables: apt-get install iptables, or set jobs.egress = %q", protocol.EgressDeny)
 	}
 	list := map[string]any{
 		"cniVersion": "1.0.0",
@@ -203,7 +198,7 @@ func (n *jobNetwork) chains() (input, forward string) {
 //   - forwarded to the jobs' subnet: only replies to connections a job opened; nothing
 //     new, so no job reaches another;
 //   - forwarded from the jobs' subnet: refused to alwaysBlocked, and to privateRanges
-//     unless the policy is EgressAllow; the rest is accepted (and masqueraded by ptp).
+//     unless the policy is protocol.EgressAllow; the rest is accepted (and masqueraded by ptp).
 //
 // Refusals answer "administratively prohibited", so a job fails at once instead of
 // waiting for a timeout.
@@ -220,7 +215,7 @@ func (n *jobNetwork) Rules() []Rule {
 		{"filter", fwd, append([]string{"-d", s}, reject...)},
 	}
 	blocked := alwaysBlocked
-	if n.opts.Policy != EgressAllow {
+	if n.opts.Policy != protocol.EgressAllow {
 		blocked = append(append([]string{}, alwaysBlocked...), privateRanges...)
 	}
 	for _, b := range blocked {
@@ -353,13 +348,4 @@ func (n *jobNetwork) detach(ctx context.Context, namespace, id, pin string) erro
 		return fmt.Errorf("take the job's network down: %w", err)
 	}
 	return nil
-}
-
-// egressNote is the one-line summary of a policy, for logs and offers.
-func egressNote(p string, mbps int64) string {
-	s := p
-	if p != EgressDeny && mbps > 0 {
-		s += ", " + strconv.FormatInt(mbps, 10) + " Mbit/s per job"
-	}
-	return s
 }

@@ -79,7 +79,7 @@ type Info struct {
 var ErrNotFound = errors.New("no such job in the sandbox runtime")
 
 // ErrEgressOff is returned by Start for a job with Egress on a runtime whose egress
-// policy is EgressDeny.
+// policy is protocol.EgressDeny.
 var ErrEgressOff = errors.New("this provider gives jobs no network (jobs.egress = \"deny\")")
 
 // ErrImageNotFound is returned by Start and ImageSize for an image that is not present:

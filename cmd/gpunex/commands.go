@@ -188,9 +188,9 @@ func offersCommand() *cobra.Command {
 	c := &cobra.Command{Use: "offers", Short: "Find and inspect offers on the network"}
 	var model, region, maxPrice, sortBy string
 	var minGPUs int
-	var asJSON, explain bool
+	var asJSON, explain, egress bool
 	search := &cobra.Command{
-		Use:   "search [--model M] [--region R] [--max-price P] [--min-gpus N] [--json]",
+		Use:   "search [--model M] [--region R] [--max-price P] [--min-gpus N] [--egress] [--json]",
 		Short: "List every live, verified, certified offer that matches, best placed first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -213,6 +213,9 @@ func offersCommand() *cobra.Command {
 			if sortBy != "" {
 				q.Set("sort", sortBy)
 			}
+			if egress {
+				q.Set("egress", "true")
+			}
 			cl, err := client(cmd)
 			if err != nil {
 				return err
@@ -232,7 +235,7 @@ func offersCommand() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
-			fmt.Fprintln(w, "MODEL\tGPUS\tVRAM\tUSDC/GPU-H\tREGION\tTIER\tEXPIRES\tID")
+			fmt.Fprintln(w, "MODEL\tGPUS\tVRAM\tUSDC/GPU-H\tREGION\tTIER\tEGRESS\tEXPIRES\tID")
 			sim := false
 			for _, r := range rows {
 				model := r.Model
@@ -240,8 +243,14 @@ func offersCommand() *cobra.Command {
 					model += "*"
 					sim = true
 				}
-				fmt.Fprintf(w, "%s\t%d\t%d GB\t%s\t%s\t%s\t%s\t%s\n", model, r.GPUs, r.VRAMGB, r.PriceUSDC, r.Region,
-					r.Tier, r.ExpiresAt.Local().Format("15:04:05"), r.ID)
+				egress := r.Egress
+				if egress == "" {
+					egress = "none"
+				} else if r.EgressMbps > 0 {
+					egress += fmt.Sprintf(" (%d Mbit/s)", r.EgressMbps)
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d GB\t%s\t%s\t%s\t%s\t%s\t%s\n", model, r.GPUs, r.VRAMGB, r.PriceUSDC, r.Region,
+					r.Tier, egress, r.ExpiresAt.Local().Format("15:04:05"), r.ID)
 			}
 			if err := w.Flush(); err != nil {
 				return err
@@ -265,6 +274,7 @@ func offersCommand() *cobra.Command {
 	search.Flags().StringVar(&region, "region", "", "region, e.g. eu-west")
 	search.Flags().StringVar(&maxPrice, "max-price", "", "highest USDC per GPU-hour")
 	search.Flags().IntVar(&minGPUs, "min-gpus", 0, "fewest GPUs of the model")
+	search.Flags().BoolVar(&egress, "egress", false, "only offers whose jobs may reach the network (public-only or allow)")
 	search.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	search.Flags().StringVar(&sortBy, "sort", "", "merit (default: score, performance, price against the market, tier and commitment), placement, price, score or perf")
 	search.Flags().BoolVar(&explain, "explain", false, "print each offer's ranking terms")

@@ -334,6 +334,8 @@ type SearchFilter struct {
 	Region   string
 	MaxPrice protocol.MicroUSDC // per GPU-hour
 	MinGPUs  int
+	// Egress keeps only offers whose jobs may reach the network.
+	Egress bool
 	// Sort orders the rows: "" (merit, see RankTerms), "placement" (price less the tier
 	// and commitment bonus), "price", "score" (reliability, highest first) or "perf"
 	// (performance score per USDC, highest first). Rows without the figure sort last.
@@ -352,9 +354,13 @@ type OfferRow struct {
 	Region         string             `json:"region"`
 	Availability   string             `json:"availability"`
 	Simulated      bool               `json:"simulated"`
-	Seq            uint64             `json:"seq"`
-	IssuedAt       time.Time          `json:"issued_at"`
-	ExpiresAt      time.Time          `json:"expires_at"`
+	// Egress is what the provider's jobs with egress reach ("public-only", "allow"; ""
+	// for none), EgressMbps its per-job cap (0: none).
+	Egress     string    `json:"egress"`
+	EgressMbps int64     `json:"egress_mbps,omitempty"`
+	Seq        uint64    `json:"seq"`
+	IssuedAt   time.Time `json:"issued_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
 	// Tier and CommitmentEnd come from the provider's certificate.
 	Tier          string    `json:"tier"`
 	CommitmentEnd time.Time `json:"commitment_end"`

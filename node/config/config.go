@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -111,6 +112,18 @@ type JobsConfig struct {
 	// checkpoint for this long (0: never). What a renter did not countersign is paid only
 	// up to one interval past its last checkpoint.
 	UnmeteredStop Duration `toml:"unmetered_stop"`
+	// Egress is what jobs with egress reach: "deny" (no network; proposals asking for it
+	// are refused), "public-only" (public addresses through NAT) or "allow" (also the
+	// provider's private networks). Never the host, other jobs or link-local addresses
+	// (cloud metadata). docs/sandbox.md.
+	Egress string `toml:"egress"`
+	// EgressMbps caps each job's traffic in each direction, in Mbit/s (0: no cap).
+	EgressMbps int64 `toml:"egress_mbps"`
+	// NetworkSubnet is the IPv4 network jobs with egress get their addresses from; nodes
+	// on one host share it.
+	NetworkSubnet string `toml:"network_subnet"`
+	// DNS are the nameservers of jobs with egress.
+	DNS []string `toml:"dns"`
 }
 
 // SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and
@@ -307,6 +320,9 @@ func Defaults(role string) Config {
 			RequireEscrow:      true,
 			CheckpointInterval: Duration{protocol.CheckpointInterval},
 			UnmeteredStop:      Duration{5 * time.Minute},
+			Egress:             protocol.EgressPublicOnly,
+			NetworkSubnet:      "10.231.0.0/16",
+			DNS:                []string{"1.1.1.1", "8.8.8.8"},
 		},
 		Settlement: SettlementConfig{
 			CommissionBPS:   1000,
@@ -436,6 +452,20 @@ func (c *Config) Check() error {
 	}
 	if ci := j.CheckpointInterval.Duration; ci < time.Second || ci > protocol.CheckpointInterval {
 		errs = append(errs, fmt.Errorf("jobs.checkpoint_interval %s: must be between 1s and %s", j.CheckpointInterval, protocol.CheckpointInterval))
+	}
+	if !protocol.ValidEgress(j.Egress) {
+		errs = append(errs, fmt.Errorf("jobs.egress %q: use %q, %q or %q", j.Egress, protocol.EgressDeny, protocol.EgressPublicOnly, protocol.EgressAllow))
+	}
+	if j.EgressMbps < 0 {
+		errs = append(errs, fmt.Errorf("jobs.egress_mbps %d: 0 (no cap) or more", j.EgressMbps))
+	}
+	if p, err := netip.ParsePrefix(j.NetworkSubnet); err != nil || !p.Addr().Is4() || p.Bits() > 28 || p.Masked() != p {
+		errs = append(errs, fmt.Errorf("jobs.network_subnet %q: an IPv4 network such as 10.231.0.0/16, at most /28", j.NetworkSubnet))
+	}
+	for _, d := range j.DNS {
+		if _, err := netip.ParseAddr(d); err != nil {
+			errs = append(errs, fmt.Errorf("jobs.dns: %q is not an IP address", d))
+		}
 	}
 	if u := j.UnmeteredStop.Duration; u != 0 && u < 5*time.Second {
 		errs = append(errs, fmt.Errorf("jobs.unmetered_stop %s: 0 (never) or at least 5s (below %s it stops the jobs of renters countersigning at the slowest pace allowed, once a minute)", j.UnmeteredStop, 2*protocol.CheckpointInterval))

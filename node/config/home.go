@@ -390,6 +390,15 @@ unmetered_stop = "{{.Jobs.UnmeteredStop}}"
 # As a renter: how often to ask for and countersign a checkpoint of each running job
 # (at most 1m).
 checkpoint_interval = "{{.Jobs.CheckpointInterval}}"
+# What a job with egress reaches: "deny" (no network), "public-only" (public addresses,
+# through NAT) or "allow" (also your private networks). Never this host, other jobs or
+# cloud metadata. Needs containernetworking-plugins and iptables.
+egress = "{{.Jobs.Egress}}"
+# Each job's bandwidth cap in Mbit/s, each way (0: none).
+egress_mbps = {{.Jobs.EgressMbps}}
+# The jobs' own IPv4 network (NAT to the outside), and their nameservers.
+network_subnet = "{{.Jobs.NetworkSubnet}}"
+dns = {{list .Jobs.DNS}}
 
 [payout]
 # How you are paid: method "usdc" (to solana_address) or "bank" (account_name, iban, bic),

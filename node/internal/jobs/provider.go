@@ -426,7 +426,9 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 		return nil, nil, 0, jobErr("outside the provider's availability window")
 	}
 	var item *protocol.OfferGPUs
+	egress := ""
 	if cur := r.publisher.Current(); cur != nil && cur.Offer.Withdrawn == "" {
+		egress = cur.Offer.Egress
 		for i := range cur.Offer.GPUs {
 			if cur.Offer.GPUs[i].Model == p.Model {
 				item = &cur.Offer.GPUs[i]
@@ -435,6 +437,9 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 	}
 	if item == nil {
 		return nil, nil, 0, jobErr("no %s on offer here now", p.Model)
+	}
+	if p.Egress && egress == "" {
+		return nil, nil, 0, jobErr("this provider gives jobs no network (its jobs.egress is %q): propose without egress, or pick an offer with egress (gpunex offers search --egress)", protocol.EgressDeny)
 	}
 	if p.GPUs > item.Count {
 		return nil, nil, 0, jobErr("%d x %s asked, %d offered", p.GPUs, p.Model, item.Count)

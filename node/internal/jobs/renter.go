@@ -121,6 +121,9 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 	if item == nil {
 		return api.JobView{}, api.Invalid(fmt.Errorf("provider %s offers several models or not %q: name the offer (--offer %s/MODEL)", provider, model, provider))
 	}
+	if req.Egress && so.Offer.Egress == "" {
+		return api.JobView{}, api.Invalid(fmt.Errorf("provider %s gives jobs no network: drop --egress, or pick an offer with egress (gpunex offers search --egress)", provider))
+	}
 	maxPrice := item.PricePerGPUHour
 	if req.MaxPrice != "" {
 		if maxPrice, err = protocol.ParseUSDC(req.MaxPrice); err != nil {

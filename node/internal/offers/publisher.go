@@ -68,7 +68,11 @@ type Publisher struct {
 	// no attestation.
 	bench   Attestations
 	current *protocol.SignedOffer
-	closed  bool
+	// egress and egressMbps are what jobs with egress get here (SetEgress); "" or
+	// EgressDeny: no network.
+	egress     string
+	egressMbps int64
+	closed     bool
 }
 
 // ErrUnknownModel is returned when a price is set for a model the provider does not declare.
@@ -161,6 +165,9 @@ func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, erro
 		Addrs:        p.peer.Addrs(),
 	}
 	o.ExpiresAt = o.IssuedAt.Add(p.cfg.TTL.Duration)
+	if p.egress != "" && p.egress != protocol.EgressDeny { // (p.mu is held)
+		o.Egress, o.EgressMbps = p.egress, p.egressMbps
+	}
 	o.Maintenance = p.MaintenanceWindows(now)
 	if len(o.Addrs) > 16 {
 		o.Addrs = o.Addrs[:16]
@@ -419,4 +426,13 @@ func (p *Publisher) HandleOfferStream(s network.Stream) {
 	if _, err := s.Write(so.Raw); err != nil {
 		s.Reset()
 	}
+}
+
+// SetEgress says what this provider's jobs with egress get (the sandbox's effective
+// policy and cap), for its offer from the next publication on.
+func (p *Publisher) SetEgress(policy string, mbps int64) {
+	p.mu.Lock()
+	p.egress, p.egressMbps = policy, mbps
+	p.mu.Unlock()
+	p.Poke()
 }

@@ -132,7 +132,8 @@ func match(f api.SearchFilter, o *protocol.Offer, g protocol.OfferGPUs) bool {
 	return (f.Model == "" || protocol.NormalizeModel(f.Model) == g.Model) &&
 		(f.Region == "" || protocol.NormalizeRegion(f.Region) == o.Region) &&
 		(f.MaxPrice <= 0 || g.PricePerGPUHour <= f.MaxPrice) &&
-		(f.MinGPUs <= 0 || g.Count >= f.MinGPUs)
+		(f.MinGPUs <= 0 || g.Count >= f.MinGPUs) &&
+		(!f.Egress || o.Egress != "")
 }
 
 // Rows flattens a verified offer into search rows that match the filter.
@@ -153,6 +154,8 @@ func Rows(f api.SearchFilter, so *protocol.SignedOffer) []api.OfferRow {
 			Region:         so.Offer.Region,
 			Availability:   so.Offer.Availability,
 			Simulated:      g.Simulated,
+			Egress:         so.Offer.Egress,
+			EgressMbps:     so.Offer.EgressMbps,
 			Seq:            so.Offer.Seq,
 			IssuedAt:       so.Offer.IssuedAt,
 			ExpiresAt:      so.Offer.ExpiresAt,
