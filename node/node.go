@@ -254,7 +254,7 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 	rt = d.Sandbox
 	if rt == nil {
 		j := n.cfg.Jobs
-		o := sandbox.ContainerdOptions{Address: j.ContainerdAddress, Namespace: j.Namespace, Owner: n.peer.ID.String(),
+		o := sandbox.ContainerdOptions{Address: j.ContainerdAddress, Namespace: j.Namespace, Owner: n.peer.ID.String(), NoUserNamespaces: !j.UserNamespaces,
 			Network: sandbox.NetworkOptions{Policy: j.Egress, Subnet: j.NetworkSubnet, EgressMbps: j.EgressMbps, DNS: j.DNS}}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c, err := sandbox.NewContainerd(cctx, o)
@@ -277,6 +277,9 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 		n.publisher.SetEgress(policy, mbps)
 		if policy != protocol.EgressDeny {
 			n.log.Info("jobs with egress get their own network", "policy", policy, "mbps_cap", mbps, "subnet", n.cfg.Jobs.NetworkSubnet)
+		}
+		if ok, _ := c.UserNamespaces(); ok {
+			n.log.Info("jobs run in user namespaces of their own")
 		}
 	}
 	n.runtime = rt

@@ -95,7 +95,10 @@ type ContainerdOptions struct {
 	Owner string
 	// Network is what jobs with egress get (network.go); its zero value refuses egress.
 	Network NetworkOptions
-	Logger  *slog.Logger // slog.Default() with subsystem=sandbox
+	// NoUserNamespaces runs jobs without user namespaces even where the host has them
+	// (userns.go); their uid 65534 is then the host's.
+	NoUserNamespaces bool
+	Logger           *slog.Logger // slog.Default() with subsystem=sandbox
 }
 
 // Containerd runs jobs as containerd containers (runc). It needs root on the host running
@@ -118,6 +121,9 @@ type Containerd struct {
 	log    *slog.Logger
 	devDir string // the host's device nodes: "/dev"
 	net    *jobNetwork
+	// userns is whether jobs get user namespaces; usernsOff says why not.
+	userns    bool
+	usernsOff string
 
 	ctx    context.Context // namespaced; the monitors run under it until Close
 	cancel context.CancelFunc
@@ -130,6 +136,7 @@ type Containerd struct {
 	monitors map[string]*monitor
 	configs  map[string]ocispec.Image // image configs by manifest digest (immutable)
 	unpacked map[string]bool          // manifest digests known to be unpacked
+	uidBases map[uint32]string        // user-namespace ranges in use, by first host uid: the job
 }
 
 type monitor struct{ cancel context.CancelFunc }
@@ -194,7 +201,14 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	}
 	c := &Containerd{
 		client: cl, opts: o, log: o.Logger, devDir: "/dev", net: jn,
-		monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{},
+		monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{}, uidBases: map[uint32]string{},
+	}
+	c.userns, c.usernsOff = usernsSupport()
+	if o.NoUserNamespaces {
+		c.userns, c.usernsOff = false, "turned off by the node's configuration (jobs.user_namespaces = false)"
+	}
+	if !c.userns {
+		c.log.Warn("jobs run without user namespaces: a process escaping its container would be the host's uid 65534", "why", c.usernsOff)
 	}
 	c.ctx, c.cancel = context.WithCancel(namespaces.WithNamespace(context.Background(), o.Namespace))
 	if _, err := c.List(ctx); err != nil { // starts the monitors of running jobs
@@ -213,6 +227,9 @@ func (c *Containerd) ns(ctx context.Context) context.Context {
 func (c *Containerd) Egress() (policy string, mbps int64) {
 	return c.net.opts.Policy, c.net.opts.EgressMbps
 }
+
+// UserNamespaces says whether jobs get user namespaces, and why not.
+func (c *Containerd) UserNamespaces() (bool, string) { return c.userns, c.usernsOff }
 
 // RemoveNetworkRules removes the iptables rules of the jobs' network (tests, and a
 // provider that turns egress off; running jobs with egress lose their network).
@@ -371,8 +388,21 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := os.Chown(spec.OutputDir, JobUID, JobGID); err != nil {
-		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", JobUID, err)
+	uid, gid := uint32(JobUID), uint32(JobGID)
+	var base uint32
+	if c.userns {
+		if base, err = c.reserveUserns(spec.ID); err != nil {
+			return fmt.Errorf("job %s: %w", spec.ID, err)
+		}
+		defer func() {
+			if err != nil {
+				c.releaseUserns(base, spec.ID)
+			}
+		}()
+		uid, gid = base+JobUID, base+JobGID
+	}
+	if err := os.Chown(spec.OutputDir, int(uid), int(gid)); err != nil {
+		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", uid, err)
 	}
 	if spec.Egress {
 		if c.net.opts.Policy == protocol.EgressDeny {
@@ -385,6 +415,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	opts, err := specOpts(cfg, spec, c.devDir, c.net.resolv)
 	if err != nil {
 		return fmt.Errorf("job %s: %w", spec.ID, err)
+	}
+	if c.userns {
+		opts = append(opts, withUserns(base))
 	}
 	// The logger appends to them; a log that cannot be created fails the start here.
 	if err := createLogFiles(spec.LogPath); err != nil {
@@ -400,6 +433,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	}
 	if c.opts.Owner != "" {
 		labels[labelOwner] = c.opts.Owner
+	}
+	if c.userns {
+		labels[labelUIDBase] = strconv.FormatUint(uint64(base), 10)
 	}
 	ctr, err := c.client.NewContainer(ctx, spec.ID,
 		client.WithImage(img),
@@ -423,6 +459,11 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 			ctr.Delete(context.WithoutCancel(ctx), client.WithSnapshotCleanup)
 		}
 	}()
+	if c.userns {
+		if err := c.prepareRootfs(ctx, ctr); err != nil {
+			return fmt.Errorf("job %s: prepare its root file system: %w", spec.ID, err)
+		}
+	}
 	task, err := ctr.NewTask(ctx, cio.BinaryIO(c.opts.LogBinary, map[string]string{
 		loggerPathArg: spec.LogPath, loggerMaxArg: strconv.FormatInt(c.opts.MaxLogBytes, 10),
 	}))
@@ -716,10 +757,17 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 	} else if !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove job %s: %w", id, err)
 	}
-	if labels, err := ctr.Labels(ctx); err == nil && labels[labelNetns] != "" {
+	labels, err := ctr.Labels(ctx)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove job %s: %w", id, err)
+	}
+	if labels[labelNetns] != "" {
 		if err := c.net.detach(ctx, c.opts.Namespace, id, labels[labelNetns]); err != nil {
 			return fmt.Errorf("remove job %s: %w", id, err)
 		}
+	}
+	if base, ok := parseUIDBase(labels); ok {
+		defer c.releaseUserns(base, id)
 	}
 	if err := ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove job %s: delete its container: %w", id, err)
@@ -758,6 +806,11 @@ func (c *Containerd) List(ctx context.Context) ([]Info, error) {
 		}
 		if !c.owns(info.Labels) {
 			continue
+		}
+		if base, ok := parseUIDBase(info.Labels); ok {
+			c.mu.Lock()
+			c.uidBases[base] = ctr.ID()
+			c.mu.Unlock()
 		}
 		if e, ok, err := exitLabel(info.Labels); err == nil && ok {
 			in.Exit = &e
@@ -974,4 +1027,28 @@ func cgroupsPath(spec typeurl.Any) string {
 		return ""
 	}
 	return s.Linux.CgroupsPath
+}
+
+// reserveUserns picks and holds a user-namespace range for a job.
+func (c *Containerd) reserveUserns(id string) (uint32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	used := make(map[uint32]bool, len(c.uidBases))
+	for b := range c.uidBases {
+		used[b] = true
+	}
+	base, err := pickUserns(id, used)
+	if err == nil {
+		c.uidBases[base] = id
+	}
+	return base, err
+}
+
+// releaseUserns frees a job's range.
+func (c *Containerd) releaseUserns(base uint32, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.uidBases[base] == id {
+		delete(c.uidBases, base)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -449,5 +450,61 @@ func TestOwnersShareANamespace(t *testing.T) {
 	exit, err := a.Wait(ctx, spec.ID)
 	if err != nil || exit.Code != 0 || exit.Reason != ReasonExited {
 		t.Fatalf("a's job ended %+v (%v); want code 0, reason exited: nothing else may stop it", exit, err)
+	}
+}
+
+// TestUserNamespace: a job's uid 0 to 65535 are a range of unprivileged host ids of its own:
+// what it writes to /output belongs to its range's uid on the host, not to 65534 or root;
+// it sees its own cgroup as the root of the hierarchy (cgroup namespace); it cannot become
+// root, nor make a user namespace of its own.
+func TestUserNamespace(t *testing.T) {
+	rt, ref := testRuntime(t)
+	if ok, why := rt.UserNamespaces(); !ok {
+		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+			t.Fatalf("user namespaces are required here: %s", why)
+		}
+		t.Skipf("skipping: no user namespaces here: %s", why)
+	}
+	s := &suite{rt: rt, image: ref}
+	spec := withProbe(t, s.spec(t, "sh", "-c", `echo UIDMAP $(cat /proc/self/uid_map)
+echo GIDMAP $(cat /proc/self/gid_map)
+echo written > /output/f
+echo "setuid0 => $(/output/probe setuid0)"
+echo "unshare => $(/output/probe unshare)"
+echo "chown => $(/output/probe chown)"
+sed 's/^/CGROUP /' /proc/self/cgroup`))
+	exit, log := s.run(t, rt, spec)
+	wantExit(t, exit, 0, ReasonExited, log)
+	var base uint64
+	if _, err := fmt.Sscanf(log[strings.Index(log, "UIDMAP "):], "UIDMAP 0 %d 65536", &base); err != nil || base < UsernsFirstID {
+		t.Fatalf("the job's uid map should map 0-65535 to a range from %d: %v; log:\n%s", UsernsFirstID, err, log)
+	}
+	if !strings.Contains(log, fmt.Sprintf("GIDMAP 0 %d 65536", base)) {
+		t.Errorf("the gid map should match the uid map; log:\n%s", log)
+	}
+	st, err := os.Stat(filepath.Join(spec.OutputDir, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != uint32(base)+JobUID {
+		t.Errorf("the job's file belongs to host uid %d, want %d (its range's 65534)", uid, uint32(base)+JobUID)
+	}
+	v := probeLines(log)
+	for _, what := range []string{"setuid0", "unshare", "chown"} {
+		if !strings.HasPrefix(v[what], "refused EPERM") {
+			t.Errorf("%s: %q, want refused EPERM; log:\n%s", what, v[what], log)
+		}
+	}
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if rest, ok := strings.CutPrefix(line, "CGROUP "); ok {
+			n++
+			if !strings.HasSuffix(rest, ":/") {
+				t.Errorf("with a cgroup namespace the job's cgroups are its root; it sees %q", rest)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no cgroup listed; log:\n%s", log)
 	}
 }

@@ -27,9 +27,11 @@ const ContainerdBinary = "/usr/bin/containerd"
 // system containerd. Tests and the devnet use it; a production node talks to the system
 // daemon instead (jobs.containerd_address).
 type Daemon struct {
-	dir     string // root of everything the daemon writes
-	sockDir string // holds the sockets: dir, or a short folder in /tmp when dir is long
-	ownSock bool   // sockDir was created for us and is removed by Stop
+	dir string // root of everything the daemon writes
+	// sockDir holds the sockets and the state (the jobs' bundles): dir, or a folder in /tmp
+	// when dir is too long for a socket path or not traversable by the jobs' mapped users.
+	sockDir string
+	ownSock bool // sockDir was created for us and is removed by Stop
 	address string
 	cmd     *exec.Cmd
 	logPath string
@@ -62,17 +64,29 @@ func StartContainerd(ctx context.Context, dir string) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{"root", "state", "opt"} {
+	for _, sub := range []string{"root", "opt"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("prepare the containerd folder: %w", err)
 		}
 	}
+	// A job in a user namespace is an unprivileged host user while runc prepares its root
+	// file system, which lies in the state folder: every folder above it must let others
+	// through (0711), as /run/containerd does.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
 	d := &Daemon{dir: dir, sockDir: dir, logPath: filepath.Join(dir, "containerd.log"), exited: make(chan struct{})}
-	if len(filepath.Join(dir, "containerd.sock.ttrpc")) > maxSocketPath {
+	if len(filepath.Join(dir, "containerd.sock.ttrpc")) > maxSocketPath || !traversable(filepath.Dir(dir)) {
 		if d.sockDir, err = os.MkdirTemp("/tmp", "gpunex-ctrd-"); err != nil {
 			return nil, fmt.Errorf("make a short folder for the containerd socket: %w", err)
 		}
 		d.ownSock = true
+		if err := os.Chmod(d.sockDir, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(d.sockDir, "state"), 0o711); err != nil {
+		return nil, fmt.Errorf("prepare the containerd folder: %w", err)
 	}
 	d.address = filepath.Join(d.sockDir, "containerd.sock")
 
@@ -132,7 +146,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.a
 [plugins]
   [plugins."io.containerd.internal.v1.opt"]
     path = %s
-`, q(filepath.Join(dir, "root")), q(filepath.Join(dir, "state")), q(address), q(address+".ttrpc"), q(filepath.Join(dir, "opt")))
+`, q(filepath.Join(dir, "root")), q(filepath.Join(filepath.Dir(address), "state")), q(address), q(address+".ttrpc"), q(filepath.Join(dir, "opt")))
 }
 
 // waitReady polls the socket until the daemon serves, the daemon dies, or the time is up.
@@ -279,4 +293,19 @@ func tail(path string, n int64) string {
 	b := make([]byte, st.Size()-off)
 	f.ReadAt(b, off)
 	return strings.TrimSpace(string(b))
+}
+
+// traversable tells whether every folder from dir up to / lets others through.
+func traversable(dir string) bool {
+	for {
+		st, err := os.Stat(dir)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return true
+		}
+		dir = parent
+	}
 }

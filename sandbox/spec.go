@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -115,7 +116,9 @@ func (s *Spec) Validate() error {
 //     symbolic links there pointing anywhere: whoever reads the folder on the host must
 //     not follow them;
 //   - uid/gid 65534 with no supplementary groups, no capabilities at all, no new
-//     privileges, containerd's default seccomp profile;
+//     privileges, containerd's default seccomp profile less ptrace (which it allows on
+//     recent kernels: a job could stop and inspect its own processes, and a debugger is
+//     not worth the attack surface);
 //   - memory limit MemoryBytes with memory+swap = MemoryBytes (no swap), a CFS quota of
 //     CPUMillis, a pids limit;
 //   - its own network namespace, with only its loopback; with Egress the runtime then
@@ -143,6 +146,7 @@ func specOpts(img ocispec.Image, s Spec, devDir, resolvConf string) ([]oci.SpecO
 		withNoCapabilities,
 		oci.WithNoNewPrivileges,
 		seccomp.WithDefaultProfile(), // after the capabilities: the profile depends on them
+		withoutSyscalls("ptrace"),    // after the profile
 		oci.WithMounts(jobMounts(s)),
 		oci.WithMemoryLimit(uint64(s.MemoryBytes)),
 		withNoSwap(s.MemoryBytes),
@@ -267,14 +271,14 @@ func gpuOpts(gpus []GPU, devDir string) ([]oci.SpecOpts, error) {
 		if err != nil {
 			return nil, fmt.Errorf("GPU %s: device node %s: %w (is the NVIDIA driver loaded?)", g.UUID, filepath.Join(devDir, name), err)
 		}
-		opts = append(opts, withDevice(*dev, "/dev/"+name))
+		opts = append(opts, withDevice(*dev, filepath.Join(devDir, name), "/dev/"+name))
 	}
 	if len(opts) == 0 {
 		return nil, nil
 	}
 	for _, d := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
 		if dev, err := oci.DeviceFromPath(filepath.Join(devDir, d)); err == nil {
-			opts = append(opts, withDevice(*dev, "/dev/"+d))
+			opts = append(opts, withDevice(*dev, filepath.Join(devDir, d), "/dev/"+d))
 		}
 	}
 	var mounts []specs.Mount
@@ -297,12 +301,13 @@ func gpuOpts(gpus []GPU, devDir string) ([]oci.SpecOpts, error) {
 	return opts, nil
 }
 
-// withDevice adds a host device node at path in the job's /dev, with a device cgroup rule
-// allowing it (the default rules deny every other device but runc's standard ones).
-func withDevice(dev specs.LinuxDevice, path string) oci.SpecOpts {
+// withDevice adds a host device node at path in the job's /dev, bind-mounted from the
+// host's node (runc would do the same for a device in a user namespace, where it may not
+// create nodes, but from the container's path), with a device cgroup rule allowing it: the
+// default rules deny every other device but runc's standard ones.
+func withDevice(dev specs.LinuxDevice, hostPath, path string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		dev.Path = path
-		s.Linux.Devices = append(s.Linux.Devices, dev)
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: path, Type: "bind", Source: hostPath, Options: []string{"bind", "rw", "nosuid"}})
 		s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{
 			Allow: true, Type: dev.Type, Major: &dev.Major, Minor: &dev.Minor, Access: "rwm",
 		})
@@ -321,4 +326,26 @@ func withoutIPv6(_ context.Context, _ oci.Client, _ *containers.Container, s *oc
 	s.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"] = "1"
 	s.Linux.Sysctl["net.ipv6.conf.default.disable_ipv6"] = "1"
 	return nil
+}
+
+// withoutSyscalls takes system calls out of the seccomp profile's allow rules: they then
+// fail with the profile's default action (EPERM).
+func withoutSyscalls(names ...string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return errors.New("no seccomp profile to take system calls out of")
+		}
+		var kept []specs.LinuxSyscall
+		for _, sc := range s.Linux.Seccomp.Syscalls {
+			if sc.Action == specs.ActAllow {
+				sc.Names = slices.DeleteFunc(slices.Clone(sc.Names), func(n string) bool { return slices.Contains(names, n) })
+				if len(sc.Names) == 0 {
+					continue
+				}
+			}
+			kept = append(kept, sc)
+		}
+		s.Linux.Seccomp.Syscalls = kept
+		return nil
+	}
 }

@@ -48,6 +48,7 @@ func RunSuite(t *testing.T, rt Runtime, image string, hooks SuiteHooks) {
 		t.Run("WallClock", s.testWallClock)
 		t.Run("KillReason", s.testKillReason)
 		t.Run("OutputRootfsIdentity", s.testOutputRootfsIdentity)
+		t.Run("ForbiddenCalls", s.testForbiddenCalls)
 		t.Run("OutputBounded", s.testOutputBounded)
 		t.Run("Invalid", s.testInvalid)
 		t.Run("RemoveLeavesNothing", s.testRemoveLeavesNothing)
@@ -491,6 +492,29 @@ exit 0`)
 	for _, bad := range []string{"ROOTFS-WRITABLE", "BIN-WRITABLE", "CHOWN-OK", "MOUNT-OK"} {
 		if strings.Contains(log, bad) {
 			t.Errorf("the job could do what it must not: %s; log:\n%s", bad, log)
+		}
+	}
+}
+
+// testForbiddenCalls: what a job tries with the kernel to get out is refused, each with
+// its reason (the probe prints the errno): mounting, tracing, BPF, the kernel keyring, new
+// namespaces, device nodes, kernel settings.
+func (s *suite) testForbiddenCalls(t *testing.T) {
+	t.Parallel()
+	calls := map[string]string{
+		"mount": "EPERM", "ptrace": "EPERM", "bpf": "EPERM", "keyctl": "EPERM", "unshare": "EPERM", "mknod": "EPERM",
+		"sysctl": "EROFS", "setuid0": "EPERM",
+	}
+	var script strings.Builder
+	for what := range calls {
+		fmt.Fprintf(&script, "echo \"%s => $(/output/probe %s)\"\n", what, what)
+	}
+	exit, log := s.run(t, s.rt, withProbe(t, s.spec(t, "sh", "-c", script.String())))
+	wantExit(t, exit, 0, ReasonExited, log)
+	v := probeLines(log)
+	for what, errno := range calls {
+		if !strings.HasPrefix(v[what], "refused "+errno) {
+			t.Errorf("%s: %q, want refused %s; log:\n%s", what, v[what], errno, log)
 		}
 	}
 }

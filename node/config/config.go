@@ -124,6 +124,9 @@ type JobsConfig struct {
 	NetworkSubnet string `toml:"network_subnet"`
 	// DNS are the nameservers of jobs with egress.
 	DNS []string `toml:"dns"`
+	// UserNamespaces gives each job a user namespace of its own where the host can
+	// (docs/sandbox.md); false runs jobs as the host's uid 65534.
+	UserNamespaces bool `toml:"user_namespaces"`
 }
 
 // SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and
@@ -323,6 +326,7 @@ func Defaults(role string) Config {
 			Egress:             protocol.EgressPublicOnly,
 			NetworkSubnet:      "10.231.0.0/16",
 			DNS:                []string{"1.1.1.1", "8.8.8.8"},
+			UserNamespaces:     true,
 		},
 		Settlement: SettlementConfig{
 			CommissionBPS:   1000,

@@ -399,6 +399,8 @@ egress_mbps = {{.Jobs.EgressMbps}}
 # The jobs' own IPv4 network (NAT to the outside), and their nameservers.
 network_subnet = "{{.Jobs.NetworkSubnet}}"
 dns = {{list .Jobs.DNS}}
+# Run each job in a user namespace of its own (its root is an unprivileged host uid).
+user_namespaces = {{.Jobs.UserNamespaces}}
 
 [payout]
 # How you are paid: method "usdc" (to solana_address) or "bank" (account_name, iban, bic),
