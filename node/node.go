@@ -242,6 +242,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.goLoop(func() { n.publisher.Run(runCtx) })
 	n.goLoop(func() { n.applicant.Run(runCtx) })
 	n.goLoop(func() { n.bench.Loop(runCtx) })
+	n.goLoop(func() { n.jobs.CleanupLoop(runCtx) })
 	n.goLoop(func() { n.wallet.ReportLoop(runCtx) })
 	n.goLoop(func() { n.wallet.PayoutSettingsLoop(runCtx) })
 	return nil
@@ -255,6 +256,7 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 	if rt == nil {
 		j := n.cfg.Jobs
 		o := sandbox.ContainerdOptions{Address: j.ContainerdAddress, Namespace: j.Namespace, Owner: n.peer.ID.String(), NoUserNamespaces: !j.UserNamespaces,
+			MaxUnpackedBytes: j.MaxImageUnpackedMB << 20, MaxPullBytes: j.MaxImageMB << 20, Registries: j.Registries, PrivateRegistries: j.PrivateRegistries,
 			Network: sandbox.NetworkOptions{Policy: j.Egress, Subnet: j.NetworkSubnet, EgressMbps: j.EgressMbps, DNS: j.DNS}}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c, err := sandbox.NewContainerd(cctx, o)

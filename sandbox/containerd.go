@@ -95,6 +95,17 @@ type ContainerdOptions struct {
 	Owner string
 	// Network is what jobs with egress get (network.go); its zero value refuses egress.
 	Network NetworkOptions
+	// MaxUnpackedBytes bounds what an image may hold once unpacked, checked before it is
+	// (imagelimits.go; DefaultMaxUnpackedBytes); MaxImageEntries its files
+	// (DefaultMaxImageEntries).
+	MaxUnpackedBytes int64
+	MaxImageEntries  int64
+	// MaxPullBytes bounds the compressed layers a pull downloads (DefaultMaxPullBytes).
+	MaxPullBytes int64
+	// Registries are the registries PullImage may pull from (DefaultRegistries), at public
+	// addresses only unless PrivateRegistries.
+	Registries        []string
+	PrivateRegistries bool
 	// NoUserNamespaces runs jobs without user namespaces even where the host has them
 	// (userns.go); their uid 65534 is then the host's.
 	NoUserNamespaces bool
@@ -161,6 +172,18 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	}
 	if o.MaxLogBytes <= 0 {
 		o.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if o.MaxUnpackedBytes <= 0 {
+		o.MaxUnpackedBytes = DefaultMaxUnpackedBytes
+	}
+	if o.MaxImageEntries <= 0 {
+		o.MaxImageEntries = DefaultMaxImageEntries
+	}
+	if o.MaxPullBytes <= 0 {
+		o.MaxPullBytes = DefaultMaxPullBytes
+	}
+	if o.Registries == nil {
+		o.Registries = DefaultRegistries
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default().With("subsystem", "sandbox")
@@ -268,6 +291,12 @@ func (c *Containerd) ImportImage(ctx context.Context, archive io.Reader) (ref, d
 		return "", "", fmt.Errorf("import the image archive: it holds no image for %s", platforms.DefaultString())
 	}
 	img := imgs[i]
+	if err := c.checkUnpackedSize(ctx, img.Target); err != nil {
+		for _, im := range imgs {
+			c.dropImage(ctx, im.Name)
+		}
+		return "", "", fmt.Errorf("import the image archive: %w", err)
+	}
 	if err := client.NewImage(c.client, img).Unpack(ctx, c.opts.Snapshotter); err != nil {
 		return "", "", fmt.Errorf("unpack image %s: %w", img.Name, err)
 	}
@@ -295,12 +324,28 @@ func (c *Containerd) ImportImage(ctx context.Context, archive io.Reader) (ref, d
 	return name, img.Target.Digest.String(), nil
 }
 
-// PullImage fetches and unpacks an image from its registry.
+// PullImage fetches an image from one of the allowed registries (Registries, at public
+// addresses), at most MaxPullBytes of layers, checks what it unpacks to
+// (checkUnpackedSize), and unpacks it.
 func (c *Containerd) PullImage(ctx context.Context, ref string) (digest string, err error) {
 	ctx = c.ns(ctx)
-	img, err := c.client.Pull(ctx, ref, client.WithPullUnpack, client.WithPullSnapshotter(c.opts.Snapshotter))
+	name, err := c.checkRegistry(ref)
 	if err != nil {
+		return "", err
+	}
+	img, err := c.client.Pull(ctx, name, append(c.pullOpts(), client.WithPullSnapshotter(c.opts.Snapshotter))...)
+	if err != nil {
+		if errors.Is(err, ErrImageTooLarge) || errors.Is(err, ErrRegistryRefused) {
+			return "", fmt.Errorf("pull %s: %w", ref, err)
+		}
 		return "", fmt.Errorf("pull %s (can this machine reach its registry? otherwise import an archive): %w", ref, err)
+	}
+	if err := c.checkUnpackedSize(ctx, img.Target()); err != nil {
+		c.dropImage(ctx, img.Name())
+		return "", fmt.Errorf("pull %s: %w", ref, err)
+	}
+	if err := img.Unpack(ctx, c.opts.Snapshotter); err != nil {
+		return "", fmt.Errorf("unpack %s: %w", ref, err)
 	}
 	return img.Target().Digest.String(), nil
 }
@@ -388,6 +433,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	c.markUsed(ctx, img.Name())
 	uid, gid := uint32(JobUID), uint32(JobGID)
 	var base uint32
 	if c.userns {

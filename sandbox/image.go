@@ -36,6 +36,12 @@ var imageEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 // because no registry can be reached from them. It needs busybox-static: on Debian,
 // apt-get install busybox-static.
 func BusyboxImage(w io.Writer, ref string) (manifestDigest string, err error) {
+	return busyboxImageWith(w, ref)
+}
+
+// busyboxImageWith is BusyboxImage with more layers on top, each an uncompressed tar
+// (tests: bombs, traversal).
+func busyboxImageWith(w io.Writer, ref string, extra ...[]byte) (manifestDigest string, err error) {
 	if ref == "" {
 		return "", errors.New("BusyboxImage: the image reference is empty")
 	}
@@ -47,11 +53,22 @@ func BusyboxImage(w io.Writer, ref string) (manifestDigest string, err error) {
 	if err != nil {
 		return "", err
 	}
-	layer, diffID, err := busyboxLayer(bin, applets)
+	raw, err := busyboxLayer(bin, applets)
 	if err != nil {
 		return "", err
 	}
-	layerDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digestOf(layer), Size: int64(len(layer))}
+	var blobs [][]byte
+	var layerDescs []ocispec.Descriptor
+	var diffIDs []digest.Digest
+	for _, r := range append([][]byte{raw}, extra...) {
+		layer, err := gzipLayer(r)
+		if err != nil {
+			return "", err
+		}
+		blobs = append(blobs, layer)
+		layerDescs = append(layerDescs, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digestOf(layer), Size: int64(len(layer))})
+		diffIDs = append(diffIDs, digestOf(r))
+	}
 
 	created := imageEpoch
 	config, err := json.Marshal(ocispec.Image{
@@ -62,7 +79,7 @@ func BusyboxImage(w io.Writer, ref string) (manifestDigest string, err error) {
 			Cmd:        []string{"sh"},
 			WorkingDir: "/",
 		},
-		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
+		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: diffIDs},
 	})
 	if err != nil {
 		return "", err
@@ -73,7 +90,7 @@ func BusyboxImage(w io.Writer, ref string) (manifestDigest string, err error) {
 		Versioned: ocispecs.Versioned{SchemaVersion: 2},
 		MediaType: ocispec.MediaTypeImageManifest,
 		Config:    configDesc,
-		Layers:    []ocispec.Descriptor{layerDesc},
+		Layers:    layerDescs,
 	})
 	if err != nil {
 		return "", err
@@ -116,8 +133,13 @@ func BusyboxImage(w io.Writer, ref string) (manifestDigest string, err error) {
 		{ocispec.ImageLayoutFile, []byte(`{"imageLayoutVersion":"` + ocispec.ImageLayoutVersion + `"}`)},
 		{ocispec.ImageIndexFile, index},
 		{blobPath(configDesc.Digest), config},
-		{blobPath(layerDesc.Digest), layer},
 		{blobPath(manifestDesc.Digest), manifest},
+	}
+	for i, b := range blobs {
+		files = append(files, struct {
+			name string
+			data []byte
+		}{blobPath(layerDescs[i].Digest), b})
 	}
 	for _, f := range files {
 		if err := add(f.name, f.data); err != nil {
@@ -146,9 +168,8 @@ func busyboxApplets() ([]string, error) {
 	return slices.Compact(applets), nil
 }
 
-// busyboxLayer builds the gzip layer and returns it with its diff ID (the digest of the
-// uncompressed tar).
-func busyboxLayer(bin []byte, applets []string) (layer []byte, diffID digest.Digest, err error) {
+// busyboxLayer builds the layer's tar.
+func busyboxLayer(bin []byte, applets []string) (_ []byte, err error) {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	hdr := func(h *tar.Header) {
@@ -187,20 +208,25 @@ func busyboxLayer(bin []byte, applets []string) (layer []byte, diffID digest.Dig
 		err = tw.Close()
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("build the busybox layer: %w", err)
+		return nil, fmt.Errorf("build the busybox layer: %w", err)
 	}
+	return raw.Bytes(), nil
+}
+
+// gzipLayer compresses a layer's tar.
+func gzipLayer(raw []byte) ([]byte, error) {
 	var gz bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		return nil, "", err
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
 	}
 	if err := zw.Close(); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return gz.Bytes(), digestOf(raw.Bytes()), nil
+	return gz.Bytes(), nil
 }
 
 func digestOf(b []byte) digest.Digest { return digest.FromBytes(b) }

@@ -106,6 +106,9 @@ type Runtime interface {
 	// Remove deletes everything the job left in the runtime: task, container, snapshot.
 	// The caller removes OutputDir and LogPath when it no longer needs them.
 	Remove(ctx context.Context, id string) error
+	// PruneImages deletes the least recently used images no job uses until the rest take
+	// at most maxBytes, and returns their names.
+	PruneImages(ctx context.Context, maxBytes int64) ([]string, error)
 	// List returns every job the runtime holds, for reconciliation after a restart.
 	List(ctx context.Context) ([]Info, error)
 	Close() error

@@ -191,11 +191,18 @@ func jobCommand() *cobra.Command {
 	return c
 }
 
-// untar extracts regular files and folders into dir, refusing paths that leave it.
+// untar extracts regular files and folders into dir, on this machine: every path is
+// resolved inside dir (os.Root), so neither "..", an absolute name nor a link already in
+// dir leads out of it. Links, devices and other entries are skipped.
 func untar(r io.Reader, dir string) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
 	tr := tar.NewReader(r)
 	n := 0
 	for {
@@ -210,17 +217,16 @@ func untar(r io.Reader, dir string) (int, error) {
 		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, ".."+string(filepath.Separator)) {
 			return n, fmt.Errorf("archive entry %q leaves the folder", h.Name)
 		}
-		path := filepath.Join(dir, name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(path, 0o755); err != nil {
+			if err := root.MkdirAll(name, 0o755); err != nil {
 				return n, err
 			}
 		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 				return n, err
 			}
-			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 			if err != nil {
 				return n, err
 			}

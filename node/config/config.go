@@ -89,8 +89,21 @@ type JobsConfig struct {
 	ContainerdAddress string `toml:"containerd_address"`
 	// Namespace is the containerd namespace of gpunex's containers and images.
 	Namespace string `toml:"namespace"`
-	// MaxImageMB refuses proposals whose image archive is larger.
+	// MaxImageMB refuses proposals whose image archive is larger, and bounds the layers
+	// a pull downloads.
 	MaxImageMB int64 `toml:"max_image_mb"`
+	// MaxImageUnpackedMB refuses images whose files add up to more once unpacked (checked
+	// before unpacking: a gzip bomb costs nothing but its reading).
+	MaxImageUnpackedMB int64 `toml:"max_image_unpacked_mb"`
+	// Registries are the registries jobs' images may be pulled from, at public addresses
+	// only unless PrivateRegistries.
+	Registries        []string `toml:"registries"`
+	PrivateRegistries bool     `toml:"private_registries"`
+	// ImageCacheGB bounds the images kept for later jobs; the least recently used are
+	// deleted past it.
+	ImageCacheGB int64 `toml:"image_cache_gb"`
+	// Retention is how long an ended job's folder (log, output) is kept for its renter.
+	Retention Duration `toml:"retention"`
 	// Per allocated GPU: memory and CPU the job gets.
 	MemoryMBPerGPU  int64 `toml:"memory_mb_per_gpu"`
 	CPUMillisPerGPU int64 `toml:"cpu_millis_per_gpu"`
@@ -315,6 +328,10 @@ func Defaults(role string) Config {
 			ContainerdAddress:  "/run/containerd/containerd.sock",
 			Namespace:          "gpunex",
 			MaxImageMB:         10 << 10,
+			MaxImageUnpackedMB: 64 << 10,
+			Registries:         []string{"docker.io", "ghcr.io", "nvcr.io", "quay.io", "public.ecr.aws", "registry.k8s.io", "gcr.io", "mcr.microsoft.com"},
+			ImageCacheGB:       100,
+			Retention:          Duration{7 * 24 * time.Hour},
 			MemoryMBPerGPU:     16 << 10,
 			CPUMillisPerGPU:    4000,
 			Pids:               1024,
@@ -456,6 +473,12 @@ func (c *Config) Check() error {
 	}
 	if ci := j.CheckpointInterval.Duration; ci < time.Second || ci > protocol.CheckpointInterval {
 		errs = append(errs, fmt.Errorf("jobs.checkpoint_interval %s: must be between 1s and %s", j.CheckpointInterval, protocol.CheckpointInterval))
+	}
+	if j.MaxImageUnpackedMB <= 0 || j.ImageCacheGB <= 0 {
+		errs = append(errs, fmt.Errorf("jobs.max_image_unpacked_mb and jobs.image_cache_gb must be > 0"))
+	}
+	if j.Retention.Duration < time.Hour {
+		errs = append(errs, fmt.Errorf("jobs.retention %s: at least 1h (renters fetch their output after the job)", j.Retention))
 	}
 	if !protocol.ValidEgress(j.Egress) {
 		errs = append(errs, fmt.Errorf("jobs.egress %q: use %q, %q or %q", j.Egress, protocol.EgressDeny, protocol.EgressPublicOnly, protocol.EgressAllow))

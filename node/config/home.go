@@ -369,8 +369,17 @@ network_mb = {{.Bench.NetworkMB}}
 containerd_address = "{{.Jobs.ContainerdAddress}}"
 # containerd namespace of gpunex's containers and images.
 namespace = "{{.Jobs.Namespace}}"
-# Largest image archive a renter may send, in MB.
+# Largest image archive a renter may send, or image layers pulled, in MB.
 max_image_mb = {{.Jobs.MaxImageMB}}
+# Largest an image may be once unpacked, in MB (checked before unpacking).
+max_image_unpacked_mb = {{.Jobs.MaxImageUnpackedMB}}
+# Registries images may be pulled from (public addresses only, unless private_registries).
+registries = {{list .Jobs.Registries}}
+private_registries = {{.Jobs.PrivateRegistries}}
+# Disk kept for images of later jobs, in GB (least recently used deleted first).
+image_cache_gb = {{.Jobs.ImageCacheGB}}
+# How long an ended job's log and output stay for its renter to fetch.
+retention = "{{.Jobs.Retention}}"
 # What a job gets per allocated GPU.
 memory_mb_per_gpu = {{.Jobs.MemoryMBPerGPU}}
 cpu_millis_per_gpu = {{.Jobs.CPUMillisPerGPU}}

@@ -550,7 +550,7 @@ func (r *Runner) receiveImage(s network.Stream, in *bufio.Reader, p *protocol.Pr
 		return "", fmt.Errorf("import image: %w", err)
 	}
 	r.mu.Lock()
-	r.images[p.Image.ArchiveSHA256] = ref
+	r.images[imageKey(p)] = ref
 	r.mu.Unlock()
 	return ref, nil
 }
@@ -567,14 +567,18 @@ func (r *Runner) importLock(sha string) *sync.Mutex {
 	return l
 }
 
-// cachedImage returns the reference of an archive image this provider imported before and
-// still holds, or "".
+// imageKey names an archive image in the runner's cache: per renter, so that how fast a
+// job starts does not tell a renter which images others sent.
+func imageKey(p *protocol.Proposal) string { return p.Renter + "/" + p.Image.ArchiveSHA256 }
+
+// cachedImage returns the reference of an archive image this provider imported before for
+// the same renter and still holds, or "".
 func (r *Runner) cachedImage(p *protocol.Proposal) string {
 	if p.Image.ArchiveSHA256 == "" {
 		return ""
 	}
 	r.mu.Lock()
-	ref := r.images[p.Image.ArchiveSHA256]
+	ref := r.images[imageKey(p)]
 	r.mu.Unlock()
 	if ref == "" {
 		return ""
@@ -796,6 +800,8 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		label = "lease_expired"
 	}
 	r.metrics.JobsEnded.WithLabelValues(label).Inc()
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.pruneImages() }()
 	r.log.Info("job ended", "job", id, "reason", reason, "exit_code", exit.Code, "seconds", secs, "amount_usdc", rec.Amount)
 	if j, err := r.ledger.GetJob(id); err == nil {
 		go r.reports.ReportJob(context.Background(), j)
@@ -1030,4 +1036,53 @@ func writeTar(w io.Writer, dir string) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// pruneImages keeps the images held for later jobs within jobs.image_cache_gb.
+func (r *Runner) pruneImages() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := r.rt.PruneImages(ctx, r.cfg.ImageCacheGB<<30); err != nil {
+		r.log.Warn("pruning the image cache failed", "err", err)
+	}
+}
+
+// CleanupLoop deletes, every hour and at start, the folders (log, output) of jobs that
+// ended more than jobs.retention ago, and keeps the image cache within its budget.
+func (r *Runner) CleanupLoop(ctx context.Context) {
+	for {
+		r.removeExpiredFolders()
+		if r.rt != nil {
+			r.pruneImages()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(time.Hour):
+		}
+	}
+}
+
+// removeExpiredFolders deletes the folders of this provider's jobs that ended more than
+// jobs.retention ago.
+func (r *Runner) removeExpiredFolders() {
+	jobs, err := r.ledger.Jobs()
+	if err != nil {
+		return
+	}
+	cutoff := r.clock.Now().Add(-r.cfg.Retention.Duration)
+	for _, j := range jobs {
+		if j.Side != "provider" || (j.State != ledger.JobEnded && j.State != ledger.JobFailed) || j.UpdatedAt.After(cutoff) {
+			continue
+		}
+		dir := r.jobDir(j.ID)
+		if _, err := os.Lstat(dir); err != nil {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			r.log.Warn("deleting an old job's folder failed", "job", j.ID, "err", err)
+			continue
+		}
+		r.log.Info("deleted the folder of a job ended before the retention period", "job", j.ID, "ended", j.UpdatedAt, "retention", r.cfg.Retention)
+	}
 }

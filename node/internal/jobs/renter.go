@@ -631,14 +631,30 @@ func (r *Renter) FetchOutput(ctx context.Context, id string, w io.Writer) error 
 	if j.Side != "renter" {
 		return api.Invalid(fmt.Errorf("this node runs job %s: its output is in the job's folder", id))
 	}
+	l, _, err := protocol.OpenLease(j.Lease)
+	if err != nil {
+		return err
+	}
 	s, in, err := r.control(ctx, j, protocol.JobMsg{Op: "fetch"})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	_, err = io.Copy(w, in)
+	// A job's /output holds at most its scratch size (the provider kills it past that, with
+	// a little overshoot); whatever a provider sends beyond twice that is refused.
+	max := OutputFetchLimit(l.Limits.ScratchBytes)
+	n, err := io.Copy(w, io.LimitReader(in, max+1))
+	if err == nil && n > max {
+		return fmt.Errorf("%w: the provider sent more than %d MB of output for a job whose /output holds at most %d MB: stopped",
+			protocol.ErrTooLarge, max>>20, l.Limits.ScratchBytes>>20)
+	}
 	return err
 }
+
+// OutputFetchLimit is the most a renter takes when fetching the output of a job whose
+// /output is bounded by scratch bytes: twice that and 64 MiB, for the overshoot a job
+// makes before it is stopped and the archive's headers.
+func OutputFetchLimit(scratch int64) int64 { return 2*scratch + 64<<20 }
 
 // Jobs lists the jobs this node runs or rented, newest first.
 func (r *Renter) Jobs() ([]api.JobView, error) {

@@ -189,3 +189,36 @@ func TestWriteTar(t *testing.T) {
 		t.Fatalf("archive: %v", names)
 	}
 }
+
+// TestRetention: an ended job's folder stays for jobs.retention, then goes; a running
+// job's folder stays whatever its age.
+func TestRetention(t *testing.T) {
+	r := testRunner(t, nil)
+	r.cfg.Retention = config.Duration{Duration: 24 * time.Hour}
+	clk := r.clock.(*clock.Fake)
+	for _, j := range []ledger.Job{
+		{ID: "ended", Side: "provider", State: ledger.JobEnded, UpdatedAt: clk.Now()},
+		{ID: "running", Side: "provider", State: ledger.JobRunning, UpdatedAt: clk.Now()},
+	} {
+		if err := r.ledger.PutJob(j); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(r.jobDir(j.ID), "output"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(id string) bool { _, err := os.Stat(r.jobDir(id)); return err == nil }
+	clk.Advance(23 * time.Hour)
+	r.removeExpiredFolders()
+	if !exists("ended") || !exists("running") {
+		t.Fatal("a folder went before the retention period")
+	}
+	clk.Advance(2 * time.Hour)
+	r.removeExpiredFolders()
+	if exists("ended") {
+		t.Fatal("an ended job's folder outlived the retention period")
+	}
+	if !exists("running") {
+		t.Fatal("a running job's folder was deleted")
+	}
+}
