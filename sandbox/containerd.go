@@ -26,6 +26,7 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/platforms"
@@ -106,6 +107,8 @@ type ContainerdOptions struct {
 	// addresses only unless PrivateRegistries.
 	Registries        []string
 	PrivateRegistries bool
+	// CDISpecDirs are where the CDI specs of the host's GPUs are (DefaultCDISpecDirs).
+	CDISpecDirs []string
 	// NoUserNamespaces runs jobs without user namespaces even where the host has them
 	// (userns.go); their uid 65534 is then the host's.
 	NoUserNamespaces bool
@@ -132,6 +135,7 @@ type Containerd struct {
 	log    *slog.Logger
 	devDir string // the host's device nodes: "/dev"
 	net    *jobNetwork
+	gpus   *gpuDevices
 	// userns is whether jobs get user namespaces; usernsOff says why not.
 	userns    bool
 	usernsOff string
@@ -223,7 +227,7 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 		return nil, err
 	}
 	c := &Containerd{
-		client: cl, opts: o, log: o.Logger, devDir: "/dev", net: jn,
+		client: cl, opts: o, log: o.Logger, devDir: "/dev", net: jn, gpus: newGPUDevices(o.CDISpecDirs),
 		monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{}, uidBases: map[uint32]string{},
 	}
 	c.userns, c.usernsOff = usernsSupport()
@@ -458,7 +462,13 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 			return fmt.Errorf("job %s: set up the jobs' network: %w", spec.ID, err)
 		}
 	}
-	opts, err := specOpts(cfg, spec, c.devDir, c.net.resolv)
+	var cdiGPUs oci.SpecOpts
+	if names, ok := c.gpus.names(spec.GPUs); ok {
+		cdiGPUs = c.gpus.withCDI(names)
+	} else if slices.ContainsFunc(spec.GPUs, func(g GPU) bool { return !g.Simulated }) {
+		c.log.Warn("no CDI spec names this job's GPUs: giving it their device nodes and a short list of driver libraries instead (run nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)", "job", spec.ID)
+	}
+	opts, err := specOpts(cfg, spec, c.devDir, c.net.resolv, cdiGPUs)
 	if err != nil {
 		return fmt.Errorf("job %s: %w", spec.ID, err)
 	}

@@ -350,15 +350,7 @@ func TestLogLimit(t *testing.T) {
 // whose node is missing is an error, not a job without its GPU.
 func TestRealGPUDevices(t *testing.T) {
 	rt, ref := testRuntime(t)
-	dev := t.TempDir()
-	nodes := map[string][2]uint32{"nvidia0": {195, 0}, "nvidia1": {195, 1}, "nvidia2": {195, 2}, "nvidia3": {195, 3},
-		"nvidiactl": {195, 255}, "nvidia-uvm": {240, 0}, "nvidia-uvm-tools": {240, 1}}
-	for name, mm := range nodes {
-		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(mm[0], mm[1]))); err != nil {
-			t.Skipf("cannot make fake device nodes here: %v", err)
-		}
-	}
-	rt.devDir = dev
+	rt.devDir = fakeGPUNodes(t)
 	dir := t.TempDir()
 	os.Mkdir(filepath.Join(dir, "out"), 0o700)
 	spec := Spec{ID: "gpu-job", Image: ref, MemoryBytes: 32 << 20, CPUMillis: 500, Pids: 16, ScratchBytes: 1 << 20, WallClock: 30 * time.Second,
@@ -506,5 +498,95 @@ sed 's/^/CGROUP /' /proc/self/cgroup`))
 	}
 	if n == 0 {
 		t.Errorf("no cgroup listed; log:\n%s", log)
+	}
+}
+
+// fakeGPUNodes makes the device nodes of four NVIDIA GPUs and the driver's control nodes
+// (major 195 and 240, as the driver numbers them) in a folder.
+func fakeGPUNodes(t *testing.T) string {
+	t.Helper()
+	dev := t.TempDir()
+	nodes := map[string][2]uint32{"nvidia0": {195, 0}, "nvidia1": {195, 1}, "nvidia2": {195, 2}, "nvidia3": {195, 3},
+		"nvidiactl": {195, 255}, "nvidia-uvm": {240, 0}, "nvidia-uvm-tools": {240, 1}}
+	for name, mm := range nodes {
+		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(mm[0], mm[1]))); err != nil {
+			t.Skipf("cannot make fake device nodes here: %v", err)
+		}
+	}
+	return dev
+}
+
+// TestCDIGPUs: with a CDI spec naming the host's GPUs by UUID (as nvidia-ctk cdi generate
+// writes it, here on fake nodes), a job gets exactly its GPUs' nodes, the spec's control
+// nodes, libraries and environment, and no other GPU; the device cgroup agrees. A GPU the
+// spec does not name falls back to the device rules.
+func TestCDIGPUs(t *testing.T) {
+	rt, ref := testRuntime(t)
+	dev := fakeGPUNodes(t)
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	os.WriteFile(lib, []byte("fake libcuda"), 0o644)
+	node := func(name string) string {
+		return fmt.Sprintf(`{"path": "/dev/%s", "hostPath": %q}`, name, filepath.Join(dev, name))
+	}
+	var devices []string
+	for i, uuid := range []string{"GPU-00000000", "GPU-11111111", "GPU-22222222", "GPU-33333333"} {
+		devices = append(devices, fmt.Sprintf(`{"name": %q, "containerEdits": {"deviceNodes": [%s]}}`, uuid, node(fmt.Sprintf("nvidia%d", i))),
+			fmt.Sprintf(`{"name": "%d", "containerEdits": {"deviceNodes": [%s]}}`, i, node(fmt.Sprintf("nvidia%d", i))))
+	}
+	spec := fmt.Sprintf(`{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [%s],
+"containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"], "deviceNodes": [%s, %s],
+"mounts": [{"hostPath": %q, "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "options": ["ro", "nosuid", "nodev", "bind"]}]}}`,
+		strings.Join(devices, ", "), node("nvidiactl"), node("nvidia-uvm"), lib)
+	cdiDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cdiDir, "nvidia.json"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt.gpus = newGPUDevices([]string{cdiDir})
+	rt.devDir = t.TempDir() // the fallback's nodes: none, so a fallback shows as an error
+	s := &suite{rt: rt, image: ref}
+	job := s.spec(t, "sh", "-c", `echo DEVS: $(ls /dev | grep nvidia); echo ENV=$NVIDIA_VISIBLE_DEVICES; cat /usr/lib/x86_64-linux-gnu/libcuda.so.1; echo
+for d in /dev/nvidia*; do echo "OPEN $d: $(head -c 1 $d 2>&1 >/dev/null)"; done
+echo READY; sleep 10`)
+	job.GPUs = []GPU{{Index: 1, Minor: 1, UUID: "GPU-11111111"}, {Index: 3, Minor: 3, UUID: "GPU-33333333"}}
+	ctx := context.Background()
+	if err := rt.Start(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	var log []byte
+	for deadline := time.Now().Add(10 * time.Second); !bytes.Contains(log, []byte("READY")) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		log, _ = os.ReadFile(job.LogPath)
+	}
+	rules, rerr := os.ReadFile(filepath.Join("/sys/fs/cgroup/devices", rt.Namespace(), job.ID, "devices.list"))
+	if err := rt.Remove(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DEVS: nvidia-uvm nvidia1 nvidia3 nvidiactl\n", "ENV=void\n", "fake libcuda",
+		// Allowed by the device cgroup, the fake nodes have no driver behind them (ENXIO);
+		// a node the cgroup denies fails with EPERM.
+		"OPEN /dev/nvidia1: head: /dev/nvidia1: No such device or address\n", "OPEN /dev/nvidia3: head: /dev/nvidia3: No such device or address\n",
+		"OPEN /dev/nvidiactl: head: /dev/nvidiactl: No such device or address\n"} {
+		if !bytes.Contains(log, []byte(want)) {
+			t.Errorf("the job should show %q; log:\n%s", want, log)
+		}
+	}
+	if rerr == nil {
+		for _, want := range []string{"c 195:1 rwm", "c 195:3 rwm", "c 195:255 rwm"} {
+			if !bytes.Contains(rules, []byte(want+"\n")) {
+				t.Errorf("the device cgroup should allow %q; it holds:\n%s", want, rules)
+			}
+		}
+		for _, bad := range []string{"c 195:0 ", "c 195:2 ", "a *:* rwm"} {
+			if bytes.Contains(rules, []byte(bad)) {
+				t.Errorf("the device cgroup allows %q; it holds:\n%s", bad, rules)
+			}
+		}
+	}
+	// A GPU the spec does not name: the fallback, whose node is missing here.
+	other := s.spec(t, "true")
+	other.GPUs = []GPU{{Index: 5, Minor: 5, UUID: "GPU-55555555"}}
+	if err := rt.Start(ctx, other); err == nil || !strings.Contains(err.Error(), "nvidia5") {
+		rt.Remove(ctx, other.ID)
+		t.Fatalf("a GPU without a CDI entry should fall back to its device node: %v", err)
 	}
 }

@@ -126,11 +126,12 @@ func (s *Spec) Validate() error {
 //     policy's rules) and resolvConf, the jobs' nameservers, is bind-mounted read-only at
 //     /etc/resolv.conf. IPv6 is off in it (the jobs' network is IPv4: a link-local IPv6
 //     address would reach the host past the IPv4 rules);
-//   - for each real (not simulated) GPU its /dev/nvidia<Minor>, plus /dev/nvidiactl,
+//   - its real GPUs as the host's CDI specs describe them (cdiGPUs, cdi.go), or else:
+//     for each real (not simulated) GPU its /dev/nvidia<Minor>, plus /dev/nvidiactl,
 //     /dev/nvidia-uvm and /dev/nvidia-uvm-tools, where present on the host, each with a
 //     device cgroup rule allowing only it, and the NVIDIA driver's user-space libraries
 //     bind-mounted read-only (see gpuMounts).
-func specOpts(img ocispec.Image, s Spec, devDir, resolvConf string) ([]oci.SpecOpts, error) {
+func specOpts(img ocispec.Image, s Spec, devDir, resolvConf string, cdiGPUs oci.SpecOpts) ([]oci.SpecOpts, error) {
 	uuids := make([]string, len(s.GPUs))
 	for i, g := range s.GPUs {
 		uuids[i] = g.UUID
@@ -158,6 +159,9 @@ func specOpts(img ocispec.Image, s Spec, devDir, resolvConf string) ([]oci.SpecO
 		opts = append(opts, oci.WithMounts([]specs.Mount{{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvConf, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}}))
 	}
 	opts = append(opts, withoutIPv6)
+	if cdiGPUs != nil {
+		return append(opts, cdiGPUs), nil
+	}
 	gpus, err := gpuOpts(s.GPUs, devDir)
 	if err != nil {
 		return nil, err

@@ -50,6 +50,7 @@ func RunSuite(t *testing.T, rt Runtime, image string, hooks SuiteHooks) {
 		t.Run("OutputRootfsIdentity", s.testOutputRootfsIdentity)
 		t.Run("ForbiddenCalls", s.testForbiddenCalls)
 		t.Run("OutputBounded", s.testOutputBounded)
+		t.Run("ScratchBounded", s.testScratchBounded)
 		t.Run("Invalid", s.testInvalid)
 		t.Run("RemoveLeavesNothing", s.testRemoveLeavesNothing)
 		t.Run("Restart", s.testRestart)
@@ -710,6 +711,21 @@ func (s *suite) testConcurrent(t *testing.T) {
 		}
 		if log := readLog(t, specs[i]); log != fmt.Sprintf("job-%d\n", i) {
 			t.Errorf("job %d logged %q", i, log)
+		}
+	}
+}
+
+// testScratchBounded: filling /scratch or /tmp stops at their size (the tmpfs is full, and
+// the file size limit is the same: the writer gets SIGXFSZ), and the job goes on.
+func (s *suite) testScratchBounded(t *testing.T) {
+	t.Parallel()
+	spec := s.spec(t, "sh", "-c", `for d in /scratch /tmp; do dd if=/dev/zero of=$d/fill bs=1M count=64 2>/dev/null; echo "$d holds $(du -k $d/fill | cut -f1) KiB"; rm $d/fill; done; echo STILL-RUNNING`)
+	spec.ScratchBytes, spec.MemoryBytes = 8*mib, 64*mib
+	exit, log := s.run(t, s.rt, spec)
+	wantExit(t, exit, 0, ReasonExited, log)
+	for _, want := range []string{"/scratch holds 8192 KiB", "/tmp holds 8192 KiB", "STILL-RUNNING"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log should hold %q:\n%s", want, log)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -111,7 +112,7 @@ func (c *Containerd) prepareRootfs(ctx context.Context, ctr client.Container) er
 				continue
 			}
 			file := false
-			if m.Type == "bind" {
+			if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
 				if st, err := os.Stat(m.Source); err == nil && !st.IsDir() {
 					file = true
 				}
