@@ -4,8 +4,8 @@
 # targets (tensor FP16 70%, memory bandwidth 80% of the datasheet) and the delisting
 # thresholds. Nothing here has run on a GPU yet: this script is how it first does.
 #
-#   bench/cuda/device-run.sh build   on a machine with Go (no GPU needed): builds bin/gpunex
-#                                    and bin/bench.test (the bench package's tests)
+#   bench/cuda/device-run.sh build   on a machine with Go (no GPU needed): builds bin/gpunex,
+#                                    bin/bench.test and bin/sandbox.test (the packages' tests)
 #   bench/cuda/device-run.sh run     on the GPU machine (no Go needed): runs them
 #   bench/cuda/device-run.sh         both, on a GPU machine with Go
 #
@@ -25,7 +25,8 @@ build() {
   mkdir -p bin
   "$go" build -trimpath -ldflags '-s -w' -o bin/gpunex ./cmd/gpunex
   "$go" test -c -trimpath -ldflags '-s -w' -o bin/bench.test ./bench
-  ls -l bin/gpunex bin/bench.test
+  "$go" test -c -trimpath -ldflags '-s -w' -o bin/sandbox.test ./sandbox
+  ls -l bin/gpunex bin/bench.test bin/sandbox.test
   set +e
 }
 
@@ -63,6 +64,15 @@ run() {
   echo "== bench tests"
   (cd bench && ../bin/bench.test -test.count=1 -test.timeout 10m) 2>&1 | tee -a "$out/bench.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # A job sees exactly its GPU (nvidia-smi -L inside it), through the host's CDI spec when
+  # there is one: needs root, containerd, runc and busybox-static.
+  echo "== a job's view of the GPUs"
+  if [ -x bin/sandbox.test ] && command -v containerd >/dev/null && command -v runc >/dev/null; then
+    (cd sandbox && GPUNEX_REAL_GPU=1 ../bin/sandbox.test -test.run '^TestRealGPUJob$' -test.count=1 -test.v -test.timeout 5m) 2>&1 | tee "$out/job-gpus.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  else
+    echo "skipped: bin/sandbox.test, containerd or runc missing (apt-get install containerd runc busybox-static)" | tee "$out/job-gpus.txt"
+  fi
   echo "outputs in $out"
   exit "$status"
 }

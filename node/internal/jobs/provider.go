@@ -71,6 +71,9 @@ type Deps struct {
 	// Probe opens the machine's GPU probe (NVML, or the simulated GPUs of the
 	// configuration): the GPUs jobs get are the ones it finds.
 	Probe func() (bench.Probe, error)
+	// CleanGPU makes a real GPU fit for the next renter after a job: no process left on
+	// it, its memory cleared (cleanGPU, through NVML and CUDA, by default).
+	CleanGPU func(uuid string) error
 	// Publisher is the provider's offer; nil refuses every proposal as outside the
 	// availability window.
 	Publisher Publisher
@@ -96,6 +99,7 @@ type Runner struct {
 	// finds one (under mu).
 	detectErr error
 	dir       string // per-job folders: image archive, log, output
+	cleanGPU  func(uuid string) error
 
 	mu      sync.Mutex
 	attest  Attestations // nil until UseAttestations
@@ -125,8 +129,11 @@ func NewRunner(d Deps) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
-		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
+		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir, cleanGPU: d.CleanGPU,
 		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute)), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
+	if r.cleanGPU == nil {
+		r.cleanGPU = func(uuid string) error { return cleanGPU(d.Probe, d.Log, uuid) }
+	}
 	// The GPUs jobs get are the ones the probe finds, with their real UUIDs and indexes
 	// (simulated ones where the configuration declares them).
 	gpus, err := detectGPUs(d.Probe)
@@ -254,6 +261,85 @@ func (r *Runner) Release(job string) {
 			r.gpus[i].job = ""
 		}
 	}
+}
+
+// cleaningPrefix marks a GPU slot held while it is cleaned after the job it names.
+const cleaningPrefix = "cleaning after "
+
+// releaseAfterCleaning frees a job's GPUs: simulated ones at once, real ones once
+// r.cleanGPU has found no process on them and cleared their memory. A GPU that cannot be
+// cleaned stays held and is tried again every minute: the next renter never gets what the
+// last one left.
+func (r *Runner) releaseAfterCleaning(job string) {
+	r.mu.Lock()
+	var dirty []string
+	for i := range r.gpus {
+		if r.gpus[i].job != job {
+			continue
+		}
+		if r.gpus[i].gpu.Simulated {
+			r.gpus[i].job = ""
+			continue
+		}
+		r.gpus[i].job = cleaningPrefix + job
+		dirty = append(dirty, r.gpus[i].gpu.UUID)
+	}
+	r.mu.Unlock()
+	for _, uuid := range dirty {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.clean(uuid, cleaningPrefix+job)
+		}()
+	}
+}
+
+// clean runs r.cleanGPU on a GPU until it succeeds (or the runner closes), then frees it.
+func (r *Runner) clean(uuid, holder string) {
+	for {
+		err := r.cleanGPU(uuid)
+		if err == nil {
+			r.Release(holder)
+			return
+		}
+		r.log.Warn("GPU not leased again until it is clean: trying again in a minute", "gpu", uuid, "after", strings.TrimPrefix(holder, cleaningPrefix), "err", err)
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			return
+		}
+		<-r.clock.After(time.Minute)
+	}
+}
+
+// cleanGPU checks through NVML that no process holds a real GPU any more (a job's
+// processes all end with its container; one still there is outside any job) and clears
+// the memory the last job could have left (bench.ClearGPUMemory). A simulated GPU has
+// nothing to clean.
+func cleanGPU(open func() (bench.Probe, error), log *slog.Logger, uuid string) error {
+	p, err := open()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	n, ok := p.(*bench.NVML)
+	if !ok {
+		return nil
+	}
+	pids, err := n.ProcessesOn(uuid)
+	if err != nil {
+		return err
+	}
+	if len(pids) > 0 {
+		return fmt.Errorf("processes %v still use the GPU", pids)
+	}
+	cleared, err := bench.ClearGPUMemory(uuid)
+	if err != nil {
+		return fmt.Errorf("clear its memory: %w", err)
+	}
+	log.Info("GPU memory cleared for the next renter", "gpu", uuid, "bytes", cleared)
+	return nil
 }
 
 // Hold marks GPUs (by UUID) as a job's, after a restart.
@@ -784,7 +870,7 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		r.log.Error("storing the receipt failed", "job", id, "err", err)
 		return
 	}
-	r.Release(id)
+	r.releaseAfterCleaning(id)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := r.rt.Remove(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
@@ -860,6 +946,15 @@ func (r *Runner) Reconcile(ctx context.Context) error {
 			r.rt.Remove(ctx, id)
 		}
 	}
+	// A job may have ended while the node was down, or before its GPUs were cleaned.
+	r.mu.Lock()
+	for i := range r.gpus {
+		if r.gpus[i].job == "" && !r.gpus[i].gpu.Simulated {
+			r.gpus[i].job = "restart"
+		}
+	}
+	r.mu.Unlock()
+	r.releaseAfterCleaning("restart")
 	return nil
 }
 

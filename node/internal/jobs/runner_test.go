@@ -222,3 +222,41 @@ func TestRetention(t *testing.T) {
 		t.Fatal("a running job's folder was deleted")
 	}
 }
+
+// TestGPUCleanedBetweenRenters: a real GPU is not leased again until it is clean (no
+// process left, memory cleared); one that fails to clean stays held and is tried again;
+// a simulated GPU is free at once.
+func TestGPUCleanedBetweenRenters(t *testing.T) {
+	r := testRunner(t, []bench.SimulatedGPU{{Model: "H100-80GB"}, {Model: "H100-80GB"}})
+	clk := r.clock.(*clock.Fake)
+	attempts := make(chan string, 10)
+	fail := make(chan error, 10)
+	r.cleanGPU = func(uuid string) error { attempts <- uuid; return <-fail }
+	r.mu.Lock()
+	real, sim := r.gpus[0].gpu.UUID, r.gpus[1].gpu.UUID
+	r.gpus[0].gpu.Simulated = false
+	r.gpus[0].job, r.gpus[1].job = "job-1", "job-1"
+	r.mu.Unlock()
+	r.releaseAfterCleaning("job-1")
+	if r.Busy(sim) {
+		t.Fatal("a simulated GPU is held after its job")
+	}
+	if got := <-attempts; got != real || !r.Busy(real) {
+		t.Fatalf("cleaning %s, busy %v: the real GPU should be held while it is cleaned", got, r.Busy(real))
+	}
+	fail <- errors.New("processes [4242] still use the GPU")
+	for clk.Waiters() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if !r.Busy(real) {
+		t.Fatal("a GPU that failed to clean was freed")
+	}
+	clk.Advance(time.Minute)
+	<-attempts
+	fail <- nil
+	for deadline := time.Now().Add(5 * time.Second); r.Busy(real); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a cleaned GPU stays held")
+		}
+	}
+}
