@@ -39,6 +39,7 @@ func TestImportBoundaries(t *testing.T) {
 		// The pure packages and the standalone runtimes import nothing of the module.
 		"protocol":               {},
 		"sandbox":                {},
+		"sandbox/internal/probe": {},
 		"ledger/solana":          {},
 		"ledger/solana/localnet": {},
 		// Leaves that need no daemon.

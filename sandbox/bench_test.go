@@ -31,9 +31,39 @@ func waitFirstLine(b *testing.B, path string) {
 }
 
 // BenchmarkStartToRunning measures Start of a job on a cached image until its process
-// has written its first log line: the latency a renter sees, with the full sandbox spec.
+// has written its first log line: the latency a renter sees, with the full sandbox spec
+// (user namespace, its own network namespace with only loopback).
 func BenchmarkStartToRunning(b *testing.B) {
 	rt, ref := testRuntime(b)
+	benchmarkStart(b, rt, ref, false)
+}
+
+// BenchmarkStartToRunningNoUserns is BenchmarkStartToRunning without user namespaces (what
+// they cost).
+func BenchmarkStartToRunningNoUserns(b *testing.B) {
+	rt, ref := testRuntime(b)
+	c, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(), NoUserNamespaces: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	benchmarkStart(b, c, ref, false)
+}
+
+// BenchmarkStartToRunningEgress is the same for a job with egress: its network namespace
+// is connected through CNI (veth, address, NAT) before it starts.
+func BenchmarkStartToRunningEgress(b *testing.B) {
+	rt, ref := testRuntime(b)
+	c, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(),
+		Network: NetworkOptions{Policy: EgressPublicOnly, Name: fmt.Sprintf("b%d", os.Getpid()%100000), Subnet: "10.231.90.0/24"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(); c.RemoveNetworkRules() })
+	benchmarkStart(b, c, ref, true)
+}
+
+func benchmarkStart(b *testing.B, rt *Containerd, ref string, egress bool) {
 	ctx := context.Background()
 	dir := b.TempDir()
 	b.ResetTimer()
@@ -41,7 +71,7 @@ func BenchmarkStartToRunning(b *testing.B) {
 		b.StopTimer()
 		jd := filepath.Join(dir, fmt.Sprint(i))
 		os.MkdirAll(filepath.Join(jd, "out"), 0o700)
-		spec := Spec{ID: fmt.Sprintf("bench-%d", i), Image: ref, Args: []string{"echo", "ready"},
+		spec := Spec{ID: fmt.Sprintf("bench-%d", i), Image: ref, Args: []string{"echo", "ready"}, Egress: egress,
 			MemoryBytes: 64 << 20, CPUMillis: 1000, Pids: 64, ScratchBytes: 16 << 20, WallClock: time.Minute,
 			OutputDir: filepath.Join(jd, "out"), LogPath: filepath.Join(jd, "log")}
 		b.StartTimer()

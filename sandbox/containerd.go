@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpunex/gpunex/protocol"
-
 	"github.com/containerd/cgroups/v3/cgroup1/stats"
 	statsv2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
@@ -261,7 +259,7 @@ func (c *Containerd) UserNamespaces() (bool, string) { return c.userns, c.userns
 // RemoveNetworkRules removes the iptables rules of the jobs' network (tests, and a
 // provider that turns egress off; running jobs with egress lose their network).
 func (c *Containerd) RemoveNetworkRules() error {
-	if c.net.opts.Policy == protocol.EgressDeny {
+	if c.net.opts.Policy == EgressDeny {
 		return nil
 	}
 	return c.net.Uninstall()
@@ -455,7 +453,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", uid, err)
 	}
 	if spec.Egress {
-		if c.net.opts.Policy == protocol.EgressDeny {
+		if c.net.opts.Policy == EgressDeny {
 			return fmt.Errorf("job %s: %w", spec.ID, ErrEgressOff)
 		}
 		if err := c.net.install(); err != nil {
@@ -677,6 +675,12 @@ func (c *Containerd) exitOf(ctx context.Context, ctr client.Container, task clie
 		e.Reason = r
 	} else if code != 0 && c.oomKilled(ctx, task, info.Spec) {
 		e.Reason = ReasonOOM
+	} else if code > 128 && code < 128+65 {
+		// The job's first process cannot be killed by its own processes (it is the init of
+		// its PID namespace), so this is either its own exit code or a signal sent from the
+		// host by something other than gpunex: containerd's exit status cannot tell which.
+		c.log.Warn("a job ended with a signal's exit code that no gpunex node sent and the OOM killer did not: either the job exited so, or a process on the host outside gpunex killed it",
+			"job", ctr.ID(), "code", code, "signal", syscall.Signal(code-128).String())
 	}
 	raw, err := json.Marshal(e)
 	if err != nil {

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpunex/gpunex/protocol"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -248,7 +246,7 @@ func TestEgress(t *testing.T) {
 		policy string
 		subnet string
 		mbps   int64
-	}{{protocol.EgressPublicOnly, "10.231.71.0/24", 0}, {protocol.EgressAllow, "10.231.72.0/24", 0}} {
+	}{{EgressPublicOnly, "10.231.71.0/24", 0}, {EgressAllow, "10.231.72.0/24", 0}} {
 		t.Run(tc.policy, func(t *testing.T) {
 			rt, ref := egressRuntime(t, tc.policy, tc.subnet, tc.mbps)
 			s := &suite{rt: rt, image: ref}
@@ -264,7 +262,7 @@ func TestEgress(t *testing.T) {
 			if got := pub.got(); len(got) == 0 || !strings.HasPrefix(got[len(got)-1], pub.hostIP+" ") {
 				t.Errorf("the public stand-in saw %q; want the host's %s (NAT)", got, pub.hostIP)
 			}
-			if tc.policy == protocol.EgressAllow {
+			if tc.policy == EgressAllow {
 				if v["lan"] != "allowed" {
 					t.Errorf("under allow the provider's LAN is reachable: %q; log:\n%s", v["lan"], log)
 				}
@@ -287,7 +285,7 @@ func TestEgress(t *testing.T) {
 		})
 	}
 	t.Run("without-egress", func(t *testing.T) {
-		rt, ref := egressRuntime(t, protocol.EgressPublicOnly, "10.231.73.0/24", 0)
+		rt, ref := egressRuntime(t, EgressPublicOnly, "10.231.73.0/24", 0)
 		s := &suite{rt: rt, image: ref}
 		spec := withProbe(t, s.spec(t, "sh", "-c", script))
 		exit, log := s.run(t, rt, spec)
@@ -313,7 +311,7 @@ func TestEgress(t *testing.T) {
 // TestEgressOtherJobs: a job with egress cannot open a connection to another job, though
 // the host can (the control).
 func TestEgressOtherJobs(t *testing.T) {
-	rt, ref := egressRuntime(t, protocol.EgressAllow, "10.231.74.0/24", 0)
+	rt, ref := egressRuntime(t, EgressAllow, "10.231.74.0/24", 0)
 	s := &suite{rt: rt, image: ref}
 	ctx := context.Background()
 	server := s.spec(t, "sh", "-c", `ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1 > /output/ip.tmp && mv /output/ip.tmp /output/ip; nc -l -p 7000; echo SERVED`)
@@ -354,7 +352,7 @@ func TestEgressOtherJobs(t *testing.T) {
 // about 4 s; uncapped, on veth, milliseconds.
 func TestEgressBandwidth(t *testing.T) {
 	pub := newNetTarget(t, "bandwidth", "198.51.100.1", "198.51.100.254")
-	rt, ref := egressRuntime(t, protocol.EgressPublicOnly, "10.231.75.0/24", 4)
+	rt, ref := egressRuntime(t, EgressPublicOnly, "10.231.75.0/24", 4)
 	s := &suite{rt: rt, image: ref}
 	spec := s.spec(t, "sh", "-c", fmt.Sprintf("dd if=/dev/zero bs=64k count=32 2>/dev/null | nc -w 10 %s %d; echo SENT", pub.ip, pub.port))
 	spec.Egress = true

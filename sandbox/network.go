@@ -14,8 +14,24 @@ import (
 	"sync"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/gpunex/gpunex/protocol"
 )
+
+// Egress policies: what a provider lets jobs with egress reach (jobs.egress; the same
+// names as the offers' protocol.Egress*).
+const (
+	// EgressDeny: jobs get no network; Start refuses a job with Egress.
+	EgressDeny = "deny"
+	// EgressPublicOnly: public addresses only, through NAT.
+	EgressPublicOnly = "public-only"
+	// EgressAllow: also the provider's private networks (RFC 1918, CGNAT). The host,
+	// link-local addresses (cloud metadata) and other jobs stay out of reach.
+	EgressAllow = "allow"
+)
+
+// ValidEgressPolicy tells whether p names a policy.
+func ValidEgressPolicy(p string) bool {
+	return p == EgressDeny || p == EgressPublicOnly || p == EgressAllow
+}
 
 // Defaults of NetworkOptions.
 const (
@@ -38,13 +54,13 @@ var DefaultCNIPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 // the rule refusing every new connection into the jobs' subnet.
 var alwaysBlocked = []string{"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"}
 
-// Private ranges a job reaches only under protocol.EgressAllow: RFC 1918 and carrier-grade NAT
+// Private ranges a job reaches only under EgressAllow: RFC 1918 and carrier-grade NAT
 // (RFC 6598), where a provider's own network usually is.
 var privateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"}
 
 // NetworkOptions configure the network of jobs with egress.
 type NetworkOptions struct {
-	Policy string // protocol.EgressDeny (the default), EgressPublicOnly or EgressAllow
+	Policy string // EgressDeny (the default), EgressPublicOnly or EgressAllow
 	// Name names the CNI network, its address allocations (/var/lib/cni/networks/<Name>)
 	// and its iptables chains: nodes on one host that share it must share Subnet and
 	// Policy too. DefaultNetworkName.
@@ -65,7 +81,7 @@ type NetworkOptions struct {
 var ErrNetwork = errors.New("the jobs' network cannot be set up")
 
 // jobNetwork gives a job its own network namespace a veth pair away from the host (the
-// CNI ptp plugin, addresses from host-local), NAT to the outside (ptp's ipMasq), an
+// CNI ptp plugin, addresses from host-local), NAT to the outside (one MASQUERADE rule), an
 // optional bandwidth cap (the bandwidth plugin), and iptables rules that decide what the
 // job reaches (Rules).
 type jobNetwork struct {
@@ -120,12 +136,12 @@ func makeJobNetwork(o NetworkOptions) (*jobNetwork, error) {
 		}
 	}
 	n := &jobNetwork{opts: o, subnet: subnet, resolv: filepath.Join(o.RunDir, "resolv-"+o.Name+".conf")}
-	if o.Policy == protocol.EgressDeny || o.Policy == "" {
-		n.opts.Policy = protocol.EgressDeny
+	if o.Policy == EgressDeny || o.Policy == "" {
+		n.opts.Policy = EgressDeny
 		return n, nil
 	}
-	if !protocol.ValidEgress(o.Policy) {
-		return nil, fmt.Errorf("egress policy %q: use %s, %s or %s", o.Policy, protocol.EgressDeny, protocol.EgressPublicOnly, protocol.EgressAllow)
+	if !ValidEgressPolicy(o.Policy) {
+		return nil, fmt.Errorf("egress policy %q: use %s, %s or %s", o.Policy, EgressDeny, EgressPublicOnly, EgressAllow)
 	}
 	plugins := []string{"ptp", "host-local"}
 	if o.EgressMbps > 0 {
@@ -140,17 +156,17 @@ func makeJobNetwork(o NetworkOptions) (*jobNetwork, error) {
 		}
 		if !found {
 			return nil, fmt.Errorf("jobs with egress need the CNI plugin %q in %s: apt-get install containernetworking-plugins, or set jobs.egress = %q",
-				p, strings.Join(o.PluginDirs, " or "), protocol.EgressDeny)
+				p, strings.Join(o.PluginDirs, " or "), EgressDeny)
 		}
 	}
 	if _, err := exec.LookPath("iptables"); err != nil {
-		return nil, fmt.Errorf("jobs with egress need iptables: apt-get install iptables, or set jobs.egress = %q", protocol.EgressDeny)
+		return nil, fmt.Errorf("jobs with egress need iptables: apt-get install iptables, or set jobs.egress = %q", EgressDeny)
 	}
 	list := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       o.Name,
 		"plugins": []map[string]any{{
-			"type": "ptp", "ipMasq": true, "mtu": 1500,
+			"type": "ptp", "ipMasq": false, "mtu": 1500,
 			"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": o.Subnet}}},
 				"routes": []map[string]string{{"dst": "0.0.0.0/0"}}},
 		}},
@@ -198,7 +214,8 @@ func (n *jobNetwork) chains() (input, forward string) {
 //   - forwarded to the jobs' subnet: only replies to connections a job opened; nothing
 //     new, so no job reaches another;
 //   - forwarded from the jobs' subnet: refused to alwaysBlocked, and to privateRanges
-//     unless the policy is protocol.EgressAllow; the rest is accepted (and masqueraded by ptp).
+//     unless the policy is EgressAllow; the rest is accepted, and masqueraded (NAT) on
+//     its way out.
 //
 // Refusals answer "administratively prohibited", so a job fails at once instead of
 // waiting for a timeout.
@@ -215,13 +232,22 @@ func (n *jobNetwork) Rules() []Rule {
 		{"filter", fwd, append([]string{"-d", s}, reject...)},
 	}
 	blocked := alwaysBlocked
-	if n.opts.Policy != protocol.EgressAllow {
+	if n.opts.Policy != EgressAllow {
 		blocked = append(append([]string{}, alwaysBlocked...), privateRanges...)
 	}
 	for _, b := range blocked {
 		rules = append(rules, Rule{"filter", fwd, append([]string{"-s", s, "-d", b}, reject...)})
 	}
-	return append(rules, Rule{"filter", fwd, []string{"-s", s, "-j", "ACCEPT"}})
+	rules = append(rules, Rule{"filter", fwd, []string{"-s", s, "-j", "ACCEPT"}})
+	// NAT for the whole subnet, one rule (rather than ptp's ipMasq, which adds a chain per
+	// job: four iptables runs at each start).
+	return append(rules, Rule{"nat", "POSTROUTING", []string{"-s", s, "!", "-d", s, "-j", "MASQUERADE"}})
+}
+
+// builtin tells whether a chain is one of iptables' own, which the network's rules are
+// inserted into (and removed from) one by one.
+func builtin(chain string) bool {
+	return chain == "INPUT" || chain == "FORWARD" || chain == "POSTROUTING"
 }
 
 // install creates the network's chains (emptied if they exist), fills them, and puts the
@@ -248,7 +274,7 @@ func (n *jobNetwork) installRules() error {
 		}
 	}
 	for _, r := range n.Rules() {
-		if r.Chain == "INPUT" || r.Chain == "FORWARD" {
+		if builtin(r.Chain) {
 			if iptables(append([]string{"-t", r.Table, "-C", r.Chain}, r.Args...)...) == nil {
 				continue
 			}
@@ -286,7 +312,7 @@ func (n *jobNetwork) Uninstall() error {
 	in, fwd := n.chains()
 	var errs []error
 	for _, r := range n.Rules() {
-		if r.Chain == "INPUT" || r.Chain == "FORWARD" {
+		if builtin(r.Chain) {
 			for iptables(append([]string{"-t", r.Table, "-D", r.Chain}, r.Args...)...) == nil {
 			}
 		}
