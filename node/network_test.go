@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -223,6 +224,9 @@ type evilPeer struct {
 	dht    *dht.IpfsDHT
 	ps     *pubsub.PubSub
 	topics map[string]*pubsub.Topic
+	// nodes are the test network's nodes when the peer was made: a topic is published to
+	// once each of them lists it.
+	nodes []peer.ID
 }
 
 type acceptAll struct{}
@@ -257,7 +261,11 @@ func newEvilPeer(t *testing.T, tn *testNet) *evilPeer {
 	eventually(t, 5*time.Second, "hostile peer in the renter's topic view", func() (bool, string) {
 		return len(topic.ListPeers()) >= len(tn.nodes)/2, fmt.Sprint(len(topic.ListPeers()))
 	})
-	return &evilPeer{h.ID(), sk, topic, d, ps, map[string]*pubsub.Topic{protocol.OffersTopic: topic}}
+	var nodes []peer.ID
+	for _, n := range tn.nodes {
+		nodes = append(nodes, n.ID())
+	}
+	return &evilPeer{h.ID(), sk, topic, d, ps, map[string]*pubsub.Topic{protocol.OffersTopic: topic}, nodes}
 }
 
 // publishTo publishes raw on a topic, joining it first.
@@ -270,8 +278,15 @@ func (e *evilPeer) publishTo(t *testing.T, name string, raw []byte) {
 			t.Fatal(err)
 		}
 		e.topics[name] = topic
-		eventually(t, 5*time.Second, "hostile peer in the topic's view", func() (bool, string) {
-			return len(topic.ListPeers()) > 0, ""
+		// Every node, not just one: a node that drops the record does not forward it.
+		eventually(t, 15*time.Second, "every node in the hostile peer's topic view", func() (bool, string) {
+			peers := topic.ListPeers()
+			for _, n := range e.nodes {
+				if !slices.Contains(peers, n) {
+					return false, fmt.Sprintf("%s missing from %v", n, peers)
+				}
+			}
+			return true, ""
 		})
 	}
 	if err := topic.Publish(context.Background(), raw); err != nil {
@@ -305,7 +320,7 @@ func TestJunkGossipCostsItsSender(t *testing.T) {
 	}
 	ignoredBefore := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("score", "gossip", "expired"))
 	evil.publishTo(t, protocol.ScoresTopic, stale)
-	eventually(t, 5*time.Second, "the expired record seen and scored", func() (bool, string) {
+	eventually(t, 15*time.Second, "the expired record seen and scored", func() (bool, string) {
 		_, scored := renter.peer.GossipScore(evil.id)
 		return scored && testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("score", "gossip", "expired")) > ignoredBefore, ""
 	})
