@@ -138,6 +138,7 @@ func (n *Node) Status(started time.Time) api.Status {
 		Peers:       n.peer.Connected(),
 		OffersKnown: len(n.book.Live(n.clock.Now())),
 		StartedAt:   started,
+		Sandbox:     n.sandboxStatus,
 	}
 }
 

@@ -551,6 +551,9 @@ func TestJobEgress(t *testing.T) {
 		Subnet: "10.231.81.0/24", DNS: []string{"192.0.2.53"}})
 	t.Cleanup(func() { rt.RemoveNetworkRules() })
 	tn, renter, prov := jobNetConfig(t, 1, rt, nil)
+	if st := prov.Status(time.Now()).Sandbox; st == nil || st.Egress != protocol.EgressPublicOnly || st.Error != "" {
+		t.Fatalf("the provider's status should show its egress policy: %+v", st)
+	}
 	cfg := providerConfig(0)
 	cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
 	closed := tn.addWith(cfg, Deps{Sandbox: testRuntime(t), JobsDir: t.TempDir()})

@@ -85,7 +85,8 @@ type Node struct {
 
 	ownsLedger, ownsSandbox bool
 	runtime                 sandbox.Runtime
-	tempJobsDir             string // removed at Close
+	sandboxStatus           *api.SandboxStatus // a provider's, for its status
+	tempJobsDir             string             // removed at Close
 	cancel                  context.CancelFunc
 	wg                      sync.WaitGroup
 	closeOnce               sync.Once
@@ -259,8 +260,11 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 			MaxUnpackedBytes: j.MaxImageUnpackedMB << 20, MaxPullBytes: j.MaxImageMB << 20, Registries: j.Registries, PrivateRegistries: j.PrivateRegistries,
 			Network: sandbox.NetworkOptions{Policy: j.Egress, Subnet: j.NetworkSubnet, EgressMbps: j.EgressMbps, DNS: j.DNS}}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st := &api.SandboxStatus{}
+		n.sandboxStatus = st
 		c, err := sandbox.NewContainerd(cctx, o)
 		if errors.Is(err, sandbox.ErrNetwork) {
+			st.EgressOff = err.Error()
 			// Jobs without a network can still run: say why egress is off, and offer none.
 			n.log.Warn("jobs get no network: proposals asking for egress will be refused until this is fixed", "jobs.egress", j.Egress, "err", err)
 			o.Network = sandbox.NetworkOptions{Policy: protocol.EgressDeny}
@@ -269,6 +273,7 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 		cancel()
 		if err != nil {
 			rtErr = err
+			st.Error, st.Egress = err.Error(), protocol.EgressDeny
 			n.log.Warn("jobs cannot run: proposals will be refused until this is fixed", "err", err)
 		} else {
 			rt, n.ownsSandbox = c, true
@@ -276,6 +281,12 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 	}
 	if c, ok := rt.(*sandbox.Containerd); ok {
 		policy, mbps := c.Egress()
+		if n.sandboxStatus == nil {
+			n.sandboxStatus = &api.SandboxStatus{}
+		}
+		st := n.sandboxStatus
+		st.Egress, st.EgressMbps = policy, mbps
+		st.UserNamespaces, st.UserNamespacesOff = c.UserNamespaces()
 		n.publisher.SetEgress(policy, mbps)
 		if policy != protocol.EgressDeny {
 			n.log.Info("jobs with egress get their own network", "policy", policy, "mbps_cap", mbps, "subnet", n.cfg.Jobs.NetworkSubnet)

@@ -123,6 +123,25 @@ func statusCommand() *cobra.Command {
 			for _, a := range s.Addrs {
 				fmt.Fprintf(w, "  %s\n", a)
 			}
+			if sb := s.Sandbox; sb != nil {
+				fmt.Fprintln(w, "jobs:")
+				if sb.Error != "" {
+					fmt.Fprintf(w, "  cannot run:      %s\n", sb.Error)
+				}
+				egress := sb.Egress
+				if sb.EgressMbps > 0 {
+					egress += fmt.Sprintf(" (%d Mbit/s per job)", sb.EgressMbps)
+				}
+				if sb.EgressOff != "" {
+					egress += "; off because " + sb.EgressOff
+				}
+				fmt.Fprintf(w, "  egress:          %s\n", egress)
+				if sb.UserNamespaces {
+					fmt.Fprintln(w, "  user namespaces: yes")
+				} else {
+					fmt.Fprintf(w, "  user namespaces: NO: %s\n", sb.UserNamespacesOff)
+				}
+			}
 			return nil
 		},
 	}

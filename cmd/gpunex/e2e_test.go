@@ -364,6 +364,11 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if out := mustRun(t, "apply", "status", "--home", names["provider-4"].Home); !strings.Contains(out, "rejected") || !strings.Contains(out, "reason: ") {
 		t.Fatalf("rejected provider's status: %s", out)
 	}
+	// A provider says how its jobs run: egress as configured (the devnet's default), each
+	// job in a user namespace of its own.
+	if out := mustRun(t, "status", "--home", p1.Home); !strings.Contains(out, "egress:          public-only\n") || !strings.Contains(out, "user namespaces: yes\n") {
+		t.Fatalf("a provider's status should say how jobs run:\n%s", out)
+	}
 	tiers := map[string]string{p1.PeerID: "enterprise", p2.PeerID: "community"}
 	for _, r := range before {
 		if tiers[r.Provider] == "" || r.Tier != tiers[r.Provider] {

@@ -19,6 +19,24 @@ type Status struct {
 	Peers       int       `json:"peers"`
 	OffersKnown int       `json:"offers_known"`
 	StartedAt   time.Time `json:"started_at"`
+	// Sandbox is how a provider runs jobs (absent on other roles).
+	Sandbox *SandboxStatus `json:"sandbox,omitempty"`
+}
+
+// SandboxStatus says how a provider's jobs run, and what is off and why
+// (docs/sandbox.md).
+type SandboxStatus struct {
+	// Error says why no job can run (containerd unreachable); empty when jobs run.
+	Error string `json:"error,omitempty"`
+	// Egress is the policy in force for jobs with egress (deny, public-only, allow), and
+	// EgressOff why it is deny when the configuration asked for more.
+	Egress     string `json:"egress"`
+	EgressMbps int64  `json:"egress_mbps,omitempty"`
+	EgressOff  string `json:"egress_off,omitempty"`
+	// UserNamespaces says whether jobs run in user namespaces of their own, and
+	// UserNamespacesOff why not.
+	UserNamespaces    bool   `json:"user_namespaces"`
+	UserNamespacesOff string `json:"user_namespaces_off,omitempty"`
 }
 
 // GossipView is a peer's gossipsub score as this node keeps it (GET /v1/gossip/{peer}):
