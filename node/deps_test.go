@@ -38,8 +38,9 @@ func TestImportBoundaries(t *testing.T) {
 	internal := map[string][]string{
 		// The pure packages and the standalone runtimes import nothing of the module.
 		"protocol":               {},
-		"sandbox":                {},
+		"sandbox":                {"sandbox/joblog"},
 		"sandbox/internal/probe": {},
+		"sandbox/joblog":         {},
 		"ledger/solana":          {},
 		"ledger/solana/localnet": {},
 		// Leaves that need no daemon.

@@ -59,7 +59,7 @@ const maxReasonLen = 256
 // containerd's database, so a new Containerd (after the node restarted) reads them back.
 const (
 	labelJob        = "gpunex/job"         // "1": a container made by Start
-	labelStartedAt  = "gpunex/started-at"  // RFC 3339 time the task was started
+	labelStartedAt  = "gpunex/started-at"  // RFC 3339 time the job's container was made, just before its start
 	labelWallClock  = "gpunex/wallclock"   // Spec.WallClock, a Go duration
 	labelOutputDir  = "gpunex/output-dir"  // Spec.OutputDir, measured by the monitor
 	labelOutputMax  = "gpunex/output-max"  // Spec.ScratchBytes, the most /output may hold
@@ -435,7 +435,8 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return err
 	}
-	c.markUsed(ctx, img.Name())
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.markUsed(context.WithoutCancel(ctx), img.Name()) }()
 	uid, gid := uint32(JobUID), uint32(JobGID)
 	var base uint32
 	if c.userns {
@@ -491,6 +492,13 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if c.userns {
 		labels[labelUIDBase] = strconv.FormatUint(uint64(base), 10)
 	}
+	if spec.Egress {
+		// Where attach pins the network namespace; Remove takes down what exists of it.
+		labels[labelNetns] = c.net.pinPath(c.opts.Namespace, spec.ID)
+	}
+	// The job's wall clock counts from here, the few milliseconds before its process
+	// starts included (one call to containerd fewer than recording it after the start).
+	labels[labelStartedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	ctr, err := c.client.NewContainer(ctx, spec.ID,
 		client.WithImage(img),
 		client.WithSnapshotter(c.opts.Snapshotter),
@@ -541,16 +549,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 				c.net.detach(context.WithoutCancel(ctx), c.opts.Namespace, spec.ID, pin)
 			}
 		}()
-		if _, err := ctr.SetLabels(ctx, map[string]string{labelNetns: pin}); err != nil {
-			return fmt.Errorf("record the network of job %s: %w", spec.ID, err)
-		}
 	}
-	started := time.Now()
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start job %s: %w", spec.ID, err)
-	}
-	if _, err := ctr.SetLabels(ctx, map[string]string{labelStartedAt: started.UTC().Format(time.RFC3339Nano)}); err != nil {
-		return fmt.Errorf("record the start of job %s: %w", spec.ID, err)
 	}
 	c.watch(spec.ID)
 	return nil

@@ -1,4 +1,4 @@
-package sandbox
+package joblog
 
 import (
 	"bytes"
@@ -17,20 +17,20 @@ func (*nopCloser) Close() error { return nil }
 // the overflow and reads both streams to their end (a job never blocks on its output).
 func TestJobLogBounded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
-	if err := createLogFiles(path); err != nil {
+	if err := CreateFiles(path); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(path, []byte("earlier\n"), 0o600)
 	out, errs := strings.NewReader(strings.Repeat("o", 3000)), strings.NewReader(strings.Repeat("e", 3000))
 	var ready nopCloser
-	if err := writeJobLog(path, 1000, &ready, out, errs); err != nil {
+	if err := Write(path, 1000, &ready, out, errs); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(path)
 	if len(b) != 1000 || !strings.HasPrefix(string(b), "earlier\n") || ready.Len() != 1 {
 		t.Fatalf("log of %d bytes, ready %d", len(b), ready.Len())
 	}
-	if state := readLogState(path); state != stateOver || out.Len() != 0 || errs.Len() != 0 {
+	if state := ReadState(path); state != StateOver || out.Len() != 0 || errs.Len() != 0 {
 		t.Fatalf("state %q, left unread %d and %d", state, out.Len(), errs.Len())
 	}
 }
@@ -42,10 +42,10 @@ func TestJobLogUnwritable(t *testing.T) {
 	os.Mkdir(path, 0o700) // a folder where the log should be: open fails
 	out := strings.NewReader(strings.Repeat("o", 100000))
 	var ready nopCloser
-	if err := writeJobLog(path, 1<<20, &ready, out, io.LimitReader(out, 0)); err == nil {
+	if err := Write(path, 1<<20, &ready, out, io.LimitReader(out, 0)); err == nil {
 		t.Fatal("no error writing into a folder")
 	}
-	if state := readLogState(path); !strings.HasPrefix(state, stateError) || len(state) <= len(stateError) || out.Len() != 0 || ready.Len() != 1 {
+	if state := ReadState(path); !strings.HasPrefix(state, StateError) || len(state) <= len(StateError) || out.Len() != 0 || ready.Len() != 1 {
 		t.Fatalf("state %q, left unread %d, ready %d", state, out.Len(), ready.Len())
 	}
 }
