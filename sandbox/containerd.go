@@ -52,6 +52,9 @@ const (
 	outputCheckEvery = time.Second
 )
 
+// networkCheckEvery is how often the jobs' network rules are checked while a runtime runs.
+const networkCheckEvery = 30 * time.Second
+
 // maxReasonLen bounds the kill reason kept in a label.
 const maxReasonLen = 256
 
@@ -236,6 +239,10 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 		c.log.Warn("jobs run without user namespaces: a process escaping its container would be the host's uid 65534", "why", c.usernsOff)
 	}
 	c.ctx, c.cancel = context.WithCancel(namespaces.WithNamespace(context.Background(), o.Namespace))
+	if jn.opts.Policy != EgressDeny {
+		c.wg.Add(1)
+		go c.guardNetworkRules()
+	}
 	if _, err := c.List(ctx); err != nil { // starts the monitors of running jobs
 		c.Close()
 		return nil, fmt.Errorf("list the jobs in containerd namespace %s: %w", o.Namespace, err)
@@ -251,6 +258,34 @@ func (c *Containerd) ns(ctx context.Context) context.Context {
 // Egress is what the runtime's jobs with egress get: its policy and bandwidth cap.
 func (c *Containerd) Egress() (policy string, mbps int64) {
 	return c.net.opts.Policy, c.net.opts.EgressMbps
+}
+
+// ensureNetworkRules checks the jobs' network rules, putting them back when something
+// removed them, and says so.
+func (c *Containerd) ensureNetworkRules() error {
+	reinstalled, err := c.net.ensure()
+	if reinstalled && err == nil {
+		c.log.Warn("the jobs' network rules were missing (a firewall reload?): put back", "network", c.net.opts.Name)
+	}
+	return err
+}
+
+// guardNetworkRules checks the jobs' network rules every networkCheckEvery while jobs
+// with egress may run, so that a firewall reload leaves them unprotected that long at most.
+func (c *Containerd) guardNetworkRules() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(networkCheckEvery):
+		}
+		if c.net.installed() {
+			if err := c.ensureNetworkRules(); err != nil {
+				c.log.Error("the jobs' network rules cannot be put back: jobs with egress are not protected", "err", err)
+			}
+		}
+	}
 }
 
 // UserNamespaces says whether jobs get user namespaces, and why not.
@@ -526,6 +561,13 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 			return fmt.Errorf("job %s: prepare its root file system: %w", spec.ID, err)
 		}
 	}
+	// The rules of the jobs' network are checked (and put back if something flushed
+	// them) while the task is created, and must be in place before the job runs.
+	var rulesChecked chan error
+	if spec.Egress {
+		rulesChecked = make(chan error, 1)
+		go func() { rulesChecked <- c.ensureNetworkRules() }()
+	}
 	task, err := ctr.NewTask(ctx, cio.BinaryIO(c.opts.LogBinary, map[string]string{
 		loggerPathArg: spec.LogPath, loggerMaxArg: strconv.FormatInt(c.opts.MaxLogBytes, 10),
 	}))
@@ -538,6 +580,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 		}
 	}()
 	if spec.Egress {
+		if err = <-rulesChecked; err != nil {
+			return fmt.Errorf("job %s: the jobs' network rules: %w", spec.ID, err)
+		}
 		// The namespace is the task's own (runc made it, before the process runs), so it
 		// belongs to the job's user namespace; it is connected before the job starts.
 		var pin string

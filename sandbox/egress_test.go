@@ -46,7 +46,7 @@ func newNetTarget(t *testing.T, name, ip, hostIP string) *netTarget {
 			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	exec.Command("ip", "netns", "del", ns).Run() // a run killed before its cleanup
+	removeStaleNetTargets()
 	run("netns", "add", ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	run("link", "add", id+"h", "type", "veth", "peer", "name", id+"n")
@@ -59,6 +59,26 @@ func newNetTarget(t *testing.T, name, ip, hostIP string) *netTarget {
 	run("-n", ns, "route", "add", "default", "via", hostIP)
 	ln := listenInNetns(t, "/run/netns/"+ns, ip+":0")
 	return &netTarget{name: name, ip: ip, hostIP: hostIP, port: ln.Addr().(*net.TCPAddr).Port, got: serve(t, ln)}
+}
+
+// removeStaleNetTargets deletes the namespaces (and with them the links and routes) that a
+// test run killed before its cleanup left: their routes would shadow this run's.
+func removeStaleNetTargets() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "gxt") || len(f[0]) < 7 {
+			continue
+		}
+		pid := strings.TrimRight(f[0][3:], "abcdefghijklmnopqrstuvwxyz")
+		if strings.HasPrefix(f[0], fmt.Sprintf("gxt%d", os.Getpid()%100000)) && len(pid) == len(fmt.Sprint(os.Getpid()%100000)) {
+			continue // this run's
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue // (a pid kept modulo 100000 may be another live run's)
+		}
+		exec.Command("ip", "netns", "del", f[0]).Run()
+	}
 }
 
 // listenInNetns opens a TCP listener inside a network namespace (the socket stays there).
@@ -368,4 +388,36 @@ func TestEgressBandwidth(t *testing.T) {
 		t.Fatalf("2 MiB went out in %v: faster than twice the 4 Mbit/s cap", took)
 	}
 	t.Logf("2 MiB at a 4 Mbit/s cap: %v", took)
+}
+
+// TestEgressRulesPutBack: a firewall reload that flushes the jobs' rules (here: the
+// forward chain emptied, the input jump deleted) does not open the host or the LAN to
+// the next job with egress: the rules are checked and put back before it starts.
+func TestEgressRulesPutBack(t *testing.T) {
+	lan := newNetTarget(t, "reload", "192.168.232.1", "192.168.232.254")
+	rt, ref := egressRuntime(t, EgressPublicOnly, "10.231.76.0/24", 0)
+	s := &suite{rt: rt, image: ref}
+	run := func() map[string]string {
+		spec := withProbe(t, s.spec(t, "sh", "-c", fmt.Sprintf(`echo "lan => $(/output/probe tcp %s:%d)"`, lan.ip, lan.port)))
+		spec.Egress = true
+		exit, log := s.run(t, rt, spec)
+		wantExit(t, exit, 0, ReasonExited, log)
+		return probeLines(log)
+	}
+	if v := run()["lan"]; !strings.HasPrefix(v, "refused EHOSTUNREACH") {
+		t.Fatalf("before the flush: %q", v)
+	}
+	in, fwd := rt.net.chains()
+	if err := iptables("-t", "filter", "-F", fwd); err != nil {
+		t.Fatal(err)
+	}
+	if err := iptables("-t", "filter", "-D", "INPUT", "-s", "10.231.76.0/24", "-j", in); err != nil {
+		t.Fatal(err)
+	}
+	if v := run()["lan"]; !strings.HasPrefix(v, "refused EHOSTUNREACH") {
+		t.Fatalf("after a flush of the jobs' rules a job reached the LAN: %q", v)
+	}
+	if got := lan.got(); len(got) != 0 {
+		t.Fatalf("the LAN stand-in got %q", got)
+	}
 }

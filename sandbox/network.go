@@ -91,8 +91,10 @@ type jobNetwork struct {
 	conf   *libcni.NetworkConfigList
 	resolv string // the jobs' resolv.conf on the host
 
-	installOnce sync.Once
-	installErr  error
+	installOnce  sync.Once
+	installErr   error
+	mu           sync.Mutex // one installRules or ensure at a time
+	wasInstalled bool
 }
 
 var networkNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,14}$`)
@@ -255,12 +257,36 @@ func builtin(chain string) bool {
 // again (another node, a restart) gives the same rules.
 func (n *jobNetwork) install() error {
 	n.installOnce.Do(func() {
+		n.mu.Lock()
 		n.installErr = n.installRules()
+		n.wasInstalled = n.installErr == nil
+		n.mu.Unlock()
 		if n.installErr == nil {
 			n.installErr = n.writeResolvConf()
 		}
 	})
 	return n.installErr
+}
+
+// installed tells whether install has run (the rules are then expected in place).
+func (n *jobNetwork) installed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.wasInstalled
+}
+
+// ensure checks that every rule of the set is in place, and installs the set again when
+// one is missing (a firewall tool that flushed the tables): a job with egress must never
+// run without them. It returns whether it had to.
+func (n *jobNetwork) ensure() (reinstalled bool, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range n.Rules() {
+		if iptables(append([]string{"-t", r.Table, "-C", r.Chain}, r.Args...)...) != nil {
+			return true, n.installRules()
+		}
+	}
+	return false, nil
 }
 
 func (n *jobNetwork) installRules() error {
