@@ -870,12 +870,12 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		r.log.Error("storing the receipt failed", "job", id, "err", err)
 		return
 	}
-	r.releaseAfterCleaning(id)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := r.rt.Remove(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		r.log.Warn("removing the job's container failed", "job", id, "err", err)
 	}
+	r.releaseAfterCleaning(id) // once nothing of the job runs
 	r.mu.Lock()
 	delete(r.cancels, id)
 	r.mu.Unlock()
