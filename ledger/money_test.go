@@ -149,13 +149,18 @@ func BenchmarkChargeReports(b *testing.B) {
 	defer l.Close()
 	const batch = 1000
 	n := b.N * batch
-	l.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: protocol.MicroUSDC(n) * 2_000_000})
+	// A renter holds at most MaxOpenHolds at once: the holds are spread over renters.
+	const perRenter = MaxOpenHolds / 2
+	renter := func(i int) string { return fmt.Sprintf("r%d", i/perRenter) }
+	for r := 0; r*perRenter < n; r++ {
+		l.CreditDeposit(Deposit{Signature: fmt.Sprintf("s%d", r), Renter: renter(r * perRenter), Amount: perRenter * 2_000_000})
+	}
 	items := make([]ReportCharge, n)
 	for i := range n {
-		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 2_000_000, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: renter(i), Provider: "p", Amount: 2_000_000, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 			b.Fatal(err)
 		}
-		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Countersigned: true, Receipt: receiptHash(i), Renter: "r", Amount: 1_000_000}
+		items[i] = ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p"}, Countersigned: true, Receipt: receiptHash(i), Renter: renter(i), Amount: 1_000_000}
 	}
 	b.ResetTimer()
 	start := time.Now()
