@@ -407,6 +407,9 @@ func TestEgressRulesPutBack(t *testing.T) {
 	if v := run()["lan"]; !strings.HasPrefix(v, "refused EHOSTUNREACH") {
 		t.Fatalf("before the flush: %q", v)
 	}
+	if rt.net.printed == nil {
+		t.Error("the installed rules were not recorded as iptables-save prints them: every check runs iptables once per rule")
+	}
 	in, fwd := rt.net.chains()
 	if err := iptables("-t", "filter", "-F", fwd); err != nil {
 		t.Fatal(err)

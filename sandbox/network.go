@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -95,6 +96,7 @@ type jobNetwork struct {
 	installErr   error
 	mu           sync.Mutex // one installRules or ensure at a time
 	wasInstalled bool
+	printed      map[string]bool // the rules as iptables-save prints them (recordPrinted)
 }
 
 var networkNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,14}$`)
@@ -278,15 +280,68 @@ func (n *jobNetwork) installed() bool {
 // ensure checks that every rule of the set is in place, and installs the set again when
 // one is missing (a firewall tool that flushed the tables): a job with egress must never
 // run without them. It returns whether it had to.
+//
+// One iptables-save is compared with the rules as iptables printed them right after they
+// were installed (n.printed); where that could not be recorded, each rule is checked with
+// iptables -C (a program run per rule: slower).
 func (n *jobNetwork) ensure() (reinstalled bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.printed != nil {
+		saved, err := savedRules()
+		if err == nil {
+			for line := range n.printed {
+				if !saved[line] {
+					return true, n.installRules()
+				}
+			}
+			return false, nil
+		}
+	}
 	for _, r := range n.Rules() {
 		if iptables(append([]string{"-t", r.Table, "-C", r.Chain}, r.Args...)...) != nil {
 			return true, n.installRules()
 		}
 	}
 	return false, nil
+}
+
+// savedRules is the set of rule lines iptables-save prints (both tables).
+func savedRules() (map[string]bool, error) {
+	out, err := exec.Command("iptables-save").Output()
+	if err != nil {
+		return nil, err
+	}
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			lines[l] = true
+		}
+	}
+	return lines, nil
+}
+
+// recordPrinted keeps the network's rules as iptables-save prints them, once installed:
+// the lines naming its chains, and its NAT rule.
+func (n *jobNetwork) recordPrinted() {
+	n.printed = nil
+	saved, err := savedRules()
+	if err != nil {
+		return
+	}
+	in, fwd := n.chains()
+	s := n.subnet.String()
+	mine := map[string]bool{}
+	for l := range saved {
+		f := strings.Fields(l)
+		if slices.Contains(f, in) || slices.Contains(f, fwd) ||
+			(len(f) > 1 && f[1] == "POSTROUTING" && slices.Contains(f, s) && slices.Contains(f, "MASQUERADE")) {
+			mine[l] = true
+		}
+	}
+	if len(mine) == len(n.Rules()) {
+		n.printed = mine
+	}
 }
 
 func (n *jobNetwork) installRules() error {
@@ -313,6 +368,7 @@ func (n *jobNetwork) installRules() error {
 			return err
 		}
 	}
+	n.recordPrinted()
 	return nil
 }
 
