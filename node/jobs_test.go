@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
+
 	"github.com/gpunex/gpunex/node/internal/jobs"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -586,3 +588,41 @@ func TestJobEgress(t *testing.T) {
 		t.Fatalf("a job with egress on a provider giving none: %v; want the reason", err)
 	}
 }
+
+// TestGreedyProviderOutput: a provider that answers a fetch with more output than the
+// job's /output can hold (here: zeros without end) gets cut off: the renter's node takes
+// at most twice the lease's scratch size and 64 MiB, then says why.
+func TestGreedyProviderOutput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	renter, prov := jobNet(t, 1)
+	ctx := context.Background()
+	v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: busyboxArchive(t), Args: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renter.renter.JobLogs(ctx, v.ID, true, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	// The provider turns greedy: every control request is answered with zeros.
+	prov.peer.Handle(protocol.JobControlProtocol, func(s network.Stream) {
+		defer s.Reset()
+		zeros := make([]byte, 1<<20)
+		for {
+			if _, err := s.Write(zeros); err != nil {
+				return
+			}
+		}
+	})
+	var got byteCounter
+	err = renter.renter.FetchOutput(ctx, v.ID, &got)
+	limit := jobs.OutputFetchLimit(prov.cfg.Jobs.ScratchMB << 20)
+	if !errors.Is(err, protocol.ErrTooLarge) || got.n > limit+1 || got.n < limit {
+		t.Fatalf("fetching endless output: %v after %d bytes; want ErrTooLarge once %d bytes are in", err, got.n, limit)
+	}
+}
+
+type byteCounter struct{ n int64 }
+
+func (w *byteCounter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
