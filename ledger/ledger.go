@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -31,6 +32,10 @@ type Options struct {
 type Ledger struct {
 	db  *badger.DB
 	log *slog.Logger
+	// keyLocks serialise read-modify-writes of one key in this process (updateJSON), by
+	// the key's hash: badger's transactions are optimistic, and many writers of one key
+	// would otherwise mostly conflict.
+	keyLocks [64]sync.Mutex
 }
 
 // ErrNotFound is returned when a record is absent.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"time"
 
@@ -210,19 +211,38 @@ func (l *Ledger) Revocations() ([][]byte, error) {
 
 // updateJSON reads the JSON value at key into a T, lets f change it, and writes it back,
 // in one transaction; it returns the value as stored.
+//
+// Updates of one key through updateJSON take turns (Ledger.keyLocks); one that still
+// conflicts with another transaction on the key reads it again and applies f again, up to
+// conflictRetries times.
 func updateJSON[T any](l *Ledger, key string, f func(v *T) error) (T, error) {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	lock := &l.keyLocks[h.Sum32()%uint32(len(l.keyLocks))]
+	lock.Lock()
+	defer lock.Unlock()
 	var v T
-	err := l.db.Update(func(txn *badger.Txn) error {
-		if err := getJSON(txn, key, &v); err != nil {
-			return err
+	var err error
+	for range conflictRetries {
+		v = *new(T)
+		err = l.db.Update(func(txn *badger.Txn) error {
+			if err := getJSON(txn, key, &v); err != nil {
+				return err
+			}
+			if err := f(&v); err != nil {
+				return err
+			}
+			return putJSON(txn, key, v)
+		})
+		if !errors.Is(err, badger.ErrConflict) {
+			break
 		}
-		if err := f(&v); err != nil {
-			return err
-		}
-		return putJSON(txn, key, v)
-	})
+	}
 	return v, err
 }
+
+// conflictRetries is how often a read-modify-write that lost a conflict is tried again.
+const conflictRetries = 10
 
 // createJSON stores v at key unless something is there already; it reports whether it
 // stored it.

@@ -266,11 +266,11 @@ func (r *Runner) Release(job string) {
 // cleaningPrefix marks a GPU slot held while it is cleaned after the job it names.
 const cleaningPrefix = "cleaning after "
 
-// releaseAfterCleaning frees a job's GPUs: simulated ones at once, real ones once
-// r.cleanGPU has found no process on them and cleared their memory. A GPU that cannot be
-// cleaned stays held and is tried again every minute: the next renter never gets what the
-// last one left.
-func (r *Runner) releaseAfterCleaning(job string) {
+// releaseAfterCleaning frees a job's GPUs: simulated ones at once, real ones once the job
+// is removed (removed is closed) and r.cleanGPU has found no process on them and cleared
+// their memory. A GPU that cannot be cleaned stays held and is tried again every minute:
+// the next renter never gets what the last one left.
+func (r *Runner) releaseAfterCleaning(job string, removed <-chan struct{}) {
 	r.mu.Lock()
 	var dirty []string
 	for i := range r.gpus {
@@ -289,6 +289,7 @@ func (r *Runner) releaseAfterCleaning(job string) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
+			<-removed
 			r.clean(uuid, cleaningPrefix+job)
 		}()
 	}
@@ -870,12 +871,14 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		r.log.Error("storing the receipt failed", "job", id, "err", err)
 		return
 	}
+	removed := make(chan struct{}) // real GPUs are cleaned once nothing of the job runs
+	r.releaseAfterCleaning(id, removed)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := r.rt.Remove(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		r.log.Warn("removing the job's container failed", "job", id, "err", err)
 	}
-	r.releaseAfterCleaning(id) // once nothing of the job runs
+	close(removed)
 	r.mu.Lock()
 	delete(r.cancels, id)
 	r.mu.Unlock()
@@ -954,7 +957,9 @@ func (r *Runner) Reconcile(ctx context.Context) error {
 		}
 	}
 	r.mu.Unlock()
-	r.releaseAfterCleaning("restart")
+	nothingRuns := make(chan struct{})
+	close(nothingRuns)
+	r.releaseAfterCleaning("restart", nothingRuns)
 	return nil
 }
 

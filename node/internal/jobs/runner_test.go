@@ -237,10 +237,17 @@ func TestGPUCleanedBetweenRenters(t *testing.T) {
 	r.gpus[0].gpu.Simulated = false
 	r.gpus[0].job, r.gpus[1].job = "job-1", "job-1"
 	r.mu.Unlock()
-	r.releaseAfterCleaning("job-1")
+	removed := make(chan struct{})
+	r.releaseAfterCleaning("job-1", removed)
 	if r.Busy(sim) {
 		t.Fatal("a simulated GPU is held after its job")
 	}
+	select {
+	case <-attempts:
+		t.Fatal("a GPU was cleaned while its job's container was still there")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(removed)
 	if got := <-attempts; got != real || !r.Busy(real) {
 		t.Fatalf("cleaning %s, busy %v: the real GPU should be held while it is cleaned", got, r.Busy(real))
 	}
