@@ -915,7 +915,10 @@ func (c *Containerd) List(ctx context.Context) ([]Info, error) {
 		}
 		if base, ok := parseUIDBase(info.Labels); ok {
 			c.mu.Lock()
-			c.uidBases[base] = ctr.ID()
+			if c.uidBases[base] != ctr.ID() {
+				c.uidBases[base] = ctr.ID()
+				claimUserns(base, c.opts.Namespace+"/"+ctr.ID()) // again after a restart (or still claimed)
+			}
 			c.mu.Unlock()
 		}
 		if e, ok, err := exitLabel(info.Labels); err == nil && ok {
@@ -1143,7 +1146,7 @@ func (c *Containerd) reserveUserns(id string) (uint32, error) {
 	for b := range c.uidBases {
 		used[b] = true
 	}
-	base, err := pickUserns(id, used)
+	base, err := pickUserns(id, used, func(b uint32) bool { return claimUserns(b, c.opts.Namespace+"/"+id) })
 	if err == nil {
 		c.uidBases[base] = id
 	}
@@ -1156,5 +1159,6 @@ func (c *Containerd) releaseUserns(base uint32, id string) {
 	defer c.mu.Unlock()
 	if c.uidBases[base] == id {
 		delete(c.uidBases, base)
+		unclaimUserns(base)
 	}
 }

@@ -590,3 +590,48 @@ echo READY; sleep 10`)
 		t.Fatalf("a GPU without a CDI entry should fall back to its device node: %v", err)
 	}
 }
+
+// TestUsernsRangesPerHost: two nodes on one host (two runtimes, two namespaces) starting
+// jobs whose IDs hash to the same range give them different ranges; a range is free on the
+// host again once its job is removed.
+func TestUsernsRangesPerHost(t *testing.T) {
+	a, refA := testRuntime(t)
+	b, refB := testRuntime(t)
+	if ok, why := a.UserNamespaces(); !ok {
+		t.Skipf("skipping: no user namespaces here: %s", why)
+	}
+	sa, sb := &suite{rt: a, image: refA}, &suite{rt: b, image: refB}
+	ja, jb := sa.spec(t, "sleep", "30"), sb.spec(t, "sleep", "30")
+	ja.ID, jb.ID = "same-job-id", "same-job-id"
+	ctx := context.Background()
+	for _, x := range []struct {
+		rt   *Containerd
+		spec Spec
+	}{{a, ja}, {b, jb}} {
+		if err := x.rt.Start(ctx, x.spec); err != nil {
+			t.Fatal(err)
+		}
+		defer x.rt.Remove(ctx, x.spec.ID)
+	}
+	base := func(rt *Containerd) string {
+		ctr, err := rt.client.LoadContainer(rt.ns(ctx), "same-job-id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels, _ := ctr.Labels(rt.ns(ctx))
+		return labels[labelUIDBase]
+	}
+	ba, bb := base(a), base(b)
+	if ba == "" || ba == bb {
+		t.Fatalf("two jobs on one host got ranges %q and %q", ba, bb)
+	}
+	if _, err := os.Stat(filepath.Join(usernsClaimDir, ba)); err != nil {
+		t.Fatalf("the range %s is not claimed on the host: %v", ba, err)
+	}
+	if err := a.Remove(ctx, ja.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(usernsClaimDir, ba)); !os.IsNotExist(err) {
+		t.Fatalf("the range %s is still claimed after its job was removed: %v", ba, err)
+	}
+}

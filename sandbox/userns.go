@@ -50,20 +50,43 @@ func usernsSupport() (bool, string) {
 	return true, ""
 }
 
-// pickUserns chooses a job's range: the slot its ID hashes to, or the next one no job of
-// this runtime uses. (Nodes sharing a host may pick the same range for two jobs: both stay
-// unprivileged on the host, but they then share ids.)
-func pickUserns(id string, used map[uint32]bool) (uint32, error) {
+// pickUserns chooses a job's range: the slot its ID hashes to, or the next one that no job
+// of this runtime uses (used) and that claim gets.
+func pickUserns(id string, used map[uint32]bool, claim func(base uint32) bool) (uint32, error) {
 	h := fnv.New32a()
 	h.Write([]byte(id))
 	start := h.Sum32() % usernsSlots
 	for i := uint32(0); i < usernsSlots; i++ {
 		base := UsernsFirstID + ((start+i)%usernsSlots)*UsernsSize
-		if !used[base] {
+		if !used[base] && claim(base) {
 			return base, nil
 		}
 	}
 	return 0, fmt.Errorf("all %d user-namespace ranges are in use", usernsSlots)
+}
+
+// usernsClaimDir holds one file per range in use on this host, named by its first id, so
+// that nodes sharing a host never give two jobs one range. It is under /run: gone with a
+// reboot, as the jobs are.
+var usernsClaimDir = "/run/gpunex/userns"
+
+// claimUserns claims a range for a job (holder names it); false when another holds it.
+func claimUserns(base uint32, holder string) bool {
+	if err := os.MkdirAll(usernsClaimDir, 0o700); err != nil {
+		return false
+	}
+	f, err := os.OpenFile(filepath.Join(usernsClaimDir, strconv.FormatUint(uint64(base), 10)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false
+	}
+	f.WriteString(holder + "\n")
+	f.Close()
+	return true
+}
+
+// unclaimUserns frees a range on the host.
+func unclaimUserns(base uint32) {
+	os.Remove(filepath.Join(usernsClaimDir, strconv.FormatUint(uint64(base), 10)))
 }
 
 // withUserns maps container ids 0-65535 to the host's base to base+65535, and gives the job
