@@ -85,7 +85,11 @@ func StartContainerd(ctx context.Context, dir string) (*Daemon, error) {
 			return nil, err
 		}
 	}
+	// (A state folder an earlier version made is 0700: chmod, not only MkdirAll.)
 	if err := os.MkdirAll(filepath.Join(d.sockDir, "state"), 0o711); err != nil {
+		return nil, fmt.Errorf("prepare the containerd folder: %w", err)
+	}
+	if err := os.Chmod(filepath.Join(d.sockDir, "state"), 0o711); err != nil {
 		return nil, fmt.Errorf("prepare the containerd folder: %w", err)
 	}
 	d.address = filepath.Join(d.sockDir, "containerd.sock")
