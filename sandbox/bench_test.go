@@ -42,24 +42,16 @@ func BenchmarkStartToRunning(b *testing.B) {
 // they cost).
 func BenchmarkStartToRunningNoUserns(b *testing.B) {
 	rt, ref := testRuntime(b)
-	c, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(), NoUserNamespaces: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	benchmarkStart(b, c, ref, false)
+	benchmarkStart(b, newInstanceWith(b, rt.Namespace(), ContainerdOptions{NoUserNamespaces: true}), ref, false)
 }
 
 // BenchmarkStartToRunningEgress is the same for a job with egress: its network namespace
 // is connected through CNI (veth, address, NAT) before it starts.
 func BenchmarkStartToRunningEgress(b *testing.B) {
 	rt, ref := testRuntime(b)
-	c, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(),
+	c := newInstanceWith(b, rt.Namespace(), ContainerdOptions{
 		Network: NetworkOptions{Policy: EgressPublicOnly, Name: fmt.Sprintf("b%d", os.Getpid()%100000), Subnet: "10.231.90.0/24"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close(); c.RemoveNetworkRules() })
+	b.Cleanup(func() { c.RemoveNetworkRules() })
 	benchmarkStart(b, c, ref, true)
 }
 

@@ -111,7 +111,14 @@ func testRuntime(t testing.TB) (*Containerd, string) {
 
 func newInstance(t testing.TB, ns string) *Containerd {
 	t.Helper()
-	rt, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: ns})
+	return newInstanceWith(t, ns, ContainerdOptions{})
+}
+
+// newInstanceWith is newInstance with options (its address and namespace are set here).
+func newInstanceWith(t testing.TB, ns string, o ContainerdOptions) *Containerd {
+	t.Helper()
+	o.Address, o.Namespace = testDaemon.Address(), ns
+	rt, err := NewContainerd(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,11 +314,7 @@ func TestStartContainerdLongDir(t *testing.T) {
 // limit: the first MiB of what it printed, nothing more.
 func TestLogLimit(t *testing.T) {
 	rt, ref := testRuntime(t)
-	small, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(), MaxLogBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer small.Close()
+	small := newInstanceWith(t, rt.Namespace(), ContainerdOptions{MaxLogBytes: 1 << 20})
 	dir := t.TempDir()
 	os.Mkdir(filepath.Join(dir, "out"), 0o700)
 	spec := Spec{ID: "noisy", Image: ref, Args: []string{"yes", "a line of log that never ends"}, MemoryBytes: 32 << 20, CPUMillis: 500, Pids: 8,
@@ -405,12 +408,7 @@ func TestRealGPUDevices(t *testing.T) {
 func TestOwnersShareANamespace(t *testing.T) {
 	rt, ref := testRuntime(t)
 	open := func(owner string) *Containerd {
-		c, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(), Owner: owner})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
+		return newInstanceWith(t, rt.Namespace(), ContainerdOptions{Owner: owner})
 	}
 	a, b := open("provider-a"), open("provider-b")
 	dir := t.TempDir()

@@ -120,13 +120,9 @@ func egressRuntime(t *testing.T, policy string, subnet string, mbps int64) (*Con
 	needContainerd(t)
 	rt, ref := testRuntime(t)
 	name := fmt.Sprintf("t%d%s", os.Getpid()%100000, strings.ReplaceAll(subnet[strings.Index(subnet, ".")+1:strings.LastIndex(subnet, ".")], ".", ""))
-	c, err := NewContainerd(context.Background(), ContainerdOptions{Address: testDaemon.Address(), Namespace: rt.Namespace(),
+	c := newInstanceWith(t, rt.Namespace(), ContainerdOptions{
 		Network: NetworkOptions{Policy: policy, Name: name, Subnet: subnet, EgressMbps: mbps, DNS: []string{"192.0.2.53"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		c.Close()
 		if err := c.net.Uninstall(); err != nil {
 			t.Errorf("remove the test network's rules: %v", err)
 		}

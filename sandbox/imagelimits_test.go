@@ -53,13 +53,7 @@ func layerTar(t *testing.T, entries ...tar.Header) []byte {
 func limitedRuntime(t *testing.T, o ContainerdOptions) *Containerd {
 	t.Helper()
 	rt, _ := testRuntime(t)
-	o.Address, o.Namespace = testDaemon.Address(), rt.Namespace()
-	c, err := NewContainerd(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return newInstanceWith(t, rt.Namespace(), o)
 }
 
 // TestImageBomb: a layer of 64 MiB of zeros is 64 KiB gzipped. With a 16 MiB limit its
