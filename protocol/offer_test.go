@@ -104,6 +104,10 @@ func TestOfferRejections(t *testing.T) {
 		{"nothing offered", mutate(func(o *Offer) { o.GPUs = nil }), ErrInvalid},
 		{"validity too long", mutate(func(o *Offer) { o.ExpiresAt = testNow.Add(48 * time.Hour) }), ErrInvalid},
 		{"bad region", mutate(func(o *Offer) { o.Region = "eu west;drop" }), ErrInvalid},
+		{"unknown egress policy", mutate(func(o *Offer) { o.Egress = "everything" }), ErrInvalid},
+		{"egress deny spelled out", mutate(func(o *Offer) { o.Egress = EgressDeny }), ErrInvalid},
+		{"bandwidth cap without egress", mutate(func(o *Offer) { o.EgressMbps = 100 }), ErrInvalid},
+		{"negative bandwidth cap", mutate(func(o *Offer) { o.Egress, o.EgressMbps = EgressPublicOnly, -1 }), ErrInvalid},
 		{"malformed json", sealedRaw(t, sk, []byte(`{"version":1,`)), ErrMalformed},
 		{"unknown field", sealedRaw(t, sk, []byte(`{"version":1,"evil":true}`)), ErrMalformed},
 		{"trailing data", sealedRaw(t, sk, append(mustJSON(t, validOffer(id)), []byte(` {}`)...)), ErrMalformed},
@@ -319,4 +323,16 @@ func BenchmarkVerifyOffer(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// TestOfferEgress: an offer saying what its jobs with egress reach, and their cap, is
+// accepted as it was signed (the control of the egress rejections above).
+func TestOfferEgress(t *testing.T) {
+	sk, id := newKey(t)
+	o := validOffer(id)
+	o.Egress, o.EgressMbps = EgressAllow, 250
+	so, err := CheckOffer(sealed(t, sk, o), testNow)
+	if err != nil || so.Offer.Egress != EgressAllow || so.Offer.EgressMbps != 250 {
+		t.Fatalf("an offer with egress: %+v, %v", so, err)
+	}
 }
