@@ -73,7 +73,7 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkRun -benchtime 3x -timeout 10m ./node/
 	$(GO) test -run '^$$' -bench ChargeReports -benchtime 20x ./ledger/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./cmd/gpunex/
-	$(GO) test -run '^$$' -bench 'StartToRunning|BareContainerd' -benchtime 30x -count 3 -timeout 10m ./sandbox/
+	$(GO) test -run '^$$' -bench 'StartVsBare' -benchtime 25x -count 3 -timeout 10m ./sandbox/
 
 clean:
 	rm -rf bin devnet

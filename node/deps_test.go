@@ -37,12 +37,13 @@ func TestImportBoundaries(t *testing.T) {
 	}
 	internal := map[string][]string{
 		// The pure packages and the standalone runtimes import nothing of the module.
-		"protocol":               {},
-		"sandbox":                {"sandbox/joblog"},
-		"sandbox/internal/probe": {},
-		"sandbox/joblog":         {},
-		"ledger/solana":          {},
-		"ledger/solana/localnet": {},
+		"protocol":                {},
+		"sandbox":                 {"sandbox/joblog", "sandbox/internal/nshold"},
+		"sandbox/internal/nshold": {},
+		"sandbox/internal/probe":  {},
+		"sandbox/joblog":          {},
+		"ledger/solana":           {},
+		"ledger/solana/localnet":  {},
 		// Leaves that need no daemon.
 		"ledger":                {"protocol"},
 		"bench":                 {"protocol"},

@@ -136,7 +136,11 @@ type Containerd struct {
 	log    *slog.Logger
 	devDir string // the host's device nodes: "/dev"
 	net    *jobNetwork
-	gpus   *gpuDevices
+	// nsPool holds namespaces ready for the next jobs with egress (jobns.go).
+	nsPool   chan jobNamespaces
+	nsRefill sync.Mutex
+	pid      int // this process (os.Getpid), in the names of the namespaces it makes
+	gpus     *gpuDevices
 	// userns is whether jobs get user namespaces; usernsOff says why not.
 	userns    bool
 	usernsOff string
@@ -229,7 +233,7 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	}
 	c := &Containerd{
 		client: cl, opts: o, log: o.Logger, devDir: "/dev", net: jn, gpus: newGPUDevices(o.CDISpecDirs),
-		monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{}, uidBases: map[uint32]string{},
+		nsPool: make(chan jobNamespaces, namespacePoolSize), pid: os.Getpid(), monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{}, uidBases: map[uint32]string{},
 	}
 	c.userns, c.usernsOff = usernsSupport()
 	if o.NoUserNamespaces {
@@ -246,6 +250,11 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	if _, err := c.List(ctx); err != nil { // starts the monitors of running jobs
 		c.Close()
 		return nil, fmt.Errorf("list the jobs in containerd namespace %s: %w", o.Namespace, err)
+	}
+	if jn.opts.Policy != EgressDeny {
+		if err := c.removeNamespaceLeftovers(nctx); err != nil {
+			c.log.Warn("namespaces left by a node process that ended could not all be taken down", "err", err)
+		}
 	}
 	return c, nil
 }
@@ -472,22 +481,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	}
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.markUsed(context.WithoutCancel(ctx), img.Name()) }()
-	uid, gid := uint32(JobUID), uint32(JobGID)
-	var base uint32
-	if c.userns {
-		if base, err = c.reserveUserns(spec.ID); err != nil {
-			return fmt.Errorf("job %s: %w", spec.ID, err)
-		}
-		defer func() {
-			if err != nil {
-				c.releaseUserns(base, spec.ID)
-			}
-		}()
-		uid, gid = base+JobUID, base+JobGID
-	}
-	if err := os.Chown(spec.OutputDir, int(uid), int(gid)); err != nil {
-		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", uid, err)
-	}
+	var ns jobNamespaces // a job with egress joins namespaces made ahead
 	if spec.Egress {
 		if c.net.opts.Policy == EgressDeny {
 			return fmt.Errorf("job %s: %w", spec.ID, ErrEgressOff)
@@ -495,6 +489,36 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 		if err := c.net.install(); err != nil {
 			return fmt.Errorf("job %s: set up the jobs' network: %w", spec.ID, err)
 		}
+		// The pool is refilled once this job has started (or failed to): making
+		// namespaces takes kernel locks the start needs too.
+		defer c.refillNamespaces()
+		if ns, err = c.takeNamespaces(ctx, spec.ID); err != nil {
+			return fmt.Errorf("job %s: %w", spec.ID, err)
+		}
+		defer func() {
+			if err != nil {
+				c.dropNamespaces(context.WithoutCancel(ctx), ns, spec.ID)
+			}
+		}()
+	}
+	uid, gid := uint32(JobUID), uint32(JobGID)
+	var base uint32
+	if c.userns {
+		if ns.user != "" {
+			base = ns.base
+		} else if base, err = c.reserveUserns(spec.ID); err != nil {
+			return fmt.Errorf("job %s: %w", spec.ID, err)
+		} else {
+			defer func() {
+				if err != nil {
+					c.releaseUserns(base, spec.ID)
+				}
+			}()
+		}
+		uid, gid = base+JobUID, base+JobGID
+	}
+	if err := os.Chown(spec.OutputDir, int(uid), int(gid)); err != nil {
+		return fmt.Errorf("give OutputDir to the job's user %d (the runtime must run as root): %w", uid, err)
 	}
 	var cdiGPUs oci.SpecOpts
 	if names, ok := c.gpus.names(spec.GPUs); ok {
@@ -508,6 +532,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	}
 	if c.userns {
 		opts = append(opts, withUserns(base))
+	}
+	if ns.net != "" {
+		opts = append(opts, withNamespacePaths(ns)) // after withUserns
 	}
 	// The logger appends to them; a log that cannot be created fails the start here.
 	if err := createLogFiles(spec.LogPath); err != nil {
@@ -527,9 +554,11 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if c.userns {
 		labels[labelUIDBase] = strconv.FormatUint(uint64(base), 10)
 	}
-	if spec.Egress {
-		// Where attach pins the network namespace; Remove takes down what exists of it.
-		labels[labelNetns] = c.net.pinPath(c.opts.Namespace, spec.ID)
+	if ns.net != "" { // Remove takes them down
+		labels[labelNetns] = ns.net
+		if ns.user != "" {
+			labels[labelUserns] = ns.user
+		}
 	}
 	// The job's wall clock counts from here, the few milliseconds before its process
 	// starts included (one call to containerd fewer than recording it after the start).
@@ -583,17 +612,6 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 		if err = <-rulesChecked; err != nil {
 			return fmt.Errorf("job %s: the jobs' network rules: %w", spec.ID, err)
 		}
-		// The namespace is the task's own (runc made it, before the process runs), so it
-		// belongs to the job's user namespace; it is connected before the job starts.
-		var pin string
-		if pin, err = c.net.attach(ctx, c.opts.Namespace, spec.ID, task.Pid()); err != nil {
-			return fmt.Errorf("job %s: %w", spec.ID, err)
-		}
-		defer func() {
-			if err != nil {
-				c.net.detach(context.WithoutCancel(ctx), c.opts.Namespace, spec.ID, pin)
-			}
-		}()
 	}
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start job %s: %w", spec.ID, err)
@@ -868,8 +886,13 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 		return fmt.Errorf("remove job %s: %w", id, err)
 	}
 	if labels[labelNetns] != "" {
-		if err := c.net.detach(ctx, c.opts.Namespace, id, labels[labelNetns]); err != nil {
+		if err := c.net.detach(ctx, labels[labelNetns]); err != nil {
 			return fmt.Errorf("remove job %s: %w", id, err)
+		}
+	}
+	if labels[labelUserns] != "" {
+		if err := unpinNetns(labels[labelUserns]); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove job %s: its user namespace: %w", id, err)
 		}
 	}
 	if base, ok := parseUIDBase(labels); ok {
@@ -952,6 +975,10 @@ func (c *Containerd) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
+		if err := c.drainNamespaces(context.Background()); err != nil {
+			c.log.Warn("the namespaces made ahead for jobs could not all be taken down", "err", err)
+		}
+		c.net.close()
 		c.closeErr = c.client.Close()
 	})
 	return c.closeErr

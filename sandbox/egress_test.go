@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -418,5 +420,111 @@ func TestEgressRulesPutBack(t *testing.T) {
 	}
 	if got := lan.got(); len(got) != 0 {
 		t.Fatalf("the LAN stand-in got %q", got)
+	}
+}
+
+// TestEgressNamespacesLeftBehind: a job with egress has its loopback up in the
+// namespaces made for it; the namespaces a node makes ahead for jobs with egress are taken
+// down when it closes, and those a killed node process made (its pid gone) when
+// the node starts again: no pinned namespace, no address and no user-namespace range is
+// left, while what a live process holds stays.
+func TestEgressNamespacesLeftBehind(t *testing.T) {
+	rt, ref := egressRuntime(t, EgressPublicOnly, "10.231.77.0/24", 0)
+	s := &suite{rt: rt, image: ref}
+	ctx := context.Background()
+	spec := s.spec(t, "ip", "-o", "link", "show", "lo")
+	spec.Egress = true
+	exit, log := s.run(t, rt, spec)
+	wantExit(t, exit, 0, ReasonExited, log)
+	if !strings.Contains(log, ",UP") {
+		t.Errorf("the loopback of a job with egress is not up: %q", log)
+	}
+	for deadline := time.Now().Add(20 * time.Second); len(rt.nsPool) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no namespaces were made ahead after a job with egress")
+		}
+	}
+	rt.nsRefill.Lock() // the refill has ended: nothing else reads rt.pid
+	pooled := <-rt.nsPool
+	rt.nsPool <- pooled
+	addresses := func() []string {
+		entries, _ := os.ReadDir(filepath.Join("/var/lib/cni/networks", rt.net.opts.Name))
+		var ips []string
+		for _, e := range entries {
+			if _, err := netip.ParseAddr(e.Name()); err == nil {
+				ips = append(ips, e.Name())
+			}
+		}
+		return ips
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	if n := len(addresses()); n != 1 {
+		t.Fatalf("%d addresses taken with one job's namespaces made ahead and no job running, want 1: %v", n, addresses())
+	}
+
+	// What a killed process made: namespaces under a pid that no longer exists.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	rt.pid = dead.Process.Pid
+	left, err := rt.makeNamespaces(ctx)
+	rt.pid = os.Getpid()
+	rt.nsRefill.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := filepath.Join(usernsClaimDir, strconv.FormatUint(uint64(left.base), 10))
+	if rt.userns && (!exists(left.user) || !exists(claim)) {
+		t.Fatalf("made ahead: user namespace pin %s or range claim %s missing", left.user, claim)
+	}
+	if !exists(left.net) || len(addresses()) != 2 {
+		t.Fatalf("made ahead: network namespace pin %s missing or addresses %v", left.net, addresses())
+	}
+
+	// The node starts again (another runtime of the same node and network).
+	newInstanceWith(t, rt.Namespace(), ContainerdOptions{Network: rt.net.opts})
+	for _, p := range []string{left.net, left.user, claim} {
+		if p != "" && exists(p) {
+			t.Errorf("%s left by a killed process is still there after a restart", p)
+		}
+	}
+	if !exists(pooled.net) || len(addresses()) != 1 {
+		t.Errorf("a restart took down what a live process holds: pin %s, addresses %v", pooled.net, addresses())
+	}
+
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(pooled.net) || len(addresses()) != 0 {
+		t.Errorf("after Close: pin %s still there (%v) or addresses %v taken", pooled.net, exists(pooled.net), addresses())
+	}
+}
+
+// TestFirewallWatch: a change to any iptables table is noticed (the jobs' rules are then
+// checked before the next job with egress), and nothing is reported when nothing changed.
+func TestFirewallWatch(t *testing.T) {
+	needContainerd(t) // root and iptables, as the egress tests
+	w, err := watchFirewall()
+	if err != nil {
+		t.Skipf("no nf_tables notifications here (%v): the rules are checked before every job", err)
+	}
+	defer w.close()
+	if !w.takeChanged() {
+		t.Fatal("a new watch must report a change: nothing was checked yet")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if w.takeChanged() {
+		t.Fatal("a change reported while nothing changed the firewall")
+	}
+	chain := fmt.Sprintf("GPUNEX-WATCH-%d", os.Getpid()%100000)
+	if err := iptables("-t", "filter", "-N", chain); err != nil {
+		t.Fatal(err)
+	}
+	defer iptables("-t", "filter", "-X", chain)
+	for deadline := time.Now().Add(5 * time.Second); !w.takeChanged(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a new iptables chain went unnoticed")
+		}
 	}
 }

@@ -1,9 +1,15 @@
 package sandbox
 
 import (
+	"bufio"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 
+	"github.com/gpunex/gpunex/sandbox/internal/nshold"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,4 +37,67 @@ func unpinNetns(pin string) error {
 		return &os.PathError{Op: "unmount", Path: pin, Err: err}
 	}
 	return os.Remove(pin)
+}
+
+// holdNamespaces starts exe as a namespace holder (sandbox/internal/nshold) in a new
+// network namespace, and a new user namespace mapping 0-65535 to base when userns, then
+// pins them on userPin and netPin. The holder brings the loopback up (with CAP_NET_ADMIN
+// in its user namespace, the only capability it keeps) and exits once they are pinned.
+func holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string) error {
+	cmd := exec.Command(exe, nshold.Arg)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	if userns {
+		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: UsernsSize}}
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = m, m
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true // runc sets the job's groups
+		// The holder is the host's root, which the user namespace does not map: without
+		// this it would have no privilege in its namespaces after exec.
+		cmd.SysProcAttr.AmbientCaps = []uintptr{unix.CAP_NET_ADMIN}
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the namespace holder %s: %w", exe, err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Wait()
+	}()
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if strings.TrimSpace(line) != nshold.Ready {
+		return fmt.Errorf("the namespace holder %s: %q", exe, strings.TrimSpace(line))
+	}
+	proc := fmt.Sprintf("/proc/%d/ns/", cmd.Process.Pid)
+	if err := pinNetns(proc+"net", netPin); err != nil {
+		return err
+	}
+	if userns {
+		if err := pinNetns(proc+"user", userPin); err != nil {
+			unpinNetns(netPin)
+			return err
+		}
+	}
+	return nil
+}
+
+// processAlive tells whether a process with this pid exists.
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}
+
+// setThreadPriority sets the nice value of the calling thread, which the processes it
+// starts inherit. (The thread must be locked to the goroutine, and given back to the
+// runtime, not ended: a process started with Pdeathsig, as the tests' and the devnet's
+// containerd, is killed when the thread that started it ends.)
+func setThreadPriority(nice int) error {
+	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
 }

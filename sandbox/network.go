@@ -97,6 +97,7 @@ type jobNetwork struct {
 	mu           sync.Mutex // one installRules or ensure at a time
 	wasInstalled bool
 	printed      map[string]bool // the rules as iptables-save prints them (recordPrinted)
+	watch        *firewallWatch  // nil: the rules are checked before every job
 }
 
 var networkNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,14}$`)
@@ -260,6 +261,11 @@ func builtin(chain string) bool {
 func (n *jobNetwork) install() error {
 	n.installOnce.Do(func() {
 		n.mu.Lock()
+		// Watching starts first: the rules' own installation counts as a change, so the
+		// first check runs in full.
+		if w, err := watchFirewall(); err == nil {
+			n.watch = w
+		}
 		n.installErr = n.installRules()
 		n.wasInstalled = n.installErr == nil
 		n.mu.Unlock()
@@ -281,12 +287,25 @@ func (n *jobNetwork) installed() bool {
 // one is missing (a firewall tool that flushed the tables): a job with egress must never
 // run without them. It returns whether it had to.
 //
-// One iptables-save is compared with the rules as iptables printed them right after they
-// were installed (n.printed); where that could not be recorded, each rule is checked with
-// iptables -C (a program run per rule: slower).
+// Where the firewall sends change notifications (nf_tables: firewallWatch), nothing is
+// checked unless something changed it since the last check. One iptables-save is compared
+// with the rules as iptables printed them right after they were installed (n.printed);
+// where that could not be recorded, each rule is checked with iptables -C (a program run
+// per rule: slower).
 func (n *jobNetwork) ensure() (reinstalled bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.watch != nil && !n.watch.takeChanged() {
+		return false, nil
+	}
+	reinstalled, err = n.check()
+	if err != nil && n.watch != nil {
+		n.watch.markChanged()
+	}
+	return reinstalled, err
+}
+
+func (n *jobNetwork) check() (reinstalled bool, err error) {
 	if n.printed != nil {
 		saved, err := savedRules()
 		if err == nil {
@@ -388,6 +407,16 @@ func (n *jobNetwork) writeResolvConf() error {
 	return os.Rename(tmp, n.resolv)
 }
 
+// close stops watching the firewall.
+func (n *jobNetwork) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.watch != nil {
+		n.watch.close()
+		n.watch = nil
+	}
+}
+
 // Uninstall removes the network's jumps and chains (tests; a provider turning egress off
 // keeps them harmlessly until the next reboot).
 func (n *jobNetwork) Uninstall() error {
@@ -416,39 +445,28 @@ func iptables(args ...string) error {
 	return nil
 }
 
-// pinPath is where a job's network namespace is pinned, so that it outlives the job's
-// process until the network is taken down.
-func (n *jobNetwork) pinPath(namespace, id string) string {
-	return filepath.Join(n.opts.RunDir, "netns", namespace+"-"+id)
+// connect connects a pinned network namespace to the jobs' network (the CNI plugins'
+// ADD: veth, address, routes, bandwidth cap). install must have succeeded.
+func (n *jobNetwork) connect(ctx context.Context, pin string) error {
+	if _, err := n.cni.AddNetworkList(ctx, n.conf, n.runtimeConf(pin)); err != nil {
+		return fmt.Errorf("connect the job's network (CNI): %w", err)
+	}
+	return nil
 }
 
-func (n *jobNetwork) runtimeConf(namespace, id, netns string) *libcni.RuntimeConf {
-	return &libcni.RuntimeConf{ContainerID: namespace + "-" + id, NetNS: netns, IfName: "eth0"}
-}
-
-// attach connects the network namespace of a created (not yet started) task to the jobs'
-// network: it pins the namespace, then runs the CNI plugins in it. It returns the pin's
-// path, which detach needs; on error nothing is left. install must have succeeded.
-func (n *jobNetwork) attach(ctx context.Context, namespace, id string, pid uint32) (string, error) {
-	pin := n.pinPath(namespace, id)
-	if err := pinNetns(fmt.Sprintf("/proc/%d/ns/net", pid), pin); err != nil {
-		return "", fmt.Errorf("pin the job's network namespace: %w", err)
-	}
-	if _, err := n.cni.AddNetworkList(ctx, n.conf, n.runtimeConf(namespace, id, pin)); err != nil {
-		n.detach(context.WithoutCancel(ctx), namespace, id, pin)
-		return "", fmt.Errorf("connect the job's network (CNI): %w", err)
-	}
-	return pin, nil
+// runtimeConf names a job's attachment after its pin, which is unique on the host.
+func (n *jobNetwork) runtimeConf(pin string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: filepath.Base(pin), NetNS: pin, IfName: "eth0"}
 }
 
 // detach takes a job's network down (the CNI plugins' DEL: its address, its NAT rules,
 // its veth and bandwidth devices) and unpins its namespace. It may be called again.
-func (n *jobNetwork) detach(ctx context.Context, namespace, id, pin string) error {
-	netns := pin
+func (n *jobNetwork) detach(ctx context.Context, pin string) error {
+	conf := n.runtimeConf(pin)
 	if _, err := os.Stat(pin); err != nil {
-		netns = "" // gone with a reboot: the plugins free what they can without it
+		conf.NetNS = "" // gone with a reboot: the plugins free what they can without it
 	}
-	err := n.cni.DelNetworkList(ctx, n.conf, n.runtimeConf(namespace, id, netns))
+	err := n.cni.DelNetworkList(ctx, n.conf, conf)
 	if uerr := unpinNetns(pin); uerr != nil && !errors.Is(uerr, os.ErrNotExist) {
 		err = errors.Join(err, uerr)
 	}
