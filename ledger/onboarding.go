@@ -54,6 +54,12 @@ type Application struct {
 	// handed out again when it asks for its status.
 	Notification []byte  `json:"notification,omitempty"`
 	Events       []Event `json:"events"`
+	// ReviewSince is when the review clock started: the submission, or the applicant's
+	// latest answer to a question (zero in records from before: SubmittedAt).
+	ReviewSince time.Time `json:"review_since,omitzero"`
+	// Reminded is the last reminder sent to the reviewers about this review: "", "due-soon"
+	// or "overdue" (each is sent once).
+	Reminded string `json:"reminded,omitempty"`
 }
 
 // PutApplication stores a new application; it fails if the ID is taken.
@@ -119,6 +125,8 @@ type OwnApplication struct {
 	// NotificationSeq is the sequence of the coordinator's notification that set Status:
 	// an older one arriving late changes nothing.
 	NotificationSeq uint64 `json:"notification_seq"`
+	// DecisionDue is when the coordinator said it would decide (its notification).
+	DecisionDue time.Time `json:"decision_due,omitzero"`
 }
 
 // SetOwnApplication stores the provider's application.

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/gpunex/gpunex/node/internal/onboarding"
-
 	"github.com/gpunex/gpunex/node/internal/benchmarks"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -139,7 +137,14 @@ func (a *APIServer) applications(r *http.Request) (any, error) {
 	default:
 		return nil, api.Invalid(fmt.Errorf("status %q: pending, info-requested, approved, rejected or revoked", status))
 	}
-	return a.n.coord.Applications(status)
+	switch sort := r.URL.Query().Get("sort"); sort {
+	case "", "submitted":
+		return a.n.coord.Applications(status, false)
+	case "due":
+		return a.n.coord.Applications(status, true)
+	default:
+		return nil, api.Invalid(fmt.Errorf("sort %q: submitted or due", sort))
+	}
 }
 
 func (a *APIServer) application(r *http.Request) (any, error) {
@@ -157,7 +162,7 @@ func (a *APIServer) application(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return onboarding.ViewApplication(app, true), nil
+	return a.n.coord.View(app, true), nil
 }
 
 func (a *APIServer) decide(r *http.Request) (any, error) {
@@ -176,7 +181,7 @@ func (a *APIServer) decide(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return onboarding.ViewApplication(app, true), nil
+	return a.n.coord.View(app, true), nil
 }
 
 func (a *APIServer) revoke(r *http.Request) (any, error) {

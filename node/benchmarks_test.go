@@ -166,3 +166,62 @@ func TestLostGPU(t *testing.T) {
 	offered(1)
 	notified(3, "GPU lost-1 (H100-80GB) delisted", "fallen off the bus")
 }
+
+// TestSlowLinkDelisted: a provider whose upload the coordinator measures at 4 Mbit/s (its
+// benchmark upload slowed, as bench.simulated_upload_mbps does) is delisted: its offer is
+// withdrawn with the reason, renters do not find it, jobs are refused, and a notification
+// names the metric, the value, the minimum and what to check. Its own figures do not
+// count: the coordinator's signed receipt does. Once a run passes it is listed again.
+func TestSlowLinkDelisted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	coordinator := testConfig(config.RoleCoordinator)
+	coordinator.Coordinator.HostMinimum = config.Defaults(config.RoleCoordinator).Coordinator.HostMinimum
+	tn := newTestNetWith(t, coordinator)
+	cfg := providerConfig(0)
+	cfg.Bench.SimulatedUploadMbps = 4
+	prov := tn.add(cfg, nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	eventually(t, 20*time.Second, "first benchmark run", func() (bool, string) { return prov.bench.Latest() != nil, "" })
+	a := prov.bench.Latest()
+	if a.Receipt == nil || a.Receipt.UpMbps > 6 || a.Receipt.Coordinator != tn.boot.ID().String() {
+		t.Fatalf("the coordinator's receipt: %+v", a.Receipt)
+	}
+	if !strings.HasPrefix(a.HostBelow, "up_mbps ") || !strings.Contains(a.HostBelow, "(measured by the coordinator) is under the minimum of 20 Mbit/s") {
+		t.Fatalf("host_below %q", a.HostBelow)
+	}
+	eventually(t, 10*time.Second, "offer withdrawn", func() (bool, string) {
+		so := prov.publisher.Current()
+		return so != nil && strings.HasPrefix(so.Offer.Withdrawn, "delisted: up_mbps") && len(so.Offer.GPUs) == 0, fmt.Sprintf("%+v", so)
+	})
+	for _, r := range search(t, renter, api.SearchFilter{}) {
+		if r.Provider == prov.ID().String() {
+			t.Fatalf("a delisted provider found: %+v", r)
+		}
+	}
+	if _, err := prov.jobs.Reserve("probe-job", cfg.Provider.GPUs[0].Model, 1); err == nil || !strings.Contains(err.Error(), "this provider is delisted: up_mbps") {
+		t.Fatalf("a job on a delisted provider: %v", err)
+	}
+	ns, _ := prov.ledger.Notifications()
+	if len(ns) != 1 || !strings.Contains(ns[0].Subject, "delisted") || !strings.Contains(ns[0].Body, "under the minimum of 20 Mbit/s") || !strings.Contains(ns[0].Body, "check your internet link's upload") {
+		t.Fatalf("notifications: %+v", ns)
+	}
+
+	// The link is fixed: the next run lists the provider again.
+	prov.bench.SimulateUpload(0)
+	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "listed again", func() (bool, string) {
+		for _, r := range search(t, renter, api.SearchFilter{}) {
+			if r.Provider == prov.ID().String() {
+				return true, ""
+			}
+		}
+		return false, ""
+	})
+	if ns, _ := prov.ledger.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
+		t.Fatalf("notifications after the fix: %+v", ns)
+	}
+}

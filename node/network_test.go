@@ -257,14 +257,22 @@ func newEvilPeer(t *testing.T, tn *testNet) *evilPeer {
 	}
 	t.Cleanup(func() { d.Close() })
 	<-d.RefreshRoutingTable()
-	// Gossip only reaches peers that know the new peer joined the topic.
-	eventually(t, 5*time.Second, "hostile peer in the renter's topic view", func() (bool, string) {
-		return len(topic.ListPeers()) >= len(tn.nodes)/2, fmt.Sprint(len(topic.ListPeers()))
-	})
 	var nodes []peer.ID
 	for _, n := range tn.nodes {
 		nodes = append(nodes, n.ID())
 	}
+	// Gossip only reaches peers that know the new peer joined the topic; every node, not
+	// half of them: one that rejects a record does not forward it, so a record published
+	// before the renter knows the peer may never reach the renter.
+	eventually(t, 15*time.Second, "every node in the hostile peer's topic view", func() (bool, string) {
+		peers := topic.ListPeers()
+		for _, n := range nodes {
+			if !slices.Contains(peers, n) {
+				return false, fmt.Sprintf("%s missing from %d peers", n, len(peers))
+			}
+		}
+		return true, ""
+	})
 	return &evilPeer{h.ID(), sk, topic, d, ps, map[string]*pubsub.Topic{protocol.OffersTopic: topic}, nodes}
 }
 

@@ -314,7 +314,8 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 		Revocations: revocationDesk{n.trust, n.catalogue}, RevocationsTopic: revocations}); err != nil {
 		return err
 	}
-	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust})
+	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
+		Minimum: n.cfg.Coordinator.HostMinimum.Protocol()})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 
@@ -323,6 +324,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	n.peer.Handle(protocol.JobReportProtocol, n.settlement.HandleJobReport)
 	n.peer.Handle(protocol.WalletProtocol, n.settlement.HandleWallet)
 	n.goLoop(func() { n.coord.RenewLoop(runCtx) })
+	n.goLoop(func() { n.coord.RemindLoop(runCtx) })
 	n.goLoop(func() { n.settlement.Run(runCtx) })
 	n.goLoop(func() { scorer.Run(runCtx) })
 	return nil

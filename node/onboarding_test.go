@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/noticetest"
 
 	"github.com/gpunex/gpunex/node/internal/onboarding"
@@ -97,7 +98,7 @@ func TestOnboarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, prov, protocol.StatusPending)
-	apps, _ := coord.coord.Applications(protocol.StatusPending)
+	apps, _ := coord.coord.Applications(protocol.StatusPending, false)
 	if len(apps) != 1 || apps[0].ID != own.ID || apps[0].Provider != prov.ID().String() || apps[0].ProposedTier != protocol.TierEnterprise {
 		t.Fatalf("coordinator queue: %+v", apps)
 	}
@@ -262,7 +263,7 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 	if _, err := coord.coord.Submit(mustOwn(t, prov).Raw); err != nil {
 		t.Fatalf("same record again: %v", err)
 	}
-	if apps, _ := coord.coord.Applications(""); len(apps) != 1 {
+	if apps, _ := coord.coord.Applications("", false); len(apps) != 1 {
 		t.Fatalf("%d applications after a duplicate delivery", len(apps))
 	}
 
@@ -376,5 +377,98 @@ func TestApplicationFlagsDifferences(t *testing.T) {
 	v, err := tn.boot.ledger.GetApplication(own.ID)
 	if err != nil || !strings.Contains(string(v.Raw), "detected 1") {
 		t.Fatalf("coordinator's copy: %v", err)
+	}
+}
+
+// TestReviewDeadlines: a pending application shows its due date and age in the queue, the
+// applicant sees the same date, and the reviewers' webhook is reminded once when the
+// decision is due within a business day and once when it is overdue, not at every check;
+// a question to the applicant stops the reviewers' clock.
+func TestReviewDeadlines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	fastOnboarding(t)
+	hook := noticetest.StartWebhook(t, http.StatusOK)
+	ccfg := testConfig(config.RoleCoordinator)
+	ccfg.Coordinator.Notify = config.NotifyConfig{WebhookURL: hook.URL}
+	clk := clock.NewFake(time.Now())
+	tn := &testNet{t: t}
+	tn.boot = tn.add(ccfg, clk)
+	cfg := providerConfig(0)
+	prov := tn.addUncertified(cfg)
+	own, err := prov.applicant.Submit(applicationForm(cfg, true, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	apps, err := tn.boot.coord.Applications(protocol.StatusPending, true)
+	if err != nil || len(apps) != 1 {
+		t.Fatalf("queue: %+v %v", apps, err)
+	}
+	due := apps[0].DecisionDue
+	// Three business days: at least three days ahead, at most a weekend more (no holidays set).
+	if ahead := due.Sub(clk.Now()); ahead < 3*24*time.Hour || ahead > 6*24*time.Hour || apps[0].AgeBusinessDays != 0 || apps[0].Overdue {
+		t.Fatalf("due %s (%s ahead), age %d, overdue %v", due, ahead, apps[0].AgeBusinessDays, apps[0].Overdue)
+	}
+	eventually(t, 10*time.Second, "the applicant sees the due date", func() (bool, string) {
+		v := prov.applicant.View(mustOwn(t, prov))
+		return v.DecisionDue.Equal(due), v.DecisionDue.String()
+	})
+	reminders := func() []string {
+		var out []string
+		for _, r := range hook.Requests() {
+			var body struct {
+				Event struct {
+					Reminder    string `json:"reminder"`
+					Application string `json:"application"`
+				} `json:"event"`
+			}
+			if json.Unmarshal(r.Body, &body) == nil && body.Event.Reminder != "" && body.Event.Application == own.ID {
+				out = append(out, body.Event.Reminder)
+			}
+		}
+		return out
+	}
+	step := func(to time.Time, want []string) {
+		t.Helper()
+		for clk.Now().Before(to) { // the reminder loop checks every minute of the fake clock
+			clk.Advance(min(time.Hour, to.Sub(clk.Now())))
+		}
+		for range 3 {
+			clk.Advance(time.Minute)
+		}
+		eventually(t, 10*time.Second, fmt.Sprintf("reminders %v", want), func() (bool, string) {
+			got := reminders()
+			return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
+		})
+		time.Sleep(300 * time.Millisecond) // nothing more comes
+		if got := reminders(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("reminders %v, want %v", got, want)
+		}
+	}
+	step(due.Add(-20*time.Hour), []string{"due-soon"})
+	step(due.Add(time.Minute), []string{"due-soon", "overdue"})
+	step(due.Add(6*time.Hour), []string{"due-soon", "overdue"})
+	apps, _ = tn.boot.coord.Applications(protocol.StatusPending, true)
+	if len(apps) != 1 || !apps[0].Overdue || apps[0].AgeBusinessDays < 3 {
+		t.Fatalf("overdue application: %+v", apps)
+	}
+	full, _ := tn.boot.ledger.GetApplication(own.ID)
+	n := 0
+	for _, e := range full.Events {
+		if e.Action == "reminded" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d reminders in the audit trail, want 2: %+v", n, full.Events)
+	}
+	// A question stops the reviewers' clock: the decision is the applicant's to wait for.
+	if _, err := tn.boot.coord.Decide(own.ID, api.Decision{Action: "request-info", Message: "Which UPS?", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if apps, _ := tn.boot.coord.Applications(protocol.StatusInfoRequested, true); len(apps) != 1 || !apps[0].DecisionDue.IsZero() || apps[0].Overdue {
+		t.Fatalf("an application waiting for its applicant has a due date: %+v", apps)
 	}
 }

@@ -80,7 +80,13 @@ type Attestation struct {
 	CUDAVersion   string           `json:"cuda_version"`
 	GPUs          []GPUBenchmark   `json:"gpus"`
 	Storage       StorageBenchmark `json:"storage"`
-	Network       NetworkBenchmark `json:"network"`
+	Network       NetworkBenchmark `json:"network"` // as the provider measured it
+	// NetworkReceipt is the coordinator's signed measurement of the same run (hostmin.go):
+	// the network figures that count.
+	NetworkReceipt []byte `json:"network_receipt"`
+	// HostBelow is HostShortfall of the receipt and storage under the receipt's listing
+	// minimum: when set, every GPU is delisted.
+	HostBelow string `json:"host_below,omitempty"`
 }
 
 // SignedAttestation is an attestation that passed the checks.
@@ -88,6 +94,7 @@ type SignedAttestation struct {
 	Attestation
 	Signer    peer.ID
 	Challenge *Challenge
+	Receipt   *NetworkReceipt
 	Raw       []byte
 }
 
@@ -137,6 +144,10 @@ func CheckAttestation(raw []byte, now time.Time, trust Trust) (*SignedAttestatio
 	if err != nil {
 		return nil, fmt.Errorf("attestation's challenge: %w", err)
 	}
+	receipt, err := CheckNetworkReceipt(a.NetworkReceipt, c, env.signerText)
+	if err != nil {
+		return nil, fmt.Errorf("attestation's network receipt: %w", err)
+	}
 	bad := func(format string, args ...any) error { return invalid(KindAttestation, format, args...) }
 	switch {
 	case a.Seq == 0 || a.IssuedAt.IsZero():
@@ -170,10 +181,14 @@ func CheckAttestation(raw []byte, now time.Time, trust Trust) (*SignedAttestatio
 			return nil, bad("GPU %s: below %q does not follow from its figures (%q)", g.UUID, g.Below, Shortfall(g))
 		}
 	}
+	// As for a GPU's, the host's delisting reason follows from the figures.
+	if want := HostShortfall(receipt, a.Storage, receipt.Minimum); a.HostBelow != want {
+		return nil, bad("host_below %q does not follow from the figures (%q)", a.HostBelow, want)
+	}
 	if err := checkIssued(KindAttestation, a.IssuedAt, c.IssuedAt.Add(MaxAttestationAge), now); err != nil {
 		return nil, err
 	}
-	return &SignedAttestation{Attestation: a, Signer: env.Signer, Challenge: c, Raw: raw}, nil
+	return &SignedAttestation{Attestation: a, Signer: env.Signer, Challenge: c, Receipt: receipt, Raw: raw}, nil
 }
 
 // Datasheet holds a model's reference figures (../shared/GPU_DATASHEETS.md; sources in
@@ -280,7 +295,8 @@ const BenchNetProtocol = "/gpunex/bench-net/1.0.0"
 const MaxBenchTransfer = 64 << 20
 
 // BenchNetMsg is one JSON frame of the bench-net stream (and the answer on the
-// bench-challenge stream): op is challenge, ping, down or up (attestation in an answer).
+// bench-challenge stream): op is challenge, ping, down, up or receipt (attestation in an
+// answer).
 type BenchNetMsg struct {
 	Op     string `json:"op"`
 	Size   int64  `json:"size,omitempty"`

@@ -43,7 +43,8 @@ func TestAttestationChecks(t *testing.T) {
 	g := GPUBenchmark{UUID: "GPU-1", Model: "L4-24GB", TensorTFLOPS: 100, MemBandwidth: 280}
 	g.PerfScore = ScoreGPU(g)
 	a := Attestation{Version: 1, Provider: prov.String(), Seq: 1, IssuedAt: testNow.Add(time.Minute), Challenge: challenge,
-		DriverVersion: "535.129.03", CUDAVersion: "12.2", GPUs: []GPUBenchmark{g}, Storage: StorageBenchmark{SeqWriteMBps: 500}}
+		DriverVersion: "535.129.03", CUDAVersion: "12.2", GPUs: []GPUBenchmark{g}, Storage: StorageBenchmark{SeqWriteMBps: 500},
+		NetworkReceipt: seal(t, KindNetworkReceipt, goodReceipt(coord, prov), csk)}
 	if _, err := CheckAttestation(seal(t, KindAttestation, a, psk), testNow.Add(time.Hour), trust); err != nil {
 		t.Fatal(err)
 	}
@@ -82,12 +83,89 @@ func TestAttestationChecks(t *testing.T) {
 	if _, err := CheckAttestation(seal(t, KindAttestation, honest, psk), testNow.Add(time.Hour), trust); err != nil {
 		t.Fatalf("delisted and lost GPUs stated honestly: %v", err)
 	}
+	// The network figures that count are the coordinator's: a receipt the provider signed
+	// itself, one of another run, or none, is refused; a slow link cannot be kept listed.
+	for name, c := range map[string]struct {
+		raw    []byte
+		reason string
+	}{
+		"signed by the provider": {seal(t, KindNetworkReceipt, goodReceipt(coord, prov), psk), "wrong_signer"},
+		"of another run":         {seal(t, KindNetworkReceipt, func() NetworkReceipt { r := goodReceipt(coord, prov); r.Nonce = strings.Repeat("cd", 16); return r }(), csk), "replay"},
+		"missing":                {nil, "invalid"},
+	} {
+		forged := a
+		forged.NetworkReceipt = c.raw
+		if _, err := CheckAttestation(seal(t, KindAttestation, forged, psk), testNow.Add(time.Hour), trust); Reason(err) != c.reason {
+			t.Errorf("network receipt %s: %v (%s), want %s", name, err, Reason(err), c.reason)
+		}
+	}
+	slowLink := goodReceipt(coord, prov)
+	slowLink.UpMbps = 5
+	slowAtt := a
+	slowAtt.NetworkReceipt = seal(t, KindNetworkReceipt, slowLink, csk)
+	if _, err := CheckAttestation(seal(t, KindAttestation, slowAtt, psk), testNow.Add(time.Hour), trust); Reason(err) != "invalid" {
+		t.Fatalf("a 5 Mbit/s upload without host_below: %v", err)
+	}
+	slowAtt.HostBelow = HostShortfall(&slowLink, slowAtt.Storage, ListingMinimum)
+	if sa, err := CheckAttestation(seal(t, KindAttestation, slowAtt, psk), testNow.Add(time.Hour), trust); err != nil || !strings.HasPrefix(sa.HostBelow, "up_mbps 5.0 Mbit/s (measured by the coordinator) is under the minimum of 20 Mbit/s") {
+		t.Fatalf("a slow link stated honestly: %v %q", err, slowAtt.HostBelow)
+	}
+	// The minimum is the coordinator's, from its receipt: one that accepts 1 Mbit/s lists
+	// the 5 Mbit/s link, and a provider cannot claim the minimum was lower.
+	lenient := slowLink
+	lenient.Minimum = HostMinimum{UpMbps: 1, DownMbps: 1, MaxRTTMilli: 1000}
+	lenientAtt := a
+	lenientAtt.NetworkReceipt = seal(t, KindNetworkReceipt, lenient, csk)
+	if sa, err := CheckAttestation(seal(t, KindAttestation, lenientAtt, psk), testNow.Add(time.Hour), trust); err != nil || sa.HostBelow != "" {
+		t.Fatalf("a 5 Mbit/s link under a coordinator's 1 Mbit/s minimum: %v", err)
+	}
 	_, other := newKey(t)
 	stolen := a
 	stolen.Provider = other.String()
 	osk, _ := newKey(t)
 	if _, err := CheckAttestation(seal(t, KindAttestation, stolen, osk), testNow.Add(time.Hour), trust); err == nil {
 		t.Fatal("another provider's challenge accepted")
+	}
+}
+
+// goodReceipt is a coordinator's receipt of a run on a good link, for the challenge of
+// nonce "abab...".
+func goodReceipt(coord, prov fmt.Stringer) NetworkReceipt {
+	return NetworkReceipt{Version: 1, Coordinator: coord.String(), Provider: prov.String(), Nonce: strings.Repeat("ab", 16),
+		MeasuredAt: testNow.Add(30 * time.Second), RTTMilli: 12, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20, Minimum: ListingMinimum}
+}
+
+// TestHostShortfall: each minimum of the listing delists with its metric, value, minimum
+// and what to check; a storage figure of 0 (not measured) does not, a network not
+// measured by the coordinator does.
+func TestHostShortfall(t *testing.T) {
+	good := NetworkReceipt{RTTMilli: 12, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20}
+	disk := StorageBenchmark{SeqWriteMBps: 700, SeqReadMBps: 3000, RandReadIOPS: 200000, BytesMeasured: 256 << 20}
+	cases := []struct {
+		name string
+		r    *NetworkReceipt
+		s    StorageBenchmark
+		want string
+	}{
+		{"all good", &good, disk, ""},
+		{"storage not measured", &good, StorageBenchmark{}, ""},
+		{"no receipt", nil, disk, "network not measured by the coordinator"},
+		{"a few bytes", &NetworkReceipt{UpMbps: 1e6, DownMbps: 1e6, Bytes: 100}, disk, "network not measured by the coordinator"},
+		{"slow upload", &NetworkReceipt{RTTMilli: 12, UpMbps: 8, DownMbps: 900, Bytes: 16 << 20}, disk, "up_mbps 8.0 Mbit/s (measured by the coordinator) is under the minimum of 20 Mbit/s for listing: check your internet link's upload"},
+		{"slow download", &NetworkReceipt{RTTMilli: 12, UpMbps: 400, DownMbps: 30, Bytes: 16 << 20}, disk, "down_mbps 30.0 Mbit/s"},
+		{"far away", &NetworkReceipt{RTTMilli: 450, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20}, disk, "rtt_ms 450.0 ms (measured by the coordinator) is over the maximum of 300 ms"},
+		{"a small storage run", &good, StorageBenchmark{SeqWriteMBps: 1, SeqReadMBps: 1, RandReadIOPS: 1, BytesMeasured: 1 << 20}, ""},
+		{"spinning disk", &good, StorageBenchmark{SeqWriteMBps: 120, SeqReadMBps: 150, RandReadIOPS: 180, BytesMeasured: 256 << 20}, "rand_read_iops 180.0 IOPS is under the minimum of 1000 IOPS for listing: put the jobs folder on an SSD"},
+		{"slow writes", &good, StorageBenchmark{SeqWriteMBps: 20, SeqReadMBps: 3000, RandReadIOPS: 200000, BytesMeasured: 256 << 20}, "seq_write_mbps 20.0 MB/s"},
+	}
+	for _, c := range cases {
+		got := HostShortfall(c.r, c.s, ListingMinimum)
+		if (c.want == "") != (got == "") || !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+	if got := HostShortfall(&good, disk, EnterpriseMinimum); !strings.HasPrefix(got, "up_mbps 400.0 Mbit/s (measured by the coordinator) is under the minimum of 800 Mbit/s for Enterprise") {
+		t.Errorf("a 400 Mbit/s upload for Enterprise: %q", got)
 	}
 }
 
@@ -102,7 +180,10 @@ func TestWorstCaseOfferFits(t *testing.T) {
 	a := Attestation{Version: 1, Provider: id.String(), Seq: uint64(now.UnixNano()), IssuedAt: now, Challenge: ch,
 		DriverVersion: "580.105.08", CUDAVersion: "13.0",
 		Storage: StorageBenchmark{SeqWriteMBps: 1234.5, SeqReadMBps: 6543.2, RandReadIOPS: 123456.7, BytesMeasured: 1 << 30},
-		Network: NetworkBenchmark{Peer: id.String(), RTTMilli: 12.3, UpMbps: 987.6, DownMbps: 987.6}}
+		Network: NetworkBenchmark{Peer: id.String(), RTTMilli: 12.3, UpMbps: 987.6, DownMbps: 987.6},
+		NetworkReceipt: seal(t, KindNetworkReceipt, NetworkReceipt{Version: 1, Coordinator: id.String(), Provider: id.String(), Nonce: strings.Repeat("ab", 16),
+			MeasuredAt: now, RTTMilli: 12.3, UpMbps: 9876.5, DownMbps: 9876.5, Bytes: MaxBenchTransfer, Minimum: ListingMinimum}, sk)}
+	a.HostBelow = HostShortfall(nil, a.Storage, ListingMinimum) // the longest reason
 	for i := range MaxOfferItems * 8 {
 		g := GPUBenchmark{UUID: fmt.Sprintf("GPU-%08x-1163-9228-11b4-922811b48326", i), Model: "RTXA6000-48GB",
 			FP32TFLOPS: 12.3, FP16TFLOPS: 12.3, TensorTFLOPS: 45.6, MemBandwidth: 234.5, DurationMilli: 65432}

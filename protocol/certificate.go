@@ -274,6 +274,9 @@ type Notification struct {
 	Message string `json:"message,omitempty"`
 	// Certificate is the certificate issued on approval.
 	Certificate []byte `json:"certificate,omitempty"`
+	// DecisionDue is when the coordinator expects to decide, while the application awaits
+	// its review (its business days, docs/onboarding.md, "Review deadlines").
+	DecisionDue time.Time `json:"decision_due,omitzero"`
 }
 
 // SignedNotification is a notification that passed the checks.

@@ -34,6 +34,7 @@ const (
 	KindCountersignature Kind = "countersignature"
 	KindChallenge        Kind = "challenge"
 	KindAttestation      Kind = "attestation"
+	KindNetworkReceipt   Kind = "network-receipt"
 	KindUptimeProof      Kind = "uptime-proof"
 	KindScore            Kind = "score"
 )
@@ -124,6 +125,7 @@ var kindSpecs = []kindSpec{
 	{kind: KindCountersignature, domain: "/gpunex/record/countersignature", codec: []byte("/gpunex/countersignature"), maxSize: MaxCountersignatureSize},
 	{kind: KindChallenge, domain: "/gpunex/record/challenge", codec: []byte("/gpunex/challenge"), maxSize: MaxChallengeSize},
 	{kind: KindAttestation, domain: "/gpunex/record/attestation", codec: []byte("/gpunex/attestation"), maxSize: MaxAttestationSize},
+	{kind: KindNetworkReceipt, domain: "/gpunex/record/network-receipt", codec: []byte("/gpunex/network-receipt"), maxSize: MaxNetworkReceiptSize},
 	{kind: KindUptimeProof, domain: "/gpunex/record/uptime-proof", codec: []byte("/gpunex/uptime-proof"), maxSize: MaxUptimeProofSize},
 	{kind: KindScore, domain: "/gpunex/record/score", codec: []byte("/gpunex/score"), maxSize: MaxScoreSize},
 	{kind: KindCheckpoint, domain: "/gpunex/record/usage-checkpoint", codec: []byte("/gpunex/usage-checkpoint"), maxSize: MaxCheckpointSize},
@@ -401,6 +403,11 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		var c Challenge
 		if err = decodePayload(env, AttestationVersion, &c, func() int { return c.Version }); err == nil {
 			rec = &c
+		}
+	case KindNetworkReceipt:
+		var r NetworkReceipt
+		if err = decodePayload(env, AttestationVersion, &r, func() int { return r.Version }); err == nil {
+			rec = &r
 		}
 	case KindLease, KindReceipt, KindCountersignature, KindCheckpoint, KindDispute, KindDecision:
 		// Checked against the records they follow from; here only signature and format.

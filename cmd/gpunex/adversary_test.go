@@ -334,6 +334,7 @@ func randomHex(n int) string {
 func adversaryScenarios() []scenario {
 	return []scenario{
 		greedyScenario(),
+		forgedNetworkScenario(),
 		{
 			// Junk on every topic, records only their sender could have made.
 			name: "gossip-junk", victim: "renter-1", honest: honestSearch,
@@ -475,7 +476,7 @@ func adversaryScenarios() []scenario {
 				})
 			},
 			check: func(t *testing.T, e *advEnv, ops int64) string {
-				apps, err := e.clients["coordinator"].Applications(context.Background(), "pending")
+				apps, err := e.clients["coordinator"].Applications(context.Background(), "pending", "")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -89,5 +89,18 @@ func printBench(w io.Writer, v api.BenchView) error {
 	tw.Flush()
 	fmt.Fprintf(w, "storage: write %.0f MB/s (fsync), read %.0f MB/s, %.0f IOPS (4 KiB random)\n", a.Storage.SeqWriteMBps, a.Storage.SeqReadMBps, a.Storage.RandReadIOPS)
 	fmt.Fprintf(w, "network to %s: %.2f ms round trip, up %.0f Mbit/s, down %.0f Mbit/s\n", a.Network.Peer, a.Network.RTTMilli, a.Network.UpMbps, a.Network.DownMbps)
+	if r := v.Receipt; r != nil {
+		fmt.Fprintf(w, "network as the coordinator measured it (what counts): %.2f ms round trip, up %.0f Mbit/s, down %.0f Mbit/s\n", r.RTTMilli, r.UpMbps, r.DownMbps)
+	}
+	if a.HostBelow != "" {
+		fmt.Fprintf(w, "host: DELISTED: %s\n", a.HostBelow)
+	} else {
+		fmt.Fprintln(w, "host: listed (link and disk pass the listing minimums)")
+	}
+	if v.EnterpriseBelow != "" {
+		fmt.Fprintf(w, "Enterprise minimums: not met: %s\n", v.EnterpriseBelow)
+	} else {
+		fmt.Fprintln(w, "Enterprise minimums: met")
+	}
 	return nil
 }

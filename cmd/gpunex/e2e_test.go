@@ -503,7 +503,8 @@ func TestDevnetEndToEnd(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if out := mustRun(t, "bench", "show", "--home", p1.Home); !strings.Contains(out, "DELISTED") || !strings.Contains(out, "storage: write") {
+	if out := mustRun(t, "bench", "show", "--home", p1.Home); !strings.Contains(out, "DELISTED") || !strings.Contains(out, "storage: write") ||
+		!strings.Contains(out, "network as the coordinator measured it (what counts)") || !strings.Contains(out, "host: listed") {
 		t.Fatalf("bench show: %s", out)
 	}
 
@@ -697,6 +698,17 @@ func certify(t *testing.T, coord, prov string) {
 	}
 	if id == "" {
 		t.Fatal("the application did not reach the coordinator")
+	}
+	// The queue shows the review's age and due date; the applicant sees the date.
+	if out := mustRun(t, "coordinator", "applications", "list", "--sort", "due", "--home", coord); !strings.Contains(out, "AGE") || !strings.Contains(out, "0 bd") {
+		t.Fatalf("applications list --sort due: %s", out)
+	}
+	for out := ""; !strings.Contains(out, "decision expected by "); {
+		out = mustRun(t, "apply", "status", "--home", prov)
+		if time.Now().After(deadline) {
+			t.Fatalf("apply status while pending: %s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if out := mustRun(t, "coordinator", "applications", "approve", id, "--as", "alice", "--home", coord); !strings.Contains(out, "approved enterprise") {
 		t.Fatalf("approve: %s", out)

@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"sync"
@@ -30,6 +31,9 @@ type greedyProvider struct {
 	leaseCS []byte
 	receipt []byte
 	job     string
+	// What its offers carry.
+	addrs       []string
+	certificate []byte
 }
 
 func greedyScenario() scenario {
@@ -103,6 +107,7 @@ func newGreedyProvider(t *testing.T, e *advEnv) *greedyProvider {
 	for _, a := range g.h.Addrs() {
 		addrs = append(addrs, a.String()+"/p2p/"+g.h.ID().String())
 	}
+	g.addrs, g.certificate = addrs, n.Certificate
 	now := time.Now().UTC()
 	offer := g.seal(protocol.KindOffer, protocol.Offer{Version: protocol.OfferVersion, Provider: g.h.ID().String(), Seq: uint64(now.UnixMilli()), IssuedAt: now,
 		ExpiresAt: now.Add(10 * time.Minute), Region: "eu-west", Availability: "24/7", Addrs: addrs, Certificate: n.Certificate,
@@ -221,4 +226,101 @@ func (g *greedyProvider) handleControl(s network.Stream) {
 	default:
 		protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "end", Status: &protocol.JobStatus{ID: job, State: "ended", ExitReason: "exited"}, Record: receipt})
 	}
+}
+
+// forgedNetworkScenario: a certified provider with a real challenge attaches benchmark
+// attestations that claim a fast link: with a receipt it signed itself, and with the
+// coordinator's real receipt of a run that moved nothing but no delisting reason. Renters
+// refuse every such offer: none shows the forged figures.
+func forgedNetworkScenario() scenario {
+	var g *greedyProvider
+	return scenario{
+		name: "forged-network-figures", victim: "renter-1", honest: honestSearch,
+		attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+			g = newGreedyProvider(t, e)
+			challenge, receipt := g.benchNet(t)
+			self := g.seal(protocol.KindNetworkReceipt, protocol.NetworkReceipt{Version: 1, Coordinator: e.id("coordinator").String(),
+				Provider: g.h.ID().String(), Nonce: challengeNonce(t, challenge), MeasuredAt: time.Now().UTC(),
+				RTTMilli: 1, UpMbps: 10_000, DownMbps: 10_000, Bytes: 64 << 20, Minimum: protocol.ListingMinimum})
+			var n int64
+			for ctx.Err() == nil {
+				for _, r := range [][]byte{self, receipt} {
+					g.publishOffer(ctx, e, g.attestation(challenge, r))
+					n++
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return n
+		},
+		check: func(t *testing.T, e *advEnv, ops int64) string {
+			rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{})
+			found := 0
+			for _, r := range rows {
+				if r.Provider == g.h.ID().String() {
+					found++
+					if r.Bench != nil {
+						t.Errorf("a forged attestation's figures are shown: %+v", r.Bench)
+					}
+				}
+			}
+			return fmt.Sprintf("%d offers with forged network figures: none accepted (%d row of its earlier offer, no figures)", ops, found)
+		},
+	}
+}
+
+// benchNet asks the coordinator for a challenge and, without any transfer, its receipt.
+func (g *greedyProvider) benchNet(t *testing.T) (challenge, receipt []byte) {
+	s, err := g.stream(context.Background(), "coordinator", protocol.BenchNetProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	in := bufio.NewReader(s)
+	for _, op := range []string{"challenge", "receipt"} {
+		protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: op})
+		var m protocol.BenchNetMsg
+		if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetAnswer, &m); err != nil || m.Error != "" {
+			t.Fatalf("bench-net %s: %v %s", op, err, m.Error)
+		}
+		if op == "challenge" {
+			challenge = m.Record
+		} else {
+			receipt = m.Record
+		}
+	}
+	return challenge, receipt
+}
+
+// attestation signs a perfect H100's figures with the challenge and the receipt given,
+// and no delisting reason.
+func (g *greedyProvider) attestation(challenge, receipt []byte) []byte {
+	d, _ := protocol.DatasheetFor("H100-80GB")
+	gpu := protocol.GPUBenchmark{UUID: "GPU-greedy", Model: "H100-80GB", FP32TFLOPS: d.FP32TFLOPS, FP16TFLOPS: d.FP16TFLOPS,
+		TensorTFLOPS: d.TensorTFLOPS, MemBandwidth: d.MemBandwidth}
+	gpu.PerfScore = protocol.ScoreGPU(gpu)
+	now := time.Now().UTC()
+	return g.seal(protocol.KindAttestation, protocol.Attestation{Version: 1, Provider: g.h.ID().String(), Seq: uint64(now.UnixNano()), IssuedAt: now,
+		Challenge: challenge, GPUs: []protocol.GPUBenchmark{gpu}, NetworkReceipt: receipt,
+		Storage: protocol.StorageBenchmark{SeqWriteMBps: 5000, SeqReadMBps: 10000, RandReadIOPS: 1e6, BytesMeasured: 1 << 30}})
+}
+
+// publishOffer gossips a new offer of the greedy provider's H100 carrying attestation.
+func (g *greedyProvider) publishOffer(ctx context.Context, e *advEnv, attestation []byte) {
+	now := time.Now().UTC()
+	g.publish(ctx, protocol.OffersTopic, g.seal(protocol.KindOffer, protocol.Offer{Version: protocol.OfferVersion, Provider: g.h.ID().String(),
+		Seq: uint64(now.UnixNano()), IssuedAt: now, ExpiresAt: now.Add(10 * time.Minute), Region: "eu-west", Availability: "24/7",
+		Addrs: g.addrs, Certificate: g.certificate, Attestation: attestation,
+		GPUs: []protocol.OfferGPUs{{Model: "H100-80GB", Count: 1, VRAMGB: 80, PricePerGPUHour: 3_600_000}}}))
+}
+
+func challengeNonce(t *testing.T, raw []byte) string {
+	env, err := protocol.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c protocol.Challenge
+	if err := json.Unmarshal(env.Payload, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Nonce
 }

@@ -212,6 +212,10 @@ func printOwnApplication(w io.Writer, v api.OwnApplicationView) {
 	switch v.Status {
 	case api.StatusQueued:
 		fmt.Fprintf(w, "not delivered yet: %d attempts, last error: %s (the node keeps retrying)\n", v.Attempts, v.LastError)
+	case protocol.StatusPending:
+		if !v.DecisionDue.IsZero() {
+			fmt.Fprintf(w, "decision expected by %s\n", v.DecisionDue.Local().Format("Mon 2 Jan 2006 15:04 MST"))
+		}
 	case protocol.StatusInfoRequested:
 		fmt.Fprintf(w, "the coordinator asks: %s\nreply with: gpunex apply answer --message \"...\"\n", v.Message)
 	case protocol.StatusRejected, protocol.StatusRevoked, api.StatusRefused:
@@ -437,18 +441,18 @@ func coordinatorCommand() *cobra.Command {
 	actor := func(cmd *cobra.Command) string { s, _ := cmd.Flags().GetString("as"); return s }
 
 	apps := &cobra.Command{Use: "applications", Short: "The application queue"}
-	var status string
+	var status, sortBy string
 	var asJSON bool
 	list := &cobra.Command{
-		Use:   "list [--status pending|info-requested|approved|rejected|revoked] [--json]",
-		Short: "List applications, oldest first",
+		Use:   "list [--status pending|info-requested|approved|rejected|revoked] [--sort submitted|due] [--json]",
+		Short: "List applications, oldest first or by due date, with each review's age in business days and its due date",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := client(cmd)
 			if err != nil {
 				return err
 			}
-			v, err := cl.Applications(cmd.Context(), status)
+			v, err := cl.Applications(cmd.Context(), status, sortBy)
 			if err != nil {
 				return err
 			}
@@ -460,19 +464,27 @@ func coordinatorCommand() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tSTATUS\tTIER\tPROPOSED\tSUBMITTED\tPROVIDER\tNOTE")
+			fmt.Fprintln(w, "ID\tSTATUS\tTIER\tPROPOSED\tSUBMITTED\tAGE\tDUE\tPROVIDER\tNOTE")
 			for _, a := range v {
 				note := ""
 				if len(a.CaseByCase) > 0 {
 					note = "case by case: " + strings.Join(a.CaseByCase, ", ")
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, dash(a.Tier), a.ProposedTier,
-					a.SubmittedAt.Local().Format(time.DateTime), a.Provider, note)
+				age, due := "-", "-"
+				if !a.DecisionDue.IsZero() {
+					age, due = fmt.Sprintf("%d bd", a.AgeBusinessDays), a.DecisionDue.Local().Format("2006-01-02 15:04")
+					if a.Overdue {
+						due += " OVERDUE"
+					}
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, dash(a.Tier), a.ProposedTier,
+					a.SubmittedAt.Local().Format(time.DateTime), age, due, a.Provider, note)
 			}
 			return w.Flush()
 		},
 	}
 	list.Flags().StringVar(&status, "status", "", "only this status")
+	list.Flags().StringVar(&sortBy, "sort", "submitted", "submitted (oldest first) or due (the soonest decision due first)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 
 	var showJSON bool

@@ -139,9 +139,9 @@ func (c *Client) Notifications(ctx context.Context) ([]NotificationView, error) 
 }
 
 // Applications lists the coordinator's queue ("" for every status).
-func (c *Client) Applications(ctx context.Context, status string) ([]ApplicationView, error) {
+func (c *Client) Applications(ctx context.Context, status, sort string) ([]ApplicationView, error) {
 	var v []ApplicationView
-	return v, c.Do(ctx, http.MethodGet, "/v1/coordinator/applications?status="+url.QueryEscape(status), nil, &v)
+	return v, c.Do(ctx, http.MethodGet, "/v1/coordinator/applications?status="+url.QueryEscape(status)+"&sort="+url.QueryEscape(sort), nil, &v)
 }
 
 // Application shows one application with its audit trail.

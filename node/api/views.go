@@ -83,16 +83,18 @@ const (
 
 // OwnApplicationView is the answer of GET /v1/apply.
 type OwnApplicationView struct {
-	ID          string                `json:"id"`
-	Status      string                `json:"status"` // queued, pending, info-requested, approved, rejected, revoked, refused
-	Tier        string                `json:"tier,omitempty"`
-	Message     string                `json:"message,omitempty"`
-	Delivered   bool                  `json:"delivered"`
-	Attempts    int                   `json:"attempts"`
-	LastError   string                `json:"last_error,omitempty"`
-	Coordinator string                `json:"coordinator"`
-	SubmittedAt time.Time             `json:"submitted_at"`
-	UpdatedAt   time.Time             `json:"updated_at"`
+	ID          string    `json:"id"`
+	Status      string    `json:"status"` // queued, pending, info-requested, approved, rejected, revoked, refused
+	Tier        string    `json:"tier,omitempty"`
+	Message     string    `json:"message,omitempty"`
+	Delivered   bool      `json:"delivered"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"last_error,omitempty"`
+	Coordinator string    `json:"coordinator"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	// DecisionDue is when the coordinator said it would decide (while pending).
+	DecisionDue time.Time             `json:"decision_due,omitzero"`
 	Application *protocol.Application `json:"application,omitempty"`
 	Certificate *protocol.Certificate `json:"certificate,omitempty"`
 }
@@ -129,7 +131,11 @@ type Progress func(step, steps int, what string)
 // BenchView is the answer of GET /v1/bench.
 type BenchView struct {
 	Attestation *protocol.Attestation `json:"attestation"`
-	Raw         []byte                `json:"raw"`
+	// Receipt is the coordinator's measurement of the run's network: the figures that count.
+	Receipt *protocol.NetworkReceipt `json:"network_receipt,omitempty"`
+	// EnterpriseBelow says which Enterprise minimum the host falls under ("" when none).
+	EnterpriseBelow string `json:"enterprise_below,omitempty"`
+	Raw             []byte `json:"raw"`
 }
 
 // Decision is a reviewer's decision on an application.
@@ -142,19 +148,24 @@ type Decision struct {
 
 // ApplicationView is an application as the coordinator's API shows it.
 type ApplicationView struct {
-	ID           string                `json:"id"`
-	Provider     string                `json:"provider"`
-	Status       string                `json:"status"`
-	Tier         string                `json:"tier"`
-	ProposedTier string                `json:"proposed_tier"`
-	TierReasons  []string              `json:"tier_reasons,omitempty"`
-	CaseByCase   []string              `json:"case_by_case,omitempty"`
-	SubmittedAt  time.Time             `json:"submitted_at"`
-	UpdatedAt    time.Time             `json:"updated_at"`
-	Message      string                `json:"message,omitempty"`
-	Application  *protocol.Application `json:"application,omitempty"`
-	Certificate  []byte                `json:"certificate,omitempty"`
-	Events       []Event               `json:"events,omitempty"`
+	ID           string    `json:"id"`
+	Provider     string    `json:"provider"`
+	Status       string    `json:"status"`
+	Tier         string    `json:"tier"`
+	ProposedTier string    `json:"proposed_tier"`
+	TierReasons  []string  `json:"tier_reasons,omitempty"`
+	CaseByCase   []string  `json:"case_by_case,omitempty"`
+	SubmittedAt  time.Time `json:"submitted_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	// DecisionDue, AgeBusinessDays and Overdue: while the application awaits a decision
+	// (pending), when it is due, how many business days it has waited, whether it is late.
+	DecisionDue     time.Time             `json:"decision_due,omitzero"`
+	AgeBusinessDays int                   `json:"age_business_days,omitempty"`
+	Overdue         bool                  `json:"overdue,omitempty"`
+	Message         string                `json:"message,omitempty"`
+	Application     *protocol.Application `json:"application,omitempty"`
+	Certificate     []byte                `json:"certificate,omitempty"`
+	Events          []Event               `json:"events,omitempty"`
 }
 
 // EarningsQuery selects what `gpunex earnings` shows.

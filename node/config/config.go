@@ -81,6 +81,9 @@ type BenchConfig struct {
 	StorageMB int64 `toml:"storage_mb"`
 	// NetworkMB is how much the network benchmark sends each way.
 	NetworkMB int64 `toml:"network_mb"`
+	// SimulatedUploadMbps slows the network benchmark's upload to this rate, to try what
+	// a slow link does to the listing (devnet, tests); 0: as fast as the link goes.
+	SimulatedUploadMbps float64 `toml:"simulated_upload_mbps"`
 }
 
 // JobsConfig sets how a provider runs jobs and which proposals it accepts.
@@ -244,6 +247,48 @@ type CoordinatorConfig struct {
 	HalfLife Duration `toml:"half_life"`
 	// Notify sends decisions by e-mail and webhook as well as to the provider's node.
 	Notify NotifyConfig `toml:"notify"`
+	// Review sets the review deadline of applications and the reviewers' reminders.
+	Review ReviewConfig `toml:"review"`
+	// HostMinimum is the listing minimum this coordinator holds its providers' links and
+	// jobs folders to, signed into each network receipt (docs/benchmarks.md, "Host
+	// minimums").
+	HostMinimum HostMinimumConfig `toml:"host_minimum"`
+}
+
+// ReviewConfig sets when a decision on an application is due, in business days, and whom
+// to remind (docs/onboarding.md, "Review deadlines").
+type ReviewConfig struct {
+	// BusinessDays is how many business days after an application (or the applicant's
+	// answer to a question) a decision is due.
+	BusinessDays int `toml:"business_days"`
+	// Timezone is where the business days are counted (an IANA name).
+	Timezone string `toml:"timezone"`
+	// Holidays are the days off besides Saturdays and Sundays, as YYYY-MM-DD.
+	Holidays []string `toml:"holidays"`
+	// RemindEmail receives the reviewers' reminders (with the webhook of
+	// coordinator.notify); empty: the webhook and the log only.
+	RemindEmail string `toml:"remind_email"`
+}
+
+// HostMinimumConfig is a coordinator's listing minimum (protocol.HostMinimum).
+type HostMinimumConfig struct {
+	UpMbps           float64 `toml:"up_mbps"`
+	DownMbps         float64 `toml:"down_mbps"`
+	MaxRTTMilli      float64 `toml:"max_rtt_ms"`
+	StorageWriteMBps float64 `toml:"storage_write_mbps"`
+	StorageReadMBps  float64 `toml:"storage_read_mbps"`
+	StorageIOPS      float64 `toml:"storage_iops"`
+}
+
+// Protocol is the minimum as the network receipts carry it.
+func (m HostMinimumConfig) Protocol() protocol.HostMinimum {
+	return protocol.HostMinimum{Name: protocol.ListingMinimum.Name, UpMbps: m.UpMbps, DownMbps: m.DownMbps, MaxRTTMilli: m.MaxRTTMilli,
+		SeqWriteMBps: m.StorageWriteMBps, SeqReadMBps: m.StorageReadMBps, RandReadIOPS: m.StorageIOPS}
+}
+
+func hostMinimumConfig(m protocol.HostMinimum) HostMinimumConfig {
+	return HostMinimumConfig{UpMbps: m.UpMbps, DownMbps: m.DownMbps, MaxRTTMilli: m.MaxRTTMilli,
+		StorageWriteMBps: m.SeqWriteMBps, StorageReadMBps: m.SeqReadMBps, StorageIOPS: m.RandReadIOPS}
 }
 
 // NotifyConfig configures outbound decision notices. Empty fields disable a channel.
@@ -322,6 +367,8 @@ func Defaults(role string) Config {
 			CertificateRenewBefore: Duration{30 * 24 * time.Hour},
 			ProbeInterval:          Duration{5 * time.Minute},
 			HalfLife:               Duration{protocol.DefaultHalfLife},
+			HostMinimum:            hostMinimumConfig(protocol.ListingMinimum),
+			Review:                 ReviewConfig{BusinessDays: 3, Timezone: "UTC"},
 		},
 		Bench: BenchConfig{Interval: Duration{7 * 24 * time.Hour}, StorageMB: 256, NetworkMB: 16},
 		Jobs: JobsConfig{
@@ -458,14 +505,32 @@ func (c *Config) Check() error {
 	if c.Coordinator.ProbeInterval.Duration < 100*time.Millisecond || c.Coordinator.HalfLife.Duration < time.Minute {
 		errs = append(errs, errors.New("coordinator.probe_interval must be at least 100ms and coordinator.half_life at least 1m"))
 	}
+	if m := c.Coordinator.HostMinimum; m.UpMbps < 0 || m.DownMbps < 0 || m.MaxRTTMilli <= 0 || m.StorageWriteMBps < 0 || m.StorageReadMBps < 0 || m.StorageIOPS < 0 ||
+		max(m.UpMbps, m.DownMbps, m.MaxRTTMilli, m.StorageWriteMBps, m.StorageReadMBps, m.StorageIOPS) > 1e7 {
+		errs = append(errs, errors.New("coordinator.host_minimum: figures from 0 to 10,000,000, and max_rtt_ms above 0"))
+	}
+	if r := c.Coordinator.Review; r.BusinessDays < 1 || r.BusinessDays > 30 {
+		errs = append(errs, fmt.Errorf("coordinator.review.business_days %d: from 1 to 30", r.BusinessDays))
+	}
+	if _, err := time.LoadLocation(c.Coordinator.Review.Timezone); err != nil {
+		errs = append(errs, fmt.Errorf("coordinator.review.timezone %q: an IANA time zone such as Europe/Paris (%v)", c.Coordinator.Review.Timezone, err))
+	}
+	for _, h := range c.Coordinator.Review.Holidays {
+		if _, err := time.Parse(time.DateOnly, h); err != nil {
+			errs = append(errs, fmt.Errorf("coordinator.review.holidays: %q is not a YYYY-MM-DD date", h))
+		}
+	}
+	if e := c.Coordinator.Review.RemindEmail; e != "" && !strings.Contains(e, "@") {
+		errs = append(errs, fmt.Errorf("coordinator.review.remind_email %q: an e-mail address", e))
+	}
 	if v := c.Coordinator.CertificateValidity.Duration; v < time.Minute || v > protocol.MaxCertificateValidity {
 		errs = append(errs, fmt.Errorf("coordinator.certificate_validity %s: must be between 1m and %s", c.Coordinator.CertificateValidity, protocol.MaxCertificateValidity))
 	}
 	if r := c.Coordinator.CertificateRenewBefore.Duration; r < 0 || (r > 0 && r >= c.Coordinator.CertificateValidity.Duration) {
 		errs = append(errs, fmt.Errorf("coordinator.certificate_renew_before %s: must be 0 (no automatic renewal) or shorter than coordinator.certificate_validity (%s)", c.Coordinator.CertificateRenewBefore, c.Coordinator.CertificateValidity))
 	}
-	if b := c.Bench; b.Interval.Duration < time.Minute || b.Interval.Duration > protocol.MaxAttestationAge-24*time.Hour || b.StorageMB < 1 || b.NetworkMB < 1 || b.NetworkMB > protocol.MaxBenchTransfer>>20 {
-		errs = append(errs, fmt.Errorf("bench: interval between 1m and %s, storage_mb at least 1, network_mb 1-%d", protocol.MaxAttestationAge-24*time.Hour, protocol.MaxBenchTransfer>>20))
+	if b := c.Bench; b.Interval.Duration < time.Minute || b.Interval.Duration > protocol.MaxAttestationAge-24*time.Hour || b.StorageMB < 1 || b.NetworkMB < 1 || b.NetworkMB > protocol.MaxBenchTransfer>>20 || b.SimulatedUploadMbps < 0 {
+		errs = append(errs, fmt.Errorf("bench: interval between 1m and %s, storage_mb at least 1, network_mb 1-%d, simulated_upload_mbps not negative", protocol.MaxAttestationAge-24*time.Hour, protocol.MaxBenchTransfer>>20))
 	}
 	j := c.Jobs
 	if j.MaxImageMB < 1 || j.MemoryMBPerGPU < 16 || j.CPUMillisPerGPU < 100 || j.Pids < 16 || j.ScratchMB < 1 || j.ProposalsPerMinute < 1 {

@@ -305,6 +305,27 @@ smtp_password_file = "{{.Coordinator.Notify.SMTPPasswordFile}}"
 webhook_url = "{{.Coordinator.Notify.WebhookURL}}"
 webhook_secret_file = "{{.Coordinator.Notify.WebhookSecretFile}}"
 
+[coordinator.review]
+# A decision is due this many business days (Monday to Friday, less holidays, in timezone)
+# after an application, or after the applicant's answer to a question; the reviewers are
+# reminded when it is due within a business day and when it is overdue.
+business_days = {{.Coordinator.Review.BusinessDays}}
+timezone = "{{.Coordinator.Review.Timezone}}"
+holidays = [{{range $i, $h := .Coordinator.Review.Holidays}}{{if $i}}, {{end}}"{{$h}}"{{end}}]
+# The reviewers' address for reminders (the webhook of [coordinator.notify] gets them too).
+remind_email = "{{.Coordinator.Review.RemindEmail}}"
+
+[coordinator.host_minimum]
+# The listing minimum this coordinator holds its providers' links (as it measures them in
+# their benchmark runs) and jobs folders to; signed into each run's network receipt. Under
+# it a provider is delisted until a run passes (docs/benchmarks.md, "Host minimums").
+up_mbps = {{.Coordinator.HostMinimum.UpMbps}}
+down_mbps = {{.Coordinator.HostMinimum.DownMbps}}
+max_rtt_ms = {{.Coordinator.HostMinimum.MaxRTTMilli}}
+storage_write_mbps = {{.Coordinator.HostMinimum.StorageWriteMBps}}
+storage_read_mbps = {{.Coordinator.HostMinimum.StorageReadMBps}}
+storage_iops = {{.Coordinator.HostMinimum.StorageIOPS}}
+
 [settlement]
 # A Solana cluster, "devnet" or "mainnet-beta", fills rpc, cluster and mint where they are
 # empty: moving from the local runtime to a real cluster is this one line (give your own

@@ -565,7 +565,7 @@ func devnetOnboard(ctx context.Context, coord *api.Client, procs []*devnetProc, 
 			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		apps, err := coord.Applications(ctx, "")
+		apps, err := coord.Applications(ctx, "", "")
 		if err != nil {
 			return nil, err
 		}

@@ -53,13 +53,40 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 	// One benchmark run per stream: one challenge, ten round trips (a few more allowed),
 	// one transfer each way, each within MaxBenchTransfer and the source's hourly budget.
 	ops := map[string]int{}
-	limits := map[string]int{"challenge": 1, "ping": 16, "down": 1, "up": 1}
+	limits := map[string]int{"challenge": 1, "ping": 16, "down": 1, "up": 1, "receipt": 1}
 	s.SetDeadline(time.Now().Add(3 * time.Minute))
+	// What this end measures, for the receipt: round trips from an answer to the next
+	// ping, the download from its first byte to the provider's next request, the upload
+	// as it comes in.
+	var (
+		challenge             protocol.Challenge
+		rtts                  []time.Duration
+		answered, downStart   time.Time
+		downBytes, upBytes    int64
+		downTook, upTook      time.Duration
+		lastWasPing, inFlight bool
+	)
+	holding := false // this run's turn to transfer
+	release := func() {
+		if holding {
+			<-c.transfers
+			holding = false
+		}
+	}
+	defer release()
 	for {
 		var m protocol.BenchNetMsg
 		if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetRequest, &m); err != nil {
 			return
 		}
+		arrived := time.Now()
+		if lastWasPing && m.Op == "ping" {
+			rtts = append(rtts, arrived.Sub(answered))
+		}
+		if inFlight {
+			downTook, inFlight = arrived.Sub(downStart), false
+		}
+		lastWasPing = m.Op == "ping"
 		if ops[m.Op]++; ops[m.Op] > limits[m.Op] {
 			c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
 			c.peer.Misbehaved(remote)
@@ -72,15 +99,26 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 			protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("transfer of %d bytes refused: at most %d MiB each, %d MiB an hour per peer", m.Size, protocol.MaxBenchTransfer>>20, BenchBytesPerHour>>20)})
 			return
 		}
+		if (m.Op == "down" || m.Op == "up") && !holding {
+			select {
+			case c.transfers <- struct{}{}:
+				holding = true
+			case <-time.After(transferWait):
+				protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: "the coordinator is measuring other providers: run the benchmarks again later"})
+				return
+			}
+			arrived = time.Now() // the turn's wait is not the transfer's
+		}
 		var reply protocol.BenchNetMsg
 		switch m.Op {
 		case "challenge":
 			var nonce [16]byte
 			rand.Read(nonce[:])
-			raw, err := protocol.Seal(protocol.KindChallenge, protocol.Challenge{
+			challenge = protocol.Challenge{
 				Version: protocol.AttestationVersion, Coordinator: c.peer.ID.String(), Provider: remote.String(),
 				Nonce: hex.EncodeToString(nonce[:]), IssuedAt: c.clock.Now().UTC(),
-			}, c.peer.Key)
+			}
+			raw, err := protocol.Seal(protocol.KindChallenge, challenge, c.peer.Key)
 			reply = protocol.BenchNetMsg{Op: m.Op, Record: raw}
 			if err != nil {
 				reply.Error = err.Error()
@@ -88,6 +126,7 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 		case "ping":
 			reply = protocol.BenchNetMsg{Op: m.Op}
 		case "down":
+			downStart, downBytes, inFlight = time.Now(), m.Size, true
 			for left := m.Size; left > 0; left -= int64(len(buf)) {
 				if _, err := s.Write(buf[:min(left, int64(len(buf)))]); err != nil {
 					return
@@ -98,26 +137,53 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 			if _, err := io.CopyN(io.Discard, in, m.Size); err != nil {
 				return
 			}
+			upBytes, upTook = m.Size, time.Since(arrived)
+			release() // the run's transfers are over
 			reply = protocol.BenchNetMsg{Op: m.Op}
+		case "receipt":
+			r := protocol.NetworkReceipt{Version: protocol.AttestationVersion, Coordinator: c.peer.ID.String(),
+				Provider: remote.String(), Nonce: challenge.Nonce, MeasuredAt: c.clock.Now().UTC(), Bytes: min(downBytes, upBytes),
+				Minimum: c.minimum}
+			if len(rtts) > 0 {
+				slices.Sort(rtts)
+				r.RTTMilli = float64(rtts[len(rtts)/2].Microseconds()) / 1000
+			}
+			if downTook > 0 {
+				r.DownMbps = megabits(downBytes, downTook)
+			}
+			if upTook > 0 {
+				r.UpMbps = megabits(upBytes, upTook)
+			}
+			reply = protocol.BenchNetMsg{Op: m.Op}
+			if challenge.Nonce == "" {
+				reply.Error = "a receipt is for a run with a challenge: ask for one first"
+			} else if raw, err := protocol.Seal(protocol.KindNetworkReceipt, r, c.peer.Key); err != nil {
+				reply.Error = err.Error()
+			} else {
+				reply.Record = raw
+			}
 		default:
 			return
 		}
 		if err := protocol.WriteJSONFrame(s, reply); err != nil {
 			return
 		}
+		answered = time.Now()
 	}
 }
 
 // benchNetwork asks the coordinator for a challenge and measures the link: the median of
-// ten round trips, then size bytes each way.
-func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([]byte, protocol.NetworkBenchmark, error) {
+// ten round trips, then size bytes each way; then it asks for the coordinator's receipt
+// of what it measured from its end. It returns the challenge, its own figures and the
+// receipt.
+func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([]byte, protocol.NetworkBenchmark, []byte, error) {
 	nb := protocol.NetworkBenchmark{Peer: coord.String()}
 	if err := b.peer.Reach(ctx, coord); err != nil {
-		return nil, nb, err
+		return nil, nb, nil, err
 	}
 	s, err := b.peer.OpenStream(ctx, coord, protocol.BenchNetProtocol)
 	if err != nil {
-		return nil, nb, fmt.Errorf("reach coordinator %s for the benchmarks: %w", coord, err)
+		return nil, nb, nil, fmt.Errorf("reach coordinator %s for the benchmarks: %w", coord, err)
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(2 * time.Minute))
@@ -137,13 +203,13 @@ func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([
 	}
 	ch, err := ask(protocol.BenchNetMsg{Op: "challenge"})
 	if err != nil {
-		return nil, nb, fmt.Errorf("challenge: %w", err)
+		return nil, nb, nil, fmt.Errorf("challenge: %w", err)
 	}
 	var rtts []time.Duration
 	for i := 0; i < 10; i++ {
 		t0 := time.Now()
 		if _, err := ask(protocol.BenchNetMsg{Op: "ping"}); err != nil {
-			return nil, nb, fmt.Errorf("ping: %w", err)
+			return nil, nb, nil, fmt.Errorf("ping: %w", err)
 		}
 		rtts = append(rtts, time.Since(t0))
 	}
@@ -151,28 +217,38 @@ func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([
 	nb.RTTMilli = float64(rtts[len(rtts)/2].Microseconds()) / 1000
 	t0 := time.Now()
 	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "down", Size: size}); err != nil {
-		return nil, nb, err
+		return nil, nb, nil, err
 	}
 	if _, err := io.CopyN(io.Discard, in, size); err != nil {
-		return nil, nb, fmt.Errorf("download: %w", err)
+		return nil, nb, nil, fmt.Errorf("download: %w", err)
 	}
 	nb.DownMbps = megabits(size, time.Since(t0))
 	t0 = time.Now()
 	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "up", Size: size}); err != nil {
-		return nil, nb, err
+		return nil, nb, nil, err
 	}
 	zero := make([]byte, 64<<10)
-	for left := size; left > 0; left -= int64(len(zero)) {
-		if _, err := s.Write(zero[:min(left, int64(len(zero)))]); err != nil {
-			return nil, nb, fmt.Errorf("upload: %w", err)
+	rate := b.simulatedUpload() // bits per second; 0: none
+	for sent := int64(0); sent < size; {
+		n, err := s.Write(zero[:min(size-sent, int64(len(zero)))])
+		if err != nil {
+			return nil, nb, nil, fmt.Errorf("upload: %w", err)
+		}
+		sent += int64(n)
+		if rate > 0 {
+			time.Sleep(time.Until(t0.Add(time.Duration(float64(sent*8) / rate * float64(time.Second)))))
 		}
 	}
 	var ack protocol.BenchNetMsg
 	if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetRequest, &ack); err != nil {
-		return nil, nb, fmt.Errorf("upload: %w", err)
+		return nil, nb, nil, fmt.Errorf("upload: %w", err)
 	}
 	nb.UpMbps = megabits(size, time.Since(t0))
-	return ch.Record, nb, nil
+	receipt, err := ask(protocol.BenchNetMsg{Op: "receipt"})
+	if err != nil {
+		return nil, nb, nil, fmt.Errorf("the coordinator's network receipt: %w", err)
+	}
+	return ch.Record, nb, receipt.Record, nil
 }
 
 func megabits(bytes int64, d time.Duration) float64 {
@@ -231,6 +307,22 @@ type Runner struct {
 	mu   sync.Mutex
 	last *protocol.SignedAttestation
 	wake chan struct{}
+	// uploadMbps is bench.simulated_upload_mbps, which SimulateUpload changes.
+	uploadMbps float64
+}
+
+// SimulateUpload slows the network benchmark's upload to mbps from the next run on (0:
+// none), as bench.simulated_upload_mbps does (tests, devnet).
+func (b *Runner) SimulateUpload(mbps float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.uploadMbps = mbps
+}
+
+func (b *Runner) simulatedUpload() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.uploadMbps * 1e6
 }
 
 // NewRunner returns a provider's benchmark runner holding the latest attestation from the
@@ -238,7 +330,7 @@ type Runner struct {
 func NewRunner(d Deps) *Runner {
 	b := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, trusted: d.Trusted,
 		trust: protocol.NewTrust(d.Trusted...), cfg: d.Bench, provider: d.Provider, probe: d.Probe,
-		jobs: d.Jobs, publisher: d.Publisher, dir: d.Dir, wake: make(chan struct{}, 1)}
+		jobs: d.Jobs, publisher: d.Publisher, dir: d.Dir, wake: make(chan struct{}, 1), uploadMbps: d.Bench.SimulatedUploadMbps}
 	if raw, err := b.ledger.OwnAttestation(); err == nil {
 		if a, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust); err == nil {
 			b.last = a
@@ -290,7 +382,7 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 		coord = ids[0]
 	}
 	next("network and challenge (coordinator " + coord.String() + ")")
-	challenge, nb, err := b.benchNetwork(ctx, coord, b.cfg.NetworkMB<<20)
+	challenge, nb, receipt, err := b.benchNetwork(ctx, coord, b.cfg.NetworkMB<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +396,7 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	if err != nil {
 		return nil, err
 	}
-	a := protocol.Attestation{Version: protocol.AttestationVersion, Provider: b.peer.ID.String(), Seq: seq, Challenge: challenge, Network: nb}
+	a := protocol.Attestation{Version: protocol.AttestationVersion, Provider: b.peer.ID.String(), Seq: seq, Challenge: challenge, Network: nb, NetworkReceipt: receipt}
 	for _, g := range gpus {
 		next(fmt.Sprintf("GPU %d %s", g.Index, g.Model))
 		if a.DriverVersion == "" {
@@ -351,6 +443,16 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	if a.Storage, err = bench.Storage(ctx, b.dir, b.cfg.StorageMB<<20); err != nil {
 		return nil, err
 	}
+	// The host's minimums, on the coordinator's figures (checked again by every validator).
+	ch, _, err := protocol.CheckChallenge(challenge, b.trust, b.peer.ID)
+	if err != nil {
+		return nil, fmt.Errorf("the coordinator's challenge: %w", err)
+	}
+	r, err := protocol.CheckNetworkReceipt(receipt, ch, b.peer.ID.String())
+	if err != nil {
+		return nil, fmt.Errorf("the coordinator's network receipt: %w", err)
+	}
+	a.HostBelow = protocol.HostShortfall(r, a.Storage, r.Minimum)
 	a.IssuedAt = b.clock.Now().UTC()
 	raw, err := protocol.Seal(protocol.KindAttestation, a, b.peer.Key)
 	if err != nil {
@@ -371,13 +473,26 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	if b.publisher != nil {
 		b.publisher.Poke()
 	}
-	b.log.Info("benchmarks done", "gpus", len(a.GPUs), "rtt_ms", nb.RTTMilli, "storage_write_mbps", a.Storage.SeqWriteMBps)
+	b.log.Info("benchmarks done", "gpus", len(a.GPUs), "rtt_ms", r.RTTMilli, "up_mbps", r.UpMbps, "down_mbps", r.DownMbps,
+		"storage_write_mbps", a.Storage.SeqWriteMBps, "host_below", a.HostBelow)
 	return signed, nil
 }
 
 // notifyChanges tells the operator about every GPU that fell under a threshold or came
-// back over it.
+// back over it, and about the host's link or disk falling under its minimum or passing
+// again.
 func (b *Runner) notifyChanges(old, cur *protocol.SignedAttestation) {
+	wasBelow := ""
+	if old != nil {
+		wasBelow = old.HostBelow
+	}
+	switch {
+	case cur.HostBelow != "" && wasBelow == "":
+		b.notice("this provider is delisted: its link or disk is under the minimum", cur.HostBelow+
+			". Every GPU stays out of your offer and gets no job until a benchmark run passes (gpunex bench run; the minimums are in docs/benchmarks.md).")
+	case cur.HostBelow == "" && wasBelow != "":
+		b.notice("this provider is listed again: its link and disk pass the minimums", "The latest benchmarks pass the host minimums; your GPUs are back in your offer unless one is under its own threshold.")
+	}
 	was := map[string]string{}
 	if old != nil {
 		for _, g := range old.GPUs {
@@ -422,12 +537,13 @@ func (b *Runner) notice(subject, body string) {
 	b.log.Warn(subject, "why", body)
 }
 
-// Delisted counts, per model, the GPUs the latest attestation puts under a threshold.
+// Delisted counts, per model, the GPUs the latest attestation puts under a threshold (all
+// of them when the host is under its minimum).
 func (b *Runner) Delisted() map[string]int {
 	out := map[string]int{}
 	if a := b.Latest(); a != nil {
 		for _, g := range a.GPUs {
-			if g.Below != "" {
+			if g.Below != "" || a.HostBelow != "" {
 				out[g.Model]++
 			}
 		}
@@ -503,7 +619,8 @@ func (b *Runner) detect() ([]bench.GPUInfo, error) {
 
 // View is the API's view of an attestation.
 func View(a *protocol.SignedAttestation) api.BenchView {
-	return api.BenchView{Attestation: &a.Attestation, Raw: a.Raw}
+	return api.BenchView{Attestation: &a.Attestation, Receipt: a.Receipt, Raw: a.Raw,
+		EnterpriseBelow: protocol.HostShortfall(a.Receipt, a.Storage, protocol.EnterpriseMinimum)}
 }
 
 // CoordinatorDeps are what a coordinator's side of the benchmarks needs.
@@ -513,6 +630,8 @@ type CoordinatorDeps struct {
 	Metrics *metrics.Metrics
 	// Trust checks the providers' attestations (the coordinator trusts itself).
 	Trust protocol.Trust
+	// Minimum is the listing minimum it holds providers to (coordinator.host_minimum).
+	Minimum protocol.HostMinimum
 }
 
 // Coordinator serves the providers' network benchmark and challenges (bench-net stream) and
@@ -526,7 +645,14 @@ type Coordinator struct {
 	// per network.
 	rate  *p2p.PeerRate
 	bytes *p2p.Sources
+	// transfers lets one run's transfers go at a time, so that what the coordinator
+	// measures is the provider's link, not the other runs sharing the coordinator's.
+	transfers chan struct{}
+	minimum   protocol.HostMinimum
 }
+
+// transferWait is how long a run waits for its turn to transfer.
+const transferWait = 90 * time.Second
 
 // benchRunsPerMinute bounds the bench-net streams a peer opens in a minute.
 const benchRunsPerMinute = 6
@@ -540,7 +666,7 @@ const BenchBytesPerHour = 512 << 20
 // NewCoordinator returns a coordinator's side of the benchmarks.
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
 	return &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
-		bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4)}
+		bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4), transfers: make(chan struct{}, 1), minimum: d.Minimum}
 }
 
 // ChallengeProvider asks a provider to run its benchmarks now (a coordinator's request):

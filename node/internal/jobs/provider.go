@@ -178,6 +178,9 @@ func (r *Runner) Reserve(job, model string, n int) ([]sandbox.GPU, error) {
 	delisted := map[string]bool{}
 	if r.attest != nil {
 		if a := r.attest.Latest(); a != nil {
+			if a.HostBelow != "" {
+				return nil, jobErr("this provider is delisted: %s", a.HostBelow)
+			}
 			for _, g := range a.GPUs {
 				if g.Below != "" {
 					delisted[g.UUID] = true

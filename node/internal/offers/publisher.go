@@ -188,8 +188,16 @@ func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, erro
 	}
 	var delisted map[string]int
 	if p.bench != nil {
-		if a := p.bench.Latest(); a != nil && now.Sub(a.Challenge.IssuedAt) < protocol.MaxAttestationAge {
+		a := p.bench.Latest()
+		if a != nil && now.Sub(a.Challenge.IssuedAt) < protocol.MaxAttestationAge {
 			o.Attestation = a.Raw
+		}
+		if a != nil && a.HostBelow != "" {
+			o.Withdrawn = "delisted: " + a.HostBelow
+			if len(o.Withdrawn) > 256 {
+				o.Withdrawn = o.Withdrawn[:253] + "..."
+			}
+			return o, nil
 		}
 		// GPUs under a threshold stay out until a run passes, even once the attestation is
 		// too old to attach (jobs refuse them the same way).

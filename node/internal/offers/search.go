@@ -138,6 +138,9 @@ func match(f api.SearchFilter, o *protocol.Offer, g protocol.OfferGPUs) bool {
 
 // Rows flattens a verified offer into search rows that match the filter.
 func Rows(f api.SearchFilter, so *protocol.SignedOffer) []api.OfferRow {
+	if so.Attest != nil && so.Attest.HostBelow != "" {
+		return nil // delisted by its own attestation (a link or disk under the minimum)
+	}
 	var out []api.OfferRow
 	for _, g := range so.Offer.GPUs {
 		if !match(f, &so.Offer, g) {

@@ -369,6 +369,7 @@ func (a *Applicant) TakeNotification(raw []byte, source string) error {
 	}
 	_, err = a.ledger.UpdateOwnApplication(func(o *ledger.OwnApplication) error {
 		o.Status, o.Tier, o.Message, o.UpdatedAt, o.NotificationSeq = sn.Status, sn.Tier, sn.Message, now, sn.Seq
+		o.DecisionDue = sn.DecisionDue
 		return nil
 	})
 	a.log.Info("coordinator notification", "application", sn.Application, "status", sn.Status, "tier", sn.Tier, "message", sn.Message)
@@ -462,6 +463,9 @@ func (a *Applicant) View(own ledger.OwnApplication) api.OwnApplicationView {
 		ID: own.ID, Status: own.Status, Tier: own.Tier, Message: own.Message, Delivered: own.Delivered,
 		Attempts: own.Attempts, LastError: own.LastError, Coordinator: own.Coordinator,
 		SubmittedAt: own.SubmittedAt, UpdatedAt: own.UpdatedAt,
+	}
+	if own.Status == protocol.StatusPending {
+		v.DecisionDue = own.DecisionDue
 	}
 	if app, err := protocol.OpenApplication(own.Raw); err == nil {
 		v.Application = app

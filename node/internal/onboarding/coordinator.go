@@ -85,6 +85,7 @@ type Coordinator struct {
 	revTopic    Publisher
 
 	out *Notices
+	cal *ReviewCalendar
 	mu  sync.Mutex // one submission or decision at a time
 	// rate limits apply-stream requests per peer (queue spam).
 	rate *p2p.PeerRate
@@ -104,7 +105,11 @@ func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
 	if oc.WebhookSecret, err = readSecretFile(nc.WebhookSecretFile, "coordinator.notify.webhook_secret_file"); err != nil {
 		return nil, err
 	}
-	return &Coordinator{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
+	cal, err := NewReviewCalendar(d.Config.Review)
+	if err != nil {
+		return nil, err
+	}
+	return &Coordinator{cal: cal, peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		cfg: d.Config, trust: d.Trust, revocations: d.Revocations, revTopic: d.RevocationsTopic,
 		out: NewNotices(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute),
 		submits: p2p.NewSources(SubmitsPerHour/60.0, SubmitsPerHour, 4)}, nil
@@ -256,6 +261,7 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 			a.ProposedTier, a.TierReasons, a.CaseByCase = proposed, why, app.CaseByCase()
 			if app.Answer != "" && a.Status == protocol.StatusInfoRequested {
 				a.Status, a.Message = protocol.StatusPending, ""
+				a.ReviewSince, a.Reminded = now, "" // the reviewers' clock starts again
 				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "answered", Detail: app.Answer})
 			} else {
 				a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "updated"})
@@ -287,7 +293,7 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 	a := ledger.Application{
 		ID: app.ID, Provider: app.Provider, Status: protocol.StatusPending,
 		ProposedTier: proposed, TierReasons: why, CaseByCase: app.CaseByCase(),
-		SubmittedAt: now, UpdatedAt: now, Seq: app.Seq, Raw: raw,
+		SubmittedAt: now, UpdatedAt: now, ReviewSince: now, Seq: app.Seq, Raw: raw,
 		Events: []ledger.Event{{At: now, Actor: actor, Action: "submitted", Detail: "proposed tier " + proposed}},
 	}
 	if err := c.sign(&a, nil, now); err != nil {
@@ -310,6 +316,7 @@ func (c *Coordinator) sign(a *ledger.Application, cert []byte, now time.Time) er
 	raw, err := protocol.Seal(protocol.KindNotification, protocol.Notification{
 		Version: protocol.NotificationVersion, Coordinator: c.id.String(), Provider: a.Provider, Seq: seq,
 		IssuedAt: now.UTC(), Application: a.ID, Status: a.Status, Tier: a.Tier, Message: a.Message, Certificate: cert,
+		DecisionDue: c.decisionDue(*a).UTC(),
 	}, c.peer.Key)
 	if err != nil {
 		return err
@@ -522,8 +529,9 @@ func (c *Coordinator) tell(a ledger.Application) {
 	}()
 }
 
-// Applications lists the queue, optionally only one status.
-func (c *Coordinator) Applications(status string) ([]api.ApplicationView, error) {
+// Applications lists the queue, optionally only one status, oldest first or (byDue) by
+// due date.
+func (c *Coordinator) Applications(status string, byDue bool) ([]api.ApplicationView, error) {
 	apps, err := c.ledger.Applications()
 	if err != nil {
 		return nil, err
@@ -531,8 +539,11 @@ func (c *Coordinator) Applications(status string) ([]api.ApplicationView, error)
 	out := []api.ApplicationView{}
 	for _, a := range apps {
 		if status == "" || a.Status == status {
-			out = append(out, ViewApplication(a, false))
+			out = append(out, c.View(a, false))
 		}
+	}
+	if byDue {
+		SortByDue(out)
 	}
 	return out, nil
 }
