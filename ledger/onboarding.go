@@ -319,6 +319,31 @@ func (l *Ledger) SetOwnAttestation(raw []byte) error {
 // OwnAttestation returns the provider's latest benchmark attestation, or ErrNotFound.
 func (l *Ledger) OwnAttestation() ([]byte, error) { return l.getRaw(keyOwnAttestation) }
 
+const prefixLink = "coordinator/link/"
+
+// LinkMeasurement is a coordinator's own latest measurement of a provider's link (the
+// figures of the last network receipt it signed for it).
+type LinkMeasurement struct {
+	Provider   string    `json:"provider"`
+	MeasuredAt time.Time `json:"measured_at"`
+	RTTMilli   float64   `json:"rtt_ms"`
+	UpMbps     float64   `json:"up_mbps"`
+	DownMbps   float64   `json:"down_mbps"`
+	Bytes      int64     `json:"bytes"`
+}
+
+// SetLinkMeasurement keeps a provider's latest link measurement.
+func (l *Ledger) SetLinkMeasurement(m LinkMeasurement) error {
+	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixLink+m.Provider, m) })
+}
+
+// LinkMeasurement returns a provider's latest link measurement, or ErrNotFound.
+func (l *Ledger) LinkMeasurement(provider string) (LinkMeasurement, error) {
+	var m LinkMeasurement
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixLink+provider, &m) })
+	return m, err
+}
+
 const prefixReliability = "coordinator/reliability/"
 
 // ReliabilityState is what a coordinator keeps per provider to score it.

@@ -315,7 +315,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 		return err
 	}
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
-		Minimum: n.cfg.Coordinator.HostMinimum.Protocol()})
+		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Log: n.log.With("subsystem", "benchmarks")})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 

@@ -472,3 +472,59 @@ func TestReviewDeadlines(t *testing.T) {
 		t.Fatalf("an application waiting for its applicant has a due date: %+v", apps)
 	}
 }
+
+// TestDeclaredAgainstMeasured: an applicant declares 10 Gbps each way; the coordinator
+// measured its link at about 0.1 Gbps up when its node benchmarked (its upload slowed as
+// bench.simulated_upload_mbps does). The review shows both and flags the gap, proposes
+// Community on the measurement, and refuses Enterprise; Community is granted.
+func TestDeclaredAgainstMeasured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	fastOnboarding(t)
+	ccfg := testConfig(config.RoleCoordinator)
+	ccfg.Coordinator.HostMinimum.EnterpriseMbps = config.Defaults(config.RoleCoordinator).Coordinator.HostMinimum.EnterpriseMbps
+	tn := newTestNetWith(t, ccfg)
+	cfg := providerConfig(0)
+	cfg.Bench.SimulatedUploadMbps = 100
+	prov := tn.addUncertified(cfg)
+	form := applicationForm(cfg, true, 12)
+	for i := range form.GPUs {
+		form.GPUs[i].UpGbps, form.GPUs[i].DownGbps = 10, 10
+	}
+	own, err := prov.applicant.Submit(form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	// The applicant's node benchmarks against the coordinator (it does once it has a peer;
+	// once more here, so that the measurement is there whatever the order).
+	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	var v api.ApplicationView
+	eventually(t, 10*time.Second, "the coordinator's measurement in the review", func() (bool, string) {
+		app, err := tn.boot.ledger.GetApplication(own.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		v = tn.boot.coord.View(app, true)
+		return v.MeasuredLink != nil, ""
+	})
+	if v.MeasuredLink.UpMbps > 150 || v.MeasuredLink.UpMbps < 50 {
+		t.Fatalf("measured link %+v, want about 100 Mbit/s up", v.MeasuredLink)
+	}
+	if len(v.LinkGaps) == 0 || !strings.Contains(v.LinkGaps[0], "internet up 10 Gbps declared, 0.1") {
+		t.Fatalf("gaps %q", v.LinkGaps)
+	}
+	if v.ProposedTier != protocol.TierCommunity || !strings.Contains(strings.Join(v.TierReasons, "; "), "< 800 each way for Enterprise") {
+		t.Fatalf("proposed %s: %q", v.ProposedTier, v.TierReasons)
+	}
+	if _, err := tn.boot.coord.Decide(own.ID, api.Decision{Action: "approve", Tier: protocol.TierEnterprise, Actor: "alice"}); err == nil || !strings.Contains(err.Error(), "for Enterprise") {
+		t.Fatalf("Enterprise on a link measured at 0.1 Gbps: %v", err)
+	}
+	a, err := tn.boot.coord.Decide(own.ID, api.Decision{Action: "approve", Actor: "alice"})
+	if err != nil || a.Tier != protocol.TierCommunity {
+		t.Fatalf("approved on the proposal: %+v %v", a.Tier, err)
+	}
+}

@@ -71,7 +71,7 @@ func testConfig(role string) config.Config {
 	// Sixteen providers benchmarking at once on a 2-core machine measure tens of Mbit/s on
 	// loopback: the test coordinator holds links to 1 Mbit/s (TestSlowLinkDelisted's holds
 	// them to the default).
-	c.Coordinator.HostMinimum = config.HostMinimumConfig{UpMbps: 1, DownMbps: 1, MaxRTTMilli: 10_000}
+	c.Coordinator.HostMinimum = config.HostMinimumConfig{UpMbps: 1, DownMbps: 1, MaxRTTMilli: 10_000, EnterpriseMbps: 1}
 	// Job tests run without money unless they ask for escrow (settlement_test.go).
 	c.Jobs.RequireEscrow = false
 	// Renters countersign usage every second, so that a job's receipt is taken and

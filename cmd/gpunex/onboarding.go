@@ -613,6 +613,15 @@ func printApplication(w io.Writer, v api.ApplicationView) {
 		for _, d := range a.Differences {
 			fmt.Fprintf(w, "  detected differs: %s\n", d)
 		}
+		if m := v.MeasuredLink; m != nil {
+			fmt.Fprintf(w, "  measured link (this coordinator, %s): up %.0f Mbit/s, down %.0f Mbit/s, %.1f ms round trip\n",
+				m.MeasuredAt.Local().Format(time.DateTime), m.UpMbps, m.DownMbps, m.RTTMilli)
+		} else {
+			fmt.Fprintln(w, "  measured link: none yet (the applicant's node has not benchmarked against this coordinator)")
+		}
+		for _, g := range v.LinkGaps {
+			fmt.Fprintf(w, "  measured differs: %s\n", g)
+		}
 		if a.MaintenanceNotes != "" {
 			fmt.Fprintf(w, "maintenance: %s\n", a.MaintenanceNotes)
 		}

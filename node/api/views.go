@@ -146,6 +146,14 @@ type Decision struct {
 	Actor   string `json:"actor"`             // who decides, for the audit trail
 }
 
+// MeasuredLink is a coordinator's own measurement of a provider's link.
+type MeasuredLink struct {
+	MeasuredAt time.Time `json:"measured_at"`
+	RTTMilli   float64   `json:"rtt_ms"`
+	UpMbps     float64   `json:"up_mbps"`
+	DownMbps   float64   `json:"down_mbps"`
+}
+
 // ApplicationView is an application as the coordinator's API shows it.
 type ApplicationView struct {
 	ID           string    `json:"id"`
@@ -159,13 +167,17 @@ type ApplicationView struct {
 	UpdatedAt    time.Time `json:"updated_at"`
 	// DecisionDue, AgeBusinessDays and Overdue: while the application awaits a decision
 	// (pending), when it is due, how many business days it has waited, whether it is late.
-	DecisionDue     time.Time             `json:"decision_due,omitzero"`
-	AgeBusinessDays int                   `json:"age_business_days,omitempty"`
-	Overdue         bool                  `json:"overdue,omitempty"`
-	Message         string                `json:"message,omitempty"`
-	Application     *protocol.Application `json:"application,omitempty"`
-	Certificate     []byte                `json:"certificate,omitempty"`
-	Events          []Event               `json:"events,omitempty"`
+	DecisionDue     time.Time `json:"decision_due,omitzero"`
+	AgeBusinessDays int       `json:"age_business_days,omitempty"`
+	Overdue         bool      `json:"overdue,omitempty"`
+	// MeasuredLink is this coordinator's latest measurement of the applicant's link (its
+	// benchmark runs); LinkGaps the declared bandwidths it contradicts.
+	MeasuredLink *MeasuredLink         `json:"measured_link,omitempty"`
+	LinkGaps     []string              `json:"link_gaps,omitempty"`
+	Message      string                `json:"message,omitempty"`
+	Application  *protocol.Application `json:"application,omitempty"`
+	Certificate  []byte                `json:"certificate,omitempty"`
+	Events       []Event               `json:"events,omitempty"`
 }
 
 // EarningsQuery selects what `gpunex earnings` shows.

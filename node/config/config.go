@@ -278,6 +278,9 @@ type HostMinimumConfig struct {
 	StorageWriteMBps float64 `toml:"storage_write_mbps"`
 	StorageReadMBps  float64 `toml:"storage_read_mbps"`
 	StorageIOPS      float64 `toml:"storage_iops"`
+	// EnterpriseMbps is the link, each way, this coordinator must have measured for the
+	// Enterprise tier (once it measured the applicant's link at all).
+	EnterpriseMbps float64 `toml:"enterprise_mbps"`
 }
 
 // Protocol is the minimum as the network receipts carry it.
@@ -288,7 +291,8 @@ func (m HostMinimumConfig) Protocol() protocol.HostMinimum {
 
 func hostMinimumConfig(m protocol.HostMinimum) HostMinimumConfig {
 	return HostMinimumConfig{UpMbps: m.UpMbps, DownMbps: m.DownMbps, MaxRTTMilli: m.MaxRTTMilli,
-		StorageWriteMBps: m.SeqWriteMBps, StorageReadMBps: m.SeqReadMBps, StorageIOPS: m.RandReadIOPS}
+		StorageWriteMBps: m.SeqWriteMBps, StorageReadMBps: m.SeqReadMBps, StorageIOPS: m.RandReadIOPS,
+		EnterpriseMbps: protocol.EnterpriseMinimum.UpMbps}
 }
 
 // NotifyConfig configures outbound decision notices. Empty fields disable a channel.
@@ -505,8 +509,8 @@ func (c *Config) Check() error {
 	if c.Coordinator.ProbeInterval.Duration < 100*time.Millisecond || c.Coordinator.HalfLife.Duration < time.Minute {
 		errs = append(errs, errors.New("coordinator.probe_interval must be at least 100ms and coordinator.half_life at least 1m"))
 	}
-	if m := c.Coordinator.HostMinimum; m.UpMbps < 0 || m.DownMbps < 0 || m.MaxRTTMilli <= 0 || m.StorageWriteMBps < 0 || m.StorageReadMBps < 0 || m.StorageIOPS < 0 ||
-		max(m.UpMbps, m.DownMbps, m.MaxRTTMilli, m.StorageWriteMBps, m.StorageReadMBps, m.StorageIOPS) > 1e7 {
+	if m := c.Coordinator.HostMinimum; m.UpMbps < 0 || m.DownMbps < 0 || m.MaxRTTMilli <= 0 || m.StorageWriteMBps < 0 || m.StorageReadMBps < 0 || m.StorageIOPS < 0 || m.EnterpriseMbps < 0 ||
+		max(m.UpMbps, m.DownMbps, m.MaxRTTMilli, m.StorageWriteMBps, m.StorageReadMBps, m.StorageIOPS, m.EnterpriseMbps) > 1e7 {
 		errs = append(errs, errors.New("coordinator.host_minimum: figures from 0 to 10,000,000, and max_rtt_ms above 0"))
 	}
 	if r := c.Coordinator.Review; r.BusinessDays < 1 || r.BusinessDays > 30 {

@@ -54,6 +54,8 @@ type InitOptions struct {
 	ProbeInterval, HalfLife time.Duration
 	// CheckpointInterval sets jobs.checkpoint_interval.
 	CheckpointInterval time.Duration
+	// EnterpriseLinkMbps sets coordinator.host_minimum.enterprise_mbps.
+	EnterpriseLinkMbps float64
 }
 
 // ErrHomeExists is returned by Init when the home already holds an identity.
@@ -100,6 +102,9 @@ func Init(dir string, o InitOptions) (_ Home, _ peer.ID, err error) {
 	}
 	if o.HalfLife > 0 {
 		c.Coordinator.HalfLife = Duration{o.HalfLife}
+	}
+	if o.EnterpriseLinkMbps > 0 {
+		c.Coordinator.HostMinimum.EnterpriseMbps = o.EnterpriseLinkMbps
 	}
 	if o.BenchStorageMB > 0 {
 		c.Bench.StorageMB = o.BenchStorageMB
@@ -325,6 +330,9 @@ max_rtt_ms = {{.Coordinator.HostMinimum.MaxRTTMilli}}
 storage_write_mbps = {{.Coordinator.HostMinimum.StorageWriteMBps}}
 storage_read_mbps = {{.Coordinator.HostMinimum.StorageReadMBps}}
 storage_iops = {{.Coordinator.HostMinimum.StorageIOPS}}
+# The link, each way, this coordinator must have measured (Mbit/s) to approve Enterprise,
+# once it measured the applicant's link at all.
+enterprise_mbps = {{.Coordinator.HostMinimum.EnterpriseMbps}}
 
 [settlement]
 # A Solana cluster, "devnet" or "mainnet-beta", fills rpc, cluster and mint where they are

@@ -224,7 +224,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	say("started Solana runtime   %s (test USDC mint %s)", money.rt.URL, money.mint)
 
 	// Frequent probes and a short half-life: scores move within a minute.
-	coord, err := start("coordinator", config.InitOptions{Role: config.RoleCoordinator, ProbeInterval: ProbeInterval, HalfLife: HalfLife})
+	// Every node is on this machine: its loopback, shared by them all, is no measure of a
+	// provider's link, so the devnet's coordinator holds none to Enterprise's 800 Mbit/s.
+	coord, err := start("coordinator", config.InitOptions{Role: config.RoleCoordinator, ProbeInterval: ProbeInterval, HalfLife: HalfLife, EnterpriseLinkMbps: 1})
 	if err != nil {
 		return err
 	}

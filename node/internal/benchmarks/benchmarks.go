@@ -161,6 +161,12 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 				reply.Error = err.Error()
 			} else {
 				reply.Record = raw
+				if c.links != nil && r.Bytes >= protocol.MinReceiptBytes {
+					if err := c.links.SetLinkMeasurement(ledger.LinkMeasurement{Provider: r.Provider, MeasuredAt: r.MeasuredAt,
+						RTTMilli: r.RTTMilli, UpMbps: r.UpMbps, DownMbps: r.DownMbps, Bytes: r.Bytes}); err != nil {
+						c.log.Warn("a provider's link measurement was not kept", "provider", r.Provider, "err", err)
+					}
+				}
 			}
 		default:
 			return
@@ -632,6 +638,14 @@ type CoordinatorDeps struct {
 	Trust protocol.Trust
 	// Minimum is the listing minimum it holds providers to (coordinator.host_minimum).
 	Minimum protocol.HostMinimum
+	// Links keeps the latest measurement of each provider's link, for its review.
+	Links Links
+	Log   *slog.Logger
+}
+
+// Links keeps a coordinator's measurements of providers' links (the ledger).
+type Links interface {
+	SetLinkMeasurement(ledger.LinkMeasurement) error
 }
 
 // Coordinator serves the providers' network benchmark and challenges (bench-net stream) and
@@ -649,6 +663,8 @@ type Coordinator struct {
 	// measures is the provider's link, not the other runs sharing the coordinator's.
 	transfers chan struct{}
 	minimum   protocol.HostMinimum
+	links     Links
+	log       *slog.Logger
 }
 
 // transferWait is how long a run waits for its turn to transfer.
@@ -665,8 +681,13 @@ const BenchBytesPerHour = 512 << 20
 
 // NewCoordinator returns a coordinator's side of the benchmarks.
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
-	return &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
-		bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4), transfers: make(chan struct{}, 1), minimum: d.Minimum}
+	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
+		bytes:     p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
+		transfers: make(chan struct{}, 1), minimum: d.Minimum, links: d.Links, log: d.Log}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c
 }
 
 // ChallengeProvider asks a provider to run its benchmarks now (a coordinator's request):

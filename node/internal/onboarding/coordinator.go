@@ -349,9 +349,15 @@ func (c *Coordinator) Decide(id string, d api.Decision) (ledger.Application, err
 			tier := d.Tier
 			if tier == "" {
 				tier = a.ProposedTier
+				if tier == protocol.TierEnterprise && c.enterpriseRuledOut(c.measuredLink(a.Provider)) != "" {
+					tier = protocol.TierCommunity // the proposal on the measurement
+				}
 			}
 			if err := protocol.CheckTierChoice(app, tier); err != nil {
 				return api.Invalid(err)
+			}
+			if why := c.enterpriseRuledOut(c.measuredLink(a.Provider)); why != "" && tier == protocol.TierEnterprise {
+				return api.Invalid(fmt.Errorf("tier enterprise: %s; approve as community, or ask the provider to run its benchmarks again (gpunex bench run) once its link is fixed", why))
 			}
 			if cert, err = c.issue(app, tier, now); err != nil {
 				return err

@@ -97,9 +97,11 @@ func (c *Coordinator) decisionDue(a ledger.Application) time.Time {
 }
 
 // View is an application as the coordinator's API shows it, with its review's age and due
-// date (full adds the record and the trail).
+// date and the coordinator's measurement of the applicant's link (full adds the record and
+// the trail).
 func (c *Coordinator) View(a ledger.Application, full bool) api.ApplicationView {
 	v := ViewApplication(a, full)
+	c.withMeasurement(&v, a.Raw)
 	if due := c.decisionDue(a); !due.IsZero() {
 		now := c.clock.Now()
 		v.DecisionDue = due
