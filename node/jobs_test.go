@@ -626,3 +626,59 @@ func TestGreedyProviderOutput(t *testing.T) {
 type byteCounter struct{ n int64 }
 
 func (w *byteCounter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// TestGPULostDuringJob: a GPU that falls off the bus under a running job stops it with a
+// reason naming the GPU (the hourly check noticed); a job that fails by itself while its
+// GPU is lost is put on the GPU too (checked at its end). Both are the provider's fault:
+// the renter is not charged, and the coordinator counts them against its job completion.
+func TestGPULostDuringJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("containerd")
+	}
+	tn, renter, prov := jobNetWith(t, 1)
+	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, tn.boot, prov)
+	archive := busyboxArchive(t)
+	ctx := context.Background()
+	run := func(args ...string) api.JobView {
+		t.Helper()
+		j, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 120, ImageArchive: archive, Args: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	lose := func(lost bool) {
+		n := 0
+		if lost {
+			n = 1
+		}
+		prov.cfg.Provider.GPUs[0].Lost = n
+	}
+
+	// Off the bus under a running job: the hourly check stops it.
+	j := run("sleep", "60")
+	time.Sleep(time.Second)
+	lose(true)
+	prov.bench.Due() // the hourly check
+	final, err := renter.renter.JobLogs(ctx, j.ID, true, io.Discard)
+	if err != nil || !strings.HasPrefix(final.ExitReason, "lost: GPU ") || !strings.Contains(final.ExitReason, "fell off the bus during the job") || final.Seconds != 0 {
+		t.Fatalf("a job whose GPU fell off the bus: %+v %v", final, err)
+	}
+
+	// Back, then lost again while a job fails by itself: its end puts it on the GPU.
+	lose(false)
+	prov.bench.Due()
+	j2 := run("sh", "-c", "sleep 2; exit 3")
+	time.Sleep(500 * time.Millisecond)
+	lose(true)
+	final2, err := renter.renter.JobLogs(ctx, j2.ID, true, io.Discard)
+	if err != nil || !strings.Contains(final2.ExitReason, "failed during the job") || !strings.Contains(final2.ExitReason, "exit code 3") || final2.Seconds != 0 {
+		t.Fatalf("a job that failed on a lost GPU: %+v %v", final2, err)
+	}
+	eventually(t, 10*time.Second, "coordinator counts both against the provider", func() (bool, string) {
+		st, _ := tn.boot.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
+		c := st.Reliability.Completion
+		return c.Total > 1.99 && c.Good < 0.01 && strings.Contains(strings.Join(st.Events, ";"), "interrupted: lost: GPU"), fmt.Sprintf("%+v %v", c, st.Events)
+	})
+}

@@ -229,6 +229,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 		Jobs: n.jobs, Publisher: n.publisher})
 	n.publisher.UseAttestations(n.bench)
 	n.jobs.UseAttestations(n.bench)
+	n.jobs.UseHealthCheck(n.bench.CheckGPUs)
 	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
 		Publisher: n.publisher, Detect: func() ([]bench.GPUInfo, error) { return DetectGPUs(n.cfg, n.peer.ID) }})

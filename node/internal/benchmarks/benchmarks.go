@@ -613,6 +613,14 @@ func (b *Runner) Due() bool {
 	return gpus[0].DriverVersion != last.DriverVersion || lostNow != lostThen
 }
 
+// CheckGPUs probes the GPUs now and hands the result to the job runner (which stops jobs
+// on a GPU that was lost): what the hourly check does, for a job that failed.
+func (b *Runner) CheckGPUs() {
+	if gpus, err := b.detect(); err == nil && b.jobs != nil {
+		b.jobs.Probed(gpus)
+	}
+}
+
 // detect lists the machine's GPUs.
 func (b *Runner) detect() ([]bench.GPUInfo, error) {
 	p, err := b.probe()

@@ -92,6 +92,8 @@ type Runner struct {
 	trusted   []peer.ID
 	publisher Publisher
 	reports   Reporter
+	// healthCheck probes the GPUs (UseHealthCheck); nil until the node sets it.
+	healthCheck func()
 
 	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
 	rtErr error
@@ -163,6 +165,33 @@ func detectGPUs(open func() (bench.Probe, error)) ([]bench.GPUInfo, error) {
 	return p.GPUs()
 }
 
+// UseHealthCheck gives the runner the probe that checks the GPUs (and calls Probed), run
+// when a job fails.
+func (r *Runner) UseHealthCheck(check func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.healthCheck = check
+}
+
+// lostUnder checks the GPUs now and says which of the job's GPUs is lost, "" when none.
+func (r *Runner) lostUnder(job string) string {
+	r.mu.Lock()
+	check := r.healthCheck
+	r.mu.Unlock()
+	if check == nil {
+		return ""
+	}
+	check()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.gpus {
+		if s.job == job && r.lost[s.gpu.UUID] {
+			return fmt.Sprintf("%sGPU %s (%s) failed during the job", ReasonGPULost, s.gpu.UUID, s.model)
+		}
+	}
+	return ""
+}
+
 // UseAttestations hands the runner the provider's benchmark runner, built after the job
 // runner because it asks which GPUs are leased. Until then no GPU is delisted for jobs.
 func (r *Runner) UseAttestations(a Attestations) {
@@ -213,21 +242,29 @@ func (r *Runner) Reserve(job, model string, n int) ([]sandbox.GPU, error) {
 	return out, nil
 }
 
+// ReasonGPULost starts the end reason of a job whose GPU failed under it: a "lost" reason,
+// the provider's fault (protocol.ProviderFault).
+const ReasonGPULost = "lost: "
+
 // Probed takes the latest list of the machine's GPUs: a GPU the probe no longer finds
 // healthy (fallen off the bus, or gone from the list) is leased to no new job until a probe
-// finds it again, and a healthy GPU the runner did not have (lost when it started) gets a
-// slot.
+// finds it again, a job running on it is stopped with a "lost" reason naming it, and a
+// healthy GPU the runner did not have (lost when it started) gets a slot.
 func (r *Runner) Probed(gpus []bench.GPUInfo) {
 	healthy := map[string]bench.GPUInfo{}
+	why := map[int]string{} // by index: the probe's error for a GPU it cannot use
 	for _, g := range gpus {
 		if usable(g) {
 			healthy[g.UUID] = g
+		} else if g.Health.Error != "" {
+			why[g.Index] = g.Health.Error
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	have := map[string]bool{}
 	r.lost = map[string]bool{}
+	stop := map[string]string{} // running jobs on a lost GPU, and why
 	for i, s := range r.gpus {
 		have[s.gpu.UUID] = true
 		if g, ok := healthy[s.gpu.UUID]; ok { // as it is now (after a driver reload, say)
@@ -235,7 +272,29 @@ func (r *Runner) Probed(gpus []bench.GPUInfo) {
 			r.gpus[i].gpu.Index, r.gpus[i].gpu.Minor, r.gpus[i].gpu.Simulated = g.Index, g.DeviceMinor, g.Simulated
 		} else {
 			r.lost[s.gpu.UUID] = true
+			if s.job != "" && stop[s.job] == "" {
+				detail := why[s.gpu.Index]
+				if detail == "" {
+					detail = "gone from the driver's list"
+				}
+				stop[s.job] = fmt.Sprintf("%sGPU %s (%s) fell off the bus during the job: %s", ReasonGPULost, s.gpu.UUID, s.model, detail)
+			}
 		}
+	}
+	for job, reason := range stop {
+		// The provider's fault (a "lost" reason): the renter is not charged, and the
+		// coordinator counts it against the provider's job completion.
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := r.rt.Kill(ctx, job, reason); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+				r.log.Warn("stopping a job whose GPU was lost failed", "job", job, "err", err)
+			} else if err == nil {
+				r.log.Warn("job stopped: its GPU was lost", "job", job, "why", reason)
+			}
+		}()
 	}
 	for _, g := range gpus {
 		if _, ok := healthy[g.UUID]; ok && !have[g.UUID] {
@@ -845,6 +904,13 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 	ended := exit.EndedAt
 	if ended.IsZero() || ended.Before(started) {
 		ended = r.clock.Now()
+	}
+	if exit.Code != 0 && !strings.HasPrefix(exit.Reason, "lost") {
+		// A job that failed may have failed because its GPU did: look now rather than at
+		// the next hourly check, and put it on the provider if so.
+		if why := r.lostUnder(id); why != "" {
+			exit.Reason = fmt.Sprintf("%s (the job ended: %s, exit code %d)", why, exit.Reason, exit.Code)
+		}
 	}
 	if strings.HasPrefix(exit.Reason, "lost") {
 		ended = started // the provider cannot show how long it ran: no charge
