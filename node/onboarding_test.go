@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpunex/gpunex/bench"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/noticetest"
 
@@ -350,8 +351,8 @@ func TestDecisionNotices(t *testing.T) {
 	}
 }
 
-// TestApplicationFlagsDifferences: the node compares the GPUs an application declares with
-// the GPUs it detects, and the coordinator sees the differences.
+// TestApplicationFlagsDifferences: the node compares the GPUs and host RAM an application
+// declares with what it detects, and the coordinator sees the differences.
 func TestApplicationFlagsDifferences(t *testing.T) {
 	fastOnboarding(t)
 	tn := newTestNet(t)
@@ -370,8 +371,15 @@ func TestApplicationFlagsDifferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := strings.Join(app.Differences, "; ")
-	if got != "declared 8 x H100-80GB, detected 1; declared 2 x L4-24GB, detected 0" || len(app.Detected) != 1 || !app.Detected[0].Simulated {
-		t.Fatalf("differences %q, detected %+v", got, app.Detected)
+	want := "declared 8 x H100-80GB, detected 1; declared 2 x L4-24GB, detected 0"
+	if ram := bench.HostRAMGB(); ram > 0 { // the form declares 256 and 64 GB
+		want += fmt.Sprintf("; gpus[0]: host RAM 256 GB declared, %d GB detected on the applying node", ram)
+		if float64(ram)*1.1 < 64 {
+			want += fmt.Sprintf("; gpus[1]: host RAM 64 GB declared, %d GB detected on the applying node", ram)
+		}
+	}
+	if got != want || len(app.Detected) != 1 || !app.Detected[0].Simulated || app.DetectedHostRAMGB != bench.HostRAMGB() {
+		t.Fatalf("differences %q, want %q; detected %+v, host RAM %d GB", got, want, app.Detected, app.DetectedHostRAMGB)
 	}
 	waitStatus(t, prov, protocol.StatusPending)
 	v, err := tn.boot.ledger.GetApplication(own.ID)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/mail"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -83,6 +84,9 @@ type Application struct {
 	// does not match the declared GPUs: the coordinator sees both.
 	Detected    []DetectedGPU `json:"detected,omitempty"`
 	Differences []string      `json:"differences,omitempty"`
+	// DetectedHostRAMGB is the memory of the machine whose node signs the application
+	// (0: not read).
+	DetectedHostRAMGB int `json:"detected_host_ram_gb,omitempty"`
 
 	// Answer replies to the coordinator's request for more information.
 	Answer string `json:"answer,omitempty"`
@@ -198,8 +202,11 @@ func (a *Application) ValidateForm() error {
 	if err := checkFreeText("answer", a.Answer, maxNoteLen, false); err != nil {
 		return err
 	}
-	if len(a.Detected) > MaxApplicationGPUs || len(a.Differences) > 2*MaxApplicationGPUs {
+	if len(a.Detected) > MaxApplicationGPUs || len(a.Differences) > 4*MaxApplicationGPUs {
 		return fieldErr("detected", "too many entries")
+	}
+	if a.DetectedHostRAMGB < 0 || a.DetectedHostRAMGB > 1<<20 {
+		return fieldErr("detected_host_ram_gb", "%d out of range 0-%d", a.DetectedHostRAMGB, 1<<20)
 	}
 	for _, d := range a.Differences {
 		if err := checkFreeText("differences", d, 300, false); err != nil {
@@ -408,6 +415,47 @@ func CompareDetected(declared []ApplicationGPU, detected []DetectedGPU) []string
 		}
 	}
 	return out
+}
+
+// HostTolerance is how far a detected figure may fall short of a declared one (host RAM,
+// a model's VRAM) before it counts as a difference: the kernel keeps some memory, and
+// drivers report a little under the nominal size.
+const HostTolerance = 0.1
+
+// CompareHost lists the differences between what an application declares of its hosts and
+// what the node detected on its own: each entry's host RAM against the machine's, and each
+// detected model's VRAM against the size its name gives (an H100 NVL of 94 GB is not an
+// H100-80GB), one sentence each.
+func CompareHost(declared []ApplicationGPU, detected []DetectedGPU, hostRAMGB int) []string {
+	var out []string
+	if hostRAMGB > 0 {
+		for i, g := range declared {
+			if float64(g.HostRAMGB) > float64(hostRAMGB)*(1+HostTolerance) {
+				out = append(out, fmt.Sprintf("gpus[%d]: host RAM %d GB declared, %d GB detected on the applying node", i, g.HostRAMGB, hostRAMGB))
+			}
+		}
+	}
+	for _, d := range detected {
+		nominal := modelVRAMGB(d.Model)
+		if nominal > 0 && d.VRAMGB > 0 && math.Abs(float64(d.VRAMGB-nominal)) > float64(nominal)*HostTolerance {
+			out = append(out, fmt.Sprintf("detected %s with %d GB of VRAM, not the %d GB its model says: another variant", NormalizeModel(d.Model), d.VRAMGB, nominal))
+		}
+	}
+	return out
+}
+
+// modelVRAMGB is the VRAM a model's name gives ("H100-80GB": 80), 0 when it gives none.
+func modelVRAMGB(model string) int {
+	m := NormalizeModel(model)
+	i := strings.LastIndex(m, "-")
+	if i < 0 || !strings.HasSuffix(m, "GB") {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(m[i+1:], "GB"))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // OpenApplication reads an application that was checked when it arrived (a stored one):

@@ -143,6 +143,24 @@ func TestCompareDetected(t *testing.T) {
 	}
 }
 
+// TestCompareHost: a declared host RAM over what the applying node has (beyond the 10%
+// the kernel keeps) and a GPU whose VRAM is not its model's (an H100 NVL of 94 GB detected
+// as H100-80GB) are differences; RAM within the tolerance, less declared than present, an
+// unread RAM (0) and a model without a size in its name are not.
+func TestCompareHost(t *testing.T) {
+	got := CompareHost(
+		[]ApplicationGPU{{Model: "H100-80GB", HostRAMGB: 512}, {Model: "L4-24GB", HostRAMGB: 256}, {Model: "L4-24GB", HostRAMGB: 64}},
+		[]DetectedGPU{{Model: "H100-80GB", Count: 2, VRAMGB: 94}, {Model: "L4-24GB", VRAMGB: 23}, {Model: "MYSTERY", VRAMGB: 7}}, 240)
+	want := []string{"gpus[0]: host RAM 512 GB declared, 240 GB detected on the applying node",
+		"detected H100-80GB with 94 GB of VRAM, not the 80 GB its model says: another variant"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("got %q; want %q", got, want)
+	}
+	if got := CompareHost([]ApplicationGPU{{Model: "H100-80GB", HostRAMGB: 512}}, nil, 0); len(got) != 0 {
+		t.Fatalf("RAM not read: %q", got)
+	}
+}
+
 func validCertificate(coord, prov peer.ID) Certificate {
 	return Certificate{
 		Version: CertificateVersion, Coordinator: coord.String(), Provider: prov.String(), Serial: 1,

@@ -628,7 +628,7 @@ func TestProviderSurvivesKill9(t *testing.T) {
 	dir := t.TempDir()
 	local := "/ip4/127.0.0.1/tcp/0,/ip4/127.0.0.1/udp/0/quic-v1"
 	coord, prov, renter := filepath.Join(dir, "coordinator"), filepath.Join(dir, "provider"), filepath.Join(dir, "renter")
-	mustRun(t, "init", "--home", coord, "--role", "coordinator", "--listen", local)
+	initCoordinator(t, coord, local)
 	_, cst := startNode(t, coord)
 	boot := cst.Addrs[0]
 	mustRun(t, "init", "--home", prov, "--role", "provider", "--listen", local, "--bootstrap", boot, "--region", "us-east")
@@ -675,6 +675,26 @@ func TestProviderSurvivesKill9(t *testing.T) {
 
 // certify has a provider apply by answering the questions on standard input, and the
 // coordinator approve it, through the CLI.
+// initCoordinator makes a coordinator's home. Its nodes share this machine's loopback,
+// which is no measure of a provider's link: as the devnet does, the coordinator holds
+// none to Enterprise's 800 Mbit/s (coordinator.host_minimum.enterprise_mbps = 1).
+func initCoordinator(t *testing.T, home, listen string) {
+	t.Helper()
+	mustRun(t, "init", "--home", home, "--role", "coordinator", "--listen", listen)
+	path := filepath.Join(home, "config.toml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(b), "enterprise_mbps = 800", "enterprise_mbps = 1", 1)
+	if edited == string(b) {
+		t.Fatal("no enterprise_mbps = 800 in a new coordinator's config.toml")
+	}
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func certify(t *testing.T, coord, prov string) {
 	t.Helper()
 	answers := strings.Join([]string{
@@ -740,7 +760,7 @@ func TestOnboardingSurvivesKill9(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	coord, prov := filepath.Join(dir, "coordinator"), filepath.Join(dir, "provider")
-	mustRun(t, "init", "--home", coord, "--role", "coordinator", "--listen", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port))
+	initCoordinator(t, coord, fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", port))
 	c, cst := startNode(t, coord)
 	mustRun(t, "init", "--home", prov, "--role", "provider", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", port, cst.PeerID))
 	p, _ := startNode(t, prov)
@@ -832,7 +852,7 @@ func TestProviderJobSurvivesKill9(t *testing.T) {
 	defer d.Stop()
 	local := "/ip4/127.0.0.1/tcp/0"
 	coord, prov, renter := filepath.Join(dir, "coordinator"), filepath.Join(dir, "provider"), filepath.Join(dir, "renter")
-	mustRun(t, "init", "--home", coord, "--role", "coordinator", "--listen", local)
+	initCoordinator(t, coord, local)
 	_, cst := startNode(t, coord)
 	mustRun(t, "init", "--home", prov, "--role", "provider", "--listen", local, "--bootstrap", cst.Addrs[0], "--containerd", d.Address())
 	mustRun(t, "init", "--home", renter, "--role", "renter", "--listen", local, "--bootstrap", cst.Addrs[0])

@@ -124,7 +124,9 @@ func (a *Applicant) Submit(form protocol.Application) (ledger.OwnApplication, er
 	}
 	detected, derr := a.Detected()
 	form.Detected = detected
-	form.Differences = protocol.CompareDetected(form.GPUs, form.Detected)
+	form.DetectedHostRAMGB = bench.HostRAMGB()
+	form.Differences = append(protocol.CompareDetected(form.GPUs, form.Detected),
+		protocol.CompareHost(form.GPUs, form.Detected, form.DetectedHostRAMGB)...)
 	if derr != nil {
 		form.Differences = append([]string{"GPU detection failed: " + truncateText(derr.Error(), 250)}, form.Differences...)
 	}
