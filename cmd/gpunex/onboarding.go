@@ -214,7 +214,8 @@ func printOwnApplication(w io.Writer, v api.OwnApplicationView) {
 		fmt.Fprintf(w, "not delivered yet: %d attempts, last error: %s (the node keeps retrying)\n", v.Attempts, v.LastError)
 	case protocol.StatusPending:
 		if !v.DecisionDue.IsZero() {
-			fmt.Fprintf(w, "decision expected by %s\n", v.DecisionDue.Local().Format("Mon 2 Jan 2006 15:04 MST"))
+			// Due at the end of a day: shown as its last minute.
+			fmt.Fprintf(w, "decision expected by %s\n", v.DecisionDue.Add(-time.Minute).Local().Format("Mon 2 Jan 2006 15:04 MST"))
 		}
 	case protocol.StatusInfoRequested:
 		fmt.Fprintf(w, "the coordinator asks: %s\nreply with: gpunex apply answer --message \"...\"\n", v.Message)
@@ -472,7 +473,7 @@ func coordinatorCommand() *cobra.Command {
 				}
 				age, due := "-", "-"
 				if !a.DecisionDue.IsZero() {
-					age, due = fmt.Sprintf("%d bd", a.AgeBusinessDays), a.DecisionDue.Local().Format("2006-01-02 15:04")
+					age, due = fmt.Sprintf("%d bd", a.AgeBusinessDays), a.DecisionDue.Add(-time.Minute).Local().Format("Mon 2006-01-02 15:04")
 					if a.Overdue {
 						due += " OVERDUE"
 					}
