@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	p2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/benchmarks"
 	"github.com/gpunex/gpunex/protocol"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // TestBenchmarksDelistAndRelist: a provider benchmarks its simulated GPUs against the
@@ -223,5 +227,42 @@ func TestSlowLinkDelisted(t *testing.T) {
 	})
 	if ns, _ := prov.ledger.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
 		t.Fatalf("notifications after the fix: %+v", ns)
+	}
+}
+
+// TestBenchTransferTurnBounded: a peer that takes the coordinator's transfer turn (one run
+// transfers at a time) and then reads nothing, to keep providers from being measured,
+// loses its stream and the turn after benchmarks.TransferHold; an honest provider's run
+// waiting behind it then completes.
+func TestBenchTransferTurnBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	hold := benchmarks.TransferHold
+	benchmarks.TransferHold = 2 * time.Second
+	t.Cleanup(func() { benchmarks.TransferHold = hold })
+	tn := newTestNet(t)
+	prov := tn.add(providerConfig(0), nil)
+	eventually(t, 20*time.Second, "first benchmark run", func() (bool, string) { return prov.bench.Latest() != nil, "" })
+
+	hog, _ := newHost(t)
+	t.Cleanup(func() { hog.Close() })
+	ctx := context.Background()
+	if err := hog.Connect(ctx, peer.AddrInfo{ID: tn.boot.ID(), Addrs: tn.boot.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := hog.NewStream(ctx, tn.boot.ID(), p2pprotocol.ID(protocol.BenchNetProtocol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Reset()
+	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the hog has the turn, and reads nothing
+	seq := prov.bench.Latest().Seq
+	a, err := prov.bench.Run(ctx, nil)
+	if err != nil || a.Seq <= seq || a.Receipt == nil || a.Receipt.Bytes < protocol.MinReceiptBytes {
+		t.Fatalf("an honest run behind a peer holding the transfer turn: %v", err)
 	}
 }

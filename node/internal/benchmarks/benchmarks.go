@@ -103,6 +103,10 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 			select {
 			case c.transfers <- struct{}{}:
 				holding = true
+				// A run holds the turn for its two transfers at most transferHold: a
+				// peer that reads or sends slowly (to keep others from measuring) loses
+				// its stream and the turn.
+				s.SetDeadline(time.Now().Add(TransferHold))
 			case <-time.After(transferWait):
 				protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: "the coordinator is measuring other providers: run the benchmarks again later"})
 				return
@@ -677,6 +681,11 @@ type Coordinator struct {
 
 // transferWait is how long a run waits for its turn to transfer.
 const transferWait = 90 * time.Second
+
+// TransferHold is how long a run may keep its turn: the largest transfers (64 MiB each
+// way) at the listing minimum's rates (20 Mbit/s up, 50 down) take 38 s. (Tests shorten
+// it.)
+var TransferHold = 45 * time.Second
 
 // benchRunsPerMinute bounds the bench-net streams a peer opens in a minute.
 const benchRunsPerMinute = 6
