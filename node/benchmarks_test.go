@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"strings"
@@ -256,6 +257,14 @@ func TestBenchTransferTurnBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Reset()
+	// As a run does: a challenge, then the largest download, which it never reads.
+	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "challenge"}); err != nil {
+		t.Fatal(err)
+	}
+	var ch protocol.BenchNetMsg
+	if err := protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxBenchNetAnswer, &ch); err != nil || ch.Error != "" {
+		t.Fatalf("the hog's challenge: %v %s", err, ch.Error)
+	}
 	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer}); err != nil {
 		t.Fatal(err)
 	}

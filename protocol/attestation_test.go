@@ -132,14 +132,14 @@ func TestAttestationChecks(t *testing.T) {
 // nonce "abab...".
 func goodReceipt(coord, prov fmt.Stringer) NetworkReceipt {
 	return NetworkReceipt{Version: 1, Coordinator: coord.String(), Provider: prov.String(), Nonce: strings.Repeat("ab", 16),
-		MeasuredAt: testNow.Add(30 * time.Second), RTTMilli: 12, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20, Minimum: ListingMinimum}
+		MeasuredAt: testNow.Add(30 * time.Second), RTTMilli: 12, RTTSamples: 9, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20, Minimum: ListingMinimum}
 }
 
 // TestHostShortfall: each minimum of the listing delists with its metric, value, minimum
 // and what to check; a storage figure of 0 (not measured) does not, a network not
 // measured by the coordinator does.
 func TestHostShortfall(t *testing.T) {
-	good := NetworkReceipt{RTTMilli: 12, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20}
+	good := NetworkReceipt{RTTMilli: 12, RTTSamples: 9, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20}
 	disk := StorageBenchmark{SeqWriteMBps: 700, SeqReadMBps: 3000, RandReadIOPS: 200000, BytesMeasured: 256 << 20}
 	cases := []struct {
 		name string
@@ -150,10 +150,11 @@ func TestHostShortfall(t *testing.T) {
 		{"all good", &good, disk, ""},
 		{"storage not measured", &good, StorageBenchmark{}, ""},
 		{"no receipt", nil, disk, "network not measured by the coordinator"},
-		{"a few bytes", &NetworkReceipt{UpMbps: 1e6, DownMbps: 1e6, Bytes: 100}, disk, "network not measured by the coordinator"},
-		{"slow upload", &NetworkReceipt{RTTMilli: 12, UpMbps: 8, DownMbps: 900, Bytes: 16 << 20}, disk, "up_mbps 8.0 Mbit/s (measured by the coordinator) is under the minimum of 20 Mbit/s for listing: check your internet link's upload"},
-		{"slow download", &NetworkReceipt{RTTMilli: 12, UpMbps: 400, DownMbps: 30, Bytes: 16 << 20}, disk, "down_mbps 30.0 Mbit/s"},
-		{"far away", &NetworkReceipt{RTTMilli: 450, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20}, disk, "rtt_ms 450.0 ms (measured by the coordinator) is over the maximum of 300 ms"},
+		{"a few bytes", &NetworkReceipt{UpMbps: 1e6, DownMbps: 1e6, Bytes: 100, RTTSamples: 9}, disk, "network not measured by the coordinator"},
+		{"no ping", &NetworkReceipt{UpMbps: 1e6, DownMbps: 1e6, Bytes: 16 << 20}, disk, "network not measured by the coordinator"},
+		{"slow upload", &NetworkReceipt{RTTMilli: 12, UpMbps: 8, DownMbps: 900, Bytes: 16 << 20, RTTSamples: 9}, disk, "up_mbps 8.0 Mbit/s (measured by the coordinator) is under the minimum of 20 Mbit/s for listing: check your internet link's upload"},
+		{"slow download", &NetworkReceipt{RTTMilli: 12, UpMbps: 400, DownMbps: 30, Bytes: 16 << 20, RTTSamples: 9}, disk, "down_mbps 30.0 Mbit/s"},
+		{"far away", &NetworkReceipt{RTTMilli: 450, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20, RTTSamples: 9}, disk, "rtt_ms 450.0 ms (measured by the coordinator) is over the maximum of 300 ms"},
 		{"a small storage run", &good, StorageBenchmark{SeqWriteMBps: 1, SeqReadMBps: 1, RandReadIOPS: 1, BytesMeasured: 1 << 20}, ""},
 		{"spinning disk", &good, StorageBenchmark{SeqWriteMBps: 120, SeqReadMBps: 150, RandReadIOPS: 180, BytesMeasured: 256 << 20}, "rand_read_iops 180.0 IOPS is under the minimum of 1000 IOPS for listing: put the jobs folder on an SSD"},
 		{"slow writes", &good, StorageBenchmark{SeqWriteMBps: 20, SeqReadMBps: 3000, RandReadIOPS: 200000, BytesMeasured: 256 << 20}, "seq_write_mbps 20.0 MB/s"},
@@ -182,7 +183,7 @@ func TestWorstCaseOfferFits(t *testing.T) {
 		Storage: StorageBenchmark{SeqWriteMBps: 1234.5, SeqReadMBps: 6543.2, RandReadIOPS: 123456.7, BytesMeasured: 1 << 30},
 		Network: NetworkBenchmark{Peer: id.String(), RTTMilli: 12.3, UpMbps: 987.6, DownMbps: 987.6},
 		NetworkReceipt: seal(t, KindNetworkReceipt, NetworkReceipt{Version: 1, Coordinator: id.String(), Provider: id.String(), Nonce: strings.Repeat("ab", 16),
-			MeasuredAt: now, RTTMilli: 12.3, UpMbps: 9876.5, DownMbps: 9876.5, Bytes: MaxBenchTransfer, Minimum: ListingMinimum}, sk)}
+			MeasuredAt: now, RTTMilli: 12.3, RTTSamples: 64, UpMbps: 9876.5, DownMbps: 9876.5, Bytes: MaxBenchTransfer, Minimum: ListingMinimum}, sk)}
 	a.HostBelow = HostShortfall(nil, a.Storage, ListingMinimum) // the longest reason
 	for i := range MaxOfferItems * 8 {
 		g := GPUBenchmark{UUID: fmt.Sprintf("GPU-%08x-1163-9228-11b4-922811b48326", i), Model: "RTXA6000-48GB",

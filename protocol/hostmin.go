@@ -18,6 +18,9 @@ const (
 	// MinReceiptBytes is the least a run must move each way for its network figures to
 	// count: a provider asking for a few bytes gets no figure, and no listing.
 	MinReceiptBytes = 1 << 20
+	// MinRTTSamples is the least number of round trips a run must have timed for its
+	// figures to count: a provider sending no ping gets no round-trip time of 0.
+	MinRTTSamples = 8
 	// MinStorageBytes is the least a storage run must write for the storage minimums to
 	// apply: a smaller file measures the page cache and one fsync, not the disk (tests and
 	// the devnet write 1-16 MiB; the default is 256).
@@ -34,9 +37,10 @@ type NetworkReceipt struct {
 	Nonce       string    `json:"nonce"` // the run's challenge
 	MeasuredAt  time.Time `json:"measured_at"`
 	RTTMilli    float64   `json:"rtt_ms"`
-	UpMbps      float64   `json:"up_mbps"`   // provider to coordinator, megabits (10^6) per second
-	DownMbps    float64   `json:"down_mbps"` // coordinator to provider
-	Bytes       int64     `json:"bytes"`     // moved each way (the smaller)
+	RTTSamples  int       `json:"rtt_samples"` // round trips timed
+	UpMbps      float64   `json:"up_mbps"`     // provider to coordinator, megabits (10^6) per second
+	DownMbps    float64   `json:"down_mbps"`   // coordinator to provider
+	Bytes       int64     `json:"bytes"`       // moved each way (the smaller)
 	// Minimum is the listing minimum the coordinator holds its providers to (its policy;
 	// ListingMinimum unless it sets its own): validators apply it.
 	Minimum HostMinimum `json:"minimum"`
@@ -64,8 +68,8 @@ func CheckNetworkReceipt(raw []byte, c *Challenge, provider string) (*NetworkRec
 		return nil, fmt.Errorf("%w: network receipt of another run (provider %s, nonce %s)", ErrReplay, r.Provider, r.Nonce)
 	case r.MeasuredAt.Before(c.IssuedAt) || r.MeasuredAt.Sub(c.IssuedAt) > ChallengeTTL:
 		return nil, bad("measured %s after its challenge (at most %s)", r.MeasuredAt.Sub(c.IssuedAt), ChallengeTTL)
-	case r.Bytes < 0 || r.Bytes > MaxBenchTransfer:
-		return nil, bad("bytes %d", r.Bytes)
+	case r.Bytes < 0 || r.Bytes > MaxBenchTransfer || r.RTTSamples < 0 || r.RTTSamples > 64:
+		return nil, bad("bytes %d, rtt_samples %d", r.Bytes, r.RTTSamples)
 	}
 	m := r.Minimum
 	for _, f := range []float64{r.RTTMilli, r.UpMbps, r.DownMbps, m.UpMbps, m.DownMbps, m.MaxRTTMilli, m.SeqWriteMBps, m.SeqReadMBps, m.RandReadIOPS} {
@@ -110,8 +114,8 @@ var EnterpriseMinimum = HostMinimum{Name: "Enterprise", UpMbps: 800, DownMbps: 8
 // fall under, or "" when none: metric, value, minimum, and what to check. The listing
 // minimum of a receipt is its own (r.Minimum).
 func HostShortfall(r *NetworkReceipt, s StorageBenchmark, m HostMinimum) string {
-	if r == nil || r.Bytes < MinReceiptBytes {
-		return fmt.Sprintf("network not measured by the coordinator (a run must move at least %d MiB each way): run the benchmarks again (gpunex bench run)", MinReceiptBytes>>20)
+	if r == nil || r.Bytes < MinReceiptBytes || r.RTTSamples < MinRTTSamples {
+		return fmt.Sprintf("network not measured by the coordinator (a run must time %d round trips and move at least %d MiB each way): run the benchmarks again (gpunex bench run)", MinRTTSamples, MinReceiptBytes>>20)
 	}
 	type check struct {
 		name, unit string

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gpunex/gpunex/sandbox/internal/nshold"
 	"golang.org/x/sys/unix"
@@ -38,6 +39,9 @@ func unpinNetns(pin string) error {
 	}
 	return os.Remove(pin)
 }
+
+// holderWait is how long a namespace holder has to say it is ready.
+const holderWait = 10 * time.Second
 
 // holdNamespaces starts exe as a namespace holder (sandbox/internal/nshold) in a new
 // network namespace, and a new user namespace mapping 0-65535 to base when userns, then
@@ -71,7 +75,11 @@ func holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string
 		stdin.Close()
 		cmd.Wait()
 	}()
+	// A holder that says nothing (a binary without the holder, a hung start) is killed
+	// after holderWait rather than hang the job's start and the runtime's Close.
+	timer := time.AfterFunc(holderWait, func() { cmd.Process.Kill() })
 	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	timer.Stop()
 	if strings.TrimSpace(line) != nshold.Ready {
 		return fmt.Errorf("the namespace holder %s: %q", exe, strings.TrimSpace(line))
 	}

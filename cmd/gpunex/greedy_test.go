@@ -241,7 +241,7 @@ func forgedNetworkScenario() scenario {
 			challenge, receipt := g.benchNet(t)
 			self := g.seal(protocol.KindNetworkReceipt, protocol.NetworkReceipt{Version: 1, Coordinator: e.id("coordinator").String(),
 				Provider: g.h.ID().String(), Nonce: challengeNonce(t, challenge), MeasuredAt: time.Now().UTC(),
-				RTTMilli: 1, UpMbps: 10_000, DownMbps: 10_000, Bytes: 64 << 20, Minimum: protocol.ListingMinimum})
+				RTTMilli: 1, RTTSamples: 16, UpMbps: 10_000, DownMbps: 10_000, Bytes: 64 << 20, Minimum: protocol.ListingMinimum})
 			var n int64
 			for ctx.Err() == nil {
 				for _, r := range [][]byte{self, receipt} {

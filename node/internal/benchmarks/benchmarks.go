@@ -100,6 +100,22 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 			return
 		}
 		if (m.Op == "down" || m.Op == "up") && !holding {
+			// The turn is for a real run: its challenge first, transfers that count, and a
+			// few turns an hour per peer, so that nobody holds it for nothing.
+			why := ""
+			switch {
+			case challenge.Nonce == "":
+				why = "ask for a challenge first"
+			case m.Size < protocol.MinReceiptBytes:
+				why = fmt.Sprintf("a transfer of at least %d MiB", protocol.MinReceiptBytes>>20)
+			case !c.takeTurn(remote, time.Now()):
+				why = fmt.Sprintf("at most %d benchmark runs an hour", turnsPerHour)
+			}
+			if why != "" {
+				c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
+				protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: "transfer refused: " + why})
+				return
+			}
 			select {
 			case c.transfers <- struct{}{}:
 				holding = true
@@ -148,6 +164,7 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 			r := protocol.NetworkReceipt{Version: protocol.AttestationVersion, Coordinator: c.peer.ID.String(),
 				Provider: remote.String(), Nonce: challenge.Nonce, MeasuredAt: c.clock.Now().UTC(), Bytes: min(downBytes, upBytes),
 				Minimum: c.minimum}
+			r.RTTSamples = len(rtts)
 			if len(rtts) > 0 {
 				slices.Sort(rtts)
 				r.RTTMilli = float64(rtts[len(rtts)/2].Microseconds()) / 1000
@@ -677,6 +694,32 @@ type Coordinator struct {
 	minimum   protocol.HostMinimum
 	links     Links
 	log       *slog.Logger
+	turnsMu   sync.Mutex
+	turns     map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
+}
+
+// turnsPerHour is how many transfer turns one peer gets an hour (a run takes one).
+const turnsPerHour = 4
+
+// takeTurn records a turn for p at now, unless p had turnsPerHour in the last hour.
+func (c *Coordinator) takeTurn(p peer.ID, now time.Time) bool {
+	c.turnsMu.Lock()
+	defer c.turnsMu.Unlock()
+	if c.turns == nil || len(c.turns) > 100_000 {
+		c.turns = map[peer.ID][]time.Time{} // a flood of identities costs them their history, not our memory
+	}
+	kept := c.turns[p][:0]
+	for _, t := range c.turns[p] {
+		if now.Sub(t) < time.Hour {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) >= turnsPerHour {
+		c.turns[p] = kept
+		return false
+	}
+	c.turns[p] = append(kept, now)
+	return true
 }
 
 // transferWait is how long a run waits for its turn to transfer.
