@@ -85,24 +85,20 @@ func (c *Containerd) makeNamespaces(ctx context.Context) (ns jobNamespaces, err 
 
 // takeNamespaces gives a job (id) ready namespaces: from the pool, or made now when the
 // pool is empty. The caller refills the pool once the job has started.
-func (c *Containerd) takeNamespaces(ctx context.Context, id string) (jobNamespaces, error) {
+func (c *Containerd) takeNamespaces(ctx context.Context, id string) (ns jobNamespaces, err error) {
 	select {
-	case ns := <-c.nsPool:
-		if ns.user != "" {
-			c.mu.Lock()
-			c.uidBases[ns.base] = id
-			c.mu.Unlock()
-		}
-		return ns, nil
+	case ns = <-c.nsPool:
 	default:
+		if ns, err = c.makeNamespaces(ctx); err != nil {
+			return ns, err
+		}
 	}
-	ns, err := c.makeNamespaces(ctx)
-	if err == nil && ns.user != "" {
+	if ns.user != "" {
 		c.mu.Lock()
-		c.uidBases[ns.base] = id
+		c.uidBases[ns.base] = id // the job's range now
 		c.mu.Unlock()
 	}
-	return ns, err
+	return ns, nil
 }
 
 // refillNamespaces fills the pool in the background, one refill at a time, at the lowest
