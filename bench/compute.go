@@ -26,17 +26,24 @@ var ErrComputeUnavailable = errors.New("GPU figures not measured")
 // ErrComputeUnavailable, says why; where the driver is missing, every figure is 0. The
 // tensor figure is left at 0 on GPUs where the mma.sync kernel cannot stand for the tensor
 // cores (tensorAttested), with an error that gives the figure measured.
-func Compute(ctx context.Context, g GPUInfo, run uint64) (protocol.GPUBenchmark, error) {
+//
+// Scores and delisting reasons follow from models, the model catalogue of the challenge
+// (nil: the compiled-in one).
+func Compute(ctx context.Context, g GPUInfo, run uint64, models *protocol.ModelCatalogue) (protocol.GPUBenchmark, error) {
+	if models == nil {
+		models = protocol.FirstModels()
+	}
 	out := protocol.GPUBenchmark{UUID: g.UUID, Model: g.Model, Simulated: g.Simulated}
 	t0 := time.Now()
 	if !g.Simulated {
-		return computeReal(ctx, g, out, t0)
+		return computeReal(ctx, g, out, t0, models)
 	}
-	d, ok := protocol.DatasheetFor(g.Model)
+	d, ok := models.Datasheet(g.Model)
 	if !ok {
 		// Nothing to simulate from: the GPU is attested without figures (as a real GPU
 		// whose figures could not be measured), and the rest of the run goes on.
-		return out, fmt.Errorf("%w: no datasheet for %s: a simulated GPU needs a model on the supported list", ErrComputeUnavailable, g.Model)
+		out.Below = models.Shortfall(out)
+		return out, fmt.Errorf("%w: no datasheet for %s: a simulated GPU needs a model of the catalogue", ErrComputeUnavailable, g.Model)
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%d", g.UUID, run)
@@ -52,8 +59,8 @@ func Compute(ctx context.Context, g GPUInfo, run uint64) (protocol.GPUBenchmark,
 	out.FP16TFLOPS = round1(d.FP16TFLOPS * f * jitter)
 	out.TensorTFLOPS = round1(d.TensorTFLOPS * f * jitter)
 	out.MemBandwidth = round1(d.MemBandwidth * f * jitter)
-	out.PerfScore = protocol.ScoreGPU(out)
-	out.Below = protocol.Shortfall(out)
+	out.PerfScore = models.Score(out)
+	out.Below = models.Shortfall(out)
 	out.DurationMilli = time.Since(t0).Milliseconds()
 	return out, nil
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // computeReal measures a real GPU with the CUDA kernels.
-func computeReal(ctx context.Context, g GPUInfo, out protocol.GPUBenchmark, t0 time.Time) (protocol.GPUBenchmark, error) {
+func computeReal(ctx context.Context, g GPUInfo, out protocol.GPUBenchmark, t0 time.Time, models *protocol.ModelCatalogue) (protocol.GPUBenchmark, error) {
 	r, err := runCUDA(ctx, g, nil)
 	if ctx.Err() != nil {
 		return out, ctx.Err()
@@ -22,11 +22,12 @@ func computeReal(ctx context.Context, g GPUInfo, out protocol.GPUBenchmark, t0 t
 	out.FP16TFLOPS = round1(r.FP16TFLOPS)
 	out.TensorTFLOPS = round1(r.TensorTFLOPS)
 	out.MemBandwidth = round1(r.MemBandwidth)
-	if drop := keepAttestable(&out, r.Device); drop != nil {
+	d, known := models.Datasheet(out.Model)
+	if drop := keepAttestable(&out, r.Device, d, known); drop != nil {
 		err = errors.Join(err, drop)
 	}
-	out.PerfScore = protocol.ScoreGPU(out)
-	out.Below = protocol.Shortfall(out)
+	out.PerfScore = models.Score(out)
+	out.Below = models.Shortfall(out)
 	out.DurationMilli = time.Since(t0).Milliseconds()
 	return out, err
 }
@@ -38,14 +39,13 @@ const maxOverDatasheet = 1.5
 // keepAttestable sets to 0 the measured figures that must not be attested, and says why: a
 // tensor figure where mma.sync cannot stand for the tensor cores (tensorAttested), and any
 // figure over maxOverDatasheet times its datasheet, or over what an attestation may hold.
-func keepAttestable(b *protocol.GPUBenchmark, dev cudaDevice) error {
+func keepAttestable(b *protocol.GPUBenchmark, dev cudaDevice, d protocol.Datasheet, known bool) error {
 	var errs []error
 	if b.TensorTFLOPS > 0 && !tensorAttested(dev.CCMajor) {
 		errs = append(errs, fmt.Errorf("%w: tensor_tflops not attested: the mma.sync kernel measured %.1f TFLOPS, but on compute capability %d.%d mma.sync reaches only about half of the tensor peak",
 			ErrComputeUnavailable, b.TensorTFLOPS, dev.CCMajor, dev.CCMinor))
 		b.TensorTFLOPS = 0
 	}
-	d, known := protocol.DatasheetFor(b.Model)
 	for _, f := range []struct {
 		name string
 		v    *float64

@@ -11,6 +11,6 @@ import (
 )
 
 // computeReal: this build (not Linux, or without cgo) cannot load the CUDA driver.
-func computeReal(ctx context.Context, g GPUInfo, out protocol.GPUBenchmark, t0 time.Time) (protocol.GPUBenchmark, error) {
+func computeReal(ctx context.Context, g GPUInfo, out protocol.GPUBenchmark, t0 time.Time, _ *protocol.ModelCatalogue) (protocol.GPUBenchmark, error) {
 	return out, fmt.Errorf("%w: this gpunex build cannot run GPU kernels (it needs Linux and cgo)", ErrComputeUnavailable)
 }

@@ -61,11 +61,11 @@ func TestCUDADevice(t *testing.T) {
 			t.Errorf("GPU %d: the suite took %s", g.Index, took)
 		}
 		// What the node attests: Compute, as the node calls it.
-		b, cerr := Compute(ctx, g, 1)
+		b, cerr := Compute(ctx, g, 1, nil)
 		cancel()
 		js, _ := json.Marshal(b)
 		t.Logf("GPU %d %s %s: suite %s; attested %s (error: %v)", g.Index, g.Model, g.UUID, took.Round(time.Millisecond), js, cerr)
-		d, ok := protocol.DatasheetFor(g.Model)
+		d, ok := protocol.FirstModels().Datasheet(g.Model)
 		if !ok {
 			t.Logf("GPU %d: no datasheet for %s: figures FP32 %.1f, FP16 %.1f, tensor %.1f TFLOPS, %.0f GB/s",
 				g.Index, g.Model, r.FP32TFLOPS, r.FP16TFLOPS, r.TensorTFLOPS, r.MemBandwidth)

@@ -20,7 +20,7 @@ import (
 // crashes either way.
 func TestComputeRealWithoutCUDA(t *testing.T) {
 	g := GPUInfo{UUID: "GPU-00000000-0000-0000-0000-000000000000", Model: "H100-80GB", PCIBusID: "00000000:99:00.0"}
-	r, err := Compute(context.Background(), g, 1)
+	r, err := Compute(context.Background(), g, 1, nil)
 	if !errors.Is(err, ErrComputeUnavailable) {
 		t.Fatalf("error %v does not wrap ErrComputeUnavailable", err)
 	}
@@ -37,7 +37,7 @@ func TestComputeRealWithoutCUDA(t *testing.T) {
 	}
 	t.Logf("error: %v", err)
 	// A second call gives the same answer from the one load.
-	if _, err2 := Compute(context.Background(), g, 2); err2 == nil || err2.Error() != msg {
+	if _, err2 := Compute(context.Background(), g, 2, nil); err2 == nil || err2.Error() != msg {
 		t.Fatalf("second call: %v", err2)
 	}
 }
@@ -334,19 +334,23 @@ func TestDeviceMatching(t *testing.T) {
 
 func TestKeepAttestable(t *testing.T) {
 	b := protocol.GPUBenchmark{Model: "H200-141GB", FP32TFLOPS: 60, FP16TFLOPS: 120, TensorTFLOPS: 480, MemBandwidth: 4000}
-	err := keepAttestable(&b, cudaDevice{CCMajor: 9})
+	sheet := func(model string) (protocol.Datasheet, bool) { return protocol.FirstModels().Datasheet(model) }
+	d, known := sheet(b.Model)
+	err := keepAttestable(&b, cudaDevice{CCMajor: 9}, d, known)
 	if !errors.Is(err, ErrComputeUnavailable) || !strings.Contains(err.Error(), "mma.sync kernel measured 480.0 TFLOPS") ||
 		b.TensorTFLOPS != 0 || b.FP32TFLOPS != 60 || b.MemBandwidth != 4000 {
 		t.Fatalf("Hopper: %+v %v", b, err)
 	}
 	b = protocol.GPUBenchmark{Model: "A100-80GB", FP32TFLOPS: 19, FP16TFLOPS: 200, TensorTFLOPS: 290, MemBandwidth: math.NaN()}
-	err = keepAttestable(&b, cudaDevice{CCMajor: 8})
+	d, known = sheet(b.Model)
+	err = keepAttestable(&b, cudaDevice{CCMajor: 8}, d, known)
 	if !errors.Is(err, ErrComputeUnavailable) || !strings.Contains(err.Error(), "fp16_tflops 200.0 is over 1.5 times the A100-80GB datasheet's 78.0") ||
 		!strings.Contains(err.Error(), "mem_bandwidth_gbps NaN is impossible") || b.FP16TFLOPS != 0 || b.MemBandwidth != 0 || b.TensorTFLOPS != 290 || b.FP32TFLOPS != 19 {
 		t.Fatalf("A100: %+v %v", b, err)
 	}
 	b = protocol.GPUBenchmark{Model: "RTX3090-24GB", FP32TFLOPS: 35, TensorTFLOPS: 70, MemBandwidth: 900}
-	if err := keepAttestable(&b, cudaDevice{CCMajor: 8}); err != nil || b.TensorTFLOPS != 70 {
+	d, known = sheet(b.Model)
+	if err := keepAttestable(&b, cudaDevice{CCMajor: 8}, d, known); err != nil || b.TensorTFLOPS != 70 {
 		t.Fatalf("model without a datasheet: %+v %v", b, err)
 	}
 }

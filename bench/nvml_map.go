@@ -1,5 +1,7 @@
 package bench
 
+import "github.com/gpunex/gpunex/protocol"
+
 // The mapping of NVML's values, shared by the NVML probe and the tests that replay recorded
 // values on machines without a driver.
 
@@ -35,7 +37,7 @@ func cString(b []int8) string {
 func fromRaw(r rawGPU) GPUInfo {
 	g := GPUInfo{
 		Index: r.Index, UUID: r.UUID, Name: r.Name, MemoryBytes: r.MemoryTotal,
-		VRAMGB: nominalGB(int((r.MemoryTotal + (1<<30)/2) >> 30)), DriverVersion: r.Driver, CUDAVersion: cudaVersion(r.CUDA),
+		VRAMGB: protocol.NominalGB(int((r.MemoryTotal + (1<<30)/2) >> 30)), DriverVersion: r.Driver, CUDAVersion: cudaVersion(r.CUDA),
 		PCIBusID: r.PCIBusID, DeviceMinor: r.Minor,
 		Health: Health{TemperatureC: r.Temperature, Throttle: throttleReasons(r.ThrottleMask), ECCUncorrected: r.ECC, Error: r.Error},
 	}

@@ -6,8 +6,6 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"math"
-	"strings"
 
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -59,67 +57,11 @@ type Probe interface {
 // missing.
 var ErrNoDriver = errors.New("no NVIDIA driver: NVML (libnvidia-ml.so.1) is not available")
 
-// modelNames maps the names NVML reports to the marketplace's models: the first entry whose
-// every word appears in the name wins, then the memory size picks among variants.
-var modelNames = []struct {
-	words []string
-	model func(gb int) string
-}{
-	{[]string{"H100"}, func(int) string { return "H100-80GB" }},
-	{[]string{"H200"}, func(int) string { return "H200-141GB" }},
-	{[]string{"A100"}, func(gb int) string {
-		if gb > 48 {
-			return "A100-80GB"
-		}
-		return "A100-40GB"
-	}},
-	{[]string{"L40S"}, func(int) string { return "L40S-48GB" }},
-	{[]string{"L4"}, func(int) string { return "L4-24GB" }},
-	{[]string{"RTX", "4090"}, func(int) string { return "RTX4090-24GB" }},
-	{[]string{"RTX", "A6000"}, func(int) string { return "RTXA6000-48GB" }},
-}
-
 // CanonicalModel names the marketplace model of a GPU from the name NVML reports and its
-// memory. A GPU not on the list gets its name, cleaned, with its memory size.
+// memory, by the compiled-in model catalogue (protocol.ModelCatalogue.ModelFor); a node
+// names its GPUs again with the catalogue of its coordinator.
 func CanonicalModel(name string, memoryBytes uint64) string {
-	gb := int(math.Round(float64(memoryBytes) / (1 << 30)))
-	words := strings.Fields(strings.ToUpper(strings.NewReplacer("-", " ", "_", " ").Replace(name)))
-	has := func(w string) bool {
-		for _, x := range words {
-			if x == w {
-				return true
-			}
-		}
-		return false
-	}
-	for _, m := range modelNames {
-		all := true
-		for _, w := range m.words {
-			all = all && has(w)
-		}
-		if all {
-			return m.model(gb)
-		}
-	}
-	var b strings.Builder
-	for _, w := range words {
-		if w == "NVIDIA" || w == "GEFORCE" {
-			continue
-		}
-		b.WriteString(w)
-	}
-	return protocol.NormalizeModel(fmt.Sprintf("%s-%dGB", b.String(), nominalGB(gb)))
-}
-
-// nominalGB rounds a measured memory size to the size a GPU is sold with (an "80 GB" GPU
-// reports 79.6 GiB).
-func nominalGB(gb int) int {
-	for _, n := range []int{8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 141, 192} {
-		if gb <= n && n-gb <= n/10+1 {
-			return n
-		}
-	}
-	return gb
+	return protocol.FirstModels().ModelFor(name, memoryBytes)
 }
 
 // cudaVersion writes NVML's CUDA driver version (12020) as "12.2".

@@ -151,11 +151,17 @@ func TestNVMLWithoutDriver(t *testing.T) {
 func TestCanonicalModel(t *testing.T) {
 	for name, want := range map[string]string{
 		"NVIDIA H100 PCIe":        "H100-80GB",
+		"NVIDIA H100 80GB HBM3":   "H100-80GB",
+		"NVIDIA H100 NVL":         "H100-NVL-94GB",
+		"NVIDIA A100-SXM4-80GB":   "A100-80GB",
+		"NVIDIA L40S":             "L40S-48GB",
+		"NVIDIA L4":               "L4-24GB",
 		"NVIDIA A100-PCIE-40GB":   "A100-40GB",
 		"Tesla T4":                "TESLAT4-16GB",
 		"NVIDIA GeForce RTX 3090": "RTX3090-24GB",
 	} {
-		mem := map[string]uint64{"Tesla T4": 15843721216, "NVIDIA GeForce RTX 3090": 25769803776}[name]
+		mem := map[string]uint64{"Tesla T4": 15843721216, "NVIDIA GeForce RTX 3090": 25769803776, "NVIDIA H100 NVL": 100485038080,
+			"NVIDIA L40S": 48318382080, "NVIDIA L4": 23580639232}[name]
 		if mem == 0 {
 			mem = 85520809984
 			if strings.Contains(name, "40GB") {
@@ -165,5 +171,64 @@ func TestCanonicalModel(t *testing.T) {
 		if got := CanonicalModel(name, mem); got != want {
 			t.Errorf("%q: %q; want %q", name, got, want)
 		}
+	}
+}
+
+// TestNamedByCatalogue: real GPUs are named by the catalogue in use, simulated ones keep
+// their configured model; a new catalogue concerns a machine only when it changes the
+// entry of one of its models or the model a GPU's name maps to.
+func TestNamedByCatalogue(t *testing.T) {
+	first := protocol.FirstModels()
+	gpus := []GPUInfo{{Name: "NVIDIA H100 NVL", MemoryBytes: 100485038080, Model: "H100-80GB"}, {Name: "Simulated L4-24GB", Model: "L4-24GB", Simulated: true}}
+	NameGPUs(gpus, first)
+	if gpus[0].Model != "H100-NVL-94GB" || gpus[1].Model != "L4-24GB" {
+		t.Fatalf("named: %+v", gpus)
+	}
+	withEntry := func(change func(*protocol.ModelEntry)) *protocol.ModelCatalogue {
+		c := &protocol.ModelCatalogue{Seq: 1, Models: append([]protocol.ModelEntry(nil), first.Models...)}
+		for i := range c.Models {
+			change(&c.Models[i])
+		}
+		return c
+	}
+	corrected := withEntry(func(e *protocol.ModelEntry) {
+		if e.Model == "H100-NVL-94GB" {
+			e.MemBandwidth = 3938
+		}
+	})
+	unrelated := withEntry(func(e *protocol.ModelEntry) {
+		if e.Model == "A100-40GB" {
+			e.Note = "changed"
+		}
+	})
+	renamed := withEntry(func(e *protocol.ModelEntry) {
+		if e.Model == "H100-NVL-94GB" {
+			e.Aliases = []string{"H100 NVL PCIE"} // the NVL now falls back to H100-80GB
+		}
+	})
+	simulatedOnly := withEntry(func(e *protocol.ModelEntry) {
+		if e.Model == "L4-24GB" {
+			e.TensorTFLOPS = 120
+		}
+	})
+	for _, c := range []struct {
+		name string
+		cur  *protocol.ModelCatalogue
+		gpus []GPUInfo
+		want bool
+	}{
+		{"a corrected datasheet of its model", corrected, gpus[:1], true},
+		{"another model's entry", unrelated, gpus, false},
+		{"its name maps elsewhere", renamed, gpus[:1], true},
+		{"a simulated GPU's entry", simulatedOnly, gpus[1:], true},
+		{"the same catalogue", first, gpus, false},
+	} {
+		if got := CatalogueAffects(first, c.cur, c.gpus); got != c.want {
+			t.Errorf("%s: %v; want %v", c.name, got, c.want)
+		}
+	}
+	p := Named(NewSimulated("seed", []SimulatedGPU{{Model: "L4-24GB"}}), func() *protocol.ModelCatalogue { return first })
+	if got, err := p.GPUs(); err != nil || len(got) != 1 || got[0].Model != "L4-24GB" {
+		t.Fatalf("named simulated probe: %+v %v", got, err)
 	}
 }

@@ -3,8 +3,6 @@ package bench
 import (
 	"fmt"
 	"hash/fnv"
-	"strconv"
-	"strings"
 
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -39,17 +37,11 @@ func (s *Simulated) Kind() string { return "simulated" }
 // Close implements Probe.
 func (s *Simulated) Close() error { return nil }
 
-// simulatedVRAM is the memory of a model: from the supported list, or the "-NNGB" suffix.
+// simulatedVRAM is the memory of a model: from the compiled-in catalogue, or the "-NNGB"
+// suffix, else 16.
 func simulatedVRAM(model string) int {
-	for _, m := range protocol.SupportedModels {
-		if m.Model == model {
-			return m.VRAMGB
-		}
-	}
-	if i := strings.LastIndexByte(model, '-'); i >= 0 {
-		if gb, err := strconv.Atoi(strings.TrimSuffix(model[i+1:], "GB")); err == nil && gb > 0 {
-			return gb
-		}
+	if gb := protocol.FirstModels().VRAMGB(model); gb > 0 {
+		return gb
 	}
 	return 16
 }

@@ -60,6 +60,9 @@ type Application struct {
 	// Reminded is the last reminder sent to the reviewers about this review: "", "due-soon"
 	// or "overdue" (each is sent once).
 	Reminded string `json:"reminded,omitempty"`
+	// TierShortSince is when the coordinator first measured an Enterprise provider's link
+	// under the tier's minimum, in the shortfall still running (zero: none).
+	TierShortSince time.Time `json:"tier_short_since,omitzero"`
 }
 
 // PutApplication stores a new application; it fails if the ID is taken.
@@ -413,4 +416,44 @@ func (l *Ledger) MaintenanceList() ([]Maintenance, error) {
 // SetMaintenance replaces the provider's planned maintenance.
 func (l *Ledger) SetMaintenance(ms []Maintenance) error {
 	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, keyMaintenance, ms) })
+}
+
+const prefixModels = "models/"
+
+// KeptModelCatalogues is how many model catalogues a node keeps per coordinator: enough
+// for every attestation still valid to be checked with the catalogue it was scored with.
+const KeptModelCatalogues = 16
+
+// SaveModelCatalogue stores a coordinator's model catalogue of a sequence, and forgets
+// that coordinator's catalogues older than the KeptModelCatalogues newest.
+func (l *Ledger) SaveModelCatalogue(coordinator string, seq uint64, raw []byte) error {
+	prefix := prefixModels + coordinator + "/"
+	return l.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set([]byte(fmt.Sprintf("%s%020d", prefix, seq)), raw); err != nil {
+			return err
+		}
+		var keys []string
+		if err := scan(txn, prefix, func(key string, _ []byte) error { keys = append(keys, key); return nil }); err != nil {
+			return err
+		}
+		for len(keys) > KeptModelCatalogues { // keys sort by sequence: the oldest first
+			if err := txn.Delete([]byte(prefix + keys[0])); err != nil {
+				return err
+			}
+			keys = keys[1:]
+		}
+		return nil
+	})
+}
+
+// ModelCatalogues returns every stored model catalogue.
+func (l *Ledger) ModelCatalogues() ([][]byte, error) {
+	var out [][]byte
+	err := l.db.View(func(txn *badger.Txn) error {
+		return scan(txn, prefixModels, func(_ string, val []byte) error {
+			out = append(out, append([]byte(nil), val...))
+			return nil
+		})
+	})
+	return out, err
 }

@@ -63,6 +63,7 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.route(mux, "GET /v1/provider/offer", a.ownOffer)
 	a.route(mux, "POST /v1/provider/price", a.setPrice)
 	a.routeOnboarding(mux)
+	a.routeModels(mux)
 	a.routeJobs(mux)
 	a.routeMoney(mux)
 	a.routeBench(mux)

@@ -79,7 +79,7 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 		t.Fatal("a renter can challenge providers")
 	}
 	// An attestation replayed with an old challenge is refused by every validator.
-	if _, err := protocol.CheckAttestation(a.Raw, time.Now().Add(protocol.MaxAttestationAge), protocol.NewTrust(tn.boot.ID())); protocol.Reason(err) != "expired" {
+	if _, err := protocol.CheckAttestation(a.Raw, time.Now().Add(protocol.MaxAttestationAge), protocol.NewTrust(tn.boot.ID()), protocol.FirstModelsOnly); protocol.Reason(err) != "expired" {
 		t.Fatalf("old attestation: %v", err)
 	}
 }

@@ -18,7 +18,7 @@ const module = "github.com/gpunex/gpunex"
 // of another it declares as an interface, and node.New wires them.
 var subsystems = []string{
 	"node/internal/offers", "node/internal/onboarding", "node/internal/benchmarks",
-	"node/internal/reliability", "node/internal/money", "node/internal/jobs",
+	"node/internal/reliability", "node/internal/money", "node/internal/jobs", "node/internal/models",
 }
 
 // subsystemImports are the packages of the module a subsystem may import.

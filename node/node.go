@@ -26,6 +26,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/jobs"
 	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/models"
 	"github.com/gpunex/gpunex/node/internal/money"
 	"github.com/gpunex/gpunex/node/internal/offers"
 	"github.com/gpunex/gpunex/node/internal/onboarding"
@@ -69,6 +70,7 @@ type Node struct {
 	catalogue *offers.Catalogue
 	scores    *reliability.Book
 	market    *money.Market
+	models    *models.Book
 	wallet    *money.Wallet
 	renter    *jobs.Renter
 
@@ -135,7 +137,11 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 
 	// The parts every node has: the offer book, the peer, the gossip topics.
 	n.metrics = metrics.New(n.connectedPeers, n.penalisedPeers)
-	if n.trust, err = offers.NewTrust(n.ledger, trusted); err != nil {
+	// The model catalogues come before the trust store, which checks attestations with
+	// them; the book gets its peer once the peer exists.
+	n.models = models.New(models.Deps{Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "models"),
+		Metrics: n.metrics, Trusted: trusted})
+	if n.trust, err = offers.NewTrust(n.ledger, trusted, n.models.Lookup); err != nil {
 		return nil, err
 	}
 	n.book = offers.NewBook(n.ledger, n.trust, n.metrics, n.log.With("subsystem", "offers"), n.clock)
@@ -146,6 +152,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 		UserAgent: "gpunex/" + api.Version, Bootstrap: boot, OfferValidator: n.book.DHTValidator()}); err != nil {
 		return nil, err
 	}
+	n.models.UsePeer(n.peer)
 	trust := protocol.NewTrust(trusted...)
 	n.scores = reliability.NewBook(n.clock, n.metrics, trust)
 	n.catalogue = offers.New(offers.Deps{Peer: n.peer, Book: n.book, Trust: n.trust, Metrics: n.metrics,
@@ -169,6 +176,11 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 	if err != nil {
 		return nil, err
 	}
+	modelsTopic, err := n.peer.Join(protocol.ModelsTopic, n.models.Validate)
+	if err != nil {
+		return nil, err
+	}
+	n.models.Publish(modelsTopic)
 	n.peer.Handle(protocol.OfferSyncProtocol, n.catalogue.HandleSyncStream)
 	n.peer.Handle(protocol.RevocationSyncProtocol, n.catalogue.HandleRevocationSync)
 
@@ -215,7 +227,20 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	if err != nil {
 		return err
 	}
-	probe := func() (bench.Probe, error) { return OpenProbe(n.cfg, n.peer.ID) }
+	// GPUs are named by the model catalogue of the coordinator the benchmarks run against.
+	current := func() *protocol.ModelCatalogue {
+		if len(trusted) == 0 {
+			return protocol.FirstModels()
+		}
+		return n.models.Current(trusted[0])
+	}
+	probe := func() (bench.Probe, error) {
+		p, err := OpenProbe(n.cfg, n.peer.ID)
+		if err != nil {
+			return nil, err
+		}
+		return bench.Named(p, current), nil
+	}
 	if n.jobs, err = jobs.NewRunner(jobs.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log, Metrics: n.metrics,
 		Jobs: n.cfg.Jobs, Trusted: trusted, Runtime: rt, RuntimeErr: rtErr, Dir: dir, Probe: probe,
 		Publisher: n.publisher, Reports: n.wallet}); err != nil {
@@ -226,13 +251,18 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	}
 	n.bench = benchmarks.NewRunner(benchmarks.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log,
 		Trusted: trusted, Bench: n.cfg.Bench, Provider: n.cfg.Provider, Probe: probe, Dir: dir,
-		Jobs: n.jobs, Publisher: n.publisher})
+		Jobs: n.jobs, Publisher: n.publisher, Models: n.models})
+	n.models.OnChange(n.bench.CatalogueChanged)
 	n.publisher.UseAttestations(n.bench)
 	n.jobs.UseAttestations(n.bench)
 	n.jobs.UseHealthCheck(n.bench.CheckGPUs)
 	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
-		Publisher: n.publisher, Detect: func() ([]bench.GPUInfo, error) { return DetectGPUs(n.cfg, n.peer.ID) }})
+		Publisher: n.publisher, Detect: func() ([]bench.GPUInfo, error) {
+			gpus, err := DetectGPUs(n.cfg, n.peer.ID)
+			bench.NameGPUs(gpus, current())
+			return gpus, err
+		}})
 
 	n.peer.Handle(protocol.JobProtocol, n.jobs.HandleJob)
 	n.peer.Handle(protocol.JobControlProtocol, n.jobs.HandleControl)
@@ -312,11 +342,12 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, revocations, scores *p2p.Topic) (err error) {
 	if n.coord, err = onboarding.NewCoordinator(onboarding.CoordinatorDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log, Metrics: n.metrics, Config: n.cfg.Coordinator, Trust: trust,
-		Revocations: revocationDesk{n.trust, n.catalogue}, RevocationsTopic: revocations}); err != nil {
+		Revocations: revocationDesk{n.trust, n.catalogue}, RevocationsTopic: revocations,
+		Models: func() *protocol.ModelCatalogue { return n.models.Current(n.peer.ID) }}); err != nil {
 		return err
 	}
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
-		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Log: n.log.With("subsystem", "benchmarks")})
+		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 
@@ -328,6 +359,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	n.goLoop(func() { n.coord.RemindLoop(runCtx) })
 	n.goLoop(func() { n.settlement.Run(runCtx) })
 	n.goLoop(func() { scorer.Run(runCtx) })
+	n.goLoop(func() { n.models.RepublishLoop(runCtx) })
 	return nil
 }
 

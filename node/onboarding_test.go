@@ -536,3 +536,98 @@ func TestDeclaredAgainstMeasured(t *testing.T) {
 		t.Fatalf("approved on the proposal: %+v %v", a.Tier, err)
 	}
 }
+
+// TestTierMovesDown: an Enterprise provider whose link the coordinator measures under the
+// tier's minimum is told the date its tier moves down; a run that passes stops the count;
+// under it again for the whole grace period, its certificate is reissued for Community, and
+// renters see the new tier.
+func TestTierMovesDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	fastOnboarding(t)
+	ccfg := testConfig(config.RoleCoordinator)
+	ccfg.Coordinator.HostMinimum.EnterpriseMbps = 30
+	ccfg.Coordinator.HostMinimum.EnterpriseGrace = config.Duration{Duration: 7 * 24 * time.Hour}
+	tn := newTestNetWith(t, ccfg)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	cfg := providerConfig(0)
+	prov := tn.addUncertified(cfg)
+	own, err := prov.applicant.Submit(applicationForm(cfg, true, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, prov, protocol.StatusPending)
+	ctx := context.Background()
+	if _, err := prov.bench.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tn.boot.coord.Decide(own.ID, api.Decision{Action: "approve", Tier: protocol.TierEnterprise, Actor: "alice"}); err != nil {
+		t.Fatalf("Enterprise on a fast link: %v", err)
+	}
+	waitStatus(t, prov, protocol.StatusApproved)
+	message := func() string {
+		o, _ := prov.ledger.GetOwnApplication()
+		return o.Message
+	}
+	check := func(want int) {
+		t.Helper()
+		if n, err := tn.boot.coord.CheckTiers(time.Now()); err != nil || n != want {
+			t.Fatalf("CheckTiers: moved %d, %v; want %d", n, err, want)
+		}
+	}
+	check(0) // fast: nothing to say
+	if m := message(); strings.HasPrefix(m, protocol.TierMessagePrefix) {
+		t.Fatalf("a tier message on a fast link: %q", m)
+	}
+
+	// The uplink slows to 10 Mbit/s: told, with the date.
+	prov.bench.SimulateUpload(10)
+	if _, err := prov.bench.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(0)
+	eventually(t, 10*time.Second, "the provider warned", func() (bool, string) {
+		m := message()
+		return strings.HasPrefix(m, "tier: your link was measured at ") && strings.Contains(m, "under the 30 Mbit/s each way the Enterprise tier needs") &&
+			strings.Contains(m, "your tier moves down to Community"), m
+	})
+	check(0) // warned once, not again
+	// Fixed before the date: the count stops.
+	prov.bench.SimulateUpload(0)
+	if _, err := prov.bench.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(0)
+	eventually(t, 10*time.Second, "the provider told the tier stays", func() (bool, string) {
+		m := message()
+		return strings.Contains(m, "your tier stays Enterprise"), m
+	})
+
+	// Slow again, for the whole grace period: moved down.
+	prov.bench.SimulateUpload(10)
+	if _, err := prov.bench.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(0)
+	grace := tn.boot.cfg.Coordinator.HostMinimum.EnterpriseGrace.Duration
+	if _, err := tn.boot.ledger.UpdateApplication(own.ID, func(a *ledger.Application) error {
+		a.TierShortSince = a.TierShortSince.Add(-grace) // as if the grace period had passed
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check(1)
+	app, _ := tn.boot.ledger.GetApplication(own.ID)
+	if app.Tier != protocol.TierCommunity || app.Events[len(app.Events)-1].Action != "tier-moved-down" {
+		t.Fatalf("the coordinator's record: %s %+v", app.Tier, app.Events[len(app.Events)-1])
+	}
+	eventually(t, 15*time.Second, "renters see the Community tier", func() (bool, string) {
+		r, ok := searchHas(t, renter, prov.ID())
+		return ok && r.Tier == protocol.TierCommunity, r.Tier
+	})
+	if m := message(); !strings.Contains(m, "your tier is now Community") {
+		t.Fatalf("the provider's message: %q", m)
+	}
+	check(0) // Community: the rule has nothing more to do
+}

@@ -32,35 +32,10 @@ const (
 	TierCommunity  = "community"
 )
 
-// SupportedModel is a GPU model on the supported list, in canonical form.
-type SupportedModel struct {
-	Model  string
-	VRAMGB int
-}
-
-// SupportedModels is the list of models a coordinator certifies without a case-by-case
-// review (the seed's list). Other models may be applied for; they are marked
-// "case by case" in the coordinator's queue.
-var SupportedModels = []SupportedModel{
-	{"H100-80GB", 80},
-	{"A100-40GB", 40},
-	{"A100-80GB", 80},
-	{"L40S-48GB", 48},
-	{"L4-24GB", 24},
-	{"RTX4090-24GB", 24},
-	{"RTXA6000-48GB", 48},
-}
-
-// IsSupportedModel reports whether a model is on the supported list.
-func IsSupportedModel(model string) bool {
-	m := NormalizeModel(model)
-	for _, s := range SupportedModels {
-		if s.Model == m {
-			return true
-		}
-	}
-	return false
-}
+// TierMessagePrefix starts the message of a notification about the tier rule after
+// approval (a warning, the tier kept, or moved down), so that a provider's node can tell
+// it from a decision.
+const TierMessagePrefix = "tier: "
 
 // Application is the payload of an application record. A provider's later records for the
 // same application (an answer to a question) carry the same ID and a higher Seq.
@@ -231,13 +206,7 @@ func ParseAvailability(s string) (Schedule, error) {
 	return ParseSchedule(tz, strings.Split(s, ", "))
 }
 
-func supportedList() string {
-	names := make([]string, len(SupportedModels))
-	for i, m := range SupportedModels {
-		names[i] = m.Model
-	}
-	return strings.Join(names, ", ")
-}
+func supportedList() string { return strings.Join(FirstModels().SupportedNames(), ", ") }
 
 func isLetters(s string) bool {
 	for _, c := range s {
@@ -377,11 +346,12 @@ func CheckTierChoice(a *Application, tier string) error {
 	return fmt.Errorf("%w: tier %q: expected %s or %s", ErrInvalid, tier, TierEnterprise, TierCommunity)
 }
 
-// CaseByCase lists the application's models that are not on the supported list.
-func (a *Application) CaseByCase() []string {
+// CaseByCase lists the application's models that are not on the supported list of a
+// model catalogue.
+func (a *Application) CaseByCase(models *ModelCatalogue) []string {
 	var out []string
 	for _, g := range a.GPUs {
-		if !IsSupportedModel(g.Model) {
+		if !models.Supported(g.Model) {
 			out = append(out, g.Model)
 		}
 	}

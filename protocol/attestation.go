@@ -34,6 +34,9 @@ type Challenge struct {
 	Provider    string    `json:"provider"`
 	Nonce       string    `json:"nonce"` // 32 hex digits
 	IssuedAt    time.Time `json:"issued_at"`
+	// ModelsSeq is the sequence of the coordinator's model catalogue that scores the run
+	// (0: the compiled-in first catalogue).
+	ModelsSeq uint64 `json:"models_seq,omitempty"`
 }
 
 // LostPrefix starts the delisting reason of a GPU that fell off the bus: it has no figures.
@@ -48,7 +51,7 @@ type GPUBenchmark struct {
 	FP16TFLOPS    float64 `json:"fp16_tflops"`
 	TensorTFLOPS  float64 `json:"tensor_tflops"` // FP16 inputs, FP32 accumulation, dense
 	MemBandwidth  float64 `json:"mem_bandwidth_gbps"`
-	PerfScore     int     `json:"perf_score"` // 0-100, ScoreGPU
+	PerfScore     int     `json:"perf_score"` // 0-100, ModelCatalogue.Score
 	Below         string  `json:"below,omitempty"`
 	DurationMilli int64   `json:"duration_ms"`
 }
@@ -127,8 +130,9 @@ func CheckChallenge(raw []byte, trust Trust, provider peer.ID) (*Challenge, peer
 // CheckAttestation opens an attestation and applies every rule at time now: signed by the
 // provider it names, carrying a trusted coordinator's challenge for that provider, signed
 // within ChallengeTTL of the challenge, no older than MaxAttestationAge, and with sane
-// figures and scores.
-func CheckAttestation(raw []byte, now time.Time, trust Trust) (*SignedAttestation, error) {
+// figures, and scores and delisting reasons that follow from them under the model
+// catalogue the challenge names, which models must hold (else ErrUnknownModels).
+func CheckAttestation(raw []byte, now time.Time, trust Trust, models ModelsLookup) (*SignedAttestation, error) {
 	env, err := openKind(raw, KindAttestation)
 	if err != nil {
 		return nil, err
@@ -140,9 +144,13 @@ func CheckAttestation(raw []byte, now time.Time, trust Trust) (*SignedAttestatio
 	if a.Provider != env.signerText {
 		return nil, fmt.Errorf("%w: attestation names provider %s but is signed by %s", ErrWrongSigner, a.Provider, env.Signer)
 	}
-	c, _, err := CheckChallenge(a.Challenge, trust, env.Signer)
+	c, coord, err := CheckChallenge(a.Challenge, trust, env.Signer)
 	if err != nil {
 		return nil, fmt.Errorf("attestation's challenge: %w", err)
+	}
+	cat := models(coord, c.ModelsSeq)
+	if cat == nil {
+		return nil, fmt.Errorf("%w: attestation scored with model catalogue %d of %s", ErrUnknownModels, c.ModelsSeq, coord)
 	}
 	receipt, err := CheckNetworkReceipt(a.NetworkReceipt, c, env.signerText)
 	if err != nil {
@@ -171,14 +179,14 @@ func CheckAttestation(raw []byte, now time.Time, trust Trust) (*SignedAttestatio
 				return nil, bad("GPU %s: figure out of range", g.UUID)
 			}
 		}
-		if g.PerfScore != ScoreGPU(g) {
-			return nil, bad("GPU %s: perf_score %d does not follow from its figures (%d)", g.UUID, g.PerfScore, ScoreGPU(g))
+		if want := cat.Score(g); g.PerfScore != want {
+			return nil, bad("GPU %s: perf_score %d does not follow from its figures (%d)", g.UUID, g.PerfScore, want)
 		}
 		// The delisting reason follows from the figures, so that a provider cannot keep a
 		// GPU under its threshold listed; a lost GPU (no figures) says it is lost.
 		lost := strings.HasPrefix(g.Below, LostPrefix) && g.FP32TFLOPS == 0 && g.FP16TFLOPS == 0 && g.TensorTFLOPS == 0 && g.MemBandwidth == 0
-		if !lost && g.Below != Shortfall(g) {
-			return nil, bad("GPU %s: below %q does not follow from its figures (%q)", g.UUID, g.Below, Shortfall(g))
+		if want := cat.Shortfall(g); !lost && g.Below != want {
+			return nil, bad("GPU %s: below %q does not follow from its figures (%q)", g.UUID, g.Below, want)
 		}
 	}
 	// As for a GPU's, the host's delisting reason follows from the figures.
@@ -201,30 +209,6 @@ type Datasheet struct {
 	MemBandwidth float64 // GB/s
 }
 
-// Datasheets are the reference figures of the supported models: where variants differ
-// (H100 SXM/PCIe, A100 SXM/PCIe) the lower, PCIe figures, so that thresholds never delist
-// the slower variant for being what it is.
-var Datasheets = []Datasheet{
-	{"H100-80GB", 51.2, 102.4, 756.5, 2000},   // H100 PCIe: the lower variant
-	{"H200-141GB", 66.9, 133.8, 989.5, 4800},  //
-	{"A100-80GB", 19.5, 78, 312, 1935},        // A100 PCIe 80GB
-	{"A100-40GB", 19.5, 78, 312, 1555},        //
-	{"L40S-48GB", 91.6, 91.6, 362, 864},       //
-	{"L4-24GB", 30.3, 30.3, 121, 300},         // FP16 non-tensor unconfirmed: taken as FP32
-	{"RTX4090-24GB", 82.6, 82.6, 165.2, 1008}, // tensor: FP16 with FP32 accumulation
-	{"RTXA6000-48GB", 38.7, 38.7, 154.8, 768}, //
-}
-
-// DatasheetFor returns a model's reference figures.
-func DatasheetFor(model string) (Datasheet, bool) {
-	for _, d := range Datasheets {
-		if d.Model == NormalizeModel(model) {
-			return d, true
-		}
-	}
-	return Datasheet{}, false
-}
-
 // Thresholds below which a GPU is delisted, as fractions of its datasheet: tensor FLOPS
 // 50%, memory bandwidth 60%, FP32 50% (a well-tuned run reaches 70-90%; the margin keeps a
 // healthy GPU listed through run-to-run noise and hand-written kernels).
@@ -233,59 +217,6 @@ const (
 	ThresholdBandwidth = 0.60
 	ThresholdFP32      = 0.50
 )
-
-// ScoreGPU is a GPU's performance score, 0-100: the mean of its measured figures as
-// fractions of the datasheet (each capped at 1), weighted tensor 0.4, memory bandwidth
-// 0.3, FP32 0.15, FP16 0.15, over the figures measured, x 100, rounded down. 0 for a
-// model without a datasheet or with no figure measured.
-func ScoreGPU(g GPUBenchmark) int {
-	d, ok := DatasheetFor(g.Model)
-	if !ok {
-		return 0
-	}
-	parts := []struct{ got, ref, w float64 }{
-		{g.TensorTFLOPS, d.TensorTFLOPS, 0.4}, {g.MemBandwidth, d.MemBandwidth, 0.3},
-		{g.FP32TFLOPS, d.FP32TFLOPS, 0.15}, {g.FP16TFLOPS, d.FP16TFLOPS, 0.15},
-	}
-	var sum, weight float64
-	for _, p := range parts {
-		if p.got <= 0 || p.ref <= 0 {
-			continue
-		}
-		sum += p.w * math.Min(p.got/p.ref, 1)
-		weight += p.w
-	}
-	if weight == 0 {
-		return 0
-	}
-	return int(math.Floor(sum/weight*100 + 1e-9)) // the epsilon keeps 0.6 x 100 at 60
-}
-
-// Shortfall says which threshold a GPU's figures fall under, or "" when none: metric,
-// measured value, threshold, and what to check.
-func Shortfall(g GPUBenchmark) string {
-	d, ok := DatasheetFor(g.Model)
-	if !ok {
-		return ""
-	}
-	checks := []struct {
-		name       string
-		got, ref   float64
-		frac       float64
-		unit, hint string
-	}{
-		{"tensor_tflops", g.TensorTFLOPS, d.TensorTFLOPS, ThresholdTensor, "TFLOPS", "check cooling and thermal throttling (gpunex gpus), power limits, and the driver"},
-		{"mem_bandwidth_gbps", g.MemBandwidth, d.MemBandwidth, ThresholdBandwidth, "GB/s", "check memory clocks, ECC errors and throttling (gpunex gpus)"},
-		{"fp32_tflops", g.FP32TFLOPS, d.FP32TFLOPS, ThresholdFP32, "TFLOPS", "check clocks, cooling, power limits and PCIe link width"},
-	}
-	for _, c := range checks {
-		if c.got > 0 && c.got < c.frac*c.ref {
-			return fmt.Sprintf("%s %.1f %s is under the threshold of %.1f %s (%.0f%% of the %s datasheet's %.1f): %s",
-				c.name, c.got, c.unit, c.frac*c.ref, c.unit, c.frac*100, d.Model, c.ref, c.hint)
-		}
-	}
-	return ""
-}
 
 // BenchNetProtocol is served by coordinators: it hands out benchmark challenges and
 // measures the network between a provider and the coordinator.
@@ -301,13 +232,16 @@ type BenchNetMsg struct {
 	Op     string `json:"op"`
 	Size   int64  `json:"size,omitempty"`
 	Record []byte `json:"record,omitempty"`
+	// Models is, in the answer to a challenge, the coordinator's model catalogue the
+	// challenge names (absent for the first, compiled-in catalogue).
+	Models []byte `json:"models,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
 
 // Size limits of the bench-net frames: a request, and an answer carrying a challenge.
 const (
 	MaxBenchNetRequest = 4096
-	MaxBenchNetAnswer  = MaxChallengeSize * 2
+	MaxBenchNetAnswer  = MaxChallengeSize*2 + MaxModelCatalogueSize*2
 	// MaxBenchChallengeAnswer bounds the answer on the bench-challenge stream.
 	MaxBenchChallengeAnswer = MaxAttestationSize * 2
 )

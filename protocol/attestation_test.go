@@ -9,7 +9,7 @@ import (
 )
 
 func TestScoreAndThresholds(t *testing.T) {
-	h100, _ := DatasheetFor("H100-80GB")
+	h100, _ := FirstModels().Datasheet("H100-80GB")
 	full := GPUBenchmark{Model: "H100-80GB", FP32TFLOPS: h100.FP32TFLOPS, FP16TFLOPS: h100.FP16TFLOPS, TensorTFLOPS: h100.TensorTFLOPS, MemBandwidth: h100.MemBandwidth}
 	cases := []struct {
 		name  string
@@ -23,13 +23,13 @@ func TestScoreAndThresholds(t *testing.T) {
 		{"tensor at 45%", GPUBenchmark{Model: "H100-80GB", TensorTFLOPS: 0.45 * h100.TensorTFLOPS, MemBandwidth: h100.MemBandwidth}, 68, "tensor_tflops 340.4 TFLOPS is under the threshold of 378.2"},
 		{"bandwidth at 50%", GPUBenchmark{Model: "H100-80GB", MemBandwidth: 1000}, 50, "mem_bandwidth_gbps 1000.0 GB/s is under the threshold of 1200.0"},
 		{"nothing measured", GPUBenchmark{Model: "H100-80GB"}, 0, ""},
-		{"unknown model", GPUBenchmark{Model: "X-1GB", TensorTFLOPS: 5}, 0, ""},
+		{"unknown model", GPUBenchmark{Model: "X-1GB", TensorTFLOPS: 5}, 0, NotInCatalogue + "model X-1GB has no reference figures in catalogue 0 of the compiled-in table"},
 	}
 	for _, c := range cases {
-		if got := ScoreGPU(c.g); got != c.score {
+		if got := FirstModels().Score(c.g); got != c.score {
 			t.Errorf("%s: score %d; want %d", c.name, got, c.score)
 		}
-		if got := Shortfall(c.g); (c.below == "") != (got == "") || !strings.Contains(got, c.below) {
+		if got := FirstModels().Shortfall(c.g); (c.below == "") != (got == "") || !strings.Contains(got, c.below) {
 			t.Errorf("%s: shortfall %q; want %q", c.name, got, c.below)
 		}
 	}
@@ -41,46 +41,46 @@ func TestAttestationChecks(t *testing.T) {
 	trust := NewTrust(coord)
 	challenge := seal(t, KindChallenge, Challenge{Version: 1, Coordinator: coord.String(), Provider: prov.String(), Nonce: strings.Repeat("ab", 16), IssuedAt: testNow}, csk)
 	g := GPUBenchmark{UUID: "GPU-1", Model: "L4-24GB", TensorTFLOPS: 100, MemBandwidth: 280}
-	g.PerfScore = ScoreGPU(g)
+	g.PerfScore = FirstModels().Score(g)
 	a := Attestation{Version: 1, Provider: prov.String(), Seq: 1, IssuedAt: testNow.Add(time.Minute), Challenge: challenge,
 		DriverVersion: "535.129.03", CUDAVersion: "12.2", GPUs: []GPUBenchmark{g}, Storage: StorageBenchmark{SeqWriteMBps: 500},
 		NetworkReceipt: seal(t, KindNetworkReceipt, goodReceipt(coord, prov), csk)}
-	if _, err := CheckAttestation(seal(t, KindAttestation, a, psk), testNow.Add(time.Hour), trust); err != nil {
+	if _, err := CheckAttestation(seal(t, KindAttestation, a, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CheckAttestation(seal(t, KindAttestation, a, psk), testNow.Add(MaxAttestationAge+time.Hour), trust); Reason(err) != "expired" {
+	if _, err := CheckAttestation(seal(t, KindAttestation, a, psk), testNow.Add(MaxAttestationAge+time.Hour), trust, FirstModelsOnly); Reason(err) != "expired" {
 		t.Fatalf("stale attestation: %v", err)
 	}
 	late := a
 	late.IssuedAt = testNow.Add(ChallengeTTL + time.Minute)
-	if _, err := CheckAttestation(seal(t, KindAttestation, late, psk), testNow.Add(2*time.Hour), trust); Reason(err) != "replay" {
+	if _, err := CheckAttestation(seal(t, KindAttestation, late, psk), testNow.Add(2*time.Hour), trust, FirstModelsOnly); Reason(err) != "replay" {
 		t.Fatalf("old challenge reused: %v", err)
 	}
-	if _, err := CheckAttestation(seal(t, KindAttestation, a, psk), testNow.Add(time.Hour), NewTrust()); Reason(err) != "untrusted" {
+	if _, err := CheckAttestation(seal(t, KindAttestation, a, psk), testNow.Add(time.Hour), NewTrust(), FirstModelsOnly); Reason(err) != "untrusted" {
 		t.Fatalf("untrusted challenge: %v", err)
 	}
 	inflated := a
 	inflated.GPUs = []GPUBenchmark{g}
 	inflated.GPUs[0].PerfScore = 99
-	if _, err := CheckAttestation(seal(t, KindAttestation, inflated, psk), testNow.Add(time.Hour), trust); Reason(err) != "invalid" {
+	if _, err := CheckAttestation(seal(t, KindAttestation, inflated, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); Reason(err) != "invalid" {
 		t.Fatalf("inflated score: %v", err)
 	}
 	// A GPU under its threshold cannot be kept listed by leaving out (or rewording) its
 	// delisting reason; a lost GPU says so and has no figures.
 	slow := GPUBenchmark{UUID: "GPU-2", Model: "L4-24GB", TensorTFLOPS: 50, MemBandwidth: 280}
-	slow.PerfScore = ScoreGPU(slow)
+	slow.PerfScore = FirstModels().Score(slow)
 	for _, below := range []string{"", "all fine"} {
 		hidden := a
 		hidden.GPUs = []GPUBenchmark{g, slow}
 		hidden.GPUs[1].Below = below
-		if _, err := CheckAttestation(seal(t, KindAttestation, hidden, psk), testNow.Add(time.Hour), trust); Reason(err) != "invalid" {
+		if _, err := CheckAttestation(seal(t, KindAttestation, hidden, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); Reason(err) != "invalid" {
 			t.Fatalf("a delisting reason of %q for a GPU under its threshold: %v", below, err)
 		}
 	}
 	honest := a
-	slow.Below = Shortfall(slow)
+	slow.Below = FirstModels().Shortfall(slow)
 	honest.GPUs = []GPUBenchmark{g, slow, {UUID: "lost-3", Model: "L4-24GB", Below: LostPrefix + "GPU is lost"}}
-	if _, err := CheckAttestation(seal(t, KindAttestation, honest, psk), testNow.Add(time.Hour), trust); err != nil {
+	if _, err := CheckAttestation(seal(t, KindAttestation, honest, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); err != nil {
 		t.Fatalf("delisted and lost GPUs stated honestly: %v", err)
 	}
 	// The network figures that count are the coordinator's: a receipt the provider signed
@@ -95,7 +95,7 @@ func TestAttestationChecks(t *testing.T) {
 	} {
 		forged := a
 		forged.NetworkReceipt = c.raw
-		if _, err := CheckAttestation(seal(t, KindAttestation, forged, psk), testNow.Add(time.Hour), trust); Reason(err) != c.reason {
+		if _, err := CheckAttestation(seal(t, KindAttestation, forged, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); Reason(err) != c.reason {
 			t.Errorf("network receipt %s: %v (%s), want %s", name, err, Reason(err), c.reason)
 		}
 	}
@@ -103,11 +103,11 @@ func TestAttestationChecks(t *testing.T) {
 	slowLink.UpMbps = 5
 	slowAtt := a
 	slowAtt.NetworkReceipt = seal(t, KindNetworkReceipt, slowLink, csk)
-	if _, err := CheckAttestation(seal(t, KindAttestation, slowAtt, psk), testNow.Add(time.Hour), trust); Reason(err) != "invalid" {
+	if _, err := CheckAttestation(seal(t, KindAttestation, slowAtt, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); Reason(err) != "invalid" {
 		t.Fatalf("a 5 Mbit/s upload without host_below: %v", err)
 	}
 	slowAtt.HostBelow = HostShortfall(&slowLink, slowAtt.Storage, ListingMinimum)
-	if sa, err := CheckAttestation(seal(t, KindAttestation, slowAtt, psk), testNow.Add(time.Hour), trust); err != nil || !strings.HasPrefix(sa.HostBelow, "up_mbps 5.0 Mbit/s (measured by the coordinator) is under the minimum of 20 Mbit/s") {
+	if sa, err := CheckAttestation(seal(t, KindAttestation, slowAtt, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); err != nil || !strings.HasPrefix(sa.HostBelow, "up_mbps 5.0 Mbit/s (measured by the coordinator) is under the minimum of 20 Mbit/s") {
 		t.Fatalf("a slow link stated honestly: %v %q", err, slowAtt.HostBelow)
 	}
 	// The minimum is the coordinator's, from its receipt: one that accepts 1 Mbit/s lists
@@ -116,14 +116,14 @@ func TestAttestationChecks(t *testing.T) {
 	lenient.Minimum = HostMinimum{UpMbps: 1, DownMbps: 1, MaxRTTMilli: 1000}
 	lenientAtt := a
 	lenientAtt.NetworkReceipt = seal(t, KindNetworkReceipt, lenient, csk)
-	if sa, err := CheckAttestation(seal(t, KindAttestation, lenientAtt, psk), testNow.Add(time.Hour), trust); err != nil || sa.HostBelow != "" {
+	if sa, err := CheckAttestation(seal(t, KindAttestation, lenientAtt, psk), testNow.Add(time.Hour), trust, FirstModelsOnly); err != nil || sa.HostBelow != "" {
 		t.Fatalf("a 5 Mbit/s link under a coordinator's 1 Mbit/s minimum: %v", err)
 	}
 	_, other := newKey(t)
 	stolen := a
 	stolen.Provider = other.String()
 	osk, _ := newKey(t)
-	if _, err := CheckAttestation(seal(t, KindAttestation, stolen, osk), testNow.Add(time.Hour), trust); err == nil {
+	if _, err := CheckAttestation(seal(t, KindAttestation, stolen, osk), testNow.Add(time.Hour), trust, FirstModelsOnly); err == nil {
 		t.Fatal("another provider's challenge accepted")
 	}
 }
@@ -188,7 +188,7 @@ func TestWorstCaseOfferFits(t *testing.T) {
 	for i := range MaxOfferItems * 8 {
 		g := GPUBenchmark{UUID: fmt.Sprintf("GPU-%08x-1163-9228-11b4-922811b48326", i), Model: "RTXA6000-48GB",
 			FP32TFLOPS: 12.3, FP16TFLOPS: 12.3, TensorTFLOPS: 45.6, MemBandwidth: 234.5, DurationMilli: 65432}
-		g.PerfScore, g.Below = ScoreGPU(g), Shortfall(g)
+		g.PerfScore, g.Below = FirstModels().Score(g), FirstModels().Shortfall(g)
 		a.GPUs = append(a.GPUs, g)
 	}
 	att := seal(t, KindAttestation, a, sk)

@@ -70,6 +70,9 @@ var (
 	// clock is that far off: only the record's author makes such a record.
 	ErrFarFuture = errors.New("record issued far in the future")
 	ErrReplay    = errors.New("replayed record: older sequence than one already seen")
+	// ErrUnknownModels: a record scored with a model catalogue this node does not hold
+	// (yet: catalogues are gossiped, and kept once received).
+	ErrUnknownModels = errors.New("model catalogue not held")
 )
 
 var reasons = []struct {
@@ -87,6 +90,7 @@ var reasons = []struct {
 	{ErrFarFuture, "far_future"},
 	{ErrFuture, "future"},
 	{ErrReplay, "replay"},
+	{ErrUnknownModels, "unknown_models"},
 	{ErrSelfSigned, "self_signed"},
 	{ErrUntrusted, "untrusted"},
 	{ErrNotCertified, "uncertified"},
@@ -135,6 +139,7 @@ var kindSpecs = []kindSpec{
 	{kind: KindPayoutSettings, domain: "/gpunex/record/payout-settings", codec: []byte("/gpunex/payout-settings"), maxSize: MaxPayoutSettingsSize},
 	{kind: KindPayoutBatch, domain: "/gpunex/record/payout-batch", codec: []byte("/gpunex/payout-batch"), maxSize: MaxPayoutBatchSize},
 	{kind: KindMarketStats, domain: "/gpunex/record/market-stats", codec: []byte("/gpunex/market-stats"), maxSize: MaxMarketStatsSize},
+	{kind: KindModelCatalogue, domain: "/gpunex/record/model-catalogue", codec: []byte("/gpunex/model-catalogue"), maxSize: MaxModelCatalogueSize},
 }
 
 func specFor(k Kind) (kindSpec, bool) {
@@ -383,7 +388,7 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 	case KindProposal:
 		rec, err = CheckProposal(raw, now)
 	case KindAttestation:
-		rec, err = CheckAttestation(raw, now, nil)
+		rec, err = CheckAttestation(raw, now, nil, FirstModelsOnly)
 	case KindScore:
 		rec, err = CheckScore(raw, now, nil)
 	case KindEscrowHold:
@@ -392,6 +397,8 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		rec, _, err = CheckPayoutSettings(raw, now)
 	case KindPayoutBatch:
 		rec, err = CheckBatch(raw, nil)
+	case KindModelCatalogue:
+		rec, err = CheckModelCatalogue(raw, now, nil)
 	case KindMarketStats:
 		rec, err = CheckMarketStats(raw, now, nil)
 	case KindUptimeProof:

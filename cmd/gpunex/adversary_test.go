@@ -335,6 +335,7 @@ func adversaryScenarios() []scenario {
 	return []scenario{
 		greedyScenario(),
 		forgedNetworkScenario(),
+		forgedCatalogueScenario(),
 		{
 			// Junk on every topic, records only their sender could have made.
 			name: "gossip-junk", victim: "renter-1", honest: honestSearch,
@@ -347,7 +348,7 @@ func adversaryScenarios() []scenario {
 					Provider: a.h.ID().String(), Seq: 1, IssuedAt: now.Add(48 * time.Hour), ExpiresAt: now.Add(49 * time.Hour)})
 				var n int64
 				for ctx.Err() == nil {
-					for _, topic := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic} {
+					for _, topic := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic, protocol.ModelsTopic} {
 						a.publish(ctx, topic, []byte("junk "+randomHex(8)))
 						n++
 					}

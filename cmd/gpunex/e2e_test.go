@@ -349,6 +349,25 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if out := mustRun(t, "verify", rawBatch); !strings.Contains(out, "OK: payout-batch record signed by "+names["coordinator"].PeerID) {
 		t.Fatalf("verify batch: %s", out)
 	}
+	// The model catalogue: the coordinator adds a model from the command line; the renter
+	// holds the signed catalogue within seconds, with no restart.
+	if out := mustRun(t, "coordinator", "models", "add", "B200-192GB", "--vram-gb", "192", "--fp32", "80", "--fp16", "160", "--tensor", "1125",
+		"--bandwidth", "8000", "--alias", "NVIDIA B200", "--supported", "--home", names["coordinator"].Home); !strings.Contains(out, "catalogue 1 signed and gossiped: B200-192GB added") {
+		t.Fatalf("models add: %s", out)
+	}
+	if _, errOut, code := gpunex(t, "coordinator", "models", "add", "B200-192GB", "--vram-gb", "192", "--fp32", "80", "--tensor", "1", "--bandwidth", "1",
+		"--home", names["coordinator"].Home); code == 0 || !strings.Contains(errOut, "in the catalogue already") {
+		t.Fatalf("models add twice: exit %d: %s", code, errOut)
+	}
+	for deadline, out := time.Now().Add(15*time.Second), ""; !strings.Contains(out, "catalogue 1 of coordinator "+names["coordinator"].PeerID) ||
+		!strings.Contains(out, "NVIDIA B200"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the renter's catalogue: %s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+		out = mustRun(t, "coordinator", "models", "list", "--home", renter)
+	}
+
 	// Onboarding: provider-1 and provider-2 approved, provider-3 left pending, provider-4
 	// rejected; only the certified providers' offers are in search.
 	var queue []api.ApplicationView
@@ -738,6 +757,10 @@ func certify(t *testing.T, coord, prov string) {
 	}
 	for time.Now().Before(deadline.Add(10 * time.Second)) {
 		if out := mustRun(t, "apply", "status", "--home", prov); strings.Contains(out, "approved (tier enterprise)") && strings.Contains(out, "certificate") {
+			// The provider sees its tier and the rule that keeps it.
+			if out := mustRun(t, "score", "--home", prov); !strings.Contains(out, "tier: enterprise (certificate ") || !strings.Contains(out, "tier rule: Enterprise holds while") {
+				t.Fatalf("score: %s", out)
+			}
 			return
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -268,6 +268,62 @@ func forgedNetworkScenario() scenario {
 	}
 }
 
+// forgedCatalogueScenario: a certified provider signs model catalogues that give the H100
+// tiny reference figures (one in its own name, one in the coordinator's), gossips them, and
+// attaches attestations whose weak figures score 100 under them. Renters keep their coordinator's
+// catalogue and refuse every such attestation: no row shows the inflated score.
+func forgedCatalogueScenario() scenario {
+	var g *greedyProvider
+	return scenario{
+		name: "forged-catalogue", victim: "renter-1", honest: honestSearch,
+		attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+			g = newGreedyProvider(t, e)
+			challenge, receipt := g.benchNet(t)
+			models := append([]protocol.ModelEntry(nil), protocol.FirstModels().Models...)
+			for i := range models {
+				if models[i].Model == "H100-80GB" {
+					models[i].FP32TFLOPS, models[i].FP16TFLOPS, models[i].TensorTFLOPS, models[i].MemBandwidth = 1, 1, 1, 1
+				}
+			}
+			var n int64
+			for seq := uint64(1); ctx.Err() == nil; seq++ {
+				// Its own catalogue, and one that claims to be the coordinator's.
+				for _, c := range []string{g.h.ID().String(), e.id("coordinator").String()} {
+					g.publish(ctx, protocol.ModelsTopic, g.seal(protocol.KindModelCatalogue, protocol.ModelCatalogue{Version: 1, Coordinator: c,
+						Seq: seq, IssuedAt: time.Now().UTC(), Models: models}))
+					n++
+				}
+				weak := protocol.GPUBenchmark{UUID: "GPU-greedy", Model: "H100-80GB", FP32TFLOPS: 5, FP16TFLOPS: 10, TensorTFLOPS: 70, MemBandwidth: 200, PerfScore: 100}
+				now := time.Now().UTC()
+				g.publishOffer(ctx, e, g.seal(protocol.KindAttestation, protocol.Attestation{Version: 1, Provider: g.h.ID().String(), Seq: uint64(now.UnixNano()),
+					IssuedAt: now, Challenge: challenge, GPUs: []protocol.GPUBenchmark{weak}, NetworkReceipt: receipt,
+					Storage: protocol.StorageBenchmark{SeqWriteMBps: 5000, SeqReadMBps: 10000, RandReadIOPS: 1e6, BytesMeasured: 1 << 30}}))
+				n++
+				time.Sleep(50 * time.Millisecond)
+			}
+			return n
+		},
+		check: func(t *testing.T, e *advEnv, ops int64) string {
+			v, err := e.clients["renter-1"].Models(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range v.Models {
+				if m.Model == "H100-80GB" && m.TensorTFLOPS != 756.5 {
+					t.Errorf("the renter's catalogue took forged figures: %+v (catalogue %d of %s)", m, v.Seq, v.Coordinator)
+				}
+			}
+			rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{})
+			for _, r := range rows {
+				if r.Provider == g.h.ID().String() && r.Bench != nil {
+					t.Errorf("an attestation scored with a forged catalogue is shown: %+v", r.Bench)
+				}
+			}
+			return fmt.Sprintf("%d forged catalogues and attestations scored with them: the renter's catalogue and search unchanged", ops)
+		},
+	}
+}
+
 // benchNet asks the coordinator for a challenge and, without any transfer, its receipt.
 func (g *greedyProvider) benchNet(t *testing.T) (challenge, receipt []byte) {
 	s, err := g.stream(context.Background(), "coordinator", protocol.BenchNetProtocol)
@@ -294,10 +350,10 @@ func (g *greedyProvider) benchNet(t *testing.T) (challenge, receipt []byte) {
 // attestation signs a perfect H100's figures with the challenge and the receipt given,
 // and no delisting reason.
 func (g *greedyProvider) attestation(challenge, receipt []byte) []byte {
-	d, _ := protocol.DatasheetFor("H100-80GB")
+	d, _ := protocol.FirstModels().Datasheet("H100-80GB")
 	gpu := protocol.GPUBenchmark{UUID: "GPU-greedy", Model: "H100-80GB", FP32TFLOPS: d.FP32TFLOPS, FP16TFLOPS: d.FP16TFLOPS,
 		TensorTFLOPS: d.TensorTFLOPS, MemBandwidth: d.MemBandwidth}
-	gpu.PerfScore = protocol.ScoreGPU(gpu)
+	gpu.PerfScore = protocol.FirstModels().Score(gpu)
 	now := time.Now().UTC()
 	return g.seal(protocol.KindAttestation, protocol.Attestation{Version: 1, Provider: g.h.ID().String(), Seq: uint64(now.UnixNano()), IssuedAt: now,
 		Challenge: challenge, GPUs: []protocol.GPUBenchmark{gpu}, NetworkReceipt: receipt,

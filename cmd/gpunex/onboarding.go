@@ -68,12 +68,8 @@ country = "FR"
 region = "eu-west"
 `
 
-func supportedModels() string {
-	var names []string
-	for _, m := range protocol.SupportedModels {
-		names = append(names, m.Model)
-	}
-	return strings.Join(names, ", ")
+func supportedModels(models *protocol.ModelCatalogue) string {
+	return strings.Join(models.SupportedNames(), ", ")
 }
 
 func readApplicationFile(path string) (applicationFile, error) {
@@ -117,7 +113,7 @@ func applyCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			if template {
-				fmt.Fprintf(out, applicationTemplate, supportedModels())
+				fmt.Fprintf(out, applicationTemplate, supportedModels(nodeModels(cmd)))
 				return nil
 			}
 			var f applicationFile
@@ -128,7 +124,7 @@ func applyCommand() *cobra.Command {
 					return err
 				}
 			case interactive || isTerminal(os.Stdin):
-				if f, err = askApplication(bufio.NewReader(cmd.InOrStdin()), out); err != nil {
+				if f, err = askApplication(bufio.NewReader(cmd.InOrStdin()), out, nodeModels(cmd)); err != nil {
 					return err
 				}
 			default:
@@ -307,7 +303,7 @@ func yesNo(s string) error {
 }
 
 // askApplication asks every question of the application, checking each answer.
-func askApplication(in *bufio.Reader, out io.Writer) (applicationFile, error) {
+func askApplication(in *bufio.Reader, out io.Writer, models *protocol.ModelCatalogue) (applicationFile, error) {
 	a := asker{in, out}
 	var f applicationFile
 	var err error
@@ -328,13 +324,13 @@ func askApplication(in *bufio.Reader, out io.Writer) (applicationFile, error) {
 	}
 	for {
 		var g protocol.ApplicationGPU
-		fmt.Fprintf(out, "GPU entry %d (supported: %s; another model is reviewed case by case)\n", len(f.GPUs)+1, supportedModels())
+		fmt.Fprintf(out, "GPU entry %d (supported: %s; another model is reviewed case by case)\n", len(f.GPUs)+1, supportedModels(models))
 		model, err := a.ask("  Model", "H100-80GB", required)
 		if err != nil {
 			return f, err
 		}
 		g.Model = protocol.NormalizeModel(model)
-		if !protocol.IsSupportedModel(g.Model) {
+		if !models.Supported(g.Model) {
 			fmt.Fprintf(out, "  %s is not on the supported list: it will be reviewed case by case\n", g.Model)
 		}
 		fields := []struct {
@@ -581,7 +577,7 @@ func coordinatorCommand() *cobra.Command {
 			return printBench(cmd.OutOrStdout(), v)
 		},
 	}
-	c.AddCommand(apps, revoke, challenge, payoutsCommand(), disputesCommand())
+	c.AddCommand(apps, revoke, challenge, payoutsCommand(), disputesCommand(), modelsCommand())
 	return c
 }
 

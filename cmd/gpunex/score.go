@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/protocol"
 	"github.com/spf13/cobra"
 )
 
@@ -19,13 +23,19 @@ func scoreCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			provider := ""
+			provider, own := "", false
 			if len(args) == 1 {
 				provider = args[0]
 			} else if st, err := cl.Status(cmd.Context()); err == nil && st.Role == "provider" {
-				provider = st.PeerID
+				provider, own = st.PeerID, true
+			}
+			if own && !asJSON {
+				printTier(cmd, cl)
 			}
 			scores, err := cl.Scores(cmd.Context(), provider)
+			if own && errors.Is(err, api.ErrNotFound) {
+				err = nil // none yet: said below
+			}
 			if err != nil {
 				return err
 			}
@@ -52,4 +62,23 @@ func scoreCommand() *cobra.Command {
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
+}
+
+// printTier shows a provider its tier and where the tier rule stands (docs/onboarding.md,
+// "The tier after approval").
+func printTier(cmd *cobra.Command, cl *api.Client) {
+	v, err := cl.ApplyStatus(cmd.Context())
+	if err != nil || v.Certificate == nil {
+		return
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "tier: %s (certificate %d, until %s)\n", v.Certificate.Tier, v.Certificate.Serial, v.Certificate.ExpiresAt.Local().Format(time.DateTime))
+	if v.Certificate.Tier == protocol.TierEnterprise {
+		fmt.Fprintln(out, "tier rule: Enterprise holds while the coordinator measures your link at its Enterprise minimum each way at your benchmark runs;"+
+			" under it for the coordinator's grace period (7 days by default), the tier moves down to Community")
+	}
+	if m, ok := strings.CutPrefix(v.Message, protocol.TierMessagePrefix); ok {
+		fmt.Fprintf(out, "tier news (%s): %s\n", v.UpdatedAt.Local().Format(time.DateTime), m)
+	}
+	fmt.Fprintln(out)
 }

@@ -74,7 +74,11 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s", e.Error)
+			// The error keeps the server's message and gets its kind back from the status.
+			if resp.StatusCode == http.StatusNotFound {
+				return kindError{ErrNotFound, errors.New(e.Error)}
+			}
+			return errors.New(e.Error)
 		}
 		return fmt.Errorf("API %s %s: %s", method, path, resp.Status)
 	}
@@ -417,4 +421,17 @@ func (c *Client) BankExport(ctx context.Context, id, format string) (string, err
 func (c *Client) ReleaseHold(ctx context.Context, job string) (BalanceView, error) {
 	var v BalanceView
 	return v, c.Do(ctx, http.MethodPost, "/v1/wallet/release", map[string]string{"job": job}, &v)
+}
+
+// Models returns the model catalogue the node uses.
+func (c *Client) Models(ctx context.Context) (ModelsView, error) {
+	var v ModelsView
+	return v, c.Do(ctx, http.MethodGet, "/v1/models", nil, &v)
+}
+
+// EditModels changes a coordinator's model catalogue, which it signs and gossips; it
+// returns the new catalogue.
+func (c *Client) EditModels(ctx context.Context, e ModelEdit) (ModelsView, error) {
+	var v ModelsView
+	return v, c.Do(ctx, http.MethodPost, "/v1/coordinator/models", e, &v)
 }

@@ -494,3 +494,20 @@ type Event struct {
 	Action string    `json:"action"`
 	Detail string    `json:"detail,omitempty"`
 }
+
+// ModelsView is a model catalogue as a node uses it (GET /v1/models): the catalogue of
+// the coordinator a provider benchmarks against (a coordinator's own), seq 0 being the
+// compiled-in first one.
+type ModelsView struct {
+	Coordinator string                `json:"coordinator,omitempty"`
+	Seq         uint64                `json:"seq"`
+	IssuedAt    time.Time             `json:"issued_at,omitzero"`
+	Models      []protocol.ModelEntry `json:"models"`
+}
+
+// ModelEdit is a coordinator's change to its catalogue (POST /v1/coordinator/models): op
+// "add" a model not in it, "set" (replace) the entry of one in it, or "remove" one.
+type ModelEdit struct {
+	Op    string              `json:"op"`
+	Entry protocol.ModelEntry `json:"entry"`
+}

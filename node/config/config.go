@@ -281,6 +281,9 @@ type HostMinimumConfig struct {
 	// EnterpriseMbps is the link, each way, this coordinator must have measured for the
 	// Enterprise tier (once it measured the applicant's link at all).
 	EnterpriseMbps float64 `toml:"enterprise_mbps"`
+	// EnterpriseGrace is how long an Enterprise provider's link may stay measured under
+	// EnterpriseMbps before its tier moves down to Community (0: never).
+	EnterpriseGrace Duration `toml:"enterprise_grace"`
 }
 
 // Protocol is the minimum as the network receipts carry it.
@@ -292,7 +295,7 @@ func (m HostMinimumConfig) Protocol() protocol.HostMinimum {
 func hostMinimumConfig(m protocol.HostMinimum) HostMinimumConfig {
 	return HostMinimumConfig{UpMbps: m.UpMbps, DownMbps: m.DownMbps, MaxRTTMilli: m.MaxRTTMilli,
 		StorageWriteMBps: m.SeqWriteMBps, StorageReadMBps: m.SeqReadMBps, StorageIOPS: m.RandReadIOPS,
-		EnterpriseMbps: protocol.EnterpriseMinimum.UpMbps}
+		EnterpriseMbps: protocol.EnterpriseMinimum.UpMbps, EnterpriseGrace: Duration{7 * 24 * time.Hour}}
 }
 
 // NotifyConfig configures outbound decision notices. Empty fields disable a channel.
@@ -512,6 +515,9 @@ func (c *Config) Check() error {
 	if m := c.Coordinator.HostMinimum; m.UpMbps < 0 || m.DownMbps < 0 || m.MaxRTTMilli <= 0 || m.StorageWriteMBps < 0 || m.StorageReadMBps < 0 || m.StorageIOPS < 0 || m.EnterpriseMbps < 0 ||
 		max(m.UpMbps, m.DownMbps, m.MaxRTTMilli, m.StorageWriteMBps, m.StorageReadMBps, m.StorageIOPS, m.EnterpriseMbps) > 1e7 {
 		errs = append(errs, errors.New("coordinator.host_minimum: figures from 0 to 10,000,000, and max_rtt_ms above 0"))
+	}
+	if g := c.Coordinator.HostMinimum.EnterpriseGrace.Duration; g < 0 || g > 365*24*time.Hour {
+		errs = append(errs, errors.New("coordinator.host_minimum.enterprise_grace: from 0 (never move a tier down) to 8760h"))
 	}
 	if r := c.Coordinator.Review; r.BusinessDays < 1 || r.BusinessDays > 30 {
 		errs = append(errs, fmt.Errorf("coordinator.review.business_days %d: from 1 to 30", r.BusinessDays))

@@ -138,8 +138,14 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 				Version: protocol.AttestationVersion, Coordinator: c.peer.ID.String(), Provider: remote.String(),
 				Nonce: hex.EncodeToString(nonce[:]), IssuedAt: c.clock.Now().UTC(),
 			}
+			// The run is scored with this coordinator's latest model catalogue, which
+			// goes with the challenge.
+			var models []byte
+			if cat := c.models.Latest(c.peer.ID); cat != nil {
+				challenge.ModelsSeq, models = cat.Seq, cat.Raw
+			}
 			raw, err := protocol.Seal(protocol.KindChallenge, challenge, c.peer.Key)
-			reply = protocol.BenchNetMsg{Op: m.Op, Record: raw}
+			reply = protocol.BenchNetMsg{Op: m.Op, Record: raw, Models: models}
 			if err != nil {
 				reply.Error = err.Error()
 			}
@@ -232,6 +238,12 @@ func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([
 	if err != nil {
 		return nil, nb, nil, fmt.Errorf("challenge: %w", err)
 	}
+	if len(ch.Models) > 0 {
+		// The catalogue the challenge names; one held already, or older, changes nothing.
+		if err := b.models.Take(ch.Models, "bench-net"); err != nil && !errors.Is(err, protocol.ErrReplay) {
+			return nil, nb, nil, fmt.Errorf("the coordinator's model catalogue: %w", err)
+		}
+	}
 	var rtts []time.Duration
 	for i := 0; i < 10; i++ {
 		t0 := time.Now()
@@ -293,6 +305,16 @@ type Leases interface {
 	Probed(gpus []bench.GPUInfo)
 }
 
+// Catalogues are the model catalogues of the trusted coordinators (the node's model book).
+type Catalogues interface {
+	// Take checks a catalogue and keeps it when newer (protocol.ErrReplay otherwise).
+	Take(raw []byte, source string) error
+	// Lookup returns a coordinator's catalogue of a sequence, nil when not held.
+	Lookup(coordinator peer.ID, seq uint64) *protocol.ModelCatalogue
+	// Latest returns a coordinator's newest catalogue, nil when none.
+	Latest(coordinator peer.ID) *protocol.SignedModelCatalogue
+}
+
 // Poker wakes the provider's publisher, so that the offer shows a new attestation at once.
 type Poker interface{ Poke() }
 
@@ -310,6 +332,9 @@ type Deps struct {
 	Probe func() (bench.Probe, error)
 	// Dir is where the storage benchmark writes.
 	Dir string
+	// Models holds the coordinators' model catalogues: the runner names and scores GPUs
+	// with the one its challenge names.
+	Models Catalogues
 	// Jobs and Publisher may be nil.
 	Jobs      Leases
 	Publisher Poker
@@ -328,6 +353,7 @@ type Runner struct {
 	probe     func() (bench.Probe, error)
 	jobs      Leases
 	publisher Poker
+	models    Catalogues
 
 	dir  string // where the storage benchmark writes
 	run  sync.Mutex
@@ -336,6 +362,8 @@ type Runner struct {
 	wake chan struct{}
 	// uploadMbps is bench.simulated_upload_mbps, which SimulateUpload changes.
 	uploadMbps float64
+	// forced makes the next Due true (Wake).
+	forced bool
 }
 
 // SimulateUpload slows the network benchmark's upload to mbps from the next run on (0:
@@ -357,9 +385,9 @@ func (b *Runner) simulatedUpload() float64 {
 func NewRunner(d Deps) *Runner {
 	b := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, trusted: d.Trusted,
 		trust: protocol.NewTrust(d.Trusted...), cfg: d.Bench, provider: d.Provider, probe: d.Probe,
-		jobs: d.Jobs, publisher: d.Publisher, dir: d.Dir, wake: make(chan struct{}, 1), uploadMbps: d.Bench.SimulatedUploadMbps}
+		jobs: d.Jobs, publisher: d.Publisher, models: d.Models, dir: d.Dir, wake: make(chan struct{}, 1), uploadMbps: d.Bench.SimulatedUploadMbps}
 	if raw, err := b.ledger.OwnAttestation(); err == nil {
-		if a, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust); err == nil {
+		if a, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust, b.models.Lookup); err == nil {
 			b.last = a
 		}
 	}
@@ -413,6 +441,15 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	if err != nil {
 		return nil, err
 	}
+	ch, _, err := protocol.CheckChallenge(challenge, b.trust, b.peer.ID)
+	if err != nil {
+		return nil, fmt.Errorf("the coordinator's challenge: %w", err)
+	}
+	cat := b.models.Lookup(coord, ch.ModelsSeq)
+	if cat == nil {
+		return nil, fmt.Errorf("%w: the coordinator's challenge names its model catalogue %d, which it did not send", protocol.ErrUnknownModels, ch.ModelsSeq)
+	}
+	bench.NameGPUs(gpus, cat) // as the catalogue of the challenge names them
 	prev := map[string]protocol.GPUBenchmark{}
 	if last := b.Latest(); last != nil {
 		for _, g := range last.GPUs {
@@ -458,7 +495,7 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 			}
 			continue
 		}
-		r, err := bench.Compute(ctx, g, seq)
+		r, err := bench.Compute(ctx, g, seq, cat)
 		if errors.Is(err, bench.ErrComputeUnavailable) {
 			b.log.Warn("GPU figures not measured", "gpu", g.UUID, "err", err)
 		} else if err != nil {
@@ -471,10 +508,6 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 		return nil, err
 	}
 	// The host's minimums, on the coordinator's figures (checked again by every validator).
-	ch, _, err := protocol.CheckChallenge(challenge, b.trust, b.peer.ID)
-	if err != nil {
-		return nil, fmt.Errorf("the coordinator's challenge: %w", err)
-	}
 	r, err := protocol.CheckNetworkReceipt(receipt, ch, b.peer.ID.String())
 	if err != nil {
 		return nil, fmt.Errorf("the coordinator's network receipt: %w", err)
@@ -485,7 +518,7 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	if err != nil {
 		return nil, err
 	}
-	signed, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust)
+	signed, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust, b.models.Lookup)
 	if err != nil {
 		return nil, fmt.Errorf("own attestation does not hold: %w", err)
 	}
@@ -535,6 +568,9 @@ func (b *Runner) notifyChanges(old, cur *protocol.SignedAttestation) {
 			b.notice(fmt.Sprintf("GPU %s (%s) delisted", g.UUID, g.Model), g.Below+": the driver no longer reaches it (fallen off the bus). "+
 				"Check `nvidia-smi` and the kernel log for Xid errors, power and seating; a lost GPU usually needs a reboot. "+
 				"It stays out of your offer and gets no job until it answers again.")
+		case strings.HasPrefix(g.Below, protocol.NotInCatalogue) && (!known || before == ""):
+			b.notice(fmt.Sprintf("GPU %s (%s) delisted", g.UUID, g.Model), g.Below+". It stays out of your offer until the coordinator's model catalogue holds "+
+				"its model (ask the coordinator; `gpunex coordinator models list` on its node shows the catalogue): the node benchmarks it again as soon as the catalogue arrives.")
 		case g.Below != "" && (!known || before == ""):
 			b.notice(fmt.Sprintf("GPU %s (%s) delisted", g.UUID, g.Model), g.Below+". It stays out of your offer until a benchmark run passes (gpunex bench run).")
 		case g.Below == "" && known && before != "":
@@ -612,8 +648,12 @@ func (b *Runner) Due() bool {
 	if err == nil && b.jobs != nil {
 		b.jobs.Probed(gpus)
 	}
+	b.mu.Lock()
+	forced := b.forced
+	b.forced = false
+	b.mu.Unlock()
 	last := b.Latest()
-	if last == nil || b.clock.Now().Sub(last.IssuedAt) >= b.cfg.Interval.Duration {
+	if forced || last == nil || b.clock.Now().Sub(last.IssuedAt) >= b.cfg.Interval.Duration {
 		return true
 	}
 	if err != nil || len(gpus) == 0 {
@@ -632,6 +672,52 @@ func (b *Runner) Due() bool {
 		}
 	}
 	return gpus[0].DriverVersion != last.DriverVersion || lostNow != lostThen
+}
+
+// CatalogueChanged runs the benchmarks again when the coordinator they run against
+// publishes a model catalogue that changes this machine's GPUs: their model's entry, or
+// the model a real GPU's name maps to (a GPU delisted for want of an entry is listed once
+// a run scores it). A change that concerns other models costs nothing.
+//
+// It looks in the background, once any run in progress has ended: a catalogue that came
+// with a run's own challenge is the one that run scores with.
+func (b *Runner) CatalogueChanged(coordinator peer.ID, _, cur *protocol.ModelCatalogue) {
+	if len(b.trusted) == 0 || coordinator != b.trusted[0] {
+		return
+	}
+	go func() {
+		b.run.Lock()
+		b.run.Unlock()
+		b.catalogueChanged(coordinator, cur)
+	}()
+}
+
+func (b *Runner) catalogueChanged(coordinator peer.ID, cur *protocol.ModelCatalogue) {
+	last := b.Latest()
+	if last == nil {
+		return // the first run is due anyway
+	}
+	used := b.models.Lookup(coordinator, last.Challenge.ModelsSeq)
+	if last.Challenge.Coordinator != coordinator.String() || used == nil {
+		used = protocol.FirstModels()
+	}
+	gpus, err := b.detect()
+	if err != nil || !bench.CatalogueAffects(used, cur, gpus) {
+		return
+	}
+	b.log.Info("the coordinator's model catalogue changed this machine's models: benchmarking again", "seq", cur.Seq)
+	b.Wake()
+}
+
+// Wake asks the loop for a run now.
+func (b *Runner) Wake() {
+	b.mu.Lock()
+	b.forced = true
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
 }
 
 // CheckGPUs probes the GPUs now and hands the result to the job runner (which stops jobs
@@ -669,7 +755,9 @@ type CoordinatorDeps struct {
 	Minimum protocol.HostMinimum
 	// Links keeps the latest measurement of each provider's link, for its review.
 	Links Links
-	Log   *slog.Logger
+	// Models holds the coordinator's model catalogue, which its challenges name.
+	Models Catalogues
+	Log    *slog.Logger
 }
 
 // Links keeps a coordinator's measurements of providers' links (the ledger).
@@ -684,6 +772,7 @@ type Coordinator struct {
 	clock   clock.Clock
 	metrics *metrics.Metrics
 	trust   protocol.Trust
+	models  Catalogues
 	// rate bounds the bench-net streams of each peer; bytes their transfers, per peer and
 	// per network.
 	rate  *p2p.PeerRate
@@ -743,7 +832,7 @@ const BenchBytesPerHour = 512 << 20
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
 	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
 		bytes:     p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
-		transfers: make(chan struct{}, 1), minimum: d.Minimum, links: d.Links, log: d.Log}
+		transfers: make(chan struct{}, 1), minimum: d.Minimum, links: d.Links, models: d.Models, log: d.Log}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -767,7 +856,7 @@ func (c *Coordinator) ChallengeProvider(ctx context.Context, p peer.ID) (*protoc
 	if reply.Error != "" {
 		return nil, fmt.Errorf("provider %s: %s", p, reply.Error)
 	}
-	a, err := protocol.CheckAttestation(reply.Record, c.clock.Now(), c.trust)
+	a, err := protocol.CheckAttestation(reply.Record, c.clock.Now(), c.trust, c.models.Lookup)
 	if err != nil {
 		return nil, fmt.Errorf("provider's attestation: %w", err)
 	}

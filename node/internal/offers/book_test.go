@@ -40,7 +40,7 @@ func newTestBook(t *testing.T) (*ledger.Ledger, *metrics.Metrics, *Book) {
 	}
 	t.Cleanup(func() { l.Close() })
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
-	ts, err := NewTrust(l, []peer.ID{testCoordinatorID})
+	ts, err := NewTrust(l, []peer.ID{testCoordinatorID}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

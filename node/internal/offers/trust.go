@@ -16,6 +16,8 @@ import (
 type Trust struct {
 	trust  protocol.Trust
 	ledger *ledger.Ledger
+	// models are the model catalogues attestations are checked with.
+	models protocol.ModelsLookup
 
 	mu   sync.RWMutex
 	revs map[peer.ID][]*protocol.SignedRevocation // by provider
@@ -70,7 +72,9 @@ func (t *Trust) certificate(raw []byte, now time.Time) (*protocol.SignedCertific
 
 // attestation checks a benchmark attestation, its signatures once per distinct record.
 func (t *Trust) attestation(raw []byte, now time.Time) (*protocol.SignedAttestation, error) {
-	a, fresh, err := t.attests.get(raw, func() (*protocol.SignedAttestation, error) { return protocol.CheckAttestation(raw, now, t.trust) })
+	a, fresh, err := t.attests.get(raw, func() (*protocol.SignedAttestation, error) {
+		return protocol.CheckAttestation(raw, now, t.trust, t.models)
+	})
 	if err == nil && !fresh {
 		err = protocol.CheckIssued(protocol.KindAttestation, a.IssuedAt, a.Challenge.IssuedAt.Add(protocol.MaxAttestationAge), now)
 	}
@@ -80,8 +84,13 @@ func (t *Trust) attestation(raw []byte, now time.Time) (*protocol.SignedAttestat
 	return a, nil
 }
 
-func NewTrust(l *ledger.Ledger, trusted []peer.ID) (*Trust, error) {
-	t := &Trust{trust: protocol.NewTrust(trusted...), ledger: l, revs: map[peer.ID][]*protocol.SignedRevocation{}}
+// NewTrust returns the trust store of a node that trusts the given coordinators and checks
+// attestations with the model catalogues models holds (nil: the first catalogue only).
+func NewTrust(l *ledger.Ledger, trusted []peer.ID, models protocol.ModelsLookup) (*Trust, error) {
+	if models == nil {
+		models = protocol.FirstModelsOnly
+	}
+	t := &Trust{trust: protocol.NewTrust(trusted...), ledger: l, models: models, revs: map[peer.ID][]*protocol.SignedRevocation{}}
 	raws, err := l.Revocations()
 	if err != nil {
 		return nil, fmt.Errorf("load revocations: %w", err)

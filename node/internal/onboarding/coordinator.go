@@ -69,6 +69,9 @@ type CoordinatorDeps struct {
 	Revocations Revocations
 	// RevocationsTopic is where revocations are gossiped.
 	RevocationsTopic Publisher
+	// Models returns the coordinator's model catalogue, which says which models are
+	// supported and which reviewed case by case (nil: the first catalogue).
+	Models func() *protocol.ModelCatalogue
 }
 
 // Coordinator runs the coordinator's onboarding.
@@ -83,6 +86,7 @@ type Coordinator struct {
 	trust       protocol.Trust
 	revocations Revocations
 	revTopic    Publisher
+	models      func() *protocol.ModelCatalogue
 
 	out *Notices
 	cal *ReviewCalendar
@@ -109,7 +113,10 @@ func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Coordinator{cal: cal, peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
+	if d.Models == nil {
+		d.Models = protocol.FirstModels
+	}
+	return &Coordinator{cal: cal, models: d.Models, peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		cfg: d.Config, trust: d.Trust, revocations: d.Revocations, revTopic: d.RevocationsTopic,
 		out: NewNotices(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute),
 		submits: p2p.NewSources(SubmitsPerHour/60.0, SubmitsPerHour, 4)}, nil
@@ -258,7 +265,7 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 		}
 		a, err := c.ledger.UpdateApplication(app.ID, func(a *ledger.Application) error {
 			a.Raw, a.Seq, a.UpdatedAt = raw, app.Seq, now
-			a.ProposedTier, a.TierReasons, a.CaseByCase = proposed, why, app.CaseByCase()
+			a.ProposedTier, a.TierReasons, a.CaseByCase = proposed, why, app.CaseByCase(c.models())
 			if app.Answer != "" && a.Status == protocol.StatusInfoRequested {
 				a.Status, a.Message = protocol.StatusPending, ""
 				a.ReviewSince, a.Reminded = now, "" // the reviewers' clock starts again
@@ -292,7 +299,7 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 	}
 	a := ledger.Application{
 		ID: app.ID, Provider: app.Provider, Status: protocol.StatusPending,
-		ProposedTier: proposed, TierReasons: why, CaseByCase: app.CaseByCase(),
+		ProposedTier: proposed, TierReasons: why, CaseByCase: app.CaseByCase(c.models()),
 		SubmittedAt: now, UpdatedAt: now, ReviewSince: now, Seq: app.Seq, Raw: raw,
 		Events: []ledger.Event{{At: now, Actor: actor, Action: "submitted", Detail: "proposed tier " + proposed}},
 	}

@@ -25,14 +25,17 @@ var (
 	RenewAskEvery  = 6 * time.Hour
 )
 
-// RenewLoop renews due certificates at start and then every RenewCheckEvery.
+// RenewLoop renews due certificates and applies the tier rule (CheckTiers) at start and
+// then every RenewCheckEvery.
 func (c *Coordinator) RenewLoop(ctx context.Context) {
-	if c.cfg.CertificateRenewBefore.Duration <= 0 {
-		return
-	}
 	for {
-		if n, err := c.renewDue(c.clock.Now()); err != nil {
-			c.log.Warn("certificate renewal", "renewed", n, "err", err)
+		if c.cfg.CertificateRenewBefore.Duration > 0 {
+			if n, err := c.renewDue(c.clock.Now()); err != nil {
+				c.log.Warn("certificate renewal", "renewed", n, "err", err)
+			}
+		}
+		if n, err := c.CheckTiers(c.clock.Now()); err != nil {
+			c.log.Warn("tier rule", "moved_down", n, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -53,14 +56,9 @@ func (c *Coordinator) renewDue(now time.Time) (int, error) {
 		c.mu.Unlock()
 		return 0, err
 	}
-	// Only each provider's latest approved application: an older approved one was replaced
-	// (a newer one pending or rejected leaves the certificate in force, and renewed).
-	latest := map[string]uint64{}
-	for _, a := range apps {
-		if a.Status == protocol.StatusApproved {
-			latest[a.Provider] = max(latest[a.Provider], a.Seq)
-		}
-	}
+	// Only each provider's latest approved application (renewed even while a newer one is
+	// pending or was rejected).
+	latest := latestApproved(apps)
 	var renewed []ledger.Application
 	var errs []error
 	for _, a := range apps {

@@ -34,7 +34,7 @@ func gossipScoreOptions(record func(map[peer.ID]float64)) []pubsub.Option {
 		Topics:               map[string]*pubsub.TopicScoreParams{},
 	}
 	// Every topic scores its senders alike: a rejected message costs its sender on all.
-	for _, name := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic} {
+	for _, name := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic, protocol.ModelsTopic} {
 		params.Topics[name] = &pubsub.TopicScoreParams{
 			SkipAtomicValidation:           true,
 			TopicWeight:                    1,

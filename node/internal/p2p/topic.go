@@ -30,8 +30,8 @@ const (
 type Validator func(ctx context.Context, from peer.ID, data []byte) Verdict
 
 // VerdictOf is the usual verdict on a record that failed with err: replays, expired and
-// early records, revoked ones and those certified by a coordinator another node trusts are
-// ignored (an honest relay can forward them); anything else is rejected, among it what only
+// early records, revoked ones, those certified by a coordinator another node trusts and
+// those scored with a model catalogue this node has not received yet are ignored (an honest relay can forward them); anything else is rejected, among it what only
 // its author can make: malformed, forged, signed by the wrong key, dated far in the future
 // (protocol.ErrFarFuture), self-certified (protocol.ErrSelfSigned).
 func VerdictOf(err error) Verdict {
@@ -39,7 +39,7 @@ func VerdictOf(err error) Verdict {
 	case err == nil:
 		return Accept
 	case errors.Is(err, protocol.ErrReplay), errors.Is(err, protocol.ErrExpired), errors.Is(err, protocol.ErrFuture),
-		errors.Is(err, protocol.ErrRevoked), errors.Is(err, protocol.ErrUntrusted):
+		errors.Is(err, protocol.ErrRevoked), errors.Is(err, protocol.ErrUntrusted), errors.Is(err, protocol.ErrUnknownModels):
 		return Ignore
 	default:
 		return Reject

@@ -1,0 +1,144 @@
+package onboarding
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The tier rule after approval. An Enterprise provider's link is measured by this
+// coordinator at each of its benchmark runs (the network receipts it signs). Measured under
+// coordinator.host_minimum.enterprise_mbps either way, the provider is told, with the date
+// its tier moves down; measured at or above it again before that date, the count stops and
+// the provider is told so. Still under it when coordinator.host_minimum.enterprise_grace
+// has passed since the first measurement under, its certificate is reissued for the
+// Community tier: the same GPUs, commitment and validity period, a new serial. Going back
+// to Enterprise takes a new application. docs/onboarding.md, "The tier after approval".
+
+// tierStep is what checkTier decided for one application.
+type tierStep int
+
+const (
+	tierUnchanged tierStep = iota
+	tierWarned
+	tierCleared
+	tierMovedDown
+)
+
+// CheckTiers applies the tier rule to every provider's latest approved application and tells
+// each provider whose state changed. It returns how many tiers moved down.
+func (c *Coordinator) CheckTiers(now time.Time) (int, error) {
+	grace := c.cfg.HostMinimum.EnterpriseGrace.Duration
+	if grace <= 0 {
+		return 0, nil
+	}
+	c.mu.Lock()
+	apps, err := c.ledger.Applications()
+	if err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	latest := latestApproved(apps)
+	var told []ledger.Application
+	var errs []error
+	moved := 0
+	for _, a := range apps {
+		if a.Status != protocol.StatusApproved || a.Tier != protocol.TierEnterprise || len(a.Certificate) == 0 || a.Seq != latest[a.Provider] {
+			continue
+		}
+		m := c.measuredLink(a.Provider)
+		if m == nil {
+			continue
+		}
+		var step tierStep
+		updated, err := c.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
+			step = tierUnchanged
+			if a.Status != protocol.StatusApproved || a.Tier != protocol.TierEnterprise {
+				return nil
+			}
+			old, err := protocol.OpenCertificate(a.Certificate, c.trust)
+			if err != nil || old.Signer != c.id || c.revocations.RevocationOf(old) != nil {
+				return nil
+			}
+			if step, err = c.tierStep(a, old, m, grace, now); err != nil || step == tierUnchanged {
+				return err
+			}
+			return c.sign(a, a.Certificate, now)
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("application %s: %w", a.ID, err))
+			continue
+		}
+		if step != tierUnchanged {
+			told = append(told, updated)
+		}
+		if step == tierMovedDown {
+			moved++
+		}
+	}
+	c.mu.Unlock()
+	for _, a := range told {
+		c.log.Info("tier rule", "application", a.ID, "provider", a.Provider, "tier", a.Tier, "message", a.Message)
+		c.tell(a)
+	}
+	return moved, errors.Join(errs...)
+}
+
+// tierStep applies the rule to one Enterprise application with its latest measurement,
+// changing a (message, audit trail, and on a move down its tier and certificate).
+func (c *Coordinator) tierStep(a *ledger.Application, old *protocol.SignedCertificate, m *ledger.LinkMeasurement, grace time.Duration, now time.Time) (tierStep, error) {
+	e := c.cfg.HostMinimum.EnterpriseMbps
+	under := m.UpMbps < e || m.DownMbps < e
+	measured := fmt.Sprintf("%.0f/%.0f Mbit/s (up/down) on %s", m.UpMbps, m.DownMbps, m.MeasuredAt.UTC().Format("2006-01-02 15:04 MST"))
+	event := func(action, detail string) {
+		a.Message, a.UpdatedAt = protocol.TierMessagePrefix+detail, now
+		a.Events = append(a.Events, ledger.Event{At: now, Actor: "coordinator", Action: action, Detail: detail})
+	}
+	switch {
+	case under && a.TierShortSince.IsZero():
+		a.TierShortSince = m.MeasuredAt
+		event("tier-warning", fmt.Sprintf("your link was measured at %s, under the %.0f Mbit/s each way the Enterprise tier needs. "+
+			"Unless a benchmark run measures at least that before %s, your tier moves down to Community. "+
+			"Check your uplink and run `gpunex bench run` once it is fixed.", measured, e, m.MeasuredAt.Add(grace).UTC().Format("2006-01-02 15:04 MST")))
+		return tierWarned, nil
+	case !under && !a.TierShortSince.IsZero():
+		a.TierShortSince = time.Time{}
+		event("tier-kept", fmt.Sprintf("your link was measured at %s, which meets the Enterprise tier's %.0f Mbit/s: your tier stays Enterprise.", measured, e))
+		return tierCleared, nil
+	case under && !now.Before(a.TierShortSince.Add(grace)):
+		// The new certificate keeps the old one's expiry: a move down is not a renewal.
+		serial, err := c.ledger.NextSerial("certificate", now)
+		if err != nil {
+			return tierUnchanged, err
+		}
+		cert := old.Certificate
+		cert.Tier, cert.Serial, cert.IssuedAt = protocol.TierCommunity, serial, now.UTC()
+		raw, err := protocol.Seal(protocol.KindCertificate, cert, c.peer.Key)
+		if err != nil {
+			return tierUnchanged, err
+		}
+		since := a.TierShortSince
+		a.Tier, a.Certificate, a.TierShortSince = protocol.TierCommunity, raw, time.Time{}
+		event("tier-moved-down", fmt.Sprintf("your link has been measured under the Enterprise tier's %.0f Mbit/s each way since %s (latest: %s): "+
+			"your tier is now Community, with a new certificate. Apply again for Enterprise once your link meets it.",
+			e, since.UTC().Format("2006-01-02 15:04 MST"), measured))
+		return tierMovedDown, nil
+	}
+	return tierUnchanged, nil
+}
+
+// latestApproved maps each provider to the sequence of its latest approved application: an
+// older approved one was replaced (a newer one pending or rejected leaves the certificate in
+// force).
+func latestApproved(apps []ledger.Application) map[string]uint64 {
+	latest := map[string]uint64{}
+	for _, a := range apps {
+		if a.Status == protocol.StatusApproved {
+			latest[a.Provider] = max(latest[a.Provider], a.Seq)
+		}
+	}
+	return latest
+}
