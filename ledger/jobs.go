@@ -64,6 +64,9 @@ type Job struct {
 	LastSeenRunning time.Time `json:"last_seen_running,omitzero"`
 	// Dispute is the renter's signed dispute of the receipt, when it did not match.
 	Dispute []byte `json:"dispute,omitempty"`
+	// AbandonReported is when the renter's coordinator took its account of the job as
+	// abandoned: the lease ended and the provider sent no receipt.
+	AbandonReported time.Time `json:"abandon_reported,omitzero"`
 }
 
 // PutJob stores a job.

@@ -189,29 +189,38 @@ func (l *Ledger) RenterHolds(renter string, limit int) ([]Hold, error) {
 	return newestOf[Hold](l, prefixRenterHold, renter, prefixHold, limit)
 }
 
-// ReleaseExpiredHolds returns to their renters the holds still unused at their expiry.
+// ReleaseExpiredHolds returns to their renters the holds still unused at their expiry, and
+// says how many (ReleaseExpired lists them).
 func (l *Ledger) ReleaseExpiredHolds(now time.Time) (int, error) {
+	released, err := l.ReleaseExpired(now)
+	return len(released), err
+}
+
+// ReleaseExpired returns to their renters the holds still unused at their expiry and
+// returns them as released.
+func (l *Ledger) ReleaseExpired(now time.Time) ([]Hold, error) {
 	holds, err := l.Holds()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	var out []Hold
 	for _, h := range holds {
 		if h.State != HoldHeld || now.Before(h.ExpiresAt) {
 			continue
 		}
-		err := l.db.Update(func(txn *badger.Txn) error {
-			_, err := releaseHold(txn, h.Job)
+		var released Hold
+		err := l.db.Update(func(txn *badger.Txn) (err error) {
+			released, err = releaseHold(txn, h.Job)
 			return err
 		})
 		switch {
 		case err == nil:
-			n++
+			out = append(out, released)
 		case !errors.Is(err, errNotHeld):
-			return n, err
+			return out, err
 		}
 	}
-	return n, nil
+	return out, nil
 }
 
 // ReleaseHold returns a held hold's amount to its renter (the provider confirmed that the
@@ -900,4 +909,51 @@ func (l *Ledger) OwnDeposits() ([]OwnDeposit, error) {
 	out, err := scanAll[OwnDeposit](l, prefixOwnDeposit, nil)
 	sort.Slice(out, func(i, k int) bool { return out[i].SentAt.Before(out[k].SentAt) })
 	return out, err
+}
+
+const prefixAbandoned = "coordinator/abandoned/"
+
+// Abandonment is a renter's account, kept by the coordinator, of a job whose provider sent
+// no receipt by the lease's end: the lease and the latest usage checkpoint, each with the
+// renter's countersignature, which prove the job ran at least Seconds.
+type Abandonment struct {
+	Job                  string    `json:"job"`
+	Renter               string    `json:"renter"`
+	Provider             string    `json:"provider"`
+	ReceivedAt           time.Time `json:"received_at"`
+	Seconds              int64     `json:"seconds"`
+	Lease                []byte    `json:"lease"`
+	LeaseCountersig      []byte    `json:"lease_countersignature"`
+	Checkpoint           []byte    `json:"checkpoint"`
+	CheckpointCountersig []byte    `json:"checkpoint_countersignature"`
+	// Counted is when the job was counted against its provider (its hold expired with no
+	// report from it); zero until then.
+	Counted time.Time `json:"counted,omitzero"`
+}
+
+// PutAbandonment keeps a renter's account of an abandoned job; the first one of a job
+// stays (false when there was one).
+func (l *Ledger) PutAbandonment(a Abandonment) (bool, error) {
+	return l.createJSON(prefixAbandoned+a.Job, a)
+}
+
+// GetAbandonment returns the account of an abandoned job, or ErrNotFound.
+func (l *Ledger) GetAbandonment(job string) (Abandonment, error) {
+	var a Abandonment
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixAbandoned+job, &a) })
+	return a, err
+}
+
+// CountAbandonment marks an abandoned job counted against its provider; false when it was
+// already (so that a job counts once).
+func (l *Ledger) CountAbandonment(job string, now time.Time) (bool, error) {
+	first := false
+	_, err := updateJSON(l, prefixAbandoned+job, func(a *Abandonment) error {
+		first = a.Counted.IsZero()
+		if first {
+			a.Counted = now
+		}
+		return nil
+	})
+	return first, err
 }

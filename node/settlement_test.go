@@ -1117,3 +1117,122 @@ func waitCertified(t testing.TB, coord, prov *Node) {
 		return so != nil && so.Cert != nil, ""
 	})
 }
+
+// TestAbandonedJobCounted: a provider that never reports a job it lost does not escape the
+// completion count. Once the lease has ended with no receipt, the renter's node ends the job
+// and sends the coordinator its countersigned usage; when the job's hold expires with still
+// no report from the provider, the coordinator counts the job against the provider, once.
+// A stranger's account, one without usage, one before the lease's end, and one of a job its
+// provider did report are refused.
+func TestAbandonedJobCounted(t *testing.T) {
+	after := jobs.AbandonAfter
+	jobs.AbandonAfter = 0
+	t.Cleanup(func() { jobs.AbandonAfter = after })
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	stranger := tn.add(testConfig(config.RoleRenter), nil)
+	ctx := context.Background()
+	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, coord, prov)
+	const price, gpus = 3_600_000, 1
+	// A job of renter that ran (60 s countersigned) under a lease that started at start and
+	// lasted an hour, whose hold expires at expires.
+	rented := func(job string, start, expires time.Time, cpSeconds int64) ledger.Job {
+		resp, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
+			Amount: 4_000_000, ExpiresAt: expires})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := protocol.Lease{Version: 1, Job: job, Proposal: strings.Repeat("0", 64), Renter: renter.ID().String(), Provider: prov.ID().String(),
+			Model: "H100-80GB", GPUs: gpus, Price: price, IssuedAt: start, EndsAt: start.Add(time.Hour),
+			Limits: protocol.Limits{MemoryBytes: 1, CPUMillis: 1, Pids: 1, ScratchBytes: 1}}
+		j := ledger.Job{ID: job, Side: "renter", Peer: prov.ID().String(), State: ledger.JobRunning, CreatedAt: start, StartedAt: start, ObservedStart: start}
+		j.Lease, _ = protocol.Seal(protocol.KindLease, l, prov.peer.Key)
+		j.LeaseCountersig, _ = protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindLease,
+			SHA256: protocol.RecordSHA256(j.Lease), Job: job, Signer: renter.ID().String(), SignedAt: start}, renter.peer.Key)
+		if cpSeconds > 0 {
+			cp := protocol.Checkpoint{Version: 1, Job: job, Lease: protocol.RecordSHA256(j.Lease), Provider: prov.ID().String(), Renter: renter.ID().String(),
+				Seconds: cpSeconds, Amount: protocol.Cost(price, gpus, cpSeconds), At: start.Add(time.Duration(cpSeconds+1) * time.Second)}
+			j.Checkpoint, _ = protocol.Seal(protocol.KindCheckpoint, cp, prov.peer.Key)
+			j.CheckpointCountersig, _ = protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindCheckpoint,
+				SHA256: protocol.RecordSHA256(j.Checkpoint), Job: job, Signer: renter.ID().String(), SignedAt: cp.At}, renter.peer.Key)
+			j.CheckpointSeconds = cpSeconds
+		}
+		j.Proposal, _ = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
+			Provider: prov.ID().String(), IssuedAt: start, Model: "H100-80GB", GPUs: gpus, MaxSeconds: 3600, MaxPrice: price,
+			Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
+		return j
+	}
+	ended := time.Now().UTC().Add(-2 * time.Hour) // the lease ended an hour ago
+	completion := func() (weight, good float64, events []string) {
+		rs, _ := coord.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
+		hl := coord.cfg.Coordinator.HalfLife.Duration
+		return rs.Reliability.Completion.Weight(time.Now(), hl), rs.Reliability.Completion.Good, rs.Events
+	}
+
+	// Refused: before the lease's end, without usage, by a stranger.
+	early := rented("00000000000000a1", time.Now().UTC().Add(-time.Minute), time.Now().Add(48*time.Hour), 30)
+	if err := renter.wallet.ReportAbandoned(ctx, early); err == nil || !strings.Contains(err.Error(), "the lease runs until") {
+		t.Fatalf("an account before the lease's end: %v", err)
+	}
+	bare := rented("00000000000000a2", ended, time.Now().Add(48*time.Hour), 0)
+	if err := renter.wallet.ReportAbandoned(ctx, bare); err == nil || !strings.Contains(err.Error(), "nothing shows that the job ran") {
+		t.Fatalf("an account without usage: %v", err)
+	}
+	job := rented("00000000000000a3", ended, time.Now().Add(6*time.Second), 60)
+	if err := stranger.wallet.ReportAbandoned(ctx, job); err == nil || !strings.Contains(err.Error(), "not yours") {
+		t.Fatalf("a stranger's account: %v", err)
+	}
+
+	// The renter's node does it by itself: the job is running in its ledger, the lease has
+	// ended, no receipt came.
+	if err := renter.ledger.PutJob(job); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the renter's account taken", func() (bool, string) {
+		_, err := coord.ledger.GetAbandonment(job.ID)
+		return err == nil, fmt.Sprint(err)
+	})
+	if j, _ := renter.ledger.GetJob(job.ID); j.State != ledger.JobFailed || !strings.Contains(j.Error, "abandoned by its provider") ||
+		!strings.Contains(j.Error, "the coordinator was told") || j.AbandonReported.IsZero() {
+		t.Fatalf("the renter's job: %s %q", j.State, j.Error)
+	}
+	if w, _, _ := completion(); w != 0 {
+		t.Fatalf("counted before the hold expired: weight %v", w)
+	}
+	// The hold expires with no report from the provider: counted against it, once.
+	eventually(t, 20*time.Second, "the hold expired", func() (bool, string) {
+		coord.settlement.ReleaseExpired()
+		h, _ := coord.ledger.GetHold(job.ID)
+		return h.State == ledger.HoldReleased, h.State
+	})
+	w, good, events := completion()
+	coord.settlement.ReleaseExpired()
+	if again, _, _ := completion(); again > w*1.01 {
+		t.Fatalf("counted twice: weight %v, then %v", w, again)
+	}
+	if w <= 0 || good != 0 || !strings.Contains(strings.Join(events, "; "), "job 00000000000000a3 abandoned: no receipt by its hold's expiry; its renter's countersigned usage shows 60 s run") {
+		t.Fatalf("completion weight %v, good %v, events %q", w, good, events)
+	}
+
+	// A job its provider reported is not the renter's to call abandoned.
+	reported := signedJob(t, prov.peer.Key, renter.peer.Key, "00000000000000a4", price, gpus, 100)
+	resp, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: reported.ID, Provider: prov.ID().String(),
+		Amount: 4_000_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported.Proposal, _ = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: reported.ID, Renter: renter.ID().String(),
+		Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: gpus, MaxSeconds: 3600, MaxPrice: price,
+		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
+	eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
+		prov.wallet.ReportJob(ctx, reported)
+		h, _ := coord.ledger.GetHold(reported.ID)
+		return h.State != ledger.HoldHeld, h.State
+	})
+	if err := renter.wallet.ReportAbandoned(ctx, reported); err == nil || !strings.Contains(err.Error(), "settled already") {
+		t.Fatalf("an account of a reported job: %v", err)
+	}
+}

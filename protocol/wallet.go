@@ -7,13 +7,13 @@ import "time"
 
 // Size limits of the wallet stream's frames.
 const (
-	MaxWalletRequest  = 16 << 10
+	MaxWalletRequest  = 32 << 10
 	MaxWalletResponse = MaxPayoutBatchSize * 4
 )
 
 // WalletRequest is one request on the wallet stream.
 type WalletRequest struct {
-	Op        string    `json:"op"` // info, claim, balance, hold, release, settings, earnings, batches, bundle, dispute
+	Op        string    `json:"op"` // info, claim, balance, hold, release, settings, earnings, batches, bundle, dispute, abandoned
 	Signature string    `json:"signature,omitempty"`
 	Job       string    `json:"job,omitempty"`
 	Provider  string    `json:"provider,omitempty"`
@@ -23,6 +23,12 @@ type WalletRequest struct {
 	// Dispute is a renter's signed dispute of the receipt in Receipt.
 	Dispute []byte `json:"dispute,omitempty"`
 	Receipt []byte `json:"receipt,omitempty"`
+	// A renter's account of a job its provider abandoned (op abandoned): the lease and the
+	// latest usage checkpoint, each with the renter's countersignature.
+	Lease                []byte `json:"lease,omitempty"`
+	LeaseCountersig      []byte `json:"lease_countersignature,omitempty"`
+	Checkpoint           []byte `json:"checkpoint,omitempty"`
+	CheckpointCountersig []byte `json:"checkpoint_countersignature,omitempty"`
 	Batch   string `json:"batch,omitempty"`
 	// From and To bound the earnings an earnings request lists (by end of job).
 	From time.Time `json:"from,omitzero"`

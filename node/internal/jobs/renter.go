@@ -44,6 +44,9 @@ type Escrow interface {
 	// Dispute sends the job's signed dispute of its receipt to the coordinator holding
 	// its escrow.
 	Dispute(ctx context.Context, j ledger.Job) error
+	// ReportAbandoned sends the renter's account of a job whose lease ended with no
+	// receipt (its lease and latest checkpoint, countersigned) to that coordinator.
+	ReportAbandoned(ctx context.Context, j ledger.Job) error
 }
 
 // RenterDeps are what a node's renter side needs.
@@ -481,7 +484,9 @@ func (r *Renter) Meter(ctx context.Context) {
 				go func() {
 					defer wg.Done()
 					defer func() { <-slots }()
-					if j.State == ledger.JobRunning {
+					if j.State == ledger.JobRunning && r.leaseOver(j) {
+						r.reportAbandoned(ctx, j)
+					} else if j.State == ledger.JobRunning {
 						r.meterOnce(ctx, j)
 					} else if r.escrow.Dispute(ctx, j) == nil {
 						r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
@@ -491,6 +496,54 @@ func (r *Renter) Meter(ctx context.Context) {
 		}
 		wg.Wait()
 	}
+}
+
+// AbandonAfter is how long after a job's lease ends its renter waits for the receipt
+// before it takes the job as abandoned by its provider.
+var AbandonAfter = 5 * time.Minute
+
+// leaseOver says whether a running job's lease ended AbandonAfter ago with no receipt.
+func (r *Renter) leaseOver(j ledger.Job) bool {
+	l, _, err := protocol.OpenLease(j.Lease)
+	return err == nil && len(j.Receipt) == 0 && !r.clock.Now().Before(l.EndsAt.Add(AbandonAfter))
+}
+
+// reportAbandoned ends a job whose provider sent no receipt by its lease's end, and tells
+// the coordinator of its escrow, with the usage this node countersigned as proof that it
+// ran: the coordinator counts the job against the provider when its hold expires with no
+// report from it (docs/protocols/settlement.md, "Abandoned jobs"). A failed delivery is
+// tried again at the next interval, until the hold's grace has passed.
+func (r *Renter) reportAbandoned(ctx context.Context, j ledger.Job) {
+	now := r.clock.Now()
+	why := fmt.Sprintf("abandoned by its provider: no receipt by the lease's end (%d s of usage countersigned)", j.CheckpointSeconds)
+	var err error
+	switch {
+	case len(j.Checkpoint) == 0:
+		why = "the provider sent no receipt by the lease's end, and no usage was countersigned: nothing to report"
+	default:
+		if err = r.escrow.ReportAbandoned(ctx, j); err == nil {
+			why += "; the coordinator was told"
+		}
+	}
+	// The provider reported the job after all ("settled already"): nothing to try again.
+	final := err != nil && strings.Contains(err.Error(), "settled already")
+	if l, _, lerr := protocol.OpenLease(j.Lease); err != nil && !final && lerr == nil && now.Before(l.EndsAt.Add(protocol.HoldGrace)) {
+		r.log.Debug("the account of an abandoned job was not delivered; trying again", "job", j.ID, "err", err)
+		return
+	} else if err != nil {
+		why += "; the coordinator could not be told: " + err.Error()
+	}
+	r.log.Warn("job abandoned by its provider", "job", j.ID, "provider", j.Peer, "detail", why)
+	r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
+		if x.State != ledger.JobRunning {
+			return nil
+		}
+		x.State, x.Error, x.UpdatedAt = ledger.JobFailed, why, now
+		if err == nil && len(j.Checkpoint) > 0 {
+			x.AbandonReported = now
+		}
+		return nil
+	})
 }
 
 // checkObserved checks a provider's checkpoint of a job against its lease and against what

@@ -25,6 +25,7 @@ func (d *disputes) Dispute(_ context.Context, j ledger.Job) error {
 	d.sent = append(d.sent, j)
 	return nil
 }
+func (d *disputes) ReportAbandoned(context.Context, ledger.Job) error { return nil }
 
 func newKey(t *testing.T) (crypto.PrivKey, peer.ID) {
 	t.Helper()

@@ -298,6 +298,8 @@ func (s *Settlement) Serve(ctx context.Context, remote peer.ID, req protocol.Wal
 		return protocol.WalletResponse{Batches: batches, More: more}, err
 	case "dispute":
 		return protocol.WalletResponse{}, s.openDispute(remote, req)
+	case "abandoned":
+		return protocol.WalletResponse{}, s.takeAbandoned(remote, req)
 	case "bundle":
 		b, more, err := s.BundlePage(req.Batch, req.Offset, WalletPageBytes)
 		if err != nil {
@@ -511,7 +513,7 @@ func (s *Settlement) Run(ctx context.Context) {
 			s.chargeDue()
 		case <-payouts:
 			payouts = s.clock.After(st.PayoutCheck.Duration)
-			if n, err := s.ledger.ReleaseExpiredHolds(s.clock.Now()); err != nil {
+			if n, err := s.ReleaseExpired(); err != nil {
 				s.log.Warn("release expired holds", "err", err)
 			} else if n > 0 {
 				s.log.Info("expired holds returned to renters", "holds", n)
