@@ -29,7 +29,7 @@ type WalletRequest struct {
 	LeaseCountersig      []byte `json:"lease_countersignature,omitempty"`
 	Checkpoint           []byte `json:"checkpoint,omitempty"`
 	CheckpointCountersig []byte `json:"checkpoint_countersignature,omitempty"`
-	Batch   string `json:"batch,omitempty"`
+	Batch                string `json:"batch,omitempty"`
 	// From and To bound the earnings an earnings request lists (by end of job).
 	From time.Time `json:"from,omitzero"`
 	To   time.Time `json:"to,omitzero"`
