@@ -1,10 +1,6 @@
 package bench
 
-import (
-	"fmt"
-
-	"github.com/gpunex/gpunex/protocol"
-)
+import "github.com/gpunex/gpunex/protocol"
 
 // Named wraps a probe so that the GPUs it finds are named by a catalogue (current, read at
 // each listing): real GPUs by the name NVML reports and their memory; simulated GPUs keep
@@ -33,21 +29,22 @@ func NameGPUs(gpus []GPUInfo, c *protocol.ModelCatalogue) {
 	}
 }
 
-// CatalogueAffects says whether a change of catalogue from old to cur changes anything for GPUs an
-// attestation measured: a model's entry (figures, memory, aliases, support), or, for a
-// real GPU, the model its name maps to.
+// CatalogueAffects says whether a change of catalogue from old to cur changes anything for
+// GPUs an attestation measured: whether their model is in it, its datasheet figures (what
+// scores and thresholds follow from), or, for a real GPU, the model its name maps to. A
+// note, memory size, alias or support change that moves no GPU's model costs no run.
 func CatalogueAffects(old, cur *protocol.ModelCatalogue, gpus []GPUInfo) bool {
 	for _, g := range gpus {
-		if !g.Simulated && g.Name != "" && old.ModelFor(g.Name, g.MemoryBytes) != cur.ModelFor(g.Name, g.MemoryBytes) {
-			return true
-		}
 		m := g.Model
 		if !g.Simulated && g.Name != "" {
+			if old.ModelFor(g.Name, g.MemoryBytes) != cur.ModelFor(g.Name, g.MemoryBytes) {
+				return true
+			}
 			m = cur.ModelFor(g.Name, g.MemoryBytes)
 		}
-		a, okA := old.Entry(m)
-		c, okC := cur.Entry(m)
-		if okA != okC || fmt.Sprint(a) != fmt.Sprint(c) {
+		a, okA := old.Datasheet(m)
+		c, okC := cur.Datasheet(m)
+		if okA != okC || a != c {
 			return true
 		}
 	}

@@ -219,6 +219,11 @@ func TestNamedByCatalogue(t *testing.T) {
 	}{
 		{"a corrected datasheet of its model", corrected, gpus[:1], true},
 		{"another model's entry", unrelated, gpus, false},
+		{"a note on its own model", withEntry(func(e *protocol.ModelEntry) {
+			if e.Model == "L4-24GB" {
+				e.Note, e.Supported = "checked", false
+			}
+		}), gpus[1:], false},
 		{"its name maps elsewhere", renamed, gpus[:1], true},
 		{"a simulated GPU's entry", simulatedOnly, gpus[1:], true},
 		{"the same catalogue", first, gpus, false},

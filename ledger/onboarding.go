@@ -420,9 +420,9 @@ func (l *Ledger) SetMaintenance(ms []Maintenance) error {
 
 const prefixModels = "models/"
 
-// KeptModelCatalogues is how many model catalogues a node keeps per coordinator: enough
-// for every attestation still valid to be checked with the catalogue it was scored with.
-const KeptModelCatalogues = 16
+// KeptModelCatalogues is the most model catalogues a node keeps per coordinator; it keeps
+// fewer when older ones can no longer be named by a valid attestation (models.needed).
+const KeptModelCatalogues = 64
 
 // SaveModelCatalogue stores a coordinator's model catalogue of a sequence, and forgets
 // that coordinator's catalogues older than the KeptModelCatalogues newest.

@@ -61,7 +61,7 @@ func (a *APIServer) editModels(r *http.Request) (any, error) {
 		return nil, api.Invalid(fmt.Errorf("op %q: expected add, set or remove", e.Op))
 	})
 	if err != nil {
-		if api.HTTPStatus(err) == http.StatusInternalServerError && protocol.Reason(err) == "invalid" {
+		if r := protocol.Reason(err); api.HTTPStatus(err) == http.StatusInternalServerError && (r == "invalid" || r == "too_large") {
 			err = api.Invalid(err)
 		}
 		return nil, err

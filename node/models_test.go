@@ -11,6 +11,8 @@ import (
 
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/benchmarks"
+	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -53,6 +55,9 @@ func TestModelCatalogue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-node network test")
 	}
+	jitter := benchmarks.CatalogueJitter
+	benchmarks.CatalogueJitter = 0
+	t.Cleanup(func() { benchmarks.CatalogueJitter = jitter })
 	tn := newTestNet(t)
 	cfg := testConfig(config.RoleProvider)
 	cfg.Provider.Region = "eu-west"
@@ -91,9 +96,10 @@ func TestModelCatalogue(t *testing.T) {
 	entry := protocol.ModelEntry{Model: "b200-192gb", Aliases: []string{"NVIDIA B200"}, VRAMGB: 192, FP32TFLOPS: 80, FP16TFLOPS: 160,
 		TensorTFLOPS: 1125, MemBandwidth: 8000, Supported: true}
 	v, err := coord.EditModels(ctx, api.ModelEdit{Op: "add", Entry: entry})
-	if err != nil || v.Seq != 1 || v.Coordinator != tn.boot.ID().String() {
+	if err != nil || v.Seq == 0 || v.Coordinator != tn.boot.ID().String() {
 		t.Fatalf("add: %+v %v", v, err)
 	}
+	first := v.Seq
 	if _, err := coord.EditModels(ctx, api.ModelEdit{Op: "add", Entry: entry}); err == nil || !strings.Contains(err.Error(), "in the catalogue already") {
 		t.Fatalf("adding it twice: %v", err)
 	}
@@ -111,11 +117,11 @@ func TestModelCatalogue(t *testing.T) {
 		}
 		return ok && r.Bench != nil && r.Bench.PerfScore >= 98, ""
 	})
-	if c := renter.models.Latest(tn.boot.ID()); c == nil || c.Seq != 1 {
+	if c := renter.models.Latest(tn.boot.ID()); c == nil || c.Seq != first {
 		t.Fatalf("renter's catalogue: %+v", c)
 	}
 	a := prov.bench.Latest()
-	if a.Challenge.ModelsSeq != 1 || gpuOf(a, "B200-192GB").Below != "" {
+	if a.Challenge.ModelsSeq != first || gpuOf(a, "B200-192GB").Below != "" {
 		t.Fatalf("the provider's new attestation: %+v", a.Challenge)
 	}
 	if ns, _ := prov.ledger.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "B200-192GB) listed again") {
@@ -125,24 +131,43 @@ func TestModelCatalogue(t *testing.T) {
 		t.Fatalf("the narrow certificate's offer: %+v", so)
 	}
 
-	// A corrected datasheet: a second catalogue. The first, replayed, is refused and
-	// counted; so is one signed by a stranger.
-	first := renter.models.Latest(tn.boot.ID()).Raw
+	// A corrected datasheet: a second catalogue. The first, gossiped again, is a repeat
+	// that changes nothing; one of the same sequence with other contents is refused and
+	// counted; an older one the renter never had is kept to check attestations naming it,
+	// but does not become current; one signed by a stranger is refused and counted.
+	firstRaw := renter.models.Latest(tn.boot.ID()).Raw
 	entry.Note = "corrected"
-	if v, err = coord.EditModels(ctx, api.ModelEdit{Op: "set", Entry: entry}); err != nil || v.Seq != 2 {
+	if v, err = coord.EditModels(ctx, api.ModelEdit{Op: "set", Entry: entry}); err != nil || v.Seq <= first {
 		t.Fatalf("set: %+v %v", v, err)
 	}
-	eventually(t, 15*time.Second, "the renter holds catalogue 2", func() (bool, string) {
+	second := v.Seq
+	eventually(t, 15*time.Second, "the renter holds the second catalogue", func() (bool, string) {
 		c := renter.models.Latest(tn.boot.ID())
-		return c != nil && c.Seq == 2, ""
+		return c != nil && c.Seq == second, ""
 	})
 	replays := func() float64 {
 		return testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues(string(protocol.KindModelCatalogue), "gossip", "replay"))
 	}
 	before := replays()
-	renter.models.Validate(ctx, prov.ID(), first)
-	if replays() != before+1 || renter.models.Latest(tn.boot.ID()).Seq != 2 {
-		t.Fatalf("an older catalogue replayed: counted %v", replays()-before)
+	if verdict := renter.models.Validate(ctx, prov.ID(), firstRaw); verdict != p2p.Repeat || replays() != before {
+		t.Fatalf("the first catalogue again: %v, counted %v", verdict, replays()-before)
+	}
+	coordCatalogue := func(seq uint64, note string) []byte {
+		c := protocol.ModelCatalogue{Version: 1, Coordinator: tn.boot.ID().String(), Seq: seq, IssuedAt: time.Now().UTC(),
+			Models: append([]protocol.ModelEntry{{Model: "X9-8GB", VRAMGB: 8, FP32TFLOPS: 1, TensorTFLOPS: 1, MemBandwidth: 1, Note: note}}, protocol.FirstModels().Models...)}
+		raw, err := protocol.Seal(protocol.KindModelCatalogue, c, tn.bootKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	renter.models.Validate(ctx, prov.ID(), coordCatalogue(first, "other contents"))
+	if replays() != before+1 || renter.models.Latest(tn.boot.ID()).Seq != second {
+		t.Fatalf("the first sequence with other contents: counted %v", replays()-before)
+	}
+	if verdict := renter.models.Validate(ctx, prov.ID(), coordCatalogue(first-1, "older")); verdict != p2p.Accept ||
+		renter.models.Latest(tn.boot.ID()).Seq != second || renter.models.Lookup(tn.boot.ID(), first-1) == nil {
+		t.Fatalf("an older catalogue: %v, current %d", verdict, renter.models.Latest(tn.boot.ID()).Seq)
 	}
 	stranger := newTestKey(t)
 	strangerID, _ := peer.IDFromPrivateKey(stranger)
@@ -156,7 +181,16 @@ func TestModelCatalogue(t *testing.T) {
 	if n := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues(string(protocol.KindModelCatalogue), "gossip", "untrusted")); n != 1 {
 		t.Fatalf("a stranger's catalogue: counted %v", n)
 	}
-	if d, _ := renter.models.Current(tn.boot.ID()).Datasheet("B200-192GB"); d.TensorTFLOPS != 1125 {
-		t.Fatalf("the B200's figures after a stranger's catalogue: %+v", d)
+	if c := renter.models.Latest(strangerID); c != nil {
+		t.Fatalf("a stranger's catalogue kept: %+v", c.ModelCatalogue)
 	}
+
+	// A renter that joins later (no gossip brings it the catalogues) gets them from the
+	// coordinator as it joins, the one the provider's attestation names included, and finds
+	// the B200 with its figures.
+	late := tn.add(testConfig(config.RoleRenter), nil)
+	eventually(t, 20*time.Second, "the late renter finds the B200 with its figures", func() (bool, string) {
+		r, ok := providersIn(search(t, late, api.SearchFilter{Model: "B200-192GB"}))[prov.ID().String()]
+		return ok && r.Bench != nil && late.models.Lookup(tn.boot.ID(), first) != nil && late.models.Latest(tn.boot.ID()).Seq == second, ""
+	})
 }

@@ -182,6 +182,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 	}
 	n.models.Publish(modelsTopic)
 	n.peer.Handle(protocol.OfferSyncProtocol, n.catalogue.HandleSyncStream)
+	n.peer.Handle(protocol.ModelsSyncProtocol, n.models.HandleSync)
 	n.peer.Handle(protocol.RevocationSyncProtocol, n.catalogue.HandleRevocationSync)
 
 	if cfg.Role == config.RoleCoordinator {
@@ -207,7 +208,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 		n.goLoop(func() { n.wallet.ClaimLoop(runCtx) })
 	}
 	n.goLoop(func() {
-		n.peer.KeepJoined(runCtx, boot, n.clock, n.log, p2p.Joined{Sync: n.catalogue.SyncOffers, Announce: n.announce})
+		n.peer.KeepJoined(runCtx, boot, n.clock, n.log, p2p.Joined{Sync: n.syncJoined, Announce: n.announce})
 	})
 	n.goLoop(func() { n.flushLoop(runCtx) })
 	n.log.Info("node started", "peer_id", self, "role", cfg.Role, "addrs", n.peer.Host.Addrs())
@@ -368,6 +369,14 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 type revocationDesk struct {
 	*offers.Trust
 	*offers.Catalogue
+}
+
+// syncJoined catches up on what the node missed while out of the network: the model
+// catalogues first (the offers' attestations are checked with them), then revocations and
+// offers.
+func (n *Node) syncJoined(ctx context.Context) {
+	n.models.SyncTrusted(ctx)
+	n.catalogue.SyncOffers(ctx)
 }
 
 // announce makes a provider publish to the network it just joined, and once more when the

@@ -133,6 +133,15 @@ func CheckChallenge(raw []byte, trust Trust, provider peer.ID) (*Challenge, peer
 // figures, and scores and delisting reasons that follow from them under the model
 // catalogue the challenge names, which models must hold (else ErrUnknownModels).
 func CheckAttestation(raw []byte, now time.Time, trust Trust, models ModelsLookup) (*SignedAttestation, error) {
+	if models == nil {
+		models = FirstModelsOnly
+	}
+	return checkAttestation(raw, now, trust, models)
+}
+
+// checkAttestation is CheckAttestation; a nil models skips the scores and delisting reasons
+// (Verify, without the catalogue).
+func checkAttestation(raw []byte, now time.Time, trust Trust, models ModelsLookup) (*SignedAttestation, error) {
 	env, err := openKind(raw, KindAttestation)
 	if err != nil {
 		return nil, err
@@ -148,9 +157,11 @@ func CheckAttestation(raw []byte, now time.Time, trust Trust, models ModelsLooku
 	if err != nil {
 		return nil, fmt.Errorf("attestation's challenge: %w", err)
 	}
-	cat := models(coord, c.ModelsSeq)
-	if cat == nil {
-		return nil, fmt.Errorf("%w: attestation scored with model catalogue %d of %s", ErrUnknownModels, c.ModelsSeq, coord)
+	var cat *ModelCatalogue
+	if models != nil {
+		if cat = models(coord, c.ModelsSeq); cat == nil {
+			return nil, fmt.Errorf("%w: attestation scored with model catalogue %d of %s", ErrUnknownModels, c.ModelsSeq, coord)
+		}
 	}
 	receipt, err := CheckNetworkReceipt(a.NetworkReceipt, c, env.signerText)
 	if err != nil {
@@ -178,6 +189,9 @@ func CheckAttestation(raw []byte, now time.Time, trust Trust, models ModelsLooku
 			if f < 0 || f > 1e5 || math.IsNaN(f) {
 				return nil, bad("GPU %s: figure out of range", g.UUID)
 			}
+		}
+		if cat == nil {
+			continue
 		}
 		if want := cat.Score(g); g.PerfScore != want {
 			return nil, bad("GPU %s: perf_score %d does not follow from its figures (%d)", g.UUID, g.PerfScore, want)

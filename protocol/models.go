@@ -346,6 +346,28 @@ func CheckModelCatalogue(raw []byte, now time.Time, trust Trust) (*SignedModelCa
 	return &SignedModelCatalogue{ModelCatalogue: c, Signer: env.Signer, Raw: raw}, nil
 }
 
+// ModelsSyncProtocol is served by every node: the model catalogues it holds of one
+// coordinator. A node asks the coordinator itself when it joins the network and when a
+// record names a catalogue it does not hold.
+const ModelsSyncProtocol = "/gpunex/models-sync/1.0.0"
+
+// ModelsSyncRequest asks for the catalogues held of a coordinator.
+type ModelsSyncRequest struct {
+	Coordinator string `json:"coordinator"`
+}
+
+// ModelsSyncAnswer carries them, oldest first.
+type ModelsSyncAnswer struct {
+	Catalogues [][]byte `json:"catalogues"`
+}
+
+// Size limits of the models sync frames: a request, and an answer of at most 24
+// catalogues (base64 in JSON).
+const (
+	MaxModelsSyncRequest = 1024
+	MaxModelsSyncAnswer  = 24 * MaxModelCatalogueSize * 3 / 2
+)
+
 // ModelsLookup returns the catalogue of a coordinator with a sequence, nil when the node
 // does not hold it. Seq 0 is FirstModels.
 type ModelsLookup func(coordinator peer.ID, seq uint64) *ModelCatalogue

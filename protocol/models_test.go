@@ -136,3 +136,24 @@ func TestAttestationNamesItsCatalogue(t *testing.T) {
 		t.Fatalf("newer score under the first catalogue: %v", err)
 	}
 }
+
+// TestVerifyAttestationWithCatalogue: `gpunex verify` of an attestation scored with a
+// coordinator's catalogue checks every other rule and says the scores were not checked;
+// one that breaks another rule is still refused.
+func TestVerifyAttestationWithCatalogue(t *testing.T) {
+	csk, coord := newKey(t)
+	psk, prov := newKey(t)
+	challenge := seal(t, KindChallenge, Challenge{Version: 1, Coordinator: coord.String(), Provider: prov.String(), Nonce: strings.Repeat("ab", 16), IssuedAt: testNow, ModelsSeq: 7}, csk)
+	receipt := seal(t, KindNetworkReceipt, goodReceipt(coord, prov), csk)
+	a := Attestation{Version: 1, Provider: prov.String(), Seq: 1, IssuedAt: testNow.Add(time.Minute), Challenge: challenge, NetworkReceipt: receipt,
+		GPUs:    []GPUBenchmark{{UUID: "GPU-1", Model: "B200-192GB", TensorTFLOPS: 1100, PerfScore: 98}},
+		Storage: StorageBenchmark{SeqWriteMBps: 500, SeqReadMBps: 900, RandReadIOPS: 20000, BytesMeasured: 256 << 20}}
+	v, err := Verify(seal(t, KindAttestation, a, psk), testNow.Add(time.Hour))
+	if err != nil || !strings.Contains(v.Note, "scores and delisting reasons not checked") || !strings.Contains(v.Note, "model catalogue 7") {
+		t.Fatalf("verify: %+v %v", v, err)
+	}
+	a.IssuedAt = testNow.Add(2 * time.Hour) // past the challenge's hour
+	if _, err := Verify(seal(t, KindAttestation, a, psk), testNow.Add(3*time.Hour)); Reason(err) != "replay" {
+		t.Fatalf("verify of a late attestation: %v", err)
+	}
+}

@@ -363,6 +363,8 @@ type Verified struct {
 	Signer peer.ID
 	Raw    []byte
 	Record any // *Offer, ...
+	// Note says what was not checked, when something was not.
+	Note string
 }
 
 // Verify opens any signed record and applies the stateless rules of its kind at time now.
@@ -374,6 +376,7 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		return nil, err
 	}
 	var rec any
+	note := ""
 	switch env.Kind {
 	case KindOffer:
 		rec, err = checkOfferEnvelope(env, now)
@@ -389,6 +392,12 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 		rec, err = CheckProposal(raw, now)
 	case KindAttestation:
 		rec, err = CheckAttestation(raw, now, nil, FirstModelsOnly)
+		if errors.Is(err, ErrUnknownModels) {
+			// Scored with a coordinator's catalogue, which a lone record does not carry:
+			// every other rule is checked.
+			note = fmt.Sprintf("scores and delisting reasons not checked: %v (a node checks them with the catalogue it holds)", err)
+			rec, err = checkAttestation(raw, now, nil, nil)
+		}
 	case KindScore:
 		rec, err = CheckScore(raw, now, nil)
 	case KindEscrowHold:
@@ -443,5 +452,5 @@ func Verify(raw []byte, now time.Time) (*Verified, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Verified{Kind: env.Kind, Signer: env.Signer, Raw: raw, Record: rec}, nil
+	return &Verified{Kind: env.Kind, Signer: env.Signer, Raw: raw, Record: rec, Note: note}, nil
 }

@@ -691,6 +691,26 @@ func adversaryScenarios() []scenario {
 			},
 		},
 		{
+			// Model catalogue syncs (answers up to 1.5 MiB) from fresh identities on one
+			// host: served within the network's budget.
+			name: "models-sync-flood", victim: "renter-1", honest: honestSearch,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				return sybil(ctx, t, e, "renter-1", protocol.ModelsSyncProtocol, 10, func(a *attacker, s network.Stream) {
+					protocol.WriteJSONFrame(s, protocol.ModelsSyncRequest{Coordinator: e.id("coordinator").String()})
+					if k, _ := io.Copy(io.Discard, s); k > 0 {
+						modelSyncsServed.Add(1)
+					}
+				})
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				// The network's budget: 24 at once, then 24 a minute.
+				if limit := int64(24 + adversaryDuration.Minutes()*24 + 1); modelSyncsServed.Load() > limit {
+					t.Errorf("%d model catalogue syncs served to one network, over its budget of %d", modelSyncsServed.Load(), limit)
+				}
+				return fmt.Sprintf("%d of %d model catalogue syncs served", modelSyncsServed.Load(), ops)
+			},
+		},
+		{
 			// Streams opened on every coordinator protocol and left to trickle.
 			name: "slow-streams", victim: "coordinator", honest: honestBalance,
 			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
@@ -747,6 +767,7 @@ var (
 	proposalsAccepted atomic.Int64
 	proposalsChecked  atomic.Int64
 	syncsServed       atomic.Int64
+	modelSyncsServed  atomic.Int64
 )
 
 // provider1Jobs is the decayed count of jobs behind provider-1's completion, as the

@@ -359,6 +359,9 @@ func verifyCommand() *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "INVALID: %v\n", err)
 				return exitError{1}
 			}
+			if v.Note != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", v.Note)
+			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"kind": v.Kind, "signer": v.Signer.String(), "record": v.Record})
 			}

@@ -352,14 +352,14 @@ func TestDevnetEndToEnd(t *testing.T) {
 	// The model catalogue: the coordinator adds a model from the command line; the renter
 	// holds the signed catalogue within seconds, with no restart.
 	if out := mustRun(t, "coordinator", "models", "add", "B200-192GB", "--vram-gb", "192", "--fp32", "80", "--fp16", "160", "--tensor", "1125",
-		"--bandwidth", "8000", "--alias", "NVIDIA B200", "--supported", "--home", names["coordinator"].Home); !strings.Contains(out, "catalogue 1 signed and gossiped: B200-192GB added") {
+		"--bandwidth", "8000", "--alias", "NVIDIA B200", "--supported", "--home", names["coordinator"].Home); !strings.Contains(out, "signed and gossiped: B200-192GB added") {
 		t.Fatalf("models add: %s", out)
 	}
 	if _, errOut, code := gpunex(t, "coordinator", "models", "add", "B200-192GB", "--vram-gb", "192", "--fp32", "80", "--tensor", "1", "--bandwidth", "1",
 		"--home", names["coordinator"].Home); code == 0 || !strings.Contains(errOut, "in the catalogue already") {
 		t.Fatalf("models add twice: exit %d: %s", code, errOut)
 	}
-	for deadline, out := time.Now().Add(15*time.Second), ""; !strings.Contains(out, "catalogue 1 of coordinator "+names["coordinator"].PeerID) ||
+	for deadline, out := time.Now().Add(15*time.Second), ""; !strings.Contains(out, " of coordinator "+names["coordinator"].PeerID) ||
 		!strings.Contains(out, "NVIDIA B200"); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the renter's catalogue: %s", out)

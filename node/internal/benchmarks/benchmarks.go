@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -488,11 +489,14 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 			continue
 		}
 		if b.jobs != nil && b.jobs.Busy(g.UUID) {
-			if p, ok := prev[g.UUID]; ok {
-				a.GPUs = append(a.GPUs, p) // leased: never benchmarked during a lease
-			} else {
-				a.GPUs = append(a.GPUs, protocol.GPUBenchmark{UUID: g.UUID, Model: g.Model, Simulated: g.Simulated})
+			// Leased: never benchmarked during a lease. Its previous figures stay (none
+			// without a previous run), scored with this run's catalogue.
+			p, ok := prev[g.UUID]
+			if !ok || strings.HasPrefix(p.Below, protocol.LostPrefix) {
+				p = protocol.GPUBenchmark{UUID: g.UUID, Model: g.Model, Simulated: g.Simulated}
 			}
+			p.PerfScore, p.Below = cat.Score(p), cat.Shortfall(p)
+			a.GPUs = append(a.GPUs, p)
 			continue
 		}
 		r, err := bench.Compute(ctx, g, seq, cat)
@@ -527,7 +531,7 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	}
 	b.mu.Lock()
 	old := b.last
-	b.last = signed
+	b.last, b.forced = signed, false
 	b.mu.Unlock()
 	b.notifyChanges(old, signed)
 	if b.publisher != nil {
@@ -649,8 +653,7 @@ func (b *Runner) Due() bool {
 		b.jobs.Probed(gpus)
 	}
 	b.mu.Lock()
-	forced := b.forced
-	b.forced = false
+	forced := b.forced // cleared by a run that succeeds
 	b.mu.Unlock()
 	last := b.Latest()
 	if forced || last == nil || b.clock.Now().Sub(last.IssuedAt) >= b.cfg.Interval.Duration {
@@ -705,9 +708,18 @@ func (b *Runner) catalogueChanged(coordinator peer.ID, cur *protocol.ModelCatalo
 	if err != nil || !bench.CatalogueAffects(used, cur, gpus) {
 		return
 	}
-	b.log.Info("the coordinator's model catalogue changed this machine's models: benchmarking again", "seq", cur.Seq)
-	b.Wake()
+	// Every provider the change concerns benchmarks again: spread them over CatalogueJitter.
+	wait := time.Duration(mrand.Int64N(int64(CatalogueJitter) + 1))
+	b.log.Info("the coordinator's model catalogue changed this machine's models: benchmarking again", "seq", cur.Seq, "in", wait)
+	b.mu.Lock()
+	b.forced = true // until a run succeeds
+	b.mu.Unlock()
+	time.AfterFunc(wait, b.Wake)
 }
+
+// CatalogueJitter spreads over this long the runs that a new model catalogue starts on the
+// providers it concerns, all against one coordinator. (Tests shorten it.)
+var CatalogueJitter = 2 * time.Minute
 
 // Wake asks the loop for a run now.
 func (b *Runner) Wake() {
