@@ -16,6 +16,8 @@ type SimulatedGPU struct {
 	// Lost makes it report itself fallen off the bus, as NVML reports a lost GPU: index,
 	// driver and the error, nothing else.
 	Lost bool
+	// ECCErrors is the count of volatile uncorrected ECC errors it reports.
+	ECCErrors int64
 }
 
 // Simulated is a probe of GPUs that do not exist: devnets and tests use it where there is
@@ -69,7 +71,7 @@ func (s *Simulated) GPUs() ([]GPUInfo, error) {
 			Name: "Simulated " + model, Model: model, VRAMGB: vram, MemoryBytes: uint64(vram) << 30,
 			DriverVersion: "simulated", CUDAVersion: "12.2", PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x10+i),
 			DeviceMinor: -1, Simulated: true, PerfFactor: factor,
-			Health: Health{TemperatureC: 40},
+			Health: Health{TemperatureC: 40, ECCUncorrected: g.ECCErrors},
 		}
 		if factor < 0.9 { // a degraded GPU looks like a throttled one
 			info.Health.Throttle = []string{"sw_thermal_slowdown"}

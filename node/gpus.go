@@ -17,7 +17,7 @@ func OpenProbe(cfg config.Config, id peer.ID) (bench.Probe, error) {
 			return bench.OpenNVML()
 		}
 		for i := 0; i < g.Count; i++ {
-			sim = append(sim, bench.SimulatedGPU{Model: g.Model, PerfFactor: g.PerfFactor, Lost: i >= g.Count-g.Lost})
+			sim = append(sim, bench.SimulatedGPU{Model: g.Model, PerfFactor: g.PerfFactor, Lost: i >= g.Count-g.Lost, ECCErrors: g.ECCErrors})
 		}
 	}
 	if len(sim) == 0 {

@@ -676,9 +676,27 @@ func TestGPULostDuringJob(t *testing.T) {
 	if err != nil || !strings.Contains(final2.ExitReason, "failed during the job") || !strings.Contains(final2.ExitReason, "exit code 3") || final2.Seconds != 0 {
 		t.Fatalf("a job that failed on a lost GPU: %+v %v", final2, err)
 	}
-	eventually(t, 10*time.Second, "coordinator counts both against the provider", func() (bool, string) {
+
+	// Back, and its memory fails under a job (uncorrected ECC errors, which end the job's
+	// CUDA context): the job's end is put on the GPU too.
+	lose(false)
+	prov.bench.Due()
+	j3 := run("sh", "-c", "sleep 2; exit 5")
+	time.Sleep(500 * time.Millisecond)
+	prov.cfg.Provider.GPUs[0].ECCErrors = 2
+	final3, err := renter.renter.JobLogs(ctx, j3.ID, true, io.Discard)
+	if err != nil || !strings.Contains(final3.ExitReason, "had 2 uncorrected ECC errors during the job") || !strings.Contains(final3.ExitReason, "exit code 5") || final3.Seconds != 0 {
+		t.Fatalf("a job that failed on a GPU with ECC errors: %+v %v", final3, err)
+	}
+	// The count stays at 2: the next job that fails by itself is its own.
+	j4 := run("sh", "-c", "exit 6")
+	final4, err := renter.renter.JobLogs(ctx, j4.ID, true, io.Discard)
+	if err != nil || strings.HasPrefix(final4.ExitReason, "lost") || final4.ExitCode != 6 {
+		t.Fatalf("a job that failed by itself after the ECC errors: %+v %v", final4, err)
+	}
+	eventually(t, 10*time.Second, "coordinator counts the three against the provider", func() (bool, string) {
 		st, _ := tn.boot.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
 		c := st.Reliability.Completion
-		return c.Total > 1.99 && c.Good < 0.01 && strings.Contains(strings.Join(st.Events, ";"), "interrupted: lost: GPU"), fmt.Sprintf("%+v %v", c, st.Events)
+		return c.Total > 3.99 && c.Good > 0.99 && c.Good < 1.01 && strings.Contains(strings.Join(st.Events, ";"), "uncorrected ECC errors"), fmt.Sprintf("%+v %v", c, st.Events)
 	})
 }

@@ -358,6 +358,9 @@ type GPUConfig struct {
 	// Lost makes this many of an entry's simulated GPUs (the last ones) report themselves
 	// fallen off the bus, as NVML reports a lost GPU.
 	Lost int `toml:"lost"`
+	// ECCErrors makes an entry's simulated GPUs report this many volatile uncorrected ECC
+	// errors, as a GPU whose memory failed does (the tests of a GPU fault under a job).
+	ECCErrors int64 `toml:"ecc_errors"`
 }
 
 // Defaults returns the configuration a new home starts with.
@@ -681,6 +684,9 @@ func (p *ProviderConfig) Items() ([]protocol.OfferGPUs, error) {
 		}
 		if g.Lost < 0 || g.Lost > g.Count || (g.Lost != 0 && !g.Simulated) {
 			return nil, fmt.Errorf("provider.gpus[%d].lost %d: only simulated GPUs take one, between 0 and count", i, g.Lost)
+		}
+		if g.ECCErrors < 0 || (g.ECCErrors != 0 && !g.Simulated) {
+			return nil, fmt.Errorf("provider.gpus[%d].ecc_errors %d: only simulated GPUs take one, 0 or more", i, g.ECCErrors)
 		}
 		it := protocol.OfferGPUs{Model: protocol.NormalizeModel(g.Model), Count: g.Count, VRAMGB: g.VRAMGB, PricePerGPUHour: price, Simulated: g.Simulated}
 		if seen[it.Model] {

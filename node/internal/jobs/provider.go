@@ -121,6 +121,9 @@ type gpuSlot struct {
 	model string
 	gpu   sandbox.GPU
 	job   string
+	// ecc is the GPU's count of volatile uncorrected ECC errors at the latest probe (-1:
+	// not available), eccAtLease that count when its job took it.
+	ecc, eccAtLease int64
 }
 
 // NewRunner returns a provider's job runner with the GPUs the probe finds. The node then
@@ -150,7 +153,8 @@ func NewRunner(d Deps) (*Runner, error) {
 			}
 			continue
 		}
-		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
+		r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated},
+			ecc: g.Health.ECCUncorrected, eccAtLease: -1})
 	}
 	return r, nil
 }
@@ -173,7 +177,10 @@ func (r *Runner) UseHealthCheck(check func()) {
 	r.healthCheck = check
 }
 
-// lostUnder checks the GPUs now and says which of the job's GPUs is lost, "" when none.
+// lostUnder checks the GPUs now and says which of the job's GPUs failed, "" when none: one
+// lost (fallen off the bus, gone from the list), or one whose count of uncorrected ECC
+// errors rose since the job took it (its memory failed: the errors NVML reports as XID
+// 48, 63, 64, 94 or 95, which end the CUDA contexts on the GPU).
 func (r *Runner) lostUnder(job string) string {
 	r.mu.Lock()
 	check := r.healthCheck
@@ -187,6 +194,9 @@ func (r *Runner) lostUnder(job string) string {
 	for _, s := range r.gpus {
 		if s.job == job && r.lost[s.gpu.UUID] {
 			return fmt.Sprintf("%sGPU %s (%s) failed during the job", ReasonGPULost, s.gpu.UUID, s.model)
+		}
+		if s.job == job && s.eccAtLease >= 0 && s.ecc > s.eccAtLease {
+			return fmt.Sprintf("%sGPU %s (%s) had %d uncorrected ECC errors during the job", ReasonGPULost, s.gpu.UUID, s.model, s.ecc-s.eccAtLease)
 		}
 	}
 	return ""
@@ -236,7 +246,7 @@ func (r *Runner) Reserve(job, model string, n int) ([]sandbox.GPU, error) {
 	}
 	var out []sandbox.GPU
 	for _, i := range free[:n] {
-		r.gpus[i].job = job
+		r.gpus[i].job, r.gpus[i].eccAtLease = job, r.gpus[i].ecc
 		out = append(out, r.gpus[i].gpu)
 	}
 	return out, nil
@@ -268,7 +278,7 @@ func (r *Runner) Probed(gpus []bench.GPUInfo) {
 	for i, s := range r.gpus {
 		have[s.gpu.UUID] = true
 		if g, ok := healthy[s.gpu.UUID]; ok { // as it is now (after a driver reload, say)
-			r.gpus[i].model = g.Model
+			r.gpus[i].model, r.gpus[i].ecc = g.Model, g.Health.ECCUncorrected
 			r.gpus[i].gpu.Index, r.gpus[i].gpu.Minor, r.gpus[i].gpu.Simulated = g.Index, g.DeviceMinor, g.Simulated
 		} else {
 			r.lost[s.gpu.UUID] = true
@@ -299,7 +309,8 @@ func (r *Runner) Probed(gpus []bench.GPUInfo) {
 	for _, g := range gpus {
 		if _, ok := healthy[g.UUID]; ok && !have[g.UUID] {
 			have[g.UUID] = true
-			r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated}})
+			r.gpus = append(r.gpus, gpuSlot{model: g.Model, gpu: sandbox.GPU{Index: g.Index, UUID: g.UUID, Minor: g.DeviceMinor, Simulated: g.Simulated},
+				ecc: g.Health.ECCUncorrected, eccAtLease: -1})
 			r.log.Info("GPU available for jobs", "uuid", g.UUID, "model", g.Model)
 		}
 	}
@@ -416,10 +427,10 @@ func (r *Runner) Hold(job string, uuids []string) []sandbox.GPU {
 			// The probe did not find this GPU healthy at start, but the job still runs on
 			// it: a slot that stays the job's, so that it is never leased twice (probed
 			// fills in its details when the GPU answers).
-			r.gpus = append(r.gpus, gpuSlot{gpu: sandbox.GPU{UUID: u, Index: -1, Minor: -1}})
+			r.gpus = append(r.gpus, gpuSlot{gpu: sandbox.GPU{UUID: u, Index: -1, Minor: -1}, ecc: -1, eccAtLease: -1})
 			i = len(r.gpus) - 1
 		}
-		r.gpus[i].job = job
+		r.gpus[i].job, r.gpus[i].eccAtLease = job, -1 // the count at its start is not known
 		out = append(out, r.gpus[i].gpu)
 	}
 	return out
