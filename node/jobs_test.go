@@ -694,7 +694,8 @@ func TestGPULostDuringJob(t *testing.T) {
 	if err != nil || strings.HasPrefix(final4.ExitReason, "lost") || final4.ExitCode != 6 {
 		t.Fatalf("a job that failed by itself after the ECC errors: %+v %v", final4, err)
 	}
-	eventually(t, 10*time.Second, "coordinator counts the three against the provider", func() (bool, string) {
+	// A report the coordinator could not take at once is sent again every 15 s.
+	eventually(t, 40*time.Second, "coordinator counts the three against the provider", func() (bool, string) {
 		st, _ := tn.boot.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
 		c := st.Reliability.Completion
 		return c.Total > 3.99 && c.Good > 0.99 && c.Good < 1.01 && strings.Contains(strings.Join(st.Events, ";"), "uncorrected ECC errors"), fmt.Sprintf("%+v %v", c, st.Events)

@@ -129,6 +129,10 @@ func (b *Book) Take(raw []byte, source string) error {
 	old, newest := protocol.FirstModels(), true
 	at := len(cs) // where c goes, in seq order
 	for i, h := range cs {
+		if h.Seq == c.Seq && string(h.Raw) == string(raw) {
+			b.mu.Unlock()
+			return ErrHeld // taken meanwhile (gossip and sync at once)
+		}
 		if h.Seq == c.Seq {
 			b.mu.Unlock()
 			return refuse(fmt.Errorf("%w: model catalogue %d of %s held with other contents", protocol.ErrReplay, c.Seq, c.Signer))
