@@ -349,6 +349,15 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if out := mustRun(t, "verify", rawBatch); !strings.Contains(out, "OK: payout-batch record signed by "+names["coordinator"].PeerID) {
 		t.Fatalf("verify batch: %s", out)
 	}
+	// The doctor: a devnet provider and its coordinator can serve their roles.
+	if r, by, code := doctorOf(t, p1.Home); code != 0 || !r.OK || by["node"].Status != "ok" || by["containerd"].Status != "ok" ||
+		by["gpus"].Status != "ok" || by["certificate"].Status != "ok" || by["runc"].Status != "ok" {
+		t.Fatalf("doctor of provider-1: exit %d %+v", code, r.Checks)
+	}
+	if r, by, code := doctorOf(t, names["coordinator"].Home); code != 0 || by["solana"].Status != "ok" || by["node"].Status != "ok" {
+		t.Fatalf("doctor of the coordinator: exit %d %+v", code, r.Checks)
+	}
+
 	// The model catalogue: the coordinator adds a model from the command line; the renter
 	// holds the signed catalogue within seconds, with no restart.
 	if out := mustRun(t, "coordinator", "models", "add", "B200-192GB", "--vram-gb", "192", "--fp32", "80", "--fp16", "160", "--tensor", "1125",
