@@ -105,7 +105,7 @@ func readDevice(i int, driver string, cuda int) GPUInfo {
 	if ret != nvml.SUCCESS {
 		return fail("memory", ret)
 	}
-	raw.MemoryTotal = mem.Total
+	raw.MemoryTotal, raw.MemoryUsed = mem.Total, mem.Used
 	if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
 		raw.PCIBusID = cString(pci.BusId[:])
 	}
@@ -120,6 +120,20 @@ func readDevice(i int, driver string, cuda int) GPUInfo {
 	}
 	if e, ret := dev.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
 		raw.ECC = int64(e)
+	}
+	// Telemetry (docs/operations.md, "Metrics"): each is left at 0 where NVML does not
+	// give it.
+	if p, ret := dev.GetPowerUsage(); ret == nvml.SUCCESS {
+		raw.PowerMilliW = p
+	}
+	if u, ret := dev.GetUtilizationRates(); ret == nvml.SUCCESS {
+		raw.UtilGPU = u.Gpu
+	}
+	if c, ret := dev.GetClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
+		raw.SMClock = c
+	}
+	if c, ret := dev.GetClockInfo(nvml.CLOCK_MEM); ret == nvml.SUCCESS {
+		raw.MemClock = c
 	}
 	return fromRaw(raw)
 }

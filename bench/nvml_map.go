@@ -19,7 +19,14 @@ type rawGPU struct {
 	Temperature  int    `json:"temperature"`
 	ThrottleMask uint64 `json:"throttle_mask"`
 	ECC          int64  `json:"ecc"`
-	Error        string `json:"error,omitempty"`
+	// Power in milliwatts, utilisation in percent, memory used in bytes, clocks in MHz: 0
+	// where not read (older fixtures).
+	PowerMilliW uint32 `json:"power_mw,omitempty"`
+	UtilGPU     uint32 `json:"util_gpu,omitempty"`
+	MemoryUsed  uint64 `json:"memory_used,omitempty"`
+	SMClock     uint32 `json:"sm_clock,omitempty"`
+	MemClock    uint32 `json:"mem_clock,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 func cString(b []int8) string {
@@ -39,7 +46,9 @@ func fromRaw(r rawGPU) GPUInfo {
 		Index: r.Index, UUID: r.UUID, Name: r.Name, MemoryBytes: r.MemoryTotal,
 		VRAMGB: protocol.NominalGB(int((r.MemoryTotal + (1<<30)/2) >> 30)), DriverVersion: r.Driver, CUDAVersion: cudaVersion(r.CUDA),
 		PCIBusID: r.PCIBusID, DeviceMinor: r.Minor,
-		Health: Health{TemperatureC: r.Temperature, Throttle: throttleReasons(r.ThrottleMask), ECCUncorrected: r.ECC, Error: r.Error},
+		Health: Health{TemperatureC: r.Temperature, Throttle: throttleReasons(r.ThrottleMask), ECCUncorrected: r.ECC, Error: r.Error,
+			PowerWatts: float64(r.PowerMilliW) / 1000, UtilizationPct: int(r.UtilGPU), MemoryUsedBytes: r.MemoryUsed,
+			SMClockMHz: int(r.SMClock), MemClockMHz: int(r.MemClock)},
 	}
 	if r.Name != "" {
 		g.Model = CanonicalModel(r.Name, r.MemoryTotal)

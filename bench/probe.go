@@ -39,6 +39,12 @@ type Health struct {
 	Throttle []string `json:"throttle,omitempty"`
 	// ECCUncorrected counts volatile uncorrected ECC errors; -1 where ECC is not available.
 	ECCUncorrected int64 `json:"ecc_uncorrected"`
+	// Power draw, GPU utilisation, memory used and clocks now; 0 where not read.
+	PowerWatts      float64 `json:"power_watts,omitempty"`
+	UtilizationPct  int     `json:"utilization_pct,omitempty"`
+	MemoryUsedBytes uint64  `json:"memory_used_bytes,omitempty"`
+	SMClockMHz      int     `json:"sm_clock_mhz,omitempty"`
+	MemClockMHz     int     `json:"mem_clock_mhz,omitempty"`
 	// Error is set when part of the state could not be read.
 	Error string `json:"error,omitempty"`
 }

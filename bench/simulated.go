@@ -71,7 +71,7 @@ func (s *Simulated) GPUs() ([]GPUInfo, error) {
 			Name: "Simulated " + model, Model: model, VRAMGB: vram, MemoryBytes: uint64(vram) << 30,
 			DriverVersion: "simulated", CUDAVersion: "12.2", PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x10+i),
 			DeviceMinor: -1, Simulated: true, PerfFactor: factor,
-			Health: Health{TemperatureC: 40, ECCUncorrected: g.ECCErrors},
+			Health: Health{TemperatureC: 40, ECCUncorrected: g.ECCErrors, PowerWatts: 60, SMClockMHz: 1410, MemClockMHz: 1593},
 		}
 		if factor < 0.9 { // a degraded GPU looks like a throttled one
 			info.Health.Throttle = []string{"sw_thermal_slowdown"}

@@ -265,6 +265,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 			return gpus, err
 		}})
 
+	n.registerProviderTelemetry()
 	n.peer.Handle(protocol.JobProtocol, n.jobs.HandleJob)
 	n.peer.Handle(protocol.JobControlProtocol, n.jobs.HandleControl)
 	n.peer.Handle(protocol.HoldReleaseProtocol, n.jobs.HandleHoldRelease)

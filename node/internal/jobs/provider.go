@@ -448,6 +448,19 @@ func (r *Runner) Busy(uuid string) bool {
 	return false
 }
 
+// RunningJobs counts the jobs holding GPUs now (not those whose GPUs are being cleaned).
+func (r *Runner) RunningJobs() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	jobs := map[string]bool{}
+	for _, s := range r.gpus {
+		if s.job != "" && !strings.HasPrefix(s.job, cleaningPrefix) {
+			jobs[s.job] = true
+		}
+	}
+	return len(jobs)
+}
+
 func (r *Runner) jobDir(id string) string { return filepath.Join(r.dir, id) }
 
 // HandleJob runs the provider's side of a negotiation.

@@ -1,0 +1,147 @@
+package node
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpunex/gpunex/bench"
+)
+
+// A provider's telemetry (docs/operations.md, "Metrics"): each GPU's state as NVML (or the
+// simulated probe) reports it at scrape time, whether it is leased or delisted, the jobs
+// running, the provider's score and the age of the offer it announces.
+
+// gpuCacheFor is how long one probe serves scrapes: several scrapers at once probe once.
+const gpuCacheFor = 5 * time.Second
+
+var (
+	gpuLabels = []string{"uuid", "model", "index"}
+	gpuDescs  = struct {
+		temp, power, util, memUsed, memTotal, smClock, memClock, ecc, throttle, leased, delisted, lost *prometheus.Desc
+	}{
+		temp:     prometheus.NewDesc("gpunex_gpu_temperature_celsius", "GPU core temperature.", gpuLabels, nil),
+		power:    prometheus.NewDesc("gpunex_gpu_power_watts", "GPU power draw (0 where not reported).", gpuLabels, nil),
+		util:     prometheus.NewDesc("gpunex_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU.", gpuLabels, nil),
+		memUsed:  prometheus.NewDesc("gpunex_gpu_memory_used_bytes", "GPU memory in use.", gpuLabels, nil),
+		memTotal: prometheus.NewDesc("gpunex_gpu_memory_total_bytes", "GPU memory in all.", gpuLabels, nil),
+		smClock:  prometheus.NewDesc("gpunex_gpu_sm_clock_hertz", "GPU SM clock.", gpuLabels, nil),
+		memClock: prometheus.NewDesc("gpunex_gpu_memory_clock_hertz", "GPU memory clock.", gpuLabels, nil),
+		ecc:      prometheus.NewDesc("gpunex_gpu_ecc_uncorrected_errors", "Volatile uncorrected ECC errors since the driver loaded (absent where ECC is off).", gpuLabels, nil),
+		throttle: prometheus.NewDesc("gpunex_gpu_throttled", "1 for each reason the GPU's clocks are held down now (thermal, power, ...).", append(gpuLabels[:3:3], "reason"), nil),
+		leased:   prometheus.NewDesc("gpunex_gpu_leased", "1 while the GPU is leased to a job.", gpuLabels, nil),
+		delisted: prometheus.NewDesc("gpunex_gpu_delisted", "1 while the GPU is out of offers for its benchmarks (under a threshold, not in the model catalogue, lost).", gpuLabels, nil),
+		lost:     prometheus.NewDesc("gpunex_gpu_lost", "1 when the driver no longer reaches the GPU (fallen off the bus).", []string{"index"}, nil),
+	}
+)
+
+// gpuCollector reports a provider's GPUs at scrape time.
+type gpuCollector struct {
+	n *Node
+
+	mu   sync.Mutex
+	at   time.Time
+	gpus []bench.GPUInfo
+}
+
+func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{gpuDescs.temp, gpuDescs.power, gpuDescs.util, gpuDescs.memUsed, gpuDescs.memTotal,
+		gpuDescs.smClock, gpuDescs.memClock, gpuDescs.ecc, gpuDescs.throttle, gpuDescs.leased, gpuDescs.delisted, gpuDescs.lost} {
+		ch <- d
+	}
+}
+
+// probe lists the GPUs, at most once per gpuCacheFor.
+func (c *gpuCollector) probe() []bench.GPUInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) < gpuCacheFor {
+		return c.gpus
+	}
+	p, err := OpenProbe(c.n.cfg, c.n.peer.ID)
+	if err != nil {
+		c.gpus = nil
+	} else {
+		c.gpus, _ = p.GPUs()
+		p.Close()
+	}
+	c.at = time.Now()
+	return c.gpus
+}
+
+func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
+	below := map[string]bool{}
+	if c.n.bench != nil {
+		if a := c.n.bench.Latest(); a != nil {
+			for _, g := range a.GPUs {
+				below[g.UUID] = g.Below != "" || a.HostBelow != ""
+			}
+		}
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	bool01 := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, g := range c.probe() {
+		index := strconv.Itoa(g.Index)
+		if g.Health.Error != "" {
+			gauge(gpuDescs.lost, 1, index)
+			continue
+		}
+		l := []string{g.UUID, g.Model, index}
+		h := g.Health
+		gauge(gpuDescs.lost, 0, index)
+		gauge(gpuDescs.temp, float64(h.TemperatureC), l...)
+		gauge(gpuDescs.power, h.PowerWatts, l...)
+		gauge(gpuDescs.util, float64(h.UtilizationPct)/100, l...)
+		gauge(gpuDescs.memUsed, float64(h.MemoryUsedBytes), l...)
+		gauge(gpuDescs.memTotal, float64(g.MemoryBytes), l...)
+		gauge(gpuDescs.smClock, float64(h.SMClockMHz)*1e6, l...)
+		gauge(gpuDescs.memClock, float64(h.MemClockMHz)*1e6, l...)
+		if h.ECCUncorrected >= 0 {
+			gauge(gpuDescs.ecc, float64(h.ECCUncorrected), l...)
+		}
+		for _, r := range h.Throttle {
+			gauge(gpuDescs.throttle, 1, g.UUID, g.Model, index, r)
+		}
+		gauge(gpuDescs.leased, bool01(c.n.jobs != nil && c.n.jobs.Busy(g.UUID)), l...)
+		gauge(gpuDescs.delisted, bool01(below[g.UUID]), l...)
+	}
+}
+
+// registerProviderTelemetry adds a provider's GPU, job, score and offer gauges to its
+// registry.
+func (n *Node) registerProviderTelemetry() {
+	n.metrics.Registry.MustRegister(&gpuCollector{n: n},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_jobs_running", Help: "Jobs holding GPUs on this provider now."},
+			func() float64 { return float64(n.jobs.RunningJobs()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_score", Help: "This provider's reliability score (0-100) in the coordinator's latest score record; -1 before the first."},
+			func() float64 {
+				if s := n.scores.Score(n.peer.ID); s != nil {
+					return float64(s.Score)
+				}
+				return -1
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_offer_age_seconds", Help: "Age of the offer this provider announces now; -1 when it announces none (uncertified, withdrawn)."},
+			func() float64 {
+				if so := n.publisher.Current(); so != nil && so.Offer.Withdrawn == "" {
+					return time.Since(so.Offer.IssuedAt).Seconds()
+				}
+				return -1
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_certificate_expiry_timestamp_seconds", Help: "When this provider's certificate expires (Unix time); 0 without one."},
+			func() float64 {
+				if c := n.applicant.HeldCertificate(); c != nil {
+					return float64(c.ExpiresAt.Unix())
+				}
+				return 0
+			}),
+	)
+}
