@@ -3,6 +3,8 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -91,13 +93,48 @@ func TestMetricsExposition(t *testing.T) {
 			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+	exported := func(file string, content []byte) {
+		for _, name := range regexp.MustCompile(`gpunex_[a-z_]+`).FindAllString(string(content), -1) {
+			if !strings.Contains(text, "\n"+name) && !strings.Contains(text, "\n# TYPE "+name+" ") {
+				t.Errorf("%s uses %s, which the node does not export", file, name)
+			}
+		}
+	}
 	rules, err := os.ReadFile(filepath.Join(dir, "alerts.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range regexp.MustCompile(`gpunex_[a-z_]+`).FindAllString(string(rules), -1) {
-		if !strings.Contains(text, "\n"+name) && !strings.Contains(text, "\n# TYPE "+name+" ") {
-			t.Errorf("alerts.yml uses %s, which the node does not export", name)
+	exported("alerts.yml", rules)
+
+	// The Grafana dashboard: each panel's query is valid PromQL (checked as a recording
+	// rule) on metrics the node exports.
+	raw, err := os.ReadFile(filepath.Join(dir, "grafana-provider.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
+		t.Fatalf("grafana-provider.json: %v", err)
+	}
+	var rec strings.Builder
+	rec.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	for i, p := range dash.Panels {
+		for k, tg := range p.Targets {
+			expr := strings.ReplaceAll(tg.Expr, "$instance", ".*")
+			fmt.Fprintf(&rec, "      - record: dashboard:panel%d_%d\n        expr: %q\n", i, k, expr)
 		}
 	}
+	recFile := filepath.Join(t.TempDir(), "dashboard-rules.yml")
+	os.WriteFile(recFile, []byte(rec.String()), 0o644)
+	if out, err := exec.Command(tool, "check", "rules", recFile).CombinedOutput(); err != nil {
+		t.Fatalf("the dashboard's queries: %v\n%s", err, out)
+	}
+	exported("grafana-provider.json", raw)
 }

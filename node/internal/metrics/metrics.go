@@ -70,6 +70,11 @@ func New(peers, penalised func() float64) *Metrics {
 			Help: "Jobs ended, by reason (exited, oom, timeout, cancelled by the renter, ...).",
 		}, []string{"reason"}),
 	}
+	// The common reasons are exported at 0 from the start, so that rates and alerts on them
+	// work before the first such end.
+	for _, r := range []string{"exited", "oom", "lease_expired", "cancelled by the renter", "provider shutting down", "lost"} {
+		m.JobsEnded.WithLabelValues(r)
+	}
 	m.Registry.MustRegister(m.JobProposals, m.JobsStarted, m.JobsEnded,
 		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
