@@ -32,7 +32,7 @@ func rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
-		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), doctorCommand(), maintenanceCommand(),
+		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), doctorCommand(), serviceCommand(), maintenanceCommand(),
 		walletCommand(), earningsCommand(), priceCommand(), auditCommand())
 	return root
 }
