@@ -457,3 +457,28 @@ func (l *Ledger) ModelCatalogues() ([][]byte, error) {
 	})
 	return out, err
 }
+
+const prefixAlert = "alerts/"
+
+// AlertFiring says whether an alert of the node's operator is firing (told, not yet
+// resolved).
+func (l *Ledger) AlertFiring(key string) (bool, error) {
+	var firing bool
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixAlert+key, &firing) })
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return firing, err
+}
+
+// SetAlertFiring records whether an alert is firing; it returns the state before.
+func (l *Ledger) SetAlertFiring(key string, firing bool) (bool, error) {
+	var was bool
+	err := l.db.Update(func(txn *badger.Txn) error {
+		if err := getJSON(txn, prefixAlert+key, &was); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return putJSON(txn, prefixAlert+key, firing)
+	})
+	return was, err
+}

@@ -18,13 +18,13 @@ const module = "github.com/gpunex/gpunex"
 // of another it declares as an interface, and node.New wires them.
 var subsystems = []string{
 	"node/internal/offers", "node/internal/onboarding", "node/internal/benchmarks",
-	"node/internal/reliability", "node/internal/money", "node/internal/jobs", "node/internal/models",
+	"node/internal/reliability", "node/internal/money", "node/internal/jobs", "node/internal/models", "node/internal/alerts",
 }
 
 // subsystemImports are the packages of the module a subsystem may import.
 var subsystemImports = []string{
 	"protocol", "ledger", "ledger/solana", "sandbox", "bench",
-	"node/api", "node/config", "node/internal/clock", "node/internal/metrics", "node/internal/p2p",
+	"node/api", "node/config", "node/internal/clock", "node/internal/metrics", "node/internal/p2p", "node/internal/notify",
 }
 
 // TestImportBoundaries keeps the arrows of docs/architecture.md true: which packages of the
@@ -53,6 +53,8 @@ func TestImportBoundaries(t *testing.T) {
 		"node/internal/clock":   {},
 		"node/internal/metrics": {},
 		"node/internal/p2p":     {"protocol", "node/internal/clock"},
+		// E-mail and webhook notices, for the coordinator's decisions and a node's alerts.
+		"node/internal/notify": {"node/api", "node/config", "node/internal/clock"},
 		// The local marketplace drives nodes through their API, as a user would.
 		"node/devnet": {"protocol", "ledger/audit", "ledger/solana", "ledger/solana/localnet", "sandbox", "node/api", "node/config"},
 		// Test servers of the notices (SMTP, webhook), for tests only.

@@ -22,6 +22,7 @@ import (
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/alerts"
 	"github.com/gpunex/gpunex/node/internal/benchmarks"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/jobs"
@@ -71,6 +72,7 @@ type Node struct {
 	scores    *reliability.Book
 	market    *money.Market
 	models    *models.Book
+	alerts    *alerts.Alerter
 	wallet    *money.Wallet
 	renter    *jobs.Renter
 
@@ -153,6 +155,10 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 		return nil, err
 	}
 	n.models.UsePeer(n.peer)
+	if n.alerts, err = alerts.New(alerts.Deps{Ledger: n.ledger, Clock: n.clock, Log: n.log,
+		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + self.String()}); err != nil {
+		return nil, err
+	}
 	trust := protocol.NewTrust(trusted...)
 	n.scores = reliability.NewBook(n.clock, n.metrics, trust)
 	n.catalogue = offers.New(offers.Deps{Peer: n.peer, Book: n.book, Trust: n.trust, Metrics: n.metrics,
@@ -211,6 +217,12 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 		n.peer.KeepJoined(runCtx, boot, n.clock, n.log, p2p.Joined{Sync: n.syncJoined, Announce: n.announce})
 	})
 	n.goLoop(func() { n.flushLoop(runCtx) })
+	alertsDir := d.DataDir
+	if alertsDir == "" {
+		alertsDir = d.Home
+	}
+	n.watchAlerts(alertsDir)
+	n.goLoop(func() { n.alerts.Loop(runCtx) })
 	n.log.Info("node started", "peer_id", self, "role", cfg.Role, "addrs", n.peer.Host.Addrs())
 	return n, nil
 }
@@ -252,14 +264,14 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	}
 	n.bench = benchmarks.NewRunner(benchmarks.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log,
 		Trusted: trusted, Bench: n.cfg.Bench, Provider: n.cfg.Provider, Probe: probe, Dir: dir,
-		Jobs: n.jobs, Publisher: n.publisher, Models: n.models})
+		Jobs: n.jobs, Publisher: n.publisher, Models: n.models, Alert: n.alerts.Event})
 	n.models.OnChange(n.bench.CatalogueChanged)
 	n.publisher.UseAttestations(n.bench)
 	n.jobs.UseAttestations(n.bench)
 	n.jobs.UseHealthCheck(n.bench.CheckGPUs)
 	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
-		Publisher: n.publisher, Detect: func() ([]bench.GPUInfo, error) {
+		Publisher: n.publisher, Alert: n.alerts.Event, Detect: func() ([]bench.GPUInfo, error) {
 			gpus, err := DetectGPUs(n.cfg, n.peer.ID)
 			bench.NameGPUs(gpus, current())
 			return gpus, err

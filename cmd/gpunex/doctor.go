@@ -158,7 +158,7 @@ func doctorNode(ctx context.Context, h config.Home, cfg config.Config, add func(
 // doctorDisk checks the free space of the home's file system: images and job folders live
 // there on a provider.
 func doctorDisk(h config.Home, cfg config.Config, add func(name, status, found, fix string)) {
-	free, err := freeGiB(h.Dir)
+	free, err := bench.FreeGiB(h.Dir)
 	if err != nil {
 		add("disk", checkWarn, err.Error(), "")
 		return

@@ -70,6 +70,32 @@ type Config struct {
 	Settlement SettlementConfig `toml:"settlement"`
 	Wallet     WalletConfig     `toml:"wallet"`
 	Payout     PayoutConfig     `toml:"payout"`
+	// Alerts are the node's messages to its operator (docs/operations.md, "Alerts").
+	Alerts AlertsConfig `toml:"alerts"`
+}
+
+// AlertsConfig is [alerts]: where the node tells its operator that something needs them,
+// and when. Without email or webhook_url nothing is sent.
+type AlertsConfig struct {
+	Email             string `toml:"email"`               // the operator's address
+	SMTPAddr          string `toml:"smtp_addr"`           // host:port
+	SMTPFrom          string `toml:"smtp_from"`           // sender address
+	SMTPUsername      string `toml:"smtp_username"`       // optional
+	SMTPPasswordFile  string `toml:"smtp_password_file"`  // file holding the password, mode 0600
+	WebhookURL        string `toml:"webhook_url"`         // receives a JSON POST per alert
+	WebhookSecretFile string `toml:"webhook_secret_file"` // HMAC-SHA256 key, mode 0600; optional
+	// ScoreBelow alerts when the provider's score falls under it (0: never).
+	ScoreBelow int `toml:"score_below"`
+	// DiskFreeGB alerts when the home's file system has less free (0: never).
+	DiskFreeGB int64 `toml:"disk_free_gb"`
+	// CertificateDays alerts when the certificate expires within this many days (0: never).
+	CertificateDays int `toml:"certificate_days"`
+}
+
+// Notify is the channels of the alerts.
+func (a AlertsConfig) Notify() NotifyConfig {
+	return NotifyConfig{SMTPAddr: a.SMTPAddr, SMTPFrom: a.SMTPFrom, SMTPUsername: a.SMTPUsername, SMTPPasswordFile: a.SMTPPasswordFile,
+		WebhookURL: a.WebhookURL, WebhookSecretFile: a.WebhookSecretFile}
 }
 
 // BenchConfig sets a provider's benchmark runs.
@@ -412,6 +438,7 @@ func Defaults(role string) Config {
 			DisputeWindow:   Duration{24 * time.Hour},
 		},
 		Wallet: WalletConfig{Keypair: "wallet.json"},
+		Alerts: AlertsConfig{ScoreBelow: 60, DiskFreeGB: 10, CertificateDays: 14},
 		Offers: OffersConfig{
 			TTL:           Duration{10 * time.Minute},
 			Republish:     Duration{3 * time.Minute},

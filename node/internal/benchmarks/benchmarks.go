@@ -339,6 +339,8 @@ type Deps struct {
 	// Jobs and Publisher may be nil.
 	Jobs      Leases
 	Publisher Poker
+	// Alert, when set, tells the operator of each notice (delisted, listed again, lost).
+	Alert func(key, subject, body string)
 }
 
 // Runner runs a provider's benchmarks and keeps the latest attestation.
@@ -355,6 +357,7 @@ type Runner struct {
 	jobs      Leases
 	publisher Poker
 	models    Catalogues
+	alert     func(key, subject, body string)
 
 	dir  string // where the storage benchmark writes
 	run  sync.Mutex
@@ -386,7 +389,7 @@ func (b *Runner) simulatedUpload() float64 {
 func NewRunner(d Deps) *Runner {
 	b := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, trusted: d.Trusted,
 		trust: protocol.NewTrust(d.Trusted...), cfg: d.Bench, provider: d.Provider, probe: d.Probe,
-		jobs: d.Jobs, publisher: d.Publisher, models: d.Models, dir: d.Dir, wake: make(chan struct{}, 1), uploadMbps: d.Bench.SimulatedUploadMbps}
+		jobs: d.Jobs, publisher: d.Publisher, models: d.Models, alert: d.Alert, dir: d.Dir, wake: make(chan struct{}, 1), uploadMbps: d.Bench.SimulatedUploadMbps}
 	if raw, err := b.ledger.OwnAttestation(); err == nil {
 		if a, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust, b.models.Lookup); err == nil {
 			b.last = a
@@ -602,6 +605,9 @@ func (b *Runner) notice(subject, body string) {
 		b.log.Warn("storing a notification failed", "err", err)
 	}
 	b.log.Warn(subject, "why", body)
+	if b.alert != nil {
+		b.alert("benchmarks", subject, body)
+	}
 }
 
 // Delisted counts, per model, the GPUs the latest attestation puts under a threshold (all

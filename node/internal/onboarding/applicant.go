@@ -58,6 +58,8 @@ type ApplicantDeps struct {
 	Publisher   Poker
 	// Detect lists the machine's GPUs, for the application form.
 	Detect func() ([]bench.GPUInfo, error)
+	// Alert, when set, tells the operator that the certificate was revoked.
+	Alert func(key, subject, body string)
 }
 
 // Applicant is a provider's onboarding: its application, the coordinator's notifications,
@@ -73,6 +75,7 @@ type Applicant struct {
 	trust       protocol.Trust
 	revocations RevocationsKnown
 	publisher   Poker
+	alert       func(key, subject, body string)
 	detect      func() ([]bench.GPUInfo, error)
 
 	wake chan struct{}
@@ -83,7 +86,7 @@ type Applicant struct {
 func NewApplicant(d ApplicantDeps) *Applicant {
 	return &Applicant{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		trusted: d.Trusted, trust: protocol.NewTrust(d.Trusted...), revocations: d.Revocations, publisher: d.Publisher,
-		detect: d.Detect, wake: make(chan struct{}, 1)}
+		detect: d.Detect, alert: d.Alert, wake: make(chan struct{}, 1)}
 }
 
 func (a *Applicant) poke() {
@@ -367,6 +370,10 @@ func (a *Applicant) TakeNotification(raw []byte, source string) error {
 	if sn.Status == protocol.StatusRevoked {
 		if err := a.ledger.SetOwnCertificate(nil); err != nil {
 			return err
+		}
+		if a.alert != nil {
+			a.alert("certificate-revoked", "the certificate was revoked by the coordinator", "Application "+sn.Application+": "+sn.Message+
+				"\nThe node stopped offering its GPUs. Apply again once the cause is fixed: gpunex apply.")
 		}
 	}
 	_, err = a.ledger.UpdateOwnApplication(func(o *ledger.OwnApplication) error {

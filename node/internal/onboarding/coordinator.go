@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/notify"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -88,7 +88,7 @@ type Coordinator struct {
 	revTopic    Publisher
 	models      func() *protocol.ModelCatalogue
 
-	out *Notices
+	out *notify.Notices
 	cal *ReviewCalendar
 	mu  sync.Mutex // one submission or decision at a time
 	// rate limits apply-stream requests per peer (queue spam).
@@ -100,13 +100,8 @@ type Coordinator struct {
 // NewCoordinator returns a coordinator's onboarding, with the notice channels of its
 // configuration (their secret files read now).
 func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
-	nc := d.Config.Notify
-	oc := NoticesConfig{SMTPAddr: nc.SMTPAddr, SMTPFrom: nc.SMTPFrom, SMTPUsername: nc.SMTPUsername, WebhookURL: nc.WebhookURL}
-	var err error
-	if oc.SMTPPassword, err = readSecretFile(nc.SMTPPasswordFile, "coordinator.notify.smtp_password_file"); err != nil {
-		return nil, err
-	}
-	if oc.WebhookSecret, err = readSecretFile(nc.WebhookSecretFile, "coordinator.notify.webhook_secret_file"); err != nil {
+	oc, err := notify.FromConfig(d.Config.Notify, "coordinator.notify")
+	if err != nil {
 		return nil, err
 	}
 	cal, err := NewReviewCalendar(d.Config.Review)
@@ -118,27 +113,8 @@ func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
 	}
 	return &Coordinator{cal: cal, models: d.Models, peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		cfg: d.Config, trust: d.Trust, revocations: d.Revocations, revTopic: d.RevocationsTopic,
-		out: NewNotices(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute),
+		out: notify.New(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute),
 		submits: p2p.NewSources(SubmitsPerHour/60.0, SubmitsPerHour, 4)}, nil
-}
-
-// readSecretFile reads a secret from a file that only its owner may read.
-func readSecretFile(path, setting string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", setting, err)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%s: %s is readable by others (mode %o); chmod 600 it", setting, path, st.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", setting, err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // HandleApply serves one request on the apply stream.
@@ -535,7 +511,7 @@ func (c *Coordinator) tell(a ledger.Application) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		err := c.out.Send(ctx, Notice{To: app.Email, Subject: subject, Body: body, Event: event})
+		err := c.out.Send(ctx, notify.Notice{To: app.Email, Subject: subject, Body: body, Event: event})
 		if err != nil {
 			c.log.Warn("decision notice not delivered", "application", a.ID, "err", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/notify"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -213,7 +214,7 @@ func (c *Coordinator) remind(ctx context.Context, a ledger.Application, kind str
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if err := c.out.Send(ctx, Notice{To: c.cfg.Review.RemindEmail, Subject: subject, Body: body, Event: event}); err != nil {
+		if err := c.out.Send(ctx, notify.Notice{To: c.cfg.Review.RemindEmail, Subject: subject, Body: body, Event: event}); err != nil {
 			c.log.Warn("reminder not delivered", "application", a.ID, "err", err)
 		}
 	}()

@@ -1,4 +1,6 @@
-package onboarding
+// Package notify sends notices by e-mail and signed webhook: a coordinator's decisions and
+// reminders to applicants and reviewers, and a node's alerts to its operator.
+package notify
 
 import (
 	"bytes"
@@ -21,11 +23,13 @@ import (
 	"net/mail"
 	"net/smtp"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
 )
 
@@ -45,9 +49,9 @@ const (
 // would let the caller's text add headers (Bcc: ...) to the message.
 var errHeaderInjection = errors.New("CR or LF in a header field")
 
-// NoticesConfig says where the coordinator sends decision notices besides the signed
+// Config says where the coordinator sends decision notices besides the signed
 // notification pushed to the provider's node. Empty fields disable a channel.
-type NoticesConfig struct {
+type Config struct {
 	SMTPAddr      string // host:port of an SMTP server (submission); "" disables e-mail
 	SMTPFrom      string // envelope and header From address
 	SMTPUsername  string // optional; PLAIN auth is used when set (net/smtp refuses PLAIN without TLS except on localhost)
@@ -66,7 +70,7 @@ type Notice struct {
 
 // Notices sends notices by e-mail and webhook. It is safe for concurrent use.
 type Notices struct {
-	cfg    NoticesConfig
+	cfg    Config
 	log    *slog.Logger
 	clock  clock.Clock
 	client *http.Client
@@ -79,9 +83,9 @@ type Notices struct {
 	tlsOnLoopback bool
 }
 
-// NewNotices returns the notices of cfg, timing retries on clk (the system clock when nil).
+// New returns the notices of cfg, timing retries on clk (the system clock when nil).
 // A nil log discards.
-func NewNotices(cfg NoticesConfig, log *slog.Logger, clk clock.Clock) *Notices {
+func New(cfg Config, log *slog.Logger, clk clock.Clock) *Notices {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -372,4 +376,35 @@ func (o *Notices) postOnce(ctx context.Context, rawURL, shown string, body []byt
 	default:
 		return false, fmt.Errorf("POST %s: server answered %s (not retried: fix the request or the receiver)", shown, resp.Status)
 	}
+}
+
+// FromConfig returns the channels of a [*.notify] or [alerts] section, their secret files
+// read now; section names the settings in errors ("coordinator.notify").
+func FromConfig(c config.NotifyConfig, section string) (Config, error) {
+	out := Config{SMTPAddr: c.SMTPAddr, SMTPFrom: c.SMTPFrom, SMTPUsername: c.SMTPUsername, WebhookURL: c.WebhookURL}
+	var err error
+	if out.SMTPPassword, err = ReadSecretFile(c.SMTPPasswordFile, section+".smtp_password_file"); err != nil {
+		return out, err
+	}
+	out.WebhookSecret, err = ReadSecretFile(c.WebhookSecretFile, section+".webhook_secret_file")
+	return out, err
+}
+
+// ReadSecretFile reads a secret from a file that only its owner may read ("" when path is).
+func ReadSecretFile(path, setting string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s: %s is readable by others (mode %o); chmod 600 it", setting, path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", setting, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

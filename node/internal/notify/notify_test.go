@@ -1,4 +1,4 @@
-package onboarding
+package notify
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ func noticesTestLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestNoticesMailDelivered(t *testing.T) {
 	srv := noticetest.StartSMTP(t, "coordinator", "s3cret-pw", nil)
-	o := NewNotices(NoticesConfig{
+	o := New(Config{
 		SMTPAddr:     srv.Addr(),
 		SMTPFrom:     "gpunex coordinator <noreply@gpunex.example>",
 		SMTPUsername: "coordinator",
@@ -98,7 +98,7 @@ func TestNoticesMailDelivered(t *testing.T) {
 
 func TestNoticesMailWithoutAuth(t *testing.T) {
 	srv := noticetest.StartSMTP(t, "", "", nil)
-	o := NewNotices(NoticesConfig{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example"}, noticesTestLogger(), nil)
+	o := New(Config{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example"}, noticesTestLogger(), nil)
 	if err := o.Send(context.Background(), Notice{To: "ops@example.org", Subject: "Application received", Body: "ok"}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
@@ -119,7 +119,7 @@ func TestNoticesMailWithoutAuth(t *testing.T) {
 func TestNoticesMailSTARTTLS(t *testing.T) {
 	cert, pool := noticesTestCert(t)
 	srv := noticetest.StartSMTP(t, "coordinator", "s3cret-pw", &tls.Config{Certificates: []tls.Certificate{cert}})
-	o := NewNotices(NoticesConfig{
+	o := New(Config{
 		SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example",
 		SMTPUsername: "coordinator", SMTPPassword: "s3cret-pw",
 	}, noticesTestLogger(), nil)
@@ -179,7 +179,7 @@ func noticesTestCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 func TestNoticesMailWrongPassword(t *testing.T) {
 	srv := noticetest.StartSMTP(t, "coordinator", "right-password", nil)
 	const wrong = "hunter2-wrong-password"
-	o := NewNotices(NoticesConfig{
+	o := New(Config{
 		SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example",
 		SMTPUsername: "coordinator", SMTPPassword: wrong,
 	}, noticesTestLogger(), nil)
@@ -210,7 +210,7 @@ func TestNoticesMailWrongPassword(t *testing.T) {
 
 func TestNoticesMailHeaderInjection(t *testing.T) {
 	srv := noticetest.StartSMTP(t, "", "", nil)
-	o := NewNotices(NoticesConfig{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example"}, noticesTestLogger(), nil)
+	o := New(Config{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example"}, noticesTestLogger(), nil)
 	for _, n := range []Notice{
 		{To: "zoe@example.org\r\nBcc: victim@example.net", Subject: "Approved", Body: "x"},
 		{To: "zoe@example.org\nBcc: victim@example.net", Subject: "Approved", Body: "x"},
@@ -248,7 +248,7 @@ func TestNoticesMailContextCancelled(t *testing.T) {
 		default:
 		}
 	})
-	o := NewNotices(NoticesConfig{SMTPAddr: ln.Addr().String(), SMTPFrom: "noreply@gpunex.example"}, noticesTestLogger(), nil)
+	o := New(Config{SMTPAddr: ln.Addr().String(), SMTPFrom: "noreply@gpunex.example"}, noticesTestLogger(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err = o.Send(ctx, Notice{To: "zoe@example.org", Subject: "Approved", Body: "x"})
@@ -260,7 +260,7 @@ func TestNoticesMailContextCancelled(t *testing.T) {
 func TestNoticesWebhookSignedJSON(t *testing.T) {
 	hook := noticetest.StartWebhook(t, http.StatusNoContent)
 	const secret = "webhook-shared-secret"
-	o := NewNotices(NoticesConfig{WebhookURL: hook.URL + "/hooks/gpunex?token=abc", WebhookSecret: secret}, noticesTestLogger(), nil)
+	o := New(Config{WebhookURL: hook.URL + "/hooks/gpunex?token=abc", WebhookSecret: secret}, noticesTestLogger(), nil)
 	type decision struct {
 		Application string `json:"application"`
 		Tier        string `json:"tier"`
@@ -302,7 +302,7 @@ func TestNoticesWebhookSignedJSON(t *testing.T) {
 
 func TestNoticesWebhookUnsigned(t *testing.T) {
 	hook := noticetest.StartWebhook(t, http.StatusOK)
-	o := NewNotices(NoticesConfig{WebhookURL: hook.URL}, noticesTestLogger(), nil)
+	o := New(Config{WebhookURL: hook.URL}, noticesTestLogger(), nil)
 	if err := o.Send(context.Background(), Notice{Subject: "s", Event: 1}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
@@ -317,7 +317,7 @@ func TestNoticesWebhookUnsigned(t *testing.T) {
 
 func TestNoticesWebhookRetries5xx(t *testing.T) {
 	hook := noticetest.StartWebhook(t, http.StatusInternalServerError, http.StatusOK)
-	o := NewNotices(NoticesConfig{WebhookURL: hook.URL, WebhookSecret: "k"}, noticesTestLogger(), nil)
+	o := New(Config{WebhookURL: hook.URL, WebhookSecret: "k"}, noticesTestLogger(), nil)
 	if err := o.Send(context.Background(), Notice{Subject: "s", Event: "approved"}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
@@ -343,7 +343,7 @@ func TestNoticesWebhookRetriesNetworkError(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
-	o := NewNotices(NoticesConfig{WebhookURL: srv.URL}, noticesTestLogger(), nil)
+	o := New(Config{WebhookURL: srv.URL}, noticesTestLogger(), nil)
 	if err := o.Send(context.Background(), Notice{Subject: "s"}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
@@ -354,7 +354,7 @@ func TestNoticesWebhookRetriesNetworkError(t *testing.T) {
 
 func TestNoticesWebhook4xxNotRetried(t *testing.T) {
 	hook := noticetest.StartWebhook(t, http.StatusBadRequest, http.StatusOK)
-	o := NewNotices(NoticesConfig{WebhookURL: hook.URL + "/hook?token=do-not-show"}, noticesTestLogger(), nil)
+	o := New(Config{WebhookURL: hook.URL + "/hook?token=do-not-show"}, noticesTestLogger(), nil)
 	err := o.Send(context.Background(), Notice{Subject: "s"})
 	if err == nil {
 		t.Fatal("Send succeeded on a 400")
@@ -372,7 +372,7 @@ func TestNoticesWebhook4xxNotRetried(t *testing.T) {
 
 func TestNoticesWebhookGivesUpAfterThreeAttempts(t *testing.T) {
 	hook := noticetest.StartWebhook(t, http.StatusBadGateway)
-	o := NewNotices(NoticesConfig{WebhookURL: hook.URL}, noticesTestLogger(), nil)
+	o := New(Config{WebhookURL: hook.URL}, noticesTestLogger(), nil)
 	o.backoff = []time.Duration{time.Millisecond} // the schedule itself is not under test here
 	err := o.Send(context.Background(), Notice{Subject: "s"})
 	if err == nil || !strings.Contains(err.Error(), "502 Bad Gateway") {
@@ -385,7 +385,7 @@ func TestNoticesWebhookGivesUpAfterThreeAttempts(t *testing.T) {
 
 func TestNoticesWebhookStopsWithContext(t *testing.T) {
 	hook := noticetest.StartWebhook(t, http.StatusServiceUnavailable)
-	o := NewNotices(NoticesConfig{WebhookURL: hook.URL}, noticesTestLogger(), nil)
+	o := New(Config{WebhookURL: hook.URL}, noticesTestLogger(), nil)
 	o.backoff = []time.Duration{time.Hour}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -402,7 +402,7 @@ func TestNoticesOneChannelFails(t *testing.T) {
 	t.Run("smtp", func(t *testing.T) {
 		srv := noticetest.StartSMTP(t, "coordinator", "right", nil)
 		hook := noticetest.StartWebhook(t, http.StatusOK)
-		o := NewNotices(NoticesConfig{
+		o := New(Config{
 			SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example", SMTPUsername: "coordinator", SMTPPassword: "wrong",
 			WebhookURL: hook.URL,
 		}, noticesTestLogger(), nil)
@@ -417,7 +417,7 @@ func TestNoticesOneChannelFails(t *testing.T) {
 	t.Run("webhook", func(t *testing.T) {
 		srv := noticetest.StartSMTP(t, "", "", nil)
 		hook := noticetest.StartWebhook(t, http.StatusNotFound)
-		o := NewNotices(NoticesConfig{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example", WebhookURL: hook.URL}, noticesTestLogger(), nil)
+		o := New(Config{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example", WebhookURL: hook.URL}, noticesTestLogger(), nil)
 		err := o.Send(context.Background(), Notice{To: "zoe@example.org", Subject: "s", Body: "b", Event: "approved"})
 		if err == nil || !strings.HasPrefix(err.Error(), "webhook: ") || strings.Contains(err.Error(), "smtp") {
 			t.Fatalf("Send = %v, want an error naming only webhook", err)
@@ -431,7 +431,7 @@ func TestNoticesOneChannelFails(t *testing.T) {
 func TestNoticesNoRecipientSkipsMail(t *testing.T) {
 	srv := noticetest.StartSMTP(t, "", "", nil)
 	hook := noticetest.StartWebhook(t, http.StatusOK)
-	o := NewNotices(NoticesConfig{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example", WebhookURL: hook.URL}, noticesTestLogger(), nil)
+	o := New(Config{SMTPAddr: srv.Addr(), SMTPFrom: "noreply@gpunex.example", WebhookURL: hook.URL}, noticesTestLogger(), nil)
 	if err := o.Send(context.Background(), Notice{Subject: "s", Event: "approved"}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}

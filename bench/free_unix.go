@@ -1,11 +1,11 @@
 //go:build unix
 
-package main
+package bench
 
 import "syscall"
 
-// freeGiB is the space left to unprivileged users on dir's file system, in GiB.
-func freeGiB(dir string) (int64, error) {
+// FreeGiB is the space left to unprivileged users on dir's file system, in GiB.
+func FreeGiB(dir string) (int64, error) {
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(dir, &fs); err != nil {
 		return 0, err

@@ -1,0 +1,84 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpunex/gpunex/bench"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/alerts"
+)
+
+// The node's alerts to its operator (docs/operations.md, "Alerts"): the benchmark runner's
+// and the applicant's events are wired where they are built; the conditions below are
+// checked every alerts.CheckEvery.
+
+// watchAlerts adds the conditions of the node's role: the disk of its data folder (dir,
+// "" for none), and for a provider its certificate's expiry, its score and its payouts.
+func (n *Node) watchAlerts(dir string) {
+	a := n.alerts
+	if dir != "" {
+		a.Watch(alerts.Condition{Key: "disk", Resolved: "the disk has room again", Check: func(time.Time) (bool, string, string, bool) {
+			limit := n.cfg.Alerts.DiskFreeGB
+			free, err := bench.FreeGiB(dir)
+			if err != nil || limit <= 0 {
+				return false, "", "", err == nil
+			}
+			return free < limit, fmt.Sprintf("the disk is filling up: %d GiB free", free),
+				fmt.Sprintf("%s has %d GiB free, under alerts.disk_free_gb (%d). The ledger, images and jobs' output live there: free space, or lower jobs.image_cache_gb.", dir, free, limit), true
+		}})
+	}
+	if n.cfg.Role != config.RoleProvider {
+		return
+	}
+	a.Watch(alerts.Condition{Key: "certificate-expiring", Resolved: "the certificate was renewed", Check: func(now time.Time) (bool, string, string, bool) {
+		c := n.applicant.HeldCertificate()
+		days := n.cfg.Alerts.CertificateDays
+		if c == nil || days <= 0 {
+			return false, "", "", c != nil
+		}
+		left := c.ExpiresAt.Sub(now)
+		return left < time.Duration(days)*24*time.Hour, fmt.Sprintf("the certificate expires in %d days", int(left.Hours()/24)),
+			fmt.Sprintf("Certificate %d (%s tier) expires on %s. The coordinator renews approved certificates 30 days ahead and the node asks for it: check `gpunex apply status`.",
+				c.Serial, c.Tier, c.ExpiresAt.UTC().Format(time.RFC1123)), true
+	}})
+	a.Watch(alerts.Condition{Key: "score", Resolved: "the score is back above the alert level", Check: func(time.Time) (bool, string, string, bool) {
+		s := n.scores.Score(n.peer.ID)
+		level := n.cfg.Alerts.ScoreBelow
+		if s == nil || level <= 0 {
+			return false, "", "", s != nil
+		}
+		return s.Score < level, fmt.Sprintf("the score fell to %d", s.Score),
+			fmt.Sprintf("The coordinator's latest score is %d, under alerts.score_below (%d): uptime %.3f, job completion %.3f, benchmark consistency %.3f. `gpunex score` says what moved it.",
+				s.Score, level, s.Uptime, s.Completion, s.Consistency), true
+	}})
+	a.Watch(alerts.Condition{Key: "payouts", Check: func(time.Time) (bool, string, string, bool) {
+		n.alertPayouts()
+		return false, "", "", false
+	}})
+}
+
+// alertPayouts tells the operator of each payout paid since the last check, once. At the
+// first check the payouts already paid are only noted.
+func (n *Node) alertPayouts() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := n.wallet.Earnings(ctx, api.EarningsQuery{Period: "month"})
+	if err != nil {
+		return
+	}
+	seeded, _ := n.ledger.AlertFiring("payouts-seen")
+	for _, p := range v.Payouts {
+		if !p.Paid {
+			continue
+		}
+		if told, _ := n.ledger.SetAlertFiring("payout/"+p.Batch, true); told || !seeded {
+			continue
+		}
+		n.alerts.Event("payout", fmt.Sprintf("payout of %s USDC sent", p.AmountUSDC),
+			fmt.Sprintf("Batch %s paid %s USDC for %d receipts by %s to %s (transaction %s %s).", p.Batch, p.AmountUSDC, p.Receipts, p.Method, p.Destination, p.Transaction, p.Explorer))
+	}
+	n.ledger.SetAlertFiring("payouts-seen", true)
+}
