@@ -157,3 +157,17 @@ func TestVerifyAttestationWithCatalogue(t *testing.T) {
 		t.Fatalf("verify of a late attestation: %v", err)
 	}
 }
+
+// TestSpokenCoversEveryKind: `gpunex version` names the payload version of every record
+// kind the envelope layer knows.
+func TestSpokenCoversEveryKind(t *testing.T) {
+	v := Spoken()
+	for _, s := range kindSpecs {
+		if v.Records[s.kind] == 0 {
+			t.Errorf("record kind %s has no version in Spoken", s.kind)
+		}
+	}
+	if len(v.Streams) < 14 || len(v.Topics) != 5 {
+		t.Errorf("streams %v, topics %v", v.Streams, v.Topics)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"syscall"
 	"text/tabwriter"
@@ -61,14 +62,37 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func versionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "version [--json]",
+		Short: "Print the version, the home format and the protocol versions this build speaks",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "gpunex %s\n", api.Version)
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := protocol.Spoken()
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, map[string]any{"version": api.Version, "home_format": config.HomeFormat, "records": v.Records, "streams": v.Streams, "topics": v.Topics})
+			}
+			fmt.Fprintf(out, "gpunex %s\nhome format %d\n", api.Version, config.HomeFormat)
+			kinds := make([]string, 0, len(v.Records))
+			for k := range v.Records {
+				kinds = append(kinds, string(k))
+			}
+			sort.Strings(kinds)
+			for _, k := range kinds {
+				fmt.Fprintf(out, "record %s v%d\n", k, v.Records[protocol.Kind(k)])
+			}
+			for _, s := range v.Streams {
+				fmt.Fprintf(out, "stream %s\n", s)
+			}
+			for _, s := range v.Topics {
+				fmt.Fprintf(out, "topic %s\n", s)
+			}
+			return nil
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
 }
 
 func initCommand() *cobra.Command {
@@ -80,7 +104,7 @@ func initCommand() *cobra.Command {
 		Short: "Create a node home: config.toml, identity key, API token, data directory",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			h, id, err := config.Init(home(cmd).Dir, config.InitOptions{Role: role, Force: force, Listen: listen, Bootstrap: bootstrap, Region: region, ContainerdAddress: containerd})
+			h, id, err := config.Init(home(cmd).Dir, config.InitOptions{Role: role, Version: api.Version, Force: force, Listen: listen, Bootstrap: bootstrap, Region: region, ContainerdAddress: containerd})
 			if err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/node"
+	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/spf13/cobra"
 )
@@ -51,8 +52,15 @@ func newLogger(cfg config.LogConfig, override string) (*slog.Logger, error) {
 }
 
 func runNode(h config.Home, level string) error {
+	// A home of a newer format is refused before anything reads it.
+	if err := h.CheckFormat(); err != nil {
+		return err
+	}
 	cfg, err := h.Config()
 	if err != nil {
+		return err
+	}
+	if err := h.WriteFormat(api.Version); err != nil {
 		return err
 	}
 	log, err := newLogger(cfg.Log, level)

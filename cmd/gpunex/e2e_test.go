@@ -78,8 +78,16 @@ func mustRun(t *testing.T, args ...string) string {
 }
 
 func TestInitAndVersion(t *testing.T) {
-	if out := mustRun(t, "version"); !strings.HasPrefix(out, "gpunex ") {
+	if out := mustRun(t, "version"); !strings.HasPrefix(out, "gpunex ") || !strings.Contains(out, "\nhome format 1\n") ||
+		!strings.Contains(out, "\nrecord model-catalogue v1\n") || !strings.Contains(out, "\nstream /gpunex/wallet/2.0.0\n") || !strings.Contains(out, "\ntopic /gpunex/models/1\n") {
 		t.Fatalf("version printed %q", out)
+	}
+	// A home written by a newer gpunex is refused, with what to do.
+	newer := filepath.Join(t.TempDir(), "newer")
+	mustRun(t, "init", "--home", newer, "--role", "renter")
+	os.WriteFile(filepath.Join(newer, config.FormatFile), []byte(`{"format":2,"written_by":"9.9.9"}`), 0o600)
+	if _, errOut, code := gpunex(t, "node", "run", "--home", newer); code != 1 || !strings.Contains(errOut, "written by gpunex 9.9.9 in home format 2") || !strings.Contains(errOut, "upgrade gpunex") {
+		t.Fatalf("node run on a newer home: exit %d: %s", code, errOut)
 	}
 	dir := filepath.Join(t.TempDir(), "home")
 	out := mustRun(t, "init", "--home", dir, "--role", "provider")

@@ -492,8 +492,15 @@ func LoadConfig(path string) (Config, error) {
 	}
 	if undec := md.Undecoded(); len(undec) > 0 {
 		keys := make([]string, len(undec))
+		var moved []string
 		for i, k := range undec {
 			keys[i] = k.String()
+			if m, ok := MovedSettings[k.String()]; ok {
+				moved = append(moved, fmt.Sprintf("%s moved to %s in gpunex %s", k, m.To, m.Since))
+			}
+		}
+		if len(moved) > 0 {
+			return Config{}, fmt.Errorf("%s: %s: rename it (see docs/config.md)", path, strings.Join(moved, "; "))
 		}
 		return Config{}, fmt.Errorf("%s: unknown settings: %s (see docs/config.md)", path, strings.Join(keys, ", "))
 	}

@@ -36,6 +36,8 @@ func (h Home) Path(name string) string { return filepath.Join(h.Dir, name) }
 // InitOptions tune a new home.
 type InitOptions struct {
 	Role string
+	// Version is the gpunex version writing the home (recorded in home.json).
+	Version string
 	// Overrides, applied to the defaults before config.toml is written (devnet uses them).
 	Listen    []string
 	Bootstrap []string
@@ -165,6 +167,9 @@ func Init(dir string, o InitOptions) (_ Home, _ peer.ID, err error) {
 		return h, "", err
 	}
 	if err := WriteFileAtomic(h.Path(TokenFile), []byte(hex.EncodeToString(tok)+"\n"), 0o600); err != nil {
+		return h, "", err
+	}
+	if err := h.WriteFormat(o.Version); err != nil {
 		return h, "", err
 	}
 	id, _ := peer.IDFromPrivateKey(sk)

@@ -184,6 +184,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		opts.OfferTTL, opts.Republish = "2m", "30s"
 		opts.Force = true // a devnet starts fresh every time
+		opts.Version = api.Version
 		opts.BenchStorageMB, opts.BenchNetworkMB = 16, 4
 		if err := os.RemoveAll(h.Path(config.DataDir)); err != nil {
 			return nil, err
