@@ -10,7 +10,12 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 FUZZTIME ?= 5s
 PROVIDERS ?= 4
 
-.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean
+.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package
+
+# The Debian package (make package): built with nfpm, run as a Go tool at a pinned version.
+NFPM       := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+ARCH       := $(shell $(GO) env GOARCH)
+DEBVERSION := 0.1.0~$(subst -,.,$(VERSION))
 
 build: deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex
@@ -23,8 +28,16 @@ deps:
 devnet: build deps
 	$(BIN) devnet --dir devnet --providers $(PROVIDERS)
 
-## test: formatting, vet, every test (real libp2p hosts on loopback, the real binary), short fuzzing
-test: deps fmt-check vet cross unit fuzz
+## package: the Debian package of gpunex in dist/ (binary, a systemd unit per role, installer, docs)
+package: build
+	rm -rf build/package && mkdir -p build/package dist
+	cp $(BIN) build/package/gpunex
+	for r in provider renter coordinator; do $(BIN) service unit --role $$r > build/package/gpunex-$$r.service; done
+	rm -f dist/gpunex_*_$(ARCH).deb
+	GPUNEX_ARCH=$(ARCH) GPUNEX_VERSION=$(DEBVERSION) $(GO) run $(NFPM) pkg --packager deb --config nfpm.yaml --target dist/
+
+## test: formatting, vet, the package, every test (real libp2p hosts on loopback, the real binary, the package in a throwaway root), short fuzzing
+test: deps fmt-check vet cross package unit fuzz
 
 fmt-check:
 	@out=$$($(dir $(GO))gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -41,7 +54,7 @@ cross:
 	GOOS=windows CGO_ENABLED=0 $(GO) vet ./...
 
 unit:
-	$(GO) test -count=1 -timeout 20m ./...
+	GPUNEX_PACKAGE=$$(ls -t dist/gpunex_*_$(ARCH).deb 2>/dev/null | head -1) $(GO) test -count=1 -timeout 20m ./...
 
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \

@@ -1,0 +1,116 @@
+//go:build linux
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPackageInstall: the Debian package (make package, GPUNEX_PACKAGE) installs with the
+// installer into a throwaway root, with apt-get and systemctl replaced by recorders: the
+// installer says what it will change, changes nothing in --dry-run, installs what a provider
+// needs, the package, the home and the service, runs the doctor and says what to do next;
+// run again, it has nothing to do; --uninstall removes the package and keeps the home.
+func TestPackageInstall(t *testing.T) {
+	pkg := os.Getenv("GPUNEX_PACKAGE")
+	if pkg == "" {
+		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+			t.Fatal("GPUNEX_PACKAGE is not set: `make test` builds the package first (make package)")
+		}
+		t.Skip("no package: run through `make test`, or set GPUNEX_PACKAGE to a gpunex .deb")
+	}
+	if !filepath.IsAbs(pkg) {
+		pkg, _ = filepath.Abs(filepath.Join("..", "..", pkg))
+	}
+	if _, err := os.Stat(pkg); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates", "etc"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(root, "var/lib/dpkg/status"), nil, 0o644)
+	for _, f := range []string{"passwd", "group", "shadow", "gshadow"} {
+		b, _ := os.ReadFile(filepath.Join("/etc", f))
+		os.WriteFile(filepath.Join(root, "etc", f), b, 0o600)
+	}
+	stubs := t.TempDir()
+	log := filepath.Join(stubs, "log")
+	// systemctl: records, and remembers what was enabled. apt-get: records, and marks the
+	// packages installed in the root's dpkg database, as apt-get would.
+	os.WriteFile(filepath.Join(stubs, "systemctl"), []byte(`#!/bin/sh
+echo "systemctl $*" >> "$STUBLOG"
+case "$1" in
+  is-enabled) [ -f "$ROOT/.enabled-$2" ] ;;
+  enable) touch "$ROOT/.enabled-$3" ;;
+esac
+`), 0o755)
+	os.WriteFile(filepath.Join(stubs, "apt-get"), []byte(`#!/bin/sh
+echo "apt-get $*" >> "$STUBLOG"
+for p in "$@"; do
+  case "$p" in -*|install) ;; *) printf 'Package: %s\nStatus: install ok installed\nVersion: 1\nArchitecture: all\nMaintainer: test\nDescription: recorded\n\n' "$p" >> "$ROOT/var/lib/dpkg/status" ;; esac
+done
+`), 0o755)
+	install := func(args ...string) (string, error) {
+		cmd := exec.Command("sh", append([]string{filepath.Join("..", "..", "install.sh")}, args...)...)
+		cmd.Env = append(os.Environ(), "ROOT="+root, "STUBLOG="+log, "APT_GET="+filepath.Join(stubs, "apt-get"), "SYSTEMCTL="+filepath.Join(stubs, "systemctl"),
+			"DPKG=dpkg --root="+root+" --force-script-chrootless --force-depends --log=/dev/null")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	calls := func() string { b, _ := os.ReadFile(log); return string(b) }
+
+	out, err := install("--role", "provider", "--package", pkg, "--dry-run")
+	if err != nil || !strings.Contains(out, "this will") || !strings.Contains(out, "install containerd runc containernetworking-plugins iptables") ||
+		!strings.Contains(out, "install the package "+pkg) || !strings.Contains(out, "create the provider node's home") ||
+		!strings.Contains(out, "enable and start gpunex-provider.service") {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/gpunex")); err == nil || strings.Contains(calls(), "apt-get") {
+		t.Fatalf("the dry run changed something: %s", calls())
+	}
+
+	start := time.Now()
+	out, err = install("--role", "provider", "--package", pkg, "--yes")
+	took := time.Since(start)
+	if err != nil || !strings.Contains(out, "installed in") || !strings.Contains(out, "doctor:") || !strings.Contains(out, "then apply: gpunex apply --home "+root+"/var/lib/gpunex") {
+		t.Fatalf("install: %v\n%s", err, out)
+	}
+	t.Logf("installed (package, home, service, doctor) in %s", took.Round(time.Millisecond))
+	for _, f := range []string{"usr/bin/gpunex", "lib/systemd/system/gpunex-provider.service", "usr/share/gpunex/install.sh", "var/lib/gpunex/identity.key", "var/lib/gpunex/home.json"} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("not installed: %s", f)
+		}
+	}
+	if passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd")); !strings.Contains(string(passwd), "\ngpunex:") {
+		t.Error("the package made no gpunex user")
+	}
+	if c := calls(); !strings.Contains(c, "apt-get install -y -q containerd runc containernetworking-plugins iptables") || !strings.Contains(c, "systemctl enable --now gpunex-provider.service") {
+		t.Fatalf("calls: %s", c)
+	}
+	if v, err := exec.Command(filepath.Join(root, "usr/bin/gpunex"), "version").Output(); err != nil || !strings.HasPrefix(string(v), "gpunex ") {
+		t.Fatalf("the installed binary: %v %s", err, v)
+	}
+
+	before := calls()
+	out, err = install("--role", "provider", "--yes")
+	if err != nil || !strings.Contains(out, "everything is in place already") || strings.Count(calls(), "apt-get") != strings.Count(before, "apt-get") ||
+		strings.Count(calls(), "enable --now") != 1 {
+		t.Fatalf("run again: %v\n%s\n%s", err, out, calls())
+	}
+
+	if out, err := install("--uninstall"); err != nil || !strings.Contains(out, "The home "+root+"/var/lib/gpunex (identity, ledger) stays") {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/gpunex")); err == nil {
+		t.Error("uninstall left the binary")
+	}
+	if _, err := os.Stat(filepath.Join(root, "var/lib/gpunex/identity.key")); err != nil {
+		t.Error("uninstall removed the node's identity")
+	}
+}

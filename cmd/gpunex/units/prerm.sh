@@ -1,0 +1,9 @@
+#!/bin/sh
+# gpunex prerm: stop the node before its binary goes (a provider withdraws its offer).
+set -e
+if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
+  for u in gpunex-provider gpunex-renter gpunex-coordinator; do
+    systemctl stop "$u.service" 2>/dev/null || true
+  done
+fi
+exit 0
