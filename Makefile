@@ -15,7 +15,8 @@ PROVIDERS ?= 4
 # The Debian package (make package): built with nfpm, run as a Go tool at a pinned version.
 NFPM       := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 ARCH       := $(shell $(GO) env GOARCH)
-DEBVERSION := 0.1.0~$(subst -,.,$(VERSION))
+# Sorts by build time, so that a newer package upgrades an older one.
+DEBVERSION := 0.1.0+git$(shell date -u +%Y%m%d%H%M).$(subst -,.,$(VERSION))
 
 build: deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/gpunex

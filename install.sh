@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
 done
 
 say() { printf '%s\n' "$*"; }
+cdi_spec() { ls "$ROOT"/etc/cdi/*.yaml "$ROOT"/etc/cdi/*.json "$ROOT"/var/run/cdi/*.yaml "$ROOT"/var/run/cdi/*.json >/dev/null 2>&1; }
 die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
 
 if [ "$uninstall" = 1 ]; then
@@ -75,6 +76,11 @@ if [ ! -f "$HOME_DIR/identity.key" ]; then
   add "create the $role node's home $HOME_DIR (gpunex init)"
 fi
 unit="gpunex-$role.service"
+for other in gpunex-provider gpunex-renter gpunex-coordinator gpunex; do
+  if [ "$other.service" != "$unit" ] && $SYSTEMCTL is-enabled "$other.service" >/dev/null 2>&1; then
+    die "$other.service is enabled: one node per host and home; uninstall it first (install.sh --uninstall)"
+  fi
+done
 if ! $SYSTEMCTL is-enabled "$unit" >/dev/null 2>&1; then
   add "enable and start $unit"
 fi
@@ -82,7 +88,7 @@ gpu_note=""
 if [ "$role" = provider ]; then
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     gpu_note="no NVIDIA driver found (nvidia-smi): install it (apt-get install nvidia-driver) and reboot, or declare simulated GPUs"
-  elif ! ls "$ROOT"/etc/cdi/*.yaml "$ROOT"/var/run/cdi/*.yaml >/dev/null 2>&1; then
+  elif ! cdi_spec; then
     if command -v nvidia-ctk >/dev/null 2>&1; then
       add "generate the GPUs' CDI spec (nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)"
     else
@@ -111,8 +117,8 @@ fi
 if [ ! -x "$GPUNEX" ]; then
   $DPKG --install "$package"
 fi
-if [ "$role" = provider ] && command -v nvidia-ctk >/dev/null 2>&1 && ! ls "$ROOT"/etc/cdi/*.yaml >/dev/null 2>&1; then
-  nvidia-ctk cdi generate --output="$ROOT/etc/cdi/nvidia.yaml"
+if [ "$role" = provider ] && command -v nvidia-smi >/dev/null 2>&1 && command -v nvidia-ctk >/dev/null 2>&1 && ! cdi_spec; then
+  nvidia-ctk cdi generate --output="$ROOT/etc/cdi/nvidia.yaml" || say "warning: nvidia-ctk cdi generate failed: jobs get no GPU until a CDI spec exists (gpunex doctor)"
 fi
 if [ ! -f "$HOME_DIR/identity.key" ]; then
   set -- init --home "$HOME_DIR" --role "$role"
@@ -122,7 +128,7 @@ if [ ! -f "$HOME_DIR/identity.key" ]; then
   if [ "$role" = provider ] || [ -n "$ROOT" ]; then
     "$GPUNEX" "$@" >/dev/null
   else
-    su -s /bin/sh gpunex -c "$(printf '%s ' "$GPUNEX" "$@")" >/dev/null
+    runuser -u gpunex -- "$GPUNEX" "$@" >/dev/null
   fi
 fi
 if ! $SYSTEMCTL is-enabled "$unit" >/dev/null 2>&1; then

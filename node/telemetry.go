@@ -41,9 +41,10 @@ var (
 type gpuCollector struct {
 	n *Node
 
-	mu   sync.Mutex
-	at   time.Time
-	gpus []bench.GPUInfo
+	mu      sync.Mutex
+	at      time.Time // when gpus were read
+	gpus    []bench.GPUInfo
+	reading chan struct{} // closed when the probe in flight ends; nil when none is
 }
 
 func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -53,21 +54,39 @@ func (c *gpuCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// probe lists the GPUs, at most once per gpuCacheFor.
+// probeWait is how long a scrape waits for a probe in flight before it answers with the
+// GPUs read before (a driver call can hang on a GPU that is falling off the bus).
+const probeWait = 2 * time.Second
+
+// probe lists the GPUs, reading them at most once per gpuCacheFor, in the background: a
+// scrape waits at most probeWait for the reading, and scrapes never queue behind a hung one.
 func (c *gpuCollector) probe() []bench.GPUInfo {
 	c.mu.Lock()
+	if time.Since(c.at) >= gpuCacheFor && c.reading == nil {
+		done := make(chan struct{})
+		c.reading = done
+		go func() {
+			var gpus []bench.GPUInfo
+			if p, err := OpenProbe(c.n.cfg, c.n.peer.ID); err == nil {
+				gpus, _ = p.GPUs()
+				p.Close()
+			}
+			c.mu.Lock()
+			c.gpus, c.at, c.reading = gpus, time.Now(), nil
+			c.mu.Unlock()
+			close(done)
+		}()
+	}
+	reading := c.reading
+	c.mu.Unlock()
+	if reading != nil {
+		select {
+		case <-reading:
+		case <-time.After(probeWait):
+		}
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.at) < gpuCacheFor {
-		return c.gpus
-	}
-	p, err := OpenProbe(c.n.cfg, c.n.peer.ID)
-	if err != nil {
-		c.gpus = nil
-	} else {
-		c.gpus, _ = p.GPUs()
-		p.Close()
-	}
-	c.at = time.Now()
 	return c.gpus
 }
 

@@ -34,9 +34,18 @@ func TestServiceUnits(t *testing.T) {
 		has := func(line string) bool { return strings.Contains(unit, "\n"+line+"\n") }
 		switch role {
 		case "provider":
-			if !has("User=root") || strings.Contains(unit, "PrivateDevices=yes") || strings.Contains(unit, "RestrictNamespaces=yes") ||
-				!has("Requires=containerd.service") || !has("ExecStart="+binary+" node run --home /var/lib/gpunex") {
+			if !has("User=root") || !has("Requires=containerd.service") || !has("ExecStart="+binary+" node run --home /var/lib/gpunex") {
 				t.Errorf("provider unit:\n%s", unit)
+			}
+			// Jobs need the node's mounts (namespace pins under /run/gpunex, jobs' root
+			// file systems under /var/lib/containerd) in the host's mount namespace, where
+			// runc runs, and the GPUs' device nodes: no option that gives the service a
+			// mount namespace or a device allow-list of its own.
+			for _, bad := range []string{"ProtectSystem=", "ProtectHome=", "PrivateTmp=", "PrivateDevices=", "ReadWritePaths=", "ReadOnlyPaths=",
+				"ProtectKernelModules=", "ProtectKernelLogs=", "ProtectKernelTunables=", "ProtectControlGroups=", "RestrictNamespaces=", "DevicePolicy=", "CapabilityBoundingSet="} {
+				if strings.Contains(unit, "\n"+bad) {
+					t.Errorf("provider unit sets %s, which breaks jobs", bad)
+				}
 			}
 		default:
 			for _, want := range []string{"User=gpunex", "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateDevices=yes", "CapabilityBoundingSet=", "StateDirectory=gpunex"} {

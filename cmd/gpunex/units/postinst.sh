@@ -18,5 +18,12 @@ if [ ! -d "$root/var/lib/gpunex" ]; then
 fi
 if [ -z "$root" ] && [ -d /run/systemd/system ]; then
   systemctl daemon-reload || true
+  # An upgrade (configure with the old version): the running node restarts on the new
+  # binary (a provider withdraws and announces its offer again).
+  if [ "${1:-}" = configure ] && [ -n "${2:-}" ]; then
+    for u in gpunex-provider gpunex-renter gpunex-coordinator; do
+      systemctl try-restart "$u.service" || true
+    done
+  fi
 fi
 exit 0

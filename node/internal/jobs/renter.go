@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -484,10 +485,13 @@ func (r *Renter) Meter(ctx context.Context) {
 				go func() {
 					defer wg.Done()
 					defer func() { <-slots }()
-					if j.State == ledger.JobRunning && r.leaseOver(j) {
-						r.reportAbandoned(ctx, j)
-					} else if j.State == ledger.JobRunning {
+					if j.State == ledger.JobRunning {
+						// Asked first, so that a receipt the provider holds is taken even
+						// when this node comes back after the lease's end.
 						r.meterOnce(ctx, j)
+						if cur, err := r.ledger.GetJob(j.ID); err == nil && cur.State == ledger.JobRunning && r.leaseOver(cur) {
+							r.reportAbandoned(ctx, cur)
+						}
 					} else if r.escrow.Dispute(ctx, j) == nil {
 						r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
 					}
@@ -517,16 +521,24 @@ func (r *Renter) reportAbandoned(ctx context.Context, j ledger.Job) {
 	now := r.clock.Now()
 	why := fmt.Sprintf("abandoned by its provider: no receipt by the lease's end (%d s of usage countersigned)", j.CheckpointSeconds)
 	var err error
+	told := false
 	switch {
 	case len(j.Checkpoint) == 0:
 		why = "the provider sent no receipt by the lease's end, and no usage was countersigned: nothing to report"
+	case !hasHold(j.Proposal):
+		why += "; the job has no escrow hold, so no coordinator to tell"
 	default:
 		if err = r.escrow.ReportAbandoned(ctx, j); err == nil {
-			why += "; the coordinator was told"
+			why, told = why+"; the coordinator was told", true
 		}
 	}
-	// The provider reported the job after all ("settled already"): nothing to try again.
+	// The hold is settled already (the provider reported the job, or it expired): nothing
+	// to try again.
 	final := err != nil && strings.Contains(err.Error(), "settled already")
+	if final {
+		why = "the provider sent this node no receipt by the lease's end, and the job's hold is settled already at the coordinator (" + err.Error() + ")"
+		err = nil
+	}
 	if l, _, lerr := protocol.OpenLease(j.Lease); err != nil && !final && lerr == nil && now.Before(l.EndsAt.Add(protocol.HoldGrace)) {
 		r.log.Debug("the account of an abandoned job was not delivered; trying again", "job", j.ID, "err", err)
 		return
@@ -539,11 +551,23 @@ func (r *Renter) reportAbandoned(ctx context.Context, j ledger.Job) {
 			return nil
 		}
 		x.State, x.Error, x.UpdatedAt = ledger.JobFailed, why, now
-		if err == nil && len(j.Checkpoint) > 0 {
+		if told {
 			x.AbandonReported = now
 		}
 		return nil
 	})
+}
+
+// hasHold says whether a proposal carries an escrow hold.
+func hasHold(proposal []byte) bool {
+	env, err := protocol.Open(proposal)
+	if err != nil {
+		return false
+	}
+	var p struct {
+		Hold []byte `json:"escrow_hold"`
+	}
+	return json.Unmarshal(env.Payload, &p) == nil && len(p.Hold) > 0
 }
 
 // checkObserved checks a provider's checkpoint of a job against its lease and against what

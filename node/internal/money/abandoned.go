@@ -52,7 +52,7 @@ func (s *Settlement) takeAbandoned(remote peer.ID, req protocol.WalletRequest) e
 		return refuse(api.Invalid(fmt.Errorf("%w: job %s is not yours to report", protocol.ErrWrongSigner, req.Job)))
 	}
 	if h.State != ledger.HoldHeld {
-		return api.Conflict(fmt.Errorf("job %s is settled already (%s): its provider reported it", req.Job, h.State))
+		return api.Conflict(fmt.Errorf("job %s is settled already (hold %s): its provider reported it, or the hold expired", req.Job, h.State))
 	}
 	l, signer, err := protocol.OpenLease(req.Lease)
 	if err != nil {
