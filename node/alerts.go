@@ -26,6 +26,11 @@ func (n *Node) watchAlerts(dir string) {
 			if err != nil || limit <= 0 {
 				return false, "", "", err == nil
 			}
+			// Resolved only with 10% (at least 1 GiB) more than the level: a disk hovering
+			// around it is not told about at every check.
+			if was, _ := n.ledger.AlertFiring("disk"); was {
+				limit += max(1, limit/10)
+			}
 			return free < limit, fmt.Sprintf("the disk is filling up: %d GiB free", free),
 				fmt.Sprintf("%s has %d GiB free, under alerts.disk_free_gb (%d). The ledger, images and jobs' output live there: free space, or lower jobs.image_cache_gb.", dir, free, limit), true
 		}})
@@ -50,12 +55,20 @@ func (n *Node) watchAlerts(dir string) {
 		if s == nil || level <= 0 {
 			return false, "", "", s != nil
 		}
+		if was, _ := n.ledger.AlertFiring("score"); was {
+			level += 5 // resolved 5 points above the level, not at every wobble around it
+		}
 		return s.Score < level, fmt.Sprintf("the score fell to %d", s.Score),
 			fmt.Sprintf("The coordinator's latest score is %d, under alerts.score_below (%d): uptime %.3f, job completion %.3f, benchmark consistency %.3f. `gpunex score` says what moved it.",
 				s.Score, level, s.Uptime, s.Completion, s.Consistency), true
 	}})
-	a.Watch(alerts.Condition{Key: "payouts", Check: func(time.Time) (bool, string, string, bool) {
-		n.alertPayouts()
+	var lastPayouts time.Time
+	a.Watch(alerts.Condition{Key: "payouts", Check: func(now time.Time) (bool, string, string, bool) {
+		// Payouts are batched daily at most: asking the coordinator hourly is enough.
+		if now.Sub(lastPayouts) >= time.Hour {
+			lastPayouts = now
+			n.alertPayouts()
+		}
 		return false, "", "", false
 	}})
 }
