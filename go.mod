@@ -29,6 +29,7 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
+	github.com/teambition/rrule-go v1.8.2
 	golang.org/x/sys v0.48.0
 	google.golang.org/protobuf v1.36.12
 	tags.cncf.io/container-device-interface v1.1.1

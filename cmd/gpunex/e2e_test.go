@@ -366,6 +366,24 @@ func TestDevnetEndToEnd(t *testing.T) {
 		t.Fatalf("doctor of the coordinator: exit %d %+v", code, r.Checks)
 	}
 
+	// Maintenance from an iCalendar: a weekly event (two occurrences) and a one-off one are
+	// planned and announced; imported again, nothing is added; exported, they read back.
+	day := time.Now().UTC().Add(48 * time.Hour).Truncate(time.Hour)
+	ics := filepath.Join(dir, "maintenance.ics")
+	os.WriteFile(ics, []byte("BEGIN:VCALENDAR\r\nVERSION:2.0\r\n"+
+		"BEGIN:VEVENT\r\nUID:w@test\r\nDTSTART:"+day.Format("20060102T150405Z")+"\r\nDURATION:PT1H\r\nRRULE:FREQ=WEEKLY;COUNT=2\r\nSUMMARY:fans\r\nEND:VEVENT\r\n"+
+		"BEGIN:VEVENT\r\nUID:o@test\r\nDTSTART:"+day.Add(3*time.Hour).Format("20060102T150405Z")+"\r\nDURATION:PT30M\r\nSUMMARY:PSU swap\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"), 0o644)
+	if out := mustRun(t, "maintenance", "import", ics, "--home", p1.Home); !strings.Contains(out, "3 windows planned, 0 planned already") {
+		t.Fatalf("maintenance import: %s", out)
+	}
+	if out := mustRun(t, "maintenance", "import", ics, "--home", p1.Home); !strings.Contains(out, "0 windows planned, 3 planned already") {
+		t.Fatalf("maintenance import again: %s", out)
+	}
+	if out := mustRun(t, "maintenance", "export", "--home", p1.Home); strings.Count(out, "BEGIN:VEVENT") < 3 || !strings.Contains(out, "SUMMARY:PSU swap") ||
+		!strings.Contains(out, "DTSTART:"+day.Format("20060102T150405Z")) {
+		t.Fatalf("maintenance export:\n%s", out)
+	}
+
 	// The model catalogue: the coordinator adds a model from the command line; the renter
 	// holds the signed catalogue within seconds, with no restart.
 	if out := mustRun(t, "coordinator", "models", "add", "B200-192GB", "--vram-gb", "192", "--fp32", "80", "--fp16", "160", "--tensor", "1125",

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/protocol"
 
 	"github.com/spf13/cobra"
 )
@@ -47,6 +48,78 @@ func maintenanceCommand() *cobra.Command {
 	add.Flags().StringVar(&to, "to", "", "end (RFC 3339)")
 	add.Flags().StringVar(&rule, "rule", "", "recurring: \"first|second|third|fourth|last WEEKDAY HH:MM DURATION [ZONE]\"")
 	add.Flags().StringVar(&note, "note", "", "what the maintenance is for")
+	var dryRun bool
+	importCmd := &cobra.Command{
+		Use:   "import FILE|URL [--dry-run]",
+		Short: "Plan the maintenance of an iCalendar file or URL: each event's occurrences in the coming 62 days (recurrences expanded)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := readCalendar(args[0])
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			wins, err := parseCalendar(data, now, now.Add(protocol.MaintenanceHorizon))
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.Maintenance(cmd.Context())
+			if err != nil {
+				return err
+			}
+			have := map[[2]int64]bool{}
+			for _, m := range v.Planned {
+				have[[2]int64{m.From.Unix(), m.To.Unix()}] = true
+			}
+			added, known := 0, 0
+			for _, w := range wins {
+				if have[[2]int64{w.From.Unix(), w.To.Unix()}] {
+					known++
+					continue
+				}
+				if dryRun {
+					fmt.Fprintf(cmd.OutOrStdout(), "would plan %s - %s  %s\n", w.From.Local().Format(time.DateTime), w.To.Local().Format(time.DateTime), w.Note)
+					added++
+					continue
+				}
+				if _, err := cl.AddMaintenance(cmd.Context(), api.Maintenance{From: w.From, To: w.To, Note: w.Note}); err != nil {
+					return fmt.Errorf("%s - %s: %w", w.From.Format(time.RFC3339), w.To.Format(time.RFC3339), err)
+				}
+				added++
+			}
+			verb := "planned"
+			if dryRun {
+				verb = "would be planned"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d windows %s, %d planned already (from %s)\n", added, verb, known, args[0])
+			return nil
+		},
+	}
+	importCmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be planned")
+	export := &cobra.Command{
+		Use:   "export",
+		Short: "Print the maintenance windows the provider announces as an iCalendar (.ics)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.Maintenance(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var wins []calWindow
+			for _, w := range v.Announced {
+				wins = append(wins, calWindow{From: w.From, To: w.To, Note: w.Note})
+			}
+			return writeCalendar(cmd.OutOrStdout(), "gpunex maintenance", wins, time.Now())
+		},
+	}
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list [--json]",
@@ -91,6 +164,6 @@ func maintenanceCommand() *cobra.Command {
 			return cl.RemoveMaintenance(cmd.Context(), args[0])
 		},
 	}
-	c.AddCommand(add, list, remove)
+	c.AddCommand(add, list, remove, importCmd, export)
 	return c
 }
