@@ -3,6 +3,7 @@ package protocol
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"math/bits"
@@ -568,4 +569,23 @@ func Median(prices []MicroUSDC) MicroUSDC {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// HoldCoordinator names the coordinator that signed the escrow hold a proposal carries (""
+// without one). It reads the records without checking them: the caller checks what it
+// relies on.
+func HoldCoordinator(proposal []byte) peer.ID {
+	env, err := Open(proposal)
+	if err != nil {
+		return ""
+	}
+	var p Proposal
+	if json.Unmarshal(env.Payload, &p) != nil || len(p.Hold) == 0 {
+		return ""
+	}
+	h, err := Open(p.Hold)
+	if err != nil || h.Kind != KindEscrowHold {
+		return ""
+	}
+	return h.Signer
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -525,7 +524,7 @@ func (r *Renter) reportAbandoned(ctx context.Context, j ledger.Job) {
 	switch {
 	case len(j.Checkpoint) == 0:
 		why = "the provider sent no receipt by the lease's end, and no usage was countersigned: nothing to report"
-	case !hasHold(j.Proposal):
+	case protocol.HoldCoordinator(j.Proposal) == "":
 		why += "; the job has no escrow hold, so no coordinator to tell"
 	default:
 		if err = r.escrow.ReportAbandoned(ctx, j); err == nil {
@@ -556,18 +555,6 @@ func (r *Renter) reportAbandoned(ctx context.Context, j ledger.Job) {
 		}
 		return nil
 	})
-}
-
-// hasHold says whether a proposal carries an escrow hold.
-func hasHold(proposal []byte) bool {
-	env, err := protocol.Open(proposal)
-	if err != nil {
-		return false
-	}
-	var p struct {
-		Hold []byte `json:"escrow_hold"`
-	}
-	return json.Unmarshal(env.Payload, &p) == nil && len(p.Hold) > 0
 }
 
 // checkObserved checks a provider's checkpoint of a job against its lease and against what

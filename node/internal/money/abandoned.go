@@ -25,7 +25,7 @@ import (
 // ReportAbandoned sends the renter's account of a job whose lease ended with no receipt to
 // the coordinator holding its escrow.
 func (w *Wallet) ReportAbandoned(ctx context.Context, j ledger.Job) error {
-	c := holdCoordinator(j.Proposal)
+	c := protocol.HoldCoordinator(j.Proposal)
 	if c == "" {
 		return errors.New("the job has no escrow hold: there is no coordinator to tell")
 	}

@@ -20,7 +20,7 @@ import (
 // Dispute sends a renter's signed dispute of a receipt to the coordinator that signed the
 // job's hold.
 func (w *Wallet) Dispute(ctx context.Context, j ledger.Job) error {
-	c := holdCoordinator(j.Proposal)
+	c := protocol.HoldCoordinator(j.Proposal)
 	if c == "" {
 		return errors.New("the job has no escrow hold: there is no coordinator to dispute with")
 	}

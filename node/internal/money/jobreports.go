@@ -3,7 +3,6 @@ package money
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -51,28 +50,10 @@ func (w *Wallet) ReportJob(ctx context.Context, j ledger.Job) {
 // escrow hold (it holds the renter's money and charges it), when this provider trusts it;
 // else the first trusted coordinator.
 func reportTarget(trusted []peer.ID, proposal []byte) peer.ID {
-	if c := holdCoordinator(proposal); c != "" && slices.Contains(trusted, c) {
+	if c := protocol.HoldCoordinator(proposal); c != "" && slices.Contains(trusted, c) {
 		return c
 	}
 	return trusted[0]
-}
-
-// holdCoordinator names the coordinator that signed the escrow hold a proposal carries
-// ("" without one).
-func holdCoordinator(proposal []byte) peer.ID {
-	env, err := protocol.Open(proposal)
-	if err != nil {
-		return ""
-	}
-	var p protocol.Proposal
-	if json.Unmarshal(env.Payload, &p) != nil || len(p.Hold) == 0 {
-		return ""
-	}
-	h, err := protocol.Open(p.Hold)
-	if err != nil || h.Kind != protocol.KindEscrowHold {
-		return ""
-	}
-	return h.Signer
 }
 
 // HandleJobReport takes a provider's final receipt on a coordinator. Only a party with
