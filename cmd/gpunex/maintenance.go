@@ -11,6 +11,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// nodeMaintenance returns a client of the node and its planned and announced maintenance.
+func nodeMaintenance(cmd *cobra.Command) (*api.Client, api.MaintenanceView, error) {
+	cl, err := client(cmd)
+	if err != nil {
+		return nil, api.MaintenanceView{}, err
+	}
+	v, err := cl.Maintenance(cmd.Context())
+	return cl, v, err
+}
+
 func maintenanceCommand() *cobra.Command {
 	c := &cobra.Command{Use: "maintenance", Short: "Plan maintenance: no uptime is owed inside its windows"}
 	var from, to, rule, note string
@@ -63,11 +73,7 @@ func maintenanceCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Maintenance(cmd.Context())
+			cl, v, err := nodeMaintenance(cmd)
 			if err != nil {
 				return err
 			}
@@ -105,11 +111,7 @@ func maintenanceCommand() *cobra.Command {
 		Short: "Print the maintenance windows the provider announces as an iCalendar (.ics)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Maintenance(cmd.Context())
+			_, v, err := nodeMaintenance(cmd)
 			if err != nil {
 				return err
 			}
@@ -126,11 +128,7 @@ func maintenanceCommand() *cobra.Command {
 		Short: "List planned maintenance and the windows announced",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Maintenance(cmd.Context())
+			_, v, err := nodeMaintenance(cmd)
 			if err != nil {
 				return err
 			}
