@@ -418,6 +418,48 @@ func (l *Ledger) SetMaintenance(ms []Maintenance) error {
 	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, keyMaintenance, ms) })
 }
 
+const keyAvailability = "provider/availability"
+
+// Availability is the weekly availability a provider set while running (`gpunex
+// availability set|import`). It replaces [provider.availability] of the config until it is
+// reset.
+type Availability struct {
+	Timezone string   `json:"timezone"`
+	Windows  []string `json:"windows,omitempty"` // none: 24/7
+	// Source is the iCalendar file or URL it was imported from, Follow how often the node
+	// reads a URL source again (0: never).
+	Source string        `json:"source,omitempty"`
+	Follow time.Duration `json:"follow,omitempty"`
+	SetAt  time.Time     `json:"set_at"`
+	// Checked is when the node last read Source, Error why that read failed ("" if it did
+	// not): the schedule then stays as it was.
+	Checked time.Time `json:"checked,omitzero"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// Availability returns the availability set while running, or nil if none is.
+func (l *Ledger) Availability() (*Availability, error) {
+	var a Availability
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, keyAvailability, &a) })
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// SetAvailability records the availability set while running; nil goes back to the config's.
+func (l *Ledger) SetAvailability(a *Availability) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		if a == nil {
+			return txn.Delete([]byte(keyAvailability))
+		}
+		return putJSON(txn, keyAvailability, a)
+	})
+}
+
 const prefixModels = "models/"
 
 // KeptModelCatalogues is the most model catalogues a node keeps per coordinator; it keeps

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpunex/gpunex/node/internal/benchmarks"
 
@@ -150,6 +151,39 @@ func (a *APIServer) routeBench(mux *http.ServeMux) {
 		}
 		return map[string]string{"removed": id}, a.n.publisher.RemoveMaintenance(id)
 	})
+	a.route(mux, "GET /v1/provider/availability", func(r *http.Request) (any, error) {
+		return a.availability()
+	})
+	a.route(mux, "PUT /v1/provider/availability", func(r *http.Request) (any, error) {
+		var req api.Availability
+		if err := decodeBody(r, 16<<10, &req); err != nil {
+			return nil, err
+		}
+		if a.n.publisher == nil {
+			return nil, fmt.Errorf("%w: only providers have an availability", api.ErrWrongRole)
+		}
+		set := &ledger.Availability{Timezone: req.Timezone, Windows: req.Windows, Source: req.Source}
+		if req.Follow != "" {
+			d, err := time.ParseDuration(req.Follow)
+			if err != nil {
+				return nil, api.Invalid(fmt.Errorf("follow: %w", err))
+			}
+			set.Follow = d
+		}
+		if _, err := a.n.publisher.SetAvailability(r.Context(), set); err != nil {
+			return nil, err
+		}
+		return a.availability()
+	})
+	a.route(mux, "DELETE /v1/provider/availability", func(r *http.Request) (any, error) {
+		if a.n.publisher == nil {
+			return nil, fmt.Errorf("%w: only providers have an availability", api.ErrWrongRole)
+		}
+		if _, err := a.n.publisher.SetAvailability(r.Context(), nil); err != nil {
+			return nil, err
+		}
+		return a.availability()
+	})
 	a.route(mux, "GET /v1/scores", func(r *http.Request) (any, error) {
 		all := a.n.scores.Scores()
 		want := r.URL.Query().Get("provider")
@@ -206,4 +240,33 @@ func encodeProgress(w io.Writer, v any) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// availability describes the provider's availability in force.
+func (a *APIServer) availability() (api.AvailabilityView, error) {
+	if a.n.publisher == nil {
+		return api.AvailabilityView{}, fmt.Errorf("%w: only providers have an availability", api.ErrWrongRole)
+	}
+	sched, set, err := a.n.publisher.Availability()
+	if err != nil {
+		return api.AvailabilityView{}, err
+	}
+	now := a.n.clock.Now()
+	v := api.AvailabilityView{
+		Availability: api.Availability{Timezone: sched.Timezone(), Windows: sched.Windows()},
+		Text:         sched.String(), FromConfig: set == nil, OpenNow: sched.Open(now),
+	}
+	if v.Windows == nil {
+		v.Windows = []string{}
+	}
+	if next, ok := sched.NextChange(now); ok {
+		v.NextChange = &next
+	}
+	if set != nil {
+		v.Source, v.SetAt, v.Checked, v.Error = set.Source, set.SetAt, set.Checked, set.Error
+		if set.Follow > 0 {
+			v.Follow = set.Follow.String()
+		}
+	}
+	return v, nil
 }

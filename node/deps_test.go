@@ -24,7 +24,7 @@ var subsystems = []string{
 // subsystemImports are the packages of the module a subsystem may import.
 var subsystemImports = []string{
 	"protocol", "ledger", "ledger/solana", "sandbox", "bench",
-	"node/api", "node/config", "node/internal/clock", "node/internal/metrics", "node/internal/p2p", "node/internal/notify",
+	"node/api", "node/config", "node/calendar", "node/internal/clock", "node/internal/metrics", "node/internal/p2p", "node/internal/notify",
 }
 
 // TestImportBoundaries keeps the arrows of docs/architecture.md true: which packages of the
@@ -49,6 +49,7 @@ func TestImportBoundaries(t *testing.T) {
 		"bench":                 {"protocol"},
 		"node/api":              {"protocol"},
 		"node/config":           {"protocol"},
+		"node/calendar":         {"protocol"},
 		"ledger/audit":          {"protocol", "ledger/solana"},
 		"node/internal/clock":   {},
 		"node/internal/metrics": {},
@@ -63,7 +64,7 @@ func TestImportBoundaries(t *testing.T) {
 		// The daemon assembles the subsystems; it does not import the local Solana runtime.
 		"node": append(slices.Clone(subsystemImports), subsystems...),
 		"cmd/gpunex": {"protocol", "ledger/audit", "ledger/solana", "sandbox", "bench",
-			"node", "node/api", "node/config", "node/devnet"},
+			"node", "node/api", "node/calendar", "node/config", "node/devnet"},
 	}
 	for _, s := range subsystems {
 		internal[s] = subsystemImports
@@ -77,6 +78,7 @@ func TestImportBoundaries(t *testing.T) {
 		"github.com/libp2p/go-libp2p-pubsub":   {"node/internal/p2p"},
 		"github.com/libp2p/go-libp2p-record":   {"node/internal/p2p"},
 		"github.com/NVIDIA/go-nvml":            {"bench"},
+		"github.com/teambition/rrule-go":       {"node/calendar"},
 		"github.com/prometheus/client_golang/": {"node", "node/internal/metrics"},
 	}
 	// Third-party prefixes protocol may import: it is pure (no network stack, no storage).

@@ -286,6 +286,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.peer.Handle(protocol.BenchChallengeProtocol, n.bench.HandleBenchChallenge)
 	n.peer.Handle(protocol.UptimeProtocol, reliability.UptimeHandler(n.peer, n.clock, protocol.NewTrust(trusted...)))
 	n.goLoop(func() { n.publisher.Run(runCtx) })
+	n.goLoop(func() { n.publisher.FollowLoop(runCtx) })
 	n.goLoop(func() { n.applicant.Run(runCtx) })
 	n.goLoop(func() { n.bench.Loop(runCtx) })
 	n.goLoop(func() { n.jobs.CleanupLoop(runCtx) })

@@ -338,6 +338,29 @@ func (s Schedule) Windows() []string {
 	return out
 }
 
+// WeeklyWindow is one window of a schedule in numbers: the days it starts on, and its start
+// and end in minutes after local midnight. An End at or before Start ends on the next day;
+// End 1440 is midnight at the end of the start day.
+type WeeklyWindow struct {
+	Days       []time.Weekday
+	Start, End int
+}
+
+// Spans returns the schedule's windows in numbers, in the order given; none for 24/7.
+func (s Schedule) Spans() []WeeklyWindow {
+	var out []WeeklyWindow
+	for _, w := range s.windows {
+		ww := WeeklyWindow{Start: w.start, End: w.end}
+		for d := range 7 {
+			if w.days&(1<<d) != 0 {
+				ww.Days = append(ww.Days, time.Weekday(d))
+			}
+		}
+		out = append(out, ww)
+	}
+	return out
+}
+
 // String returns "24/7" for a schedule without windows, otherwise the windows and the zone,
 // e.g. "mon-fri 08:00-20:00, sat 10:00-14:00 (Europe/Paris)".
 func (s Schedule) String() string {

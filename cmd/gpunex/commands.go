@@ -33,7 +33,7 @@ func rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
-		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), doctorCommand(), serviceCommand(), maintenanceCommand(),
+		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), doctorCommand(), serviceCommand(), maintenanceCommand(), availabilityCommand(),
 		walletCommand(), earningsCommand(), priceCommand(), auditCommand())
 	return root
 }

@@ -159,6 +159,7 @@ type searchRow struct {
 	VRAMGB    int       `json:"vram_gb"`
 	Price     string    `json:"price_usdc_per_gpu_hour"`
 	Region    string    `json:"region"`
+	Avail     string    `json:"availability"`
 	Tier      string    `json:"tier"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Bench     *struct {
@@ -382,6 +383,42 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if out := mustRun(t, "maintenance", "export", "--home", p1.Home); strings.Count(out, "BEGIN:VEVENT") < 3 || !strings.Contains(out, "SUMMARY:PSU swap") ||
 		!strings.Contains(out, "DTSTART:"+day.Format("20060102T150405Z")) {
 		t.Fatalf("maintenance export:\n%s", out)
+	}
+
+	// Availability from an iCalendar of weekly events: every day but the hour starting in 12
+	// hours, so the provider stays open now. It applies without a restart (the renter sees
+	// the new hours in the offer), exports as weekly events, and resets to the config's.
+	opens := time.Now().UTC().Add(13 * time.Hour).Truncate(time.Hour)
+	weekly := fmt.Sprintf("daily %02d:00-%02d:00 (UTC)", opens.Hour(), (opens.Hour()+23)%24)
+	avail := filepath.Join(dir, "availability.ics")
+	os.WriteFile(avail, []byte("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nBEGIN:VEVENT\r\nUID:a@test\r\nDTSTART:"+opens.Add(-48*time.Hour).Format("20060102T150405Z")+
+		"\r\nDURATION:PT23H\r\nRRULE:FREQ=DAILY\r\nSUMMARY:GPUs for rent\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"), 0o644)
+	if out := mustRun(t, "availability", "import", avail, "--dry-run", "--home", p1.Home); !strings.Contains(out, "would set the availability to: "+weekly) {
+		t.Fatalf("availability import --dry-run: %s", out)
+	}
+	if out := mustRun(t, "availability", "import", avail, "--home", p1.Home); !strings.Contains(out, "availability: "+weekly) ||
+		!strings.Contains(out, "now: open") || !strings.Contains(out, "set by: calendar "+avail) {
+		t.Fatalf("availability import: %s", out)
+	}
+	for deadline, seen := time.Now().Add(15*time.Second), ""; seen != weekly; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the renter sees provider-1's availability as %q, want %q", seen, weekly)
+		}
+		time.Sleep(200 * time.Millisecond)
+		for _, r := range searchJSON(t, renter) {
+			if r.Provider == p1.PeerID {
+				seen = r.Avail
+			}
+		}
+	}
+	if out := mustRun(t, "availability", "export", "--home", p1.Home); !strings.Contains(out, "RRULE:FREQ=WEEKLY;WKST=MO;BYDAY=SU,MO,TU,WE,TH,FR,SA") {
+		t.Fatalf("availability export:\n%s", out)
+	}
+	if _, errOut, code := gpunex(t, "availability", "import", ics, "--home", p1.Home); code == 0 || !strings.Contains(errOut, "does not repeat") {
+		t.Fatalf("availability import of a maintenance calendar: exit %d: %s", code, errOut)
+	}
+	if out := mustRun(t, "availability", "reset", "--home", p1.Home); !strings.Contains(out, "set by: [provider.availability] of the config") {
+		t.Fatalf("availability reset: %s", out)
 	}
 
 	// The model catalogue: the coordinator adds a model from the command line; the renter

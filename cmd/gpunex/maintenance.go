@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/calendar"
 	"github.com/gpunex/gpunex/protocol"
 
 	"github.com/spf13/cobra"
@@ -64,12 +65,12 @@ func maintenanceCommand() *cobra.Command {
 		Short: "Plan the maintenance of an iCalendar file or URL: each event's occurrences in the coming 62 days (recurrences expanded)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := readCalendar(args[0])
+			data, err := calendar.Read(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			now := time.Now()
-			wins, err := parseCalendar(data, now, now.Add(protocol.MaintenanceHorizon))
+			wins, err := calendar.Occurrences(data, now, now.Add(protocol.MaintenanceHorizon))
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
@@ -115,11 +116,11 @@ func maintenanceCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var wins []calWindow
+			var wins []calendar.Window
 			for _, w := range v.Announced {
-				wins = append(wins, calWindow{From: w.From, To: w.To, Note: w.Note})
+				wins = append(wins, calendar.Window{From: w.From, To: w.To, Note: w.Note})
 			}
-			return writeCalendar(cmd.OutOrStdout(), "gpunex maintenance", wins, time.Now())
+			return calendar.Write(cmd.OutOrStdout(), "gpunex maintenance", wins, time.Now())
 		},
 	}
 	var asJSON bool

@@ -75,8 +75,15 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		}
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			// The error keeps the server's message and gets its kind back from the status.
-			if resp.StatusCode == http.StatusNotFound {
+			switch resp.StatusCode {
+			case http.StatusBadRequest:
+				return kindError{ErrInvalid, errors.New(e.Error)}
+			case http.StatusNotFound:
 				return kindError{ErrNotFound, errors.New(e.Error)}
+			case http.StatusConflict:
+				return kindError{ErrConflict, errors.New(e.Error)}
+			case http.StatusTooManyRequests:
+				return kindError{ErrRateLimited, errors.New(e.Error)}
 			}
 			return errors.New(e.Error)
 		}
@@ -281,6 +288,24 @@ func (c *Client) Challenge(ctx context.Context, provider string) (BenchView, err
 func (c *Client) Scores(ctx context.Context, provider string) ([]protocol.ScoreRecord, error) {
 	var v []protocol.ScoreRecord
 	return v, c.Do(ctx, http.MethodGet, "/v1/scores?provider="+url.QueryEscape(provider), nil, &v)
+}
+
+// Availability returns the provider's weekly availability.
+func (c *Client) Availability(ctx context.Context) (AvailabilityView, error) {
+	var v AvailabilityView
+	return v, c.Do(ctx, http.MethodGet, "/v1/provider/availability", nil, &v)
+}
+
+// SetAvailability sets the provider's weekly availability; it applies at once.
+func (c *Client) SetAvailability(ctx context.Context, a Availability) (AvailabilityView, error) {
+	var v AvailabilityView
+	return v, c.Do(ctx, http.MethodPut, "/v1/provider/availability", a, &v)
+}
+
+// ResetAvailability goes back to the availability of the config.
+func (c *Client) ResetAvailability(ctx context.Context) (AvailabilityView, error) {
+	var v AvailabilityView
+	return v, c.Do(ctx, http.MethodDelete, "/v1/provider/availability", nil, &v)
 }
 
 // Maintenance lists the provider's planned maintenance and the windows it announces.

@@ -273,6 +273,29 @@ type MaintenanceView struct {
 	Announced []protocol.MaintenanceWindow `json:"announced"`
 }
 
+// Availability is the weekly schedule in which a provider offers its GPUs, as set by PUT
+// /v1/provider/availability. Windows are "DAYS HH:MM-HH:MM" in Timezone; none means 24/7.
+// Source names the calendar it was imported from; Follow (a duration such as "6h") has the
+// node read a calendar URL again that often.
+type Availability struct {
+	Timezone string   `json:"timezone"`
+	Windows  []string `json:"windows"`
+	Source   string   `json:"source,omitempty"`
+	Follow   string   `json:"follow,omitempty"`
+}
+
+// AvailabilityView is the answer of GET, PUT and DELETE /v1/provider/availability.
+type AvailabilityView struct {
+	Availability
+	Text       string     `json:"text"`        // e.g. "mon-fri 08:00-20:00 (Europe/Paris)", or "24/7"
+	FromConfig bool       `json:"from_config"` // [provider.availability] of the config is in force
+	OpenNow    bool       `json:"open_now"`
+	NextChange *time.Time `json:"next_change,omitempty"`
+	SetAt      time.Time  `json:"set_at,omitzero"`
+	Checked    time.Time  `json:"checked,omitzero"` // when a followed calendar was last read
+	Error      string     `json:"error,omitempty"`  // why that read was not applied
+}
+
 // PriceAdvice is what `gpunex price recommend` prints for one market.
 type PriceAdvice struct {
 	protocol.Market

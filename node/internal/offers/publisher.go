@@ -56,7 +56,6 @@ type Publisher struct {
 	clock     clock.Clock
 	cfg       config.OffersConfig
 
-	sched  protocol.Schedule
 	region string
 	base   []protocol.OfferGPUs // declared in config, with configured prices
 
@@ -73,6 +72,9 @@ type Publisher struct {
 	egress     string
 	egressMbps int64
 	closed     bool
+	// sched is the availability in force: set while running (ledger) or else configSched.
+	sched       protocol.Schedule
+	configSched protocol.Schedule
 }
 
 // ErrUnknownModel is returned when a price is set for a model the provider does not declare.
@@ -91,14 +93,25 @@ func NewPublisher(d PublisherDeps) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Publisher{
+	p := &Publisher{
 		peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, catalogue: d.Catalogue, topic: d.Topic,
 		metrics: d.Metrics, log: d.Log, clock: d.Clock, cfg: d.Offers,
-		sched: sched, base: items,
+		sched: sched, configSched: sched, base: items,
 		region:   protocol.NormalizeRegion(d.Provider.Region),
 		wake:     make(chan struct{}, 1),
 		announce: make(chan []byte, 1),
-	}, nil
+	}
+	set, err := d.Ledger.Availability()
+	if err != nil {
+		return nil, err
+	}
+	if set != nil {
+		if p.sched, err = protocol.ParseSchedule(set.Timezone, set.Windows); err != nil {
+			p.sched = sched
+			p.log.Warn("the availability set while running is unreadable; using the config's", "err", err)
+		}
+	}
+	return p, nil
 }
 
 // Poke asks the loop to publish now.
@@ -126,7 +139,7 @@ func (p *Publisher) Run(ctx context.Context) {
 		}
 		wait := p.cfg.Republish.Duration
 		now := p.clock.Now()
-		if next, ok := p.sched.NextChange(now); ok && next.Sub(now) < wait {
+		if next, ok := p.Schedule().NextChange(now); ok && next.Sub(now) < wait {
 			wait = next.Sub(now)
 		}
 		select {
@@ -231,6 +244,9 @@ func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, erro
 
 // errNotCertified means the provider holds no usable certificate: it publishes nothing.
 var errNotCertified = errors.New("not certified")
+
+// errShuttingDown answers a change asked of a publisher that has withdrawn its offer.
+var errShuttingDown = errors.New("the provider is shutting down: try again once it has restarted")
 
 // certificate returns the provider's certificate if it is valid now: issued by a trusted
 // coordinator, unexpired, unrevoked.
@@ -368,7 +384,7 @@ func (p *Publisher) SetPrice(ctx context.Context, model string, price protocol.M
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, errors.New("the provider is shutting down: try again once it has restarted")
+		return nil, errShuttingDown
 	}
 	if err := p.ledger.SetPrice(model, price); err != nil {
 		return nil, err
@@ -388,7 +404,14 @@ func (p *Publisher) UseAttestations(a Attestations) {
 }
 
 // Open says whether the availability schedule is open at now.
-func (p *Publisher) Open(now time.Time) bool { return p.sched.Open(now) }
+func (p *Publisher) Open(now time.Time) bool { return p.Schedule().Open(now) }
+
+// Schedule returns the availability in force.
+func (p *Publisher) Schedule() protocol.Schedule {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sched
+}
 
 // Current returns the offer last published.
 func (p *Publisher) Current() *protocol.SignedOffer {

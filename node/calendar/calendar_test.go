@@ -1,4 +1,4 @@
-package main
+package calendar
 
 import (
 	"strings"
@@ -17,12 +17,12 @@ func TestParseCalendar(t *testing.T) {
 		"BEGIN:VEVENT\r\nUID:past@example.org\r\nDTSTART:20260101T000000Z\r\nDURATION:PT1H\r\nEND:VEVENT\r\n" +
 		"END:VCALENDAR\r\n"
 	from := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
-	wins, err := parseCalendar([]byte(ics), from, from.Add(62*24*time.Hour))
+	wins, err := Occurrences([]byte(ics), from, from.Add(62*24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	paris, _ := time.LoadLocation("Europe/Paris")
-	want := []calWindow{
+	want := []Window{
 		{time.Date(2026, 10, 18, 2, 0, 0, 0, paris), time.Date(2026, 10, 18, 4, 0, 0, 0, paris), "Firmware, drivers and fans"},
 		{time.Date(2026, 10, 25, 2, 0, 0, 0, paris), time.Date(2026, 10, 25, 4, 0, 0, 0, paris), "Firmware, drivers and fans"},
 		{time.Date(2026, 11, 8, 2, 0, 0, 0, paris), time.Date(2026, 11, 8, 4, 0, 0, 0, paris), "Firmware, drivers and fans"},
@@ -42,10 +42,10 @@ func TestParseCalendar(t *testing.T) {
 	}
 
 	var out strings.Builder
-	if err := writeCalendar(&out, "gpunex maintenance", wins, from); err != nil {
+	if err := Write(&out, "gpunex maintenance", wins, from); err != nil {
 		t.Fatal(err)
 	}
-	back, err := parseCalendar([]byte(out.String()), from, from.Add(62*24*time.Hour))
+	back, err := Occurrences([]byte(out.String()), from, from.Add(62*24*time.Hour))
 	if err != nil || len(back) != len(wins) {
 		t.Fatalf("round trip: %v %v\n%s", back, err, out.String())
 	}
@@ -61,7 +61,7 @@ func TestParseCalendar(t *testing.T) {
 		"BEGIN:VEVENT\r\nDTSTART;TZID=Mars/Olympus:20261120T220000\r\nDURATION:PT1H\r\nEND:VEVENT\r\n",
 		"BEGIN:VEVENT\r\nDTSTART:20261120T220000Z\r\nDURATION:PT1H\r\nRRULE:FREQ=MINUTELY\r\nEND:VEVENT\r\n",
 	} {
-		if _, err := parseCalendar([]byte(bad), from, from.Add(62*24*time.Hour)); err == nil {
+		if _, err := Occurrences([]byte(bad), from, from.Add(62*24*time.Hour)); err == nil {
 			t.Errorf("accepted:\n%s", bad)
 		}
 	}
