@@ -10,7 +10,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 FUZZTIME ?= 5s
 PROVIDERS ?= 4
 
-.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package
+.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package image
 
 # The Debian package (make package): built with nfpm, run as a Go tool at a pinned version.
 NFPM       := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
@@ -37,8 +37,16 @@ package: build
 	rm -f dist/gpunex_*_$(ARCH).deb
 	GPUNEX_ARCH=$(ARCH) GPUNEX_VERSION=$(DEBVERSION) $(GO) run $(NFPM) pkg --packager deb --config nfpm.yaml --target dist/
 
+## image: the OCI image of the node for renters, coordinators and auditors, built without a
+## container daemon (image.sh): dist/gpunex_<version>_<arch>.oci.tar
+image: deps
+	mkdir -p build/image dist
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o build/image/gpunex ./cmd/gpunex
+	rm -f dist/gpunex_*_$(ARCH).oci.tar
+	./image.sh build/image/gpunex $(DEBVERSION) $(ARCH) dist/gpunex_$(DEBVERSION)_$(ARCH).oci.tar
+
 ## test: formatting, vet, the package, every test (real libp2p hosts on loopback, the real binary, the package in a throwaway root), short fuzzing
-test: deps fmt-check vet cross package unit fuzz
+test: deps fmt-check vet cross package image unit fuzz
 
 fmt-check:
 	@out=$$($(dir $(GO))gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -55,7 +63,8 @@ cross:
 	GOOS=windows CGO_ENABLED=0 $(GO) vet ./...
 
 unit:
-	GPUNEX_PACKAGE=$$(ls -t dist/gpunex_*_$(ARCH).deb 2>/dev/null | head -1) $(GO) test -count=1 -timeout 20m ./...
+	GPUNEX_PACKAGE=$$(ls -t dist/gpunex_*_$(ARCH).deb 2>/dev/null | head -1) \
+	GPUNEX_IMAGE=$$(ls -t dist/gpunex_*_$(ARCH).oci.tar 2>/dev/null | head -1) $(GO) test -count=1 -timeout 20m ./...
 
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
