@@ -10,11 +10,15 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 FUZZTIME ?= 5s
 PROVIDERS ?= 4
 
-.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package image
+.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package package-arm64 image
 
 # The Debian package (make package): built with nfpm, run as a Go tool at a pinned version.
 NFPM       := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 ARCH       := $(shell $(GO) env GOARCH)
+HOSTARCH   := $(shell $(GO) env GOHOSTARCH)
+# The C cross-compiler of each architecture, for a package of another one (go-nvml is cgo).
+CROSSCC_arm64 := aarch64-linux-gnu-gcc
+CROSSCC_amd64 := x86_64-linux-gnu-gcc
 # Sorts by build time, so that a newer package upgrades an older one.
 DEBVERSION := 0.1.0+git$(shell date -u +%Y%m%d%H%M).$(subst -,.,$(VERSION))
 
@@ -29,10 +33,12 @@ deps:
 devnet: build deps
 	$(BIN) devnet --dir devnet --providers $(PROVIDERS)
 
-## package: the Debian package of gpunex in dist/ (binary, a systemd unit per role, installer, docs)
+## package: the Debian package of gpunex in dist/ (binary, a systemd unit per role, installer, docs),
+## for this machine's architecture or ARCH=arm64 / ARCH=amd64 (cross-built with that C compiler)
 package: build
 	rm -rf build/package && mkdir -p build/package dist
-	cp $(BIN) build/package/gpunex
+	if [ "$(ARCH)" = "$(HOSTARCH)" ]; then cp $(BIN) build/package/gpunex; else \
+	  GOARCH=$(ARCH) CGO_ENABLED=1 CC=$(CROSSCC_$(ARCH)) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o build/package/gpunex ./cmd/gpunex; fi
 	for r in provider renter coordinator; do $(BIN) service unit --role $$r > build/package/gpunex-$$r.service; done
 	rm -f dist/gpunex_*_$(ARCH).deb
 	GPUNEX_ARCH=$(ARCH) GPUNEX_VERSION=$(DEBVERSION) $(GO) run $(NFPM) pkg --packager deb --config nfpm.yaml --target dist/
@@ -46,7 +52,11 @@ image: deps
 	./image.sh build/image/gpunex $(DEBVERSION) $(ARCH) dist/gpunex_$(DEBVERSION)_$(ARCH).oci.tar
 
 ## test: formatting, vet, the package, every test (real libp2p hosts on loopback, the real binary, the package in a throwaway root), short fuzzing
-test: deps fmt-check vet cross package image unit fuzz
+test: deps fmt-check vet cross package package-arm64 image unit fuzz
+
+## package-arm64: the arm64 Debian package (Grace Hopper and other arm64 GPU hosts), cross-built
+package-arm64:
+	$(MAKE) package ARCH=arm64
 
 fmt-check:
 	@out=$$($(dir $(GO))gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -64,6 +74,7 @@ cross:
 
 unit:
 	GPUNEX_PACKAGE=$$(ls -t dist/gpunex_*_$(ARCH).deb 2>/dev/null | head -1) \
+	GPUNEX_PACKAGE_ARM64=$$(ls -t dist/gpunex_*_arm64.deb 2>/dev/null | head -1) \
 	GPUNEX_IMAGE=$$(ls -t dist/gpunex_*_$(ARCH).oci.tar 2>/dev/null | head -1) $(GO) test -count=1 -timeout 20m ./...
 
 fuzz:

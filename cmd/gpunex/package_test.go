@@ -3,9 +3,11 @@
 package main
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +114,46 @@ done
 	}
 	if _, err := os.Stat(filepath.Join(root, "var/lib/gpunex/identity.key")); err != nil {
 		t.Error("uninstall removed the node's identity")
+	}
+}
+
+// TestPackageArm64: the arm64 package (make package-arm64, GPUNEX_PACKAGE_ARM64) says it is
+// for arm64 and holds an arm64 binary with the NVML binding (cgo), the units and the
+// installer, so that a Grace Hopper host installs the same product.
+func TestPackageArm64(t *testing.T) {
+	pkg := os.Getenv("GPUNEX_PACKAGE_ARM64")
+	if pkg == "" {
+		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+			t.Fatal("GPUNEX_PACKAGE_ARM64 is not set: `make test` builds the arm64 package first (make package-arm64)")
+		}
+		t.Skip("no arm64 package: run through `make test`, or set GPUNEX_PACKAGE_ARM64 to a gpunex arm64 .deb")
+	}
+	if !filepath.IsAbs(pkg) {
+		pkg, _ = filepath.Abs(filepath.Join("..", "..", pkg))
+	}
+	out, err := exec.Command("dpkg-deb", "--field", pkg, "Architecture", "Package").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Architecture: arm64") || !strings.Contains(string(out), "Package: gpunex") {
+		t.Fatalf("dpkg-deb --field: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("dpkg-deb", "-x", pkg, dir).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -x: %v\n%s", err, out)
+	}
+	bin, err := elf.Open(filepath.Join(dir, "usr/bin/gpunex"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bin.Close()
+	if bin.Machine != elf.EM_AARCH64 {
+		t.Fatalf("the arm64 package's binary is for %s", bin.Machine)
+	}
+	libs, _ := bin.ImportedLibraries()
+	if !slices.Contains(libs, "libc.so.6") {
+		t.Fatalf("the arm64 binary is not built with cgo (NVML needs it): links %v", libs)
+	}
+	for _, f := range []string{"lib/systemd/system/gpunex-provider.service", "usr/share/gpunex/install.sh"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("the arm64 package lacks %s", f)
+		}
 	}
 }
