@@ -2,7 +2,7 @@
 # gpunex installer for Debian and Ubuntu hosts: the package, what the role needs, the node's
 # home, the service, and the doctor's check. docs/operations.md, "Install".
 #
-#   sudo ./install.sh --role provider [--package gpunex_X_amd64.deb] [--bootstrap ADDR] [--region R] [--yes]
+#   sudo ./install.sh --role provider [--package gpunex_X_amd64.deb] [--bootstrap ADDR] [--region R] [--listen ADDRS] [--yes]
 #   sudo ./install.sh --role provider --dry-run     # say what would change, change nothing
 #   sudo ./install.sh --uninstall                    # stop and remove the service and the package (the home stays)
 #
@@ -18,13 +18,14 @@ SYSTEMCTL="${SYSTEMCTL:-systemctl}"
 GPUNEX="${GPUNEX:-$ROOT/usr/bin/gpunex}"
 HOME_DIR="$ROOT/var/lib/gpunex"
 
-role="" package="" bootstrap="" region="" yes=0 dry=0 uninstall=0
+role="" package="" bootstrap="" region="" listen="" yes=0 dry=0 uninstall=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --role) role="$2"; shift 2 ;;
     --package) package="$2"; shift 2 ;;
     --bootstrap) bootstrap="$2"; shift 2 ;;
     --region) region="$2"; shift 2 ;;
+    --listen) listen="$2"; shift 2 ;;
     --yes|-y) yes=1; shift ;;
     --dry-run) dry=1; shift ;;
     --uninstall) uninstall=1; shift ;;
@@ -112,7 +113,9 @@ fi
 
 start=$(date +%s)
 if [ -n "$need_pkgs" ]; then
-  DEBIAN_FRONTEND=noninteractive $APT_GET install -y -q $need_pkgs
+  # Cloud images often ship without package lists.
+  $APT_GET update -q
+  DEBIAN_FRONTEND=noninteractive $APT_GET install -y -q --no-install-recommends $need_pkgs
 fi
 if [ ! -x "$GPUNEX" ]; then
   $DPKG --install "$package"
@@ -124,6 +127,7 @@ if [ ! -f "$HOME_DIR/identity.key" ]; then
   set -- init --home "$HOME_DIR" --role "$role"
   [ -n "$bootstrap" ] && set -- "$@" --bootstrap "$bootstrap"
   [ -n "$region" ] && set -- "$@" --region "$region"
+  [ -n "$listen" ] && set -- "$@" --listen "$listen"
   # A provider runs as root; a renter or coordinator as the gpunex user, who owns its home.
   if [ "$role" = provider ] || [ -n "$ROOT" ]; then
     "$GPUNEX" "$@" >/dev/null
@@ -133,6 +137,19 @@ if [ ! -f "$HOME_DIR/identity.key" ]; then
 fi
 if ! $SYSTEMCTL is-enabled "$unit" >/dev/null 2>&1; then
   $SYSTEMCTL enable --now "$unit"
+fi
+# The doctor checks the running node: give the service time to start (Type=simple units are
+# active as soon as their process is).
+if $SYSTEMCTL is-active "$unit" >/dev/null 2>&1; then
+  waited=0
+  until "$GPUNEX" status --home "$HOME_DIR" >/dev/null 2>&1; do
+    if [ "$waited" -ge 60 ]; then
+      say "warning: the node did not answer within 60 s; see journalctl -u $unit"
+      break
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
 fi
 say "installed in $(( $(date +%s) - start )) s"
 
