@@ -82,6 +82,8 @@ func (n *Node) alertPayouts() {
 	if err != nil {
 		return
 	}
+	n.earningsPending.Store(v.Pending)
+	n.earningsChecked.Store(n.clock.Now().Unix())
 	seeded, _ := n.ledger.AlertFiring("payouts-seen")
 	for _, p := range v.Payouts {
 		if !p.Paid {

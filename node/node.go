@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpunex/gpunex/bench"
@@ -73,8 +74,12 @@ type Node struct {
 	market    *money.Market
 	models    *models.Book
 	alerts    *alerts.Alerter
-	wallet    *money.Wallet
-	renter    *jobs.Renter
+	// earningsPending is what the coordinators owe this provider (micro-USDC), as they last
+	// told it at earningsChecked (Unix seconds; 0 before the first answer): the hourly
+	// payouts check asks them.
+	earningsPending, earningsChecked atomic.Int64
+	wallet                           *money.Wallet
+	renter                           *jobs.Renter
 
 	// Provider only (nil otherwise).
 	publisher *offers.Publisher

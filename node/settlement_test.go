@@ -197,6 +197,12 @@ func TestMoneyEndToEnd(t *testing.T) {
 		_, err := coord.ledger.GetPayoutSettings(prov.ID().String())
 		return err == nil, ""
 	})
+	// The provider's pending earnings, as its operator's Prometheus sees them after the
+	// hourly check.
+	prov.alertPayouts()
+	if got := gaugeValue(t, prov, "gpunex_earnings_pending_micro_usdc"); got != float64(net) {
+		t.Fatalf("gpunex_earnings_pending_micro_usdc %v before the payout, want %d", got, net)
+	}
 	batch, err := coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +219,10 @@ func TestMoneyEndToEnd(t *testing.T) {
 		Deposits: []localnet.Web3Transfer{{Signature: dep.Signature, Amount: "100000000"}},
 		Payouts:  []localnet.Web3Transfer{{Signature: batch.Transactions[0], Owner: provWallet.PublicKey().String(), Amount: fmt.Sprint(int64(net))}}}); err != nil {
 		t.Fatal(err)
+	}
+	prov.alertPayouts()
+	if got := gaugeValue(t, prov, "gpunex_earnings_pending_micro_usdc"); got != 0 {
+		t.Fatalf("gpunex_earnings_pending_micro_usdc %v after the payout", got)
 	}
 	// Running again pays nothing more.
 	again, err := coord.settlement.RunPayouts(ctx, api.PayoutRunOptions{Now: true})

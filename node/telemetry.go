@@ -155,6 +155,10 @@ func (n *Node) registerProviderTelemetry() {
 				}
 				return -1
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_earnings_pending_micro_usdc", Help: "Earned and not paid out yet, in micro-USDC, as the coordinators last said (asked hourly)."},
+			func() float64 { return float64(n.earningsPending.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_earnings_checked_timestamp_seconds", Help: "When the coordinators last told this provider its earnings (Unix time); 0 before."},
+			func() float64 { return float64(n.earningsChecked.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_certificate_expiry_timestamp_seconds", Help: "When this provider's certificate expires (Unix time); 0 without one."},
 			func() float64 {
 				if c := n.applicant.HeldCertificate(); c != nil {

@@ -138,3 +138,19 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	exported("grafana-provider.json", raw)
 }
+
+// gaugeValue reads an unlabelled gauge of a node's registry.
+func gaugeValue(t *testing.T, n *Node, name string) float64 {
+	t.Helper()
+	families, err := n.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
