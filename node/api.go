@@ -50,6 +50,11 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	a.route(mux, "GET /v1/status", a.status)
+	a.route(mux, "GET /v1/clock", func(r *http.Request) (any, error) {
+		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		defer cancel()
+		return a.n.wallet.ClockOffset(ctx)
+	})
 	a.route(mux, "GET /v1/gossip/{peer}", func(r *http.Request) (any, error) {
 		p, err := peer.Decode(r.PathValue("peer"))
 		if err != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/internal/clock"
 
 	"github.com/gpunex/gpunex/node/config"
 )
@@ -115,3 +117,23 @@ func TestAPI(t *testing.T) {
 type endpoint struct{ base, token string }
 
 func (e endpoint) APIEndpoint() (string, string, error) { return e.base, e.token, nil }
+
+// TestClockOffset: a node whose clock runs three minutes ahead of its coordinator's learns
+// so through its API (what `gpunex doctor` reports); one on time is within a second; the
+// coordinator itself has nothing to compare with.
+func TestClockOffset(t *testing.T) {
+	tn := newTestNet(t)
+	ahead := tn.add(testConfig(config.RoleRenter), clock.NewFake(time.Now().Add(3*time.Minute)))
+	onTime := tn.add(testConfig(config.RoleRenter), nil)
+	ctx := context.Background()
+	v, err := apiClient(t, ahead).Clock(ctx)
+	if err != nil || v.Coordinator != tn.boot.ID().String() || v.OffsetMillis < 170_000 || v.OffsetMillis > 181_000 {
+		t.Fatalf("a clock 3 minutes ahead: %+v %v", v, err)
+	}
+	if v, err := apiClient(t, onTime).Clock(ctx); err != nil || v.OffsetMillis < -1000 || v.OffsetMillis > 1000 || v.RoundTripMillis < 0 {
+		t.Fatalf("a clock on time: %+v %v", v, err)
+	}
+	if _, err := apiClient(t, tn.boot).Clock(ctx); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("the coordinator's own clock: %v", err)
+	}
+}

@@ -41,7 +41,11 @@ type WalletRequest struct {
 
 // WalletResponse answers it.
 type WalletResponse struct {
-	Error    string          `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Now is the coordinator's clock as it answered (every answer carries it): a node
+	// measures its own clock's offset from it (`gpunex doctor`). Records are refused past
+	// MaxClockSkew, so an offset is worth knowing before it costs anything.
+	Now      time.Time       `json:"now,omitzero"`
 	Info     *TreasuryInfo   `json:"info,omitempty"`
 	Credited bool            `json:"credited,omitempty"`
 	Deposit  *Deposit        `json:"deposit,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
 
@@ -95,6 +96,9 @@ func runDoctor(ctx context.Context, h config.Home) doctorReport {
 	add("config", checkOK, fmt.Sprintf("role %s, %s valid", cfg.Role, h.Path(config.ConfigFile)), "")
 	doctorKeys(h, add)
 	st := doctorNode(ctx, h, cfg, add)
+	if cfg.Role != config.RoleCoordinator {
+		doctorClock(ctx, h, st, add)
+	}
 	doctorDisk(h, cfg, add)
 	switch cfg.Role {
 	case config.RoleProvider:
@@ -153,6 +157,42 @@ func doctorNode(ctx context.Context, h config.Home, cfg config.Config, add func(
 		add("node", checkOK, found, "")
 	}
 	return &st
+}
+
+// doctorClock compares the node's clock with its coordinator's, through the running node:
+// records are refused past protocol.MaxClockSkew, and offers, proofs and receipts carry
+// times.
+func doctorClock(ctx context.Context, h config.Home, st *api.Status, add func(name, status, found, fix string)) {
+	if st == nil {
+		add("clock", checkSkip, "the node is not running", "")
+		return
+	}
+	cl, err := api.NewClient(h)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := cl.Clock(ctx)
+	if err != nil {
+		add("clock", checkWarn, "the coordinator's time is unknown: "+err.Error(), "check that the coordinator in trust.coordinators is reachable (the node check above)")
+		return
+	}
+	off := time.Duration(v.OffsetMillis) * time.Millisecond
+	way := "ahead of"
+	if off < 0 {
+		off, way = -off, "behind"
+	}
+	found := fmt.Sprintf("%s %s the coordinator's clock (round trip %d ms)", off, way, v.RoundTripMillis)
+	fix := "turn on time synchronisation: `timedatectl set-ntp true`, or install chrony"
+	switch {
+	case off < 2*time.Second:
+		add("clock", checkOK, found, "")
+	case off < protocol.MaxClockSkew/2:
+		add("clock", checkWarn, found, fix)
+	default:
+		add("clock", checkFail, found, fix+"; records more than "+protocol.MaxClockSkew.String()+" off are refused")
+	}
 }
 
 // doctorDisk checks the free space of the home's file system: images and job folders live

@@ -360,7 +360,7 @@ func TestDevnetEndToEnd(t *testing.T) {
 	}
 	// The doctor: a devnet provider and its coordinator can serve their roles.
 	if r, by, code := doctorOf(t, p1.Home); code != 0 || !r.OK || by["node"].Status != "ok" || by["containerd"].Status != "ok" ||
-		by["gpus"].Status != "ok" || by["certificate"].Status != "ok" || by["runc"].Status != "ok" {
+		by["gpus"].Status != "ok" || by["certificate"].Status != "ok" || by["runc"].Status != "ok" || by["clock"].Status != "ok" {
 		t.Fatalf("doctor of provider-1: exit %d %+v", code, r.Checks)
 	}
 	if r, by, code := doctorOf(t, names["coordinator"].Home); code != 0 || by["solana"].Status != "ok" || by["node"].Status != "ok" {

@@ -290,6 +290,12 @@ func (c *Client) Scores(ctx context.Context, provider string) ([]protocol.ScoreR
 	return v, c.Do(ctx, http.MethodGet, "/v1/scores?provider="+url.QueryEscape(provider), nil, &v)
 }
 
+// Clock measures the node's clock against its coordinator's.
+func (c *Client) Clock(ctx context.Context) (ClockView, error) {
+	var v ClockView
+	return v, c.Do(ctx, http.MethodGet, "/v1/clock", nil, &v)
+}
+
 // Availability returns the provider's weekly availability.
 func (c *Client) Availability(ctx context.Context) (AvailabilityView, error) {
 	var v AvailabilityView

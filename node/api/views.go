@@ -296,6 +296,15 @@ type AvailabilityView struct {
 	Error      string     `json:"error,omitempty"`  // why that read was not applied
 }
 
+// ClockView is the answer of GET /v1/clock: this node's clock against its coordinator's.
+// OffsetMillis is positive when this node's clock is ahead.
+type ClockView struct {
+	Coordinator     string    `json:"coordinator"`
+	OffsetMillis    int64     `json:"offset_ms"`
+	RoundTripMillis int64     `json:"round_trip_ms"`
+	MeasuredAt      time.Time `json:"measured_at"`
+}
+
 // PriceAdvice is what `gpunex price recommend` prints for one market.
 type PriceAdvice struct {
 	protocol.Market

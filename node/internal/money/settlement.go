@@ -240,6 +240,7 @@ func (s *Settlement) HandleWallet(st network.Stream) {
 	if err != nil {
 		resp = protocol.WalletResponse{Error: err.Error()}
 	}
+	resp.Now = s.clock.Now().UTC()
 	protocol.WriteJSONFrame(st, resp)
 }
 
