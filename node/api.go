@@ -50,6 +50,17 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	a.route(mux, "GET /v1/status", a.status)
+	a.route(mux, "GET /v1/peers/{id}", func(r *http.Request) (any, error) {
+		id, err := peer.Decode(r.PathValue("id"))
+		if err != nil {
+			return nil, api.Invalid(fmt.Errorf("%q: not a peer ID", r.PathValue("id")))
+		}
+		v := api.PeerView{ID: id.String(), Path: a.n.peer.Path(id), Conns: []string{}}
+		for _, c := range a.n.peer.Host.Network().ConnsToPeer(id) {
+			v.Conns = append(v.Conns, c.RemoteMultiaddr().String())
+		}
+		return v, nil
+	})
 	a.route(mux, "GET /v1/clock", func(r *http.Request) (any, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 		defer cancel()
@@ -136,15 +147,18 @@ func (a *APIServer) status(r *http.Request) (any, error) {
 
 // Status describes the node.
 func (n *Node) Status(started time.Time) api.Status {
+	r := n.peer.Reachability()
 	return api.Status{
-		PeerID:      n.peer.ID.String(),
-		Role:        n.cfg.Role,
-		Version:     api.Version,
-		Addrs:       n.Addrs(),
-		Peers:       n.peer.Connected(),
-		OffersKnown: len(n.book.Live(n.clock.Now())),
-		StartedAt:   started,
-		Sandbox:     n.sandboxStatus,
+		PeerID:       n.peer.ID.String(),
+		Role:         n.cfg.Role,
+		Version:      api.Version,
+		Addrs:        n.Addrs(),
+		Peers:        n.peer.Connected(),
+		OffersKnown:  len(n.book.Live(n.clock.Now())),
+		StartedAt:    started,
+		Sandbox:      n.sandboxStatus,
+		Reachability: r.State,
+		Relayed:      len(r.Relays) > 0,
 	}
 }
 

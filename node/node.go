@@ -88,7 +88,10 @@ type Node struct {
 	bench     *benchmarks.Runner
 
 	// Coordinator only (nil otherwise).
-	coord      *onboarding.Coordinator
+	coord *onboarding.Coordinator
+	// relayDesk is coord for the relay's admission, which libp2p asks from its own
+	// goroutines, from before the coordinator is built.
+	relayDesk  atomic.Pointer[onboarding.Coordinator]
 	settlement *money.Settlement
 	benchCoord *benchmarks.Coordinator
 
@@ -156,7 +159,10 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 		return nil, fmt.Errorf("load offers seen: %w", err)
 	}
 	if n.peer, err = p2p.New(p2p.Options{Host: d.Host, Key: key, Listen: cfg.P2P.Listen,
-		UserAgent: "gpunex/" + api.Version, Bootstrap: boot, OfferValidator: n.book.DHTValidator()}); err != nil {
+		UserAgent: "gpunex/" + api.Version, Bootstrap: boot, OfferValidator: n.book.DHTValidator(),
+		Reachability: cfg.NodeReachability(), Relay: p2p.Relay{Reservations: cfg.P2P.Relay.Reservations, CircuitsPerPeer: cfg.P2P.Relay.CircuitsPerPeer,
+			CircuitDuration: cfg.P2P.Relay.CircuitDuration.Duration, CircuitData: cfg.P2P.Relay.CircuitDataMB << 20,
+			MayReserve: n.mayReserveRelay}}); err != nil {
 		return nil, err
 	}
 	n.models.UsePeer(n.peer)
@@ -292,6 +298,8 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.peer.Handle(protocol.UptimeProtocol, reliability.UptimeHandler(n.peer, n.clock, protocol.NewTrust(trusted...)))
 	n.goLoop(func() { n.publisher.Run(runCtx) })
 	n.goLoop(func() { n.publisher.FollowLoop(runCtx) })
+	// New addresses (a relay reservation behind NAT) go into the offer at once.
+	n.peer.OnAddrsChanged(runCtx, n.publisher.Poke)
 	n.goLoop(func() { n.applicant.Run(runCtx) })
 	n.goLoop(func() { n.bench.Loop(runCtx) })
 	n.goLoop(func() { n.jobs.CleanupLoop(runCtx) })
@@ -366,6 +374,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 		Models: func() *protocol.ModelCatalogue { return n.models.Current(n.peer.ID) }}); err != nil {
 		return err
 	}
+	n.relayDesk.Store(n.coord)
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
 		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
@@ -503,4 +512,11 @@ func (n *Node) Close(ctx context.Context) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// mayReserveRelay says whether a peer may hold a slot in this coordinator's relay: the
+// providers it certified (docs/operations.md, "NAT traversal").
+func (n *Node) mayReserveRelay(p peer.ID) bool {
+	c := n.relayDesk.Load()
+	return c != nil && c.Certified(p)
 }

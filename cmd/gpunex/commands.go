@@ -33,7 +33,7 @@ func rootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
-		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), doctorCommand(), serviceCommand(), maintenanceCommand(), availabilityCommand(),
+		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), doctorCommand(), serviceCommand(), maintenanceCommand(), availabilityCommand(), peersCommand(),
 		walletCommand(), earningsCommand(), priceCommand(), auditCommand())
 	return root
 }
@@ -142,8 +142,17 @@ func statusCommand() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), s)
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "peer ID:      %s\nrole:         %s\nversion:      %s\npeers:        %d\noffers known: %d\nup since:     %s\naddresses:\n",
-				s.PeerID, s.Role, s.Version, s.Peers, s.OffersKnown, s.StartedAt.Format(time.RFC3339))
+			reach := s.Reachability
+			switch {
+			case s.Reachability == "private" && s.Relayed:
+				reach += ", relayed: peers reach this node through the relay addresses below, then hole-punch a direct connection where the NATs allow"
+			case s.Reachability == "private":
+				reach += ": no relay reservation yet; peers cannot reach this node"
+			case s.Reachability == "unknown":
+				reach += ": no peer has checked it yet"
+			}
+			fmt.Fprintf(w, "peer ID:      %s\nrole:         %s\nversion:      %s\npeers:        %d\noffers known: %d\nup since:     %s\nreachability: %s\naddresses:\n",
+				s.PeerID, s.Role, s.Version, s.Peers, s.OffersKnown, s.StartedAt.Format(time.RFC3339), reach)
 			for _, a := range s.Addrs {
 				fmt.Fprintf(w, "  %s\n", a)
 			}

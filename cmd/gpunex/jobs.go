@@ -49,6 +49,7 @@ func jobCommand() *cobra.Command {
 			}
 			fmt.Fprintf(errOut, "job %s started on %s: %d x %s at %s USDC/GPU-hour, until %s\n", v.ID, v.Peer, v.GPUs, v.Model, v.PriceUSDC,
 				v.EndsAt.Local().Format(time.DateTime))
+			printPath(cmd, cl, v.Peer)
 			if detach {
 				fmt.Fprintln(out, v.ID)
 				return nil
@@ -61,6 +62,7 @@ func jobCommand() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(errOut, "job %s %s: %s, exit code %d, %d s, cost %s USDC\n", v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC)
+			printPath(cmd, cl, v.Peer)
 			if v.Disputed {
 				fmt.Fprintf(errOut, "the provider's receipt was disputed: %s (the coordinator decides; %d s were countersigned as the job ran)\n", v.Error, v.MeteredSeconds)
 			}
@@ -238,4 +240,52 @@ func untar(r io.Reader, dir string) (int, error) {
 			n++
 		}
 	}
+}
+
+// printPath says how the renter is connected to the provider: directly, or only through a
+// relay (a provider behind a NAT that hole punching cannot cross).
+func printPath(cmd *cobra.Command, cl *api.Client, provider string) {
+	p, err := cl.Peer(cmd.Context(), provider)
+	switch {
+	case err != nil || p.Path == "":
+	case p.Path == "direct":
+		fmt.Fprintln(cmd.ErrOrStderr(), "connection to the provider: direct")
+	default:
+		fmt.Fprintln(cmd.ErrOrStderr(), "connection to the provider: relayed (a hole punch through its NAT did not succeed; the job's data goes through the coordinator's relay, within its limits)")
+	}
+}
+
+func peersCommand() *cobra.Command {
+	c := &cobra.Command{Use: "peers", Short: "How this node is connected to other peers"}
+	var asJSON bool
+	show := &cobra.Command{
+		Use:   "show PEER_ID [--json]",
+		Short: "Say whether this node is connected to a peer directly or through a relay, and over which addresses",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := cl.Peer(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), v)
+			}
+			path := v.Path
+			if path == "" {
+				path = "not connected"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", v.ID, path)
+			for _, c := range v.Conns {
+				fmt.Fprintf(cmd.OutOrStdout(), "  %s\n", c)
+			}
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.AddCommand(show)
+	return c
 }

@@ -290,6 +290,12 @@ func (c *Client) Scores(ctx context.Context, provider string) ([]protocol.ScoreR
 	return v, c.Do(ctx, http.MethodGet, "/v1/scores?provider="+url.QueryEscape(provider), nil, &v)
 }
 
+// Peer says how the node is connected to a peer.
+func (c *Client) Peer(ctx context.Context, id string) (PeerView, error) {
+	var v PeerView
+	return v, c.Do(ctx, http.MethodGet, "/v1/peers/"+url.PathEscape(id), nil, &v)
+}
+
 // Clock measures the node's clock against its coordinator's.
 func (c *Client) Clock(ctx context.Context) (ClockView, error) {
 	var v ClockView

@@ -21,6 +21,12 @@ type Status struct {
 	StartedAt   time.Time `json:"started_at"`
 	// Sandbox is how a provider runs jobs (absent on other roles).
 	Sandbox *SandboxStatus `json:"sandbox,omitempty"`
+	// Reachability is what AutoNAT says of the node: "public" (peers dial it), "private"
+	// (behind NAT: peers reach it through its relays, then hole-punch where they can) or
+	// "unknown" (not checked yet); a coordinator is public by its role. Relayed says its
+	// addresses include relay addresses (…/p2p-circuit), which its offers carry.
+	Reachability string `json:"reachability"`
+	Relayed      bool   `json:"relayed"`
 }
 
 // SandboxStatus says how a provider's jobs run, and what is off and why
@@ -294,6 +300,15 @@ type AvailabilityView struct {
 	SetAt      time.Time  `json:"set_at,omitzero"`
 	Checked    time.Time  `json:"checked,omitzero"` // when a followed calendar was last read
 	Error      string     `json:"error,omitempty"`  // why that read was not applied
+}
+
+// PeerView is the answer of GET /v1/peers/{id}: how this node is connected to a peer.
+// Path is "direct", "relayed" (only through a relay: a hole punch has not succeeded) or ""
+// (not connected); Conns lists the remote address of each connection.
+type PeerView struct {
+	ID    string   `json:"id"`
+	Path  string   `json:"path"`
+	Conns []string `json:"conns"`
 }
 
 // ClockView is the answer of GET /v1/clock: this node's clock against its coordinator's.

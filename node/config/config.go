@@ -344,6 +344,20 @@ type LogConfig struct {
 type P2PConfig struct {
 	Listen    []string `toml:"listen"`    // multiaddrs, TCP and QUIC
 	Bootstrap []string `toml:"bootstrap"` // multiaddrs ending in /p2p/<peer ID>: coordinators
+	// Reachability is "auto" (AutoNAT finds out; behind NAT the node takes relay
+	// reservations on its bootstrap coordinators and hole-punches), "public" (a coordinator
+	// is reachable by its role: it serves relays) or "private".
+	Reachability string `toml:"reachability"`
+	// Relay limits the circuit relay a coordinator serves to nodes behind NAT.
+	Relay RelayConfig `toml:"relay"`
+}
+
+// RelayConfig limits a coordinator's circuit relay (libp2p circuit relay v2).
+type RelayConfig struct {
+	Reservations    int      `toml:"reservations"`      // nodes holding a relay slot at once
+	CircuitsPerPeer int      `toml:"circuits_per_peer"` // relayed connections open per node
+	CircuitDuration Duration `toml:"circuit_duration"`  // a relayed connection is reset after this long
+	CircuitDataMB   int64    `toml:"circuit_data_mb"`   // ... or after this much data each way
 }
 
 // APIConfig sets the local API.
@@ -395,7 +409,9 @@ func Defaults(role string) Config {
 		Role: role,
 		Log:  LogConfig{Level: "info", Format: "text"},
 		P2P: P2PConfig{
-			Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+			Listen:       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+			Reachability: "auto",
+			Relay:        RelayConfig{Reservations: 1024, CircuitsPerPeer: 16, CircuitDuration: Duration{time.Hour}, CircuitDataMB: 512},
 		},
 		API: APIConfig{Listen: "127.0.0.1:0"},
 		Coordinator: CoordinatorConfig{
@@ -515,6 +531,14 @@ func (c *Config) Check() error {
 	var errs []error
 	if !slices.Contains(Roles, c.Role) {
 		errs = append(errs, fmt.Errorf("role %q: must be one of %s", c.Role, strings.Join(Roles, ", ")))
+	}
+	switch c.P2P.Reachability {
+	case "", "auto", "public", "private":
+	default:
+		errs = append(errs, fmt.Errorf("p2p.reachability %q: auto, public or private", c.P2P.Reachability))
+	}
+	if r := c.P2P.Relay; r.Reservations < 0 || r.CircuitsPerPeer < 0 || r.CircuitDuration.Duration < 0 || r.CircuitDataMB < 0 {
+		errs = append(errs, errors.New("p2p.relay: limits cannot be negative"))
 	}
 	for _, a := range c.P2P.Listen {
 		if _, err := ma.NewMultiaddr(a); err != nil {
@@ -650,6 +674,10 @@ func (c *Config) Check() error {
 }
 
 // BootstrapPeers parses p2p.bootstrap.
+//
+// The addresses of one peer are merged into one entry, in the order given: libp2p then dials
+// them together and ranks them (QUIC first), rather than connecting over whichever is listed
+// first. A node behind NAT hole-punches over the transports its peers have observed it on.
 func (c *Config) BootstrapPeers() ([]peer.AddrInfo, error) {
 	var out []peer.AddrInfo
 	for _, s := range c.P2P.Bootstrap {
@@ -657,9 +685,27 @@ func (c *Config) BootstrapPeers() ([]peer.AddrInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("p2p.bootstrap %q: %v (expected a multiaddr ending in /p2p/<peer ID>)", s, err)
 		}
+		if i := slices.IndexFunc(out, func(o peer.AddrInfo) bool { return o.ID == ai.ID }); i >= 0 {
+			out[i].Addrs = append(out[i].Addrs, ai.Addrs...)
+			continue
+		}
 		out = append(out, *ai)
 	}
 	return out, nil
+}
+
+// NodeReachability is how the node takes its reachability: p2p.reachability, where "auto"
+// means "public" for a coordinator (its providers and renters bootstrap from it and it
+// serves them relays), and AutoNAT's finding for others.
+func (c *Config) NodeReachability() string {
+	r := c.P2P.Reachability
+	if r == "" || r == "auto" {
+		if c.Role == RoleCoordinator {
+			return "public"
+		}
+		return "auto"
+	}
+	return r
 }
 
 // TrustedCoordinators parses trust.coordinators.

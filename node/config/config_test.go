@@ -122,3 +122,15 @@ func TestSolanaNetworkPreset(t *testing.T) {
 		t.Fatalf("an unknown network: %v", err)
 	}
 }
+
+// TestBootstrapPeersMerged: the TCP and QUIC addresses of one coordinator make one peer to
+// dial, so that libp2p ranks them together; another coordinator stays apart.
+func TestBootstrapPeersMerged(t *testing.T) {
+	var c Config
+	a, b := "12D3KooWJJ1B8jMAbGMgwiBCtRV8cfjuFBUz7dX4gszDJXhg6jZZ", "12D3KooWGSS9M1VipBMoitFQLFgC3dd8CK4VyhtagMya4vRLGbWz"
+	c.P2P.Bootstrap = []string{"/ip4/203.0.113.7/tcp/4001/p2p/" + a, "/ip4/203.0.113.8/tcp/4001/p2p/" + b, "/ip4/203.0.113.7/udp/4001/quic-v1/p2p/" + a}
+	peers, err := c.BootstrapPeers()
+	if err != nil || len(peers) != 2 || peers[0].ID.String() != a || len(peers[0].Addrs) != 2 || peers[1].ID.String() != b || len(peers[1].Addrs) != 1 {
+		t.Fatalf("%v %v", peers, err)
+	}
+}

@@ -184,6 +184,13 @@ func (c *Coordinator) latestOf(p peer.ID) (latest, approved ledger.Application, 
 	return latest, approved, found
 }
 
+// Certified says whether the coordinator approved a provider and has not revoked it since:
+// such a provider may hold a slot in the coordinator's relay.
+func (c *Coordinator) Certified(p peer.ID) bool {
+	latest, approved, found := c.latestOf(p)
+	return found && approved.ID != "" && latest.Status != protocol.StatusRevoked
+}
+
 func isOpen(status string) bool {
 	return status == protocol.StatusPending || status == protocol.StatusInfoRequested
 }

@@ -38,6 +38,11 @@ type Options struct {
 	Bootstrap []peer.AddrInfo
 	// OfferValidator validates the values stored under protocol.OfferNamespace in the DHT.
 	OfferValidator record.Validator
+	// Reachability is "public" (a coordinator: it serves relays and AutoNAT), "private", or
+	// "auto" (AutoNAT finds out; behind NAT the node takes relay reservations on its
+	// bootstrap peers). Relay limits the relay a public node serves.
+	Reachability string
+	Relay        Relay
 }
 
 // Peer is a node's place in the network.
@@ -56,7 +61,8 @@ type Peer struct {
 	cancel context.CancelFunc
 	// bans refuses the connections of peers that kept going past their limits (nil when
 	// the host was given).
-	bans *bans
+	bans  *bans
+	reach reachability
 }
 
 // New starts the host (unless given), the DHT in server mode and gossipsub with peer scoring.
@@ -73,12 +79,12 @@ func New(o Options) (p *Peer, err error) {
 	}()
 	if p.Host == nil {
 		p.bans = newBans()
-		p.Host, err = libp2p.New(
+		p.Host, err = libp2p.New(append([]libp2p.Option{
 			libp2p.Identity(o.Key),
 			libp2p.ListenAddrStrings(o.Listen...),
 			libp2p.UserAgent(o.UserAgent),
 			libp2p.ConnectionGater(p.bans),
-		)
+		}, natOptions(o)...)...)
 		if err != nil {
 			return nil, fmt.Errorf("start libp2p host on %v: %w", o.Listen, err)
 		}
@@ -98,6 +104,7 @@ func New(o Options) (p *Peer, err error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
+	p.reach.watch(ctx, p)
 	p.ps, err = pubsub.NewGossipSub(ctx, p.Host, append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
@@ -131,12 +138,18 @@ func (p *Peer) Close() error {
 }
 
 // Addrs returns the node's full multiaddrs (with /p2p/<id>).
+// Relay addresses come first: a node behind NAT is reached through them, and offers keep
+// only the first 16 addresses.
 func (p *Peer) Addrs() []string {
-	var out []string
+	var relayed, direct []string
 	for _, a := range p.Host.Addrs() {
-		out = append(out, a.String()+"/p2p/"+p.ID.String())
+		if IsRelayed(a) {
+			relayed = append(relayed, a.String()+"/p2p/"+p.ID.String())
+		} else {
+			direct = append(direct, a.String()+"/p2p/"+p.ID.String())
+		}
 	}
-	return out
+	return append(relayed, direct...)
 }
 
 // Connected returns how many peers the host is connected to.
@@ -173,6 +186,15 @@ func (p *Peer) Reach(ctx context.Context, id peer.ID) error {
 func (p *Peer) OpenStream(ctx context.Context, id peer.ID, proto string) (network.Stream, error) {
 	if err := p.Reach(ctx, id); err != nil {
 		return nil, err
+	}
+	// A peer behind NAT may be reached through a relay only, within the relay's limits
+	// (docs/operations.md, "NAT traversal"); a hole punch under way is waited for first.
+	p.preferDirect(ctx, id)
+	ctx = network.WithAllowLimitedConn(ctx, proto)
+	if p.Host.Network().Connectedness(id) == network.Limited {
+		// Only relayed: dialling again would wait for a hole punch that failed or is under
+		// way (seconds), and give no other connection.
+		ctx = network.WithNoDial(ctx, "relayed")
 	}
 	s, err := p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
 	if err != nil && errors.Is(err, swarm.ErrDialBackoff) {

@@ -1,0 +1,212 @@
+package p2p
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
+	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// NAT traversal, with libp2p's own tools:
+//   - AutoNAT: peers dial a node back to tell it whether it is reachable (v1, which AutoRelay
+//     follows, served by coordinators; v2, per address, served by every node);
+//   - circuit relay v2: coordinators serve relays within limits (Relay); a node found
+//     private takes reservations on its bootstrap coordinators and advertises the relay
+//     addresses (…/p2p-circuit/p2p/<id>), which go into its offer;
+//   - DCUtR: over a relayed connection the two ends hole-punch a direct one where their NATs
+//     allow it, and streams then use it;
+//   - UPnP / NAT-PMP port mappings on home routers that offer them.
+
+// Relay limits a coordinator's circuit relay.
+type Relay struct {
+	Reservations    int
+	CircuitsPerPeer int
+	CircuitDuration time.Duration
+	CircuitData     int64 // bytes each way
+	// MayReserve says whether a peer may hold a relay slot (a coordinator: the providers it
+	// certified); nil lets any peer. Anyone may connect to a peer holding one.
+	MayReserve func(peer.ID) bool
+}
+
+// relayACL admits reservations by Relay.MayReserve.
+type relayACL struct{ may func(peer.ID) bool }
+
+func (a relayACL) AllowReserve(p peer.ID, _ ma.Multiaddr) bool  { return a.may(p) }
+func (relayACL) AllowConnect(peer.ID, ma.Multiaddr, peer.ID) bool { return true }
+
+// reservationRetry is how soon a node asks a relay again after a refusal (libp2p's default
+// is an hour): a provider is refused until its coordinator certifies it.
+const reservationRetry = 20 * time.Second
+
+// natOptions are the libp2p options of a node's NAT traversal.
+func natOptions(o Options) []libp2p.Option {
+	opts := []libp2p.Option{libp2p.EnableHolePunching(), libp2p.EnableAutoNATv2(), libp2p.NATPortMap()}
+	switch o.Reachability {
+	case "public":
+		r := relayv2.DefaultResources()
+		r.BufferSize = 64 << 10 // the default (2 KiB) holds a relayed transfer to a trickle
+		if o.Relay.Reservations > 0 {
+			r.MaxReservations = o.Relay.Reservations
+		}
+		if o.Relay.CircuitsPerPeer > 0 {
+			r.MaxCircuits = o.Relay.CircuitsPerPeer
+		}
+		if o.Relay.CircuitDuration > 0 && o.Relay.CircuitData > 0 {
+			r.Limit = &relayv2.RelayLimit{Duration: o.Relay.CircuitDuration, Data: o.Relay.CircuitData}
+		}
+		relayOpts := []relayv2.Option{relayv2.WithResources(r)}
+		if o.Relay.MayReserve != nil {
+			relayOpts = append(relayOpts, relayv2.WithACL(relayACL{o.Relay.MayReserve}))
+		}
+		opts = append(opts, libp2p.ForceReachabilityPublic(), libp2p.EnableNATService(), libp2p.EnableRelayService(relayOpts...))
+	case "private":
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
+	}
+	if o.Reachability != "public" && len(o.Bootstrap) > 0 {
+		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(o.Bootstrap, autorelay.WithBootDelay(0),
+			autorelay.WithNumRelays(len(o.Bootstrap)), autorelay.WithBackoff(reservationRetry)))
+	}
+	return opts
+}
+
+// reachability follows what AutoNAT says of the node.
+type reachability struct {
+	mu    sync.Mutex
+	state network.Reachability
+	since time.Time
+}
+
+// watch follows the host's reachability events until ctx ends.
+func (r *reachability) watch(ctx context.Context, p *Peer) {
+	sub, err := p.Host.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged))
+	if err != nil {
+		return
+	}
+	go func() {
+		defer sub.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-sub.Out():
+				if !ok {
+					return
+				}
+				r.mu.Lock()
+				r.state, r.since = e.(event.EvtLocalReachabilityChanged).Reachability, time.Now()
+				r.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// Reachability is what a node knows of how others reach it.
+type Reachability struct {
+	// State is "public" (peers dial it directly), "private" (behind NAT or a firewall:
+	// peers reach it through its relays, then hole-punch where they can), or "unknown" (no
+	// peer has checked it yet).
+	State string
+	// Since is when AutoNAT last changed its mind (zero when it never said).
+	Since time.Time
+	// Relays are the node's relay addresses, Direct the others it announces.
+	Relays, Direct []string
+}
+
+// Reachability returns what the node knows of its reachability.
+func (p *Peer) Reachability() Reachability {
+	p.reach.mu.Lock()
+	st, since := p.reach.state, p.reach.since
+	p.reach.mu.Unlock()
+	out := Reachability{State: "unknown", Since: since}
+	switch st {
+	case network.ReachabilityPublic:
+		out.State = "public"
+	case network.ReachabilityPrivate:
+		out.State = "private"
+	}
+	for _, a := range p.Host.Addrs() {
+		if IsRelayed(a) {
+			out.Relays = append(out.Relays, a.String())
+		} else {
+			out.Direct = append(out.Direct, a.String())
+		}
+	}
+	return out
+}
+
+// IsRelayed says whether an address goes through a relay.
+func IsRelayed(a ma.Multiaddr) bool {
+	return strings.Contains(a.String(), "/p2p-circuit")
+}
+
+// Path says how the node is connected to a peer now: "direct" when it has a direct
+// connection, "relayed" when only through a relay, "" when not connected.
+func (p *Peer) Path(id peer.ID) string {
+	path := ""
+	for _, c := range p.Host.Network().ConnsToPeer(id) {
+		if !IsRelayed(c.RemoteMultiaddr()) {
+			return "direct"
+		}
+		path = "relayed"
+	}
+	return path
+}
+
+// holePunchWait is how long a stream to a peer reached only through a relay moments ago
+// waits for the hole punch (which starts with the relayed connection) to give a direct one.
+const holePunchWait = 5 * time.Second
+
+// preferDirect waits, within holePunchWait of a relayed connection's opening, for a direct
+// connection to the peer: streams opened then carry the job's data directly rather than
+// through the coordinator's relay.
+func (p *Peer) preferDirect(ctx context.Context, id peer.ID) {
+	for {
+		conns := p.Host.Network().ConnsToPeer(id)
+		young := false
+		for _, c := range conns {
+			if !IsRelayed(c.RemoteMultiaddr()) {
+				return
+			}
+			young = young || time.Since(c.Stat().Opened) < holePunchWait
+		}
+		if !young {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// OnAddrsChanged calls f each time the node's addresses change (a relay reservation taken or
+// lost, an address observed, a port mapped), until ctx ends.
+func (p *Peer) OnAddrsChanged(ctx context.Context, f func()) {
+	sub, err := p.Host.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
+	if err != nil {
+		return
+	}
+	go func() {
+		defer sub.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-sub.Out():
+				if !ok {
+					return
+				}
+				f()
+			}
+		}
+	}()
+}
