@@ -39,7 +39,7 @@ type Relay struct {
 // relayACL admits reservations by Relay.MayReserve.
 type relayACL struct{ may func(peer.ID) bool }
 
-func (a relayACL) AllowReserve(p peer.ID, _ ma.Multiaddr) bool  { return a.may(p) }
+func (a relayACL) AllowReserve(p peer.ID, _ ma.Multiaddr) bool    { return a.may(p) }
 func (relayACL) AllowConnect(peer.ID, ma.Multiaddr, peer.ID) bool { return true }
 
 // reservationRetry is how soon a node asks a relay again after a refusal (libp2p's default
