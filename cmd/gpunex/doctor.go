@@ -98,6 +98,7 @@ func runDoctor(ctx context.Context, h config.Home) doctorReport {
 	st := doctorNode(ctx, h, cfg, add)
 	if cfg.Role != config.RoleCoordinator {
 		doctorClock(ctx, h, st, add)
+		doctorReachability(st, cfg, add)
 	}
 	doctorDisk(h, cfg, add)
 	switch cfg.Role {
@@ -157,6 +158,28 @@ func doctorNode(ctx context.Context, h config.Home, cfg config.Config, add func(
 		add("node", checkOK, found, "")
 	}
 	return &st
+}
+
+// doctorReachability says how other peers reach the node: directly, through its
+// coordinators' relays, or not at all (what AutoNAT found, through the running node).
+func doctorReachability(st *api.Status, cfg config.Config, add func(name, status, found, fix string)) {
+	if st == nil {
+		add("reachability", checkSkip, "the node is not running", "")
+		return
+	}
+	forward := "forward TCP and UDP 4001 to this machine (or enable UPnP on the router)"
+	switch {
+	case st.Reachability == "public":
+		add("reachability", checkOK, "reachable from outside", "")
+	case st.Reachability == "unknown":
+		add("reachability", checkWarn, "not checked yet: no peer has dialled this node back", "ask again in a minute; with no peer at all, see the node check")
+	case cfg.Role == config.RoleRenter:
+		add("reachability", checkOK, "behind NAT: a renter only dials out", "")
+	case st.Relayed:
+		add("reachability", checkWarn, "behind NAT: renters reach this node through its coordinator's relay, then hole-punch a direct connection where the NAT allows", "for direct connections always, "+forward)
+	default:
+		add("reachability", checkFail, "behind NAT with no relay slot: renters cannot reach this node", forward+"; a coordinator gives relay slots to the providers it certified (`gpunex apply status`)")
+	}
 }
 
 // doctorClock compares the node's clock with its coordinator's, through the running node:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,17 @@ func TestNATTraversal(t *testing.T) {
 	json.Unmarshal([]byte(mustNS(t, renter.ns, "status", "--json", "--home", renter.home)), &rst)
 	if rst.Reachability != "private" || rst.Relayed {
 		t.Fatalf("renter: reachability %q, relayed %v", rst.Reachability, rst.Relayed)
+	}
+
+	// The doctor says so too.
+	for _, c := range []struct {
+		n          *nsNode
+		status, in string
+	}{{prov, "WARN", "through its coordinator's relay"}, {renter, "OK", "a renter only dials out"}} {
+		out, _ := gpunexNS(c.n.ns, "", "doctor", "--home", c.n.home)
+		if !regexp.MustCompile(`reachability\s+` + c.status + `\s+[^\n]*` + regexp.QuoteMeta(c.in)).MatchString(out) {
+			t.Errorf("doctor of %s:\n%s", c.n.ns, out)
+		}
 	}
 
 	// Found by the renter, and rented.
