@@ -47,7 +47,7 @@ package: build
 ## container daemon (image.sh): dist/gpunex_<version>_<arch>.oci.tar
 image: deps
 	mkdir -p build/image dist
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o build/image/gpunex ./cmd/gpunex
+	GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o build/image/gpunex ./cmd/gpunex
 	rm -f dist/gpunex_*_$(ARCH).oci.tar
 	./image.sh build/image/gpunex $(DEBVERSION) $(ARCH) dist/gpunex_$(DEBVERSION)_$(ARCH).oci.tar
 

@@ -6,8 +6,9 @@
 # unprivileged user gpunex (65532), /tmp, and the node's home volume /var/lib/gpunex. This
 # script writes the layer with tar, then the OCI config, manifest and index by hand, and packs
 # them as an OCI image layout archive: `podman load`, `skopeo copy oci-archive:…`,
-# `ctr images import` and Docker 25 or later read it. The same inputs give the same image,
-# byte for byte (SOURCE_DATE_EPOCH, sorted names, fixed owners).
+# `ctr images import` and Docker 25 or later read it. The same inputs (the binary, and the
+# build host's CA bundle) give the same image, byte for byte (SOURCE_DATE_EPOCH, sorted names,
+# fixed owners and modes).
 #
 # A provider runs the Debian package instead: its jobs need the host's containerd, runc and
 # GPUs, which a container would only reach by giving the container all of the host.
@@ -17,6 +18,7 @@
 #   VERSION  the image's tag ('+' becomes '-', which tags do not allow)
 #   ARCH     amd64 or arm64
 set -eu
+umask 022
 
 [ $# -eq 4 ] || { echo "usage: $0 BINARY VERSION ARCH OUT.tar" >&2; exit 2; }
 binary=$1 version=$2 arch=$3 out=$4

@@ -389,7 +389,11 @@ func TestDevnetEndToEnd(t *testing.T) {
 	// hours, so the provider stays open now. It applies without a restart (the renter sees
 	// the new hours in the offer), exports as weekly events, and resets to the config's.
 	opens := time.Now().UTC().Add(13 * time.Hour).Truncate(time.Hour)
-	weekly := fmt.Sprintf("daily %02d:00-%02d:00 (UTC)", opens.Hour(), (opens.Hour()+23)%24)
+	closes := (opens.Hour() + 23) % 24
+	if closes == 0 {
+		closes = 24 // a window ending at midnight reads "24:00"
+	}
+	weekly := fmt.Sprintf("daily %02d:00-%02d:00 (UTC)", opens.Hour(), closes)
 	avail := filepath.Join(dir, "availability.ics")
 	os.WriteFile(avail, []byte("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nBEGIN:VEVENT\r\nUID:a@test\r\nDTSTART:"+opens.Add(-48*time.Hour).Format("20060102T150405Z")+
 		"\r\nDURATION:PT23H\r\nRRULE:FREQ=DAILY\r\nSUMMARY:GPUs for rent\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"), 0o644)

@@ -82,9 +82,11 @@ func TestFreshDebianInstall(t *testing.T) {
 		return string(out), err
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if init == 0 {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", boot.Process.Pid, boot.Process.Pid))
-			init, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		// The container's PID 1 is nspawn's child once it runs systemd (a helper comes first).
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", boot.Process.Pid, boot.Process.Pid))
+		init, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", init)); strings.TrimSpace(string(comm)) != "systemd" {
+			init = 0
 		}
 		if init > 0 {
 			if out, _ := in("", "systemctl", "is-system-running"); strings.HasPrefix(out, "running") || strings.HasPrefix(out, "degraded") {

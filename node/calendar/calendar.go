@@ -172,6 +172,7 @@ type event struct {
 	zone         string        // the TZID of DTSTART; "" for UTC or floating times
 	dur          time.Duration // real length
 	wall         time.Duration // length on the wall clock of its zone (differs across a DST change)
+	startWall    time.Time     // DTSTART as written, read as UTC
 	rule         string        // RRULE's value, or ""
 	rdates       []time.Time   // RDATE
 	exdates      []time.Time   // EXDATE
@@ -191,16 +192,34 @@ func (e event) name() string {
 // repeats says whether the event has a recurrence rule or dates.
 func (e event) repeats() bool { return e.rule != "" || len(e.rdates) > 0 }
 
-// starts lists the starts of the event's occurrences that overlap [from, to).
-func (e event) starts(from, to time.Time) ([]time.Time, error) {
+// maxSteps bounds the occurrences a rule is expanded through, from its DTSTART on: an hourly
+// rule started ten years ago fits, a rule that would make a followed calendar eat the node's
+// CPU does not.
+const maxSteps = 200_000
+
+// starts lists the starts of the event's occurrences that overlap [from, to). A rule
+// rrule-go cannot expand (it panics on some: BYDAY=-6MO in a month, BYEASTER far off) or that
+// takes more than maxSteps occurrences to get there is an error naming the event.
+func (e event) starts(from, to time.Time) (_ []time.Time, err error) {
 	starts := []time.Time{e.start}
 	if e.repeats() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("event %s: RRULE %q cannot be expanded: %v", e.name(), e.rule, r)
+			}
+		}()
 		set := &rrule.Set{}
 		set.DTStart(e.start)
 		if e.rule != "" {
 			opt, err := rrule.StrToROptionInLocation(e.rule, e.start.Location())
 			if err != nil {
 				return nil, fmt.Errorf("event %s: RRULE: %w", e.name(), err)
+			}
+			if opt.Freq == rrule.SECONDLY || opt.Freq == rrule.MINUTELY {
+				return nil, fmt.Errorf("event %s: RRULE FREQ=%s: a rule repeating more often than hourly is no maintenance or availability", e.name(), opt.Freq)
+			}
+			if len(opt.Byeaster) > 0 {
+				return nil, fmt.Errorf("event %s: RRULE BYEASTER is not supported", e.name())
 			}
 			opt.Dtstart = e.start
 			r, err := rrule.NewRRule(*opt)
@@ -217,7 +236,20 @@ func (e event) starts(from, to time.Time) ([]time.Time, error) {
 		for _, t := range e.exdates {
 			set.ExDate(t)
 		}
-		starts = set.Between(from.Add(-e.dur), to, true)
+		starts = nil
+		next := set.Iterator()
+		for steps := 0; ; steps++ {
+			t, ok := next()
+			if !ok || !t.Before(to) {
+				break
+			}
+			if steps == maxSteps {
+				return nil, fmt.Errorf("event %s: over %d occurrences from its start to %s: start the series later", e.name(), maxSteps, to.Format(time.DateOnly))
+			}
+			if !t.Before(from.Add(-e.dur)) {
+				starts = append(starts, t)
+			}
+		}
 	}
 	out := starts[:0]
 	for _, s := range starts {
@@ -241,7 +273,7 @@ func parseEvents(data []byte) ([]event, error) {
 			return nil, fmt.Errorf("over %d events", maxCalendarEvents)
 		}
 		var e event
-		var end time.Time
+		var end, startWall, endWall time.Time
 		var allDay bool
 		for i++; i < len(lines) && strings.ToUpper(lines[i]) != "END:VEVENT"; i++ {
 			name, params, value := calProp(lines[i])
@@ -249,9 +281,11 @@ func parseEvents(data []byte) ([]event, error) {
 			switch name {
 			case "DTSTART":
 				e.start, allDay, err = calTime(value, params)
+				startWall, _, _ = calTime(value, map[string]string{"VALUE": params["VALUE"]})
 				e.zone = params["TZID"]
 			case "DTEND":
 				end, _, err = calTime(value, params)
+				endWall, _, _ = calTime(value, map[string]string{"VALUE": params["VALUE"]})
 			case "DURATION":
 				e.dur, err = calDuration(value)
 			case "RRULE":
@@ -287,11 +321,13 @@ func parseEvents(data []byte) ([]event, error) {
 		if e.start.IsZero() {
 			return nil, fmt.Errorf("event %s: no DTSTART", e.name())
 		}
+		e.startWall = startWall
 		e.wall = e.dur
 		switch {
 		case !end.IsZero():
 			e.dur = end.Sub(e.start)
-			e.wall = wallClock(end.In(e.start.Location())).Sub(wallClock(e.start))
+			// As written: a time in a spring-forward gap is not moved out of it.
+			e.wall = endWall.Sub(startWall)
 		case e.dur == 0 && allDay:
 			e.dur, e.wall = 24*time.Hour, 24*time.Hour
 		}

@@ -52,16 +52,20 @@ func Weekly(data []byte, now time.Time) (protocol.Schedule, error) {
 		if e.wall%time.Minute != 0 || e.start.Second() != 0 {
 			return protocol.Schedule{}, fmt.Errorf("event %s: availability is set to the minute", e.name())
 		}
-		starts, err := e.starts(now, now.Add(weeksChecked*7*24*time.Hour))
+		// The series is expanded on the wall clock of its zone (read as UTC): a window stays
+		// "09:00-18:00" across a daylight-saving change, weeks are cut every 168 wall-clock
+		// hours, and no wall time falls in a spring-forward gap.
+		wall, wallNow := e.onWallClock(), wallClock(now.In(e.start.Location()))
+		starts, err := wall.starts(wallNow, wallNow.Add(weeksChecked*7*24*time.Hour))
 		if err != nil {
 			return protocol.Schedule{}, err
 		}
 		var weeks [weeksChecked][]weeklyKey
 		for _, s := range starts {
-			if s.Before(now) {
+			if s.Before(wallNow) {
 				continue // under way: the next week's occurrence stands for it
 			}
-			k := int(s.Sub(now) / (7 * 24 * time.Hour))
+			k := int(s.Sub(wallNow) / (7 * 24 * time.Hour))
 			weeks[k] = append(weeks[k], weeklyKey{
 				start:  int(s.Weekday())*24*60 + s.Hour()*60 + s.Minute(),
 				length: int(e.wall / time.Minute),
@@ -72,7 +76,7 @@ func Weekly(data []byte, now time.Time) (protocol.Schedule, error) {
 		}
 		for k := 1; k < weeksChecked; k++ {
 			if !slices.Equal(weeks[k], weeks[0]) {
-				day := now.Add(time.Duration(k) * 7 * 24 * time.Hour).Format(time.DateOnly)
+				day := wallNow.Add(time.Duration(k) * 7 * 24 * time.Hour).Format(time.DateOnly)
 				return protocol.Schedule{}, fmt.Errorf("event %s does not repeat every week (its week from %s differs from this week's: an interval, an end, a start or an exception); availability is weekly, so keep one-off absences out of it and plan them with `gpunex maintenance import`", e.name(), day)
 			}
 		}
@@ -85,6 +89,22 @@ func Weekly(data []byte, now time.Time) (protocol.Schedule, error) {
 		return protocol.Schedule{}, err
 	}
 	return protocol.ParseSchedule(zoneName(zone), windows)
+}
+
+// onWallClock is the event with its times read on its zone's wall clock, as if in UTC, and
+// its length on that clock.
+func (e event) onWallClock() event {
+	w := e
+	loc := e.start.Location()
+	w.start, w.dur = e.startWall, e.wall
+	w.rdates, w.exdates = nil, nil
+	for _, t := range e.rdates {
+		w.rdates = append(w.rdates, wallClock(t.In(loc)))
+	}
+	for _, t := range e.exdates {
+		w.exdates = append(w.exdates, wallClock(t.In(loc)))
+	}
+	return w
 }
 
 // zoneName names an event's zone for a schedule ("" is UTC).
@@ -148,14 +168,18 @@ func WriteWeekly(w io.Writer, name string, s protocol.Schedule, now time.Time) e
 	if err != nil {
 		return err
 	}
+	// The week of now, from Monday, in dates only: the times are written as text from the
+	// windows' minutes, so that none is moved by a daylight-saving change that week.
 	local := now.In(loc)
-	monday := time.Date(local.Year(), local.Month(), local.Day()-(int(local.Weekday())+6)%7, 0, 0, 0, 0, loc)
+	monday := time.Date(local.Year(), local.Month(), local.Day()-(int(local.Weekday())+6)%7, 0, 0, 0, 0, time.UTC)
 	stamp := now.UTC().Format("20060102T150405Z")
-	at := func(t time.Time) string {
+	at := func(day, minutes int) string {
+		d := monday.AddDate(0, 0, day+minutes/(24*60))
+		text := fmt.Sprintf("%sT%02d%02d00", d.Format("20060102"), minutes%(24*60)/60, minutes%60)
 		if loc == time.UTC {
-			return ":" + t.UTC().Format("20060102T150405Z")
+			return ":" + text + "Z"
 		}
-		return ";TZID=" + s.Timezone() + ":" + t.Format("20060102T150405")
+		return ";TZID=" + s.Timezone() + ":" + text
 	}
 	var b strings.Builder
 	header(&b, name)
@@ -166,24 +190,23 @@ func WriteWeekly(w io.Writer, name string, s protocol.Schedule, now time.Time) e
 	if s.IsAlwaysOpen() {
 		spans = nil
 		fmt.Fprintf(&b, "BEGIN:VEVENT\r\nUID:always@gpunex\r\nDTSTAMP:%s\r\nDTSTART%s\r\nDURATION:P7D\r\nRRULE:FREQ=WEEKLY\r\nSUMMARY:Available\r\nEND:VEVENT\r\n",
-			stamp, at(monday))
+			stamp, at(0, 0))
 	}
 	for i, span := range spans {
 		// The first day in a Monday-first week is the series' first occurrence.
 		first := slices.MinFunc(span.Days, func(a, b time.Weekday) int { return (int(a)+6)%7 - (int(b)+6)%7 })
 		day := (int(first) + 6) % 7
-		start := time.Date(monday.Year(), monday.Month(), monday.Day()+day, span.Start/60, span.Start%60, 0, 0, loc)
-		endDay := day
+		end := span.End
 		if span.End <= span.Start {
-			endDay++
+			end += 24 * 60 // ends the next day
 		}
-		end := time.Date(monday.Year(), monday.Month(), monday.Day()+endDay, span.End/60, span.End%60, 0, 0, loc)
+		start, stop := at(day, span.Start), at(day, end)
 		var codes []string
 		for _, d := range span.Days {
 			codes = append(codes, icalDays[d])
 		}
 		fmt.Fprintf(&b, "BEGIN:VEVENT\r\nUID:window-%d@gpunex\r\nDTSTAMP:%s\r\nDTSTART%s\r\nDTEND%s\r\nRRULE:FREQ=WEEKLY;WKST=MO;BYDAY=%s\r\nSUMMARY:Available\r\nEND:VEVENT\r\n",
-			i+1, stamp, at(start), at(end), strings.Join(codes, ","))
+			i+1, stamp, start, stop, strings.Join(codes, ","))
 	}
 	b.WriteString("END:VCALENDAR\r\n")
 	_, err = io.WriteString(w, b.String())
@@ -235,8 +258,9 @@ func yearlyRule(tr transition) (month time.Month, weekday time.Weekday, nth, clo
 	return local.Month(), local.Weekday(), nth, local.Hour()*3600 + local.Minute()*60 + local.Second()
 }
 
-// writeTimezone writes the VTIMEZONE of a zone: its offset changes of the years around year,
-// as a yearly rule per kind of change where one describes them all, or one by one.
+// writeTimezone writes the VTIMEZONE of a zone: its offset changes from the year before year
+// to eight years after, as a yearly rule per kind of change where one describes them all, or
+// one by one.
 func writeTimezone(b *strings.Builder, tzid string, loc *time.Location, year int) {
 	offset := func(s int) string {
 		sign := "+"
@@ -247,7 +271,7 @@ func writeTimezone(b *strings.Builder, tzid string, loc *time.Location, year int
 	}
 	fmt.Fprintf(b, "BEGIN:VTIMEZONE\r\nTZID:%s\r\n", tzid)
 	from := time.Date(year-1, 1, 1, 0, 0, 0, 0, time.UTC)
-	trs := transitions(loc, from, time.Date(year+3, 1, 1, 0, 0, 0, 0, time.UTC))
+	trs := transitions(loc, from, time.Date(year+9, 1, 1, 0, 0, 0, 0, time.UTC))
 	observance := func(tr transition, rule string) {
 		kind := "STANDARD"
 		if tr.dst {

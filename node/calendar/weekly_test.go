@@ -151,3 +151,63 @@ func sameSchedule(a, b protocol.Schedule) bool {
 	slices.Sort(wb)
 	return a.Timezone() == b.Timezone() && slices.Equal(wa, wb)
 }
+
+// TestCalendarHostileRules: rules rrule-go cannot expand, and rules that would take the
+// node's CPU (a followed calendar is anyone's text), are errors naming the event, not a
+// crash or a stall.
+func TestCalendarHostileRules(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ rule, want string }{
+		{"FREQ=MONTHLY;BYDAY=-6MO", "cannot be expanded"},
+		{"FREQ=YEARLY;BYEASTER=-100", "BYEASTER"},
+		{"FREQ=SECONDLY", "more often than hourly"},
+		{"FREQ=MINUTELY;INTERVAL=5", "more often than hourly"},
+	} {
+		cal := ics("DTSTART:20000101T000000Z\nDURATION:PT1H\nRRULE:" + c.rule + "\nSUMMARY:hostile")
+		if _, err := Weekly(cal, now); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `"hostile"`) {
+			t.Errorf("Weekly %s: %v", c.rule, err)
+		}
+		if _, err := Occurrences(cal, now, now.Add(62*24*time.Hour)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Occurrences %s: %v", c.rule, err)
+		}
+	}
+	// An hourly series from 1970 is too long a walk to now.
+	cal := ics("DTSTART:19700101T000000Z\nDURATION:PT1H\nRRULE:FREQ=HOURLY")
+	if _, err := Occurrences(cal, now, now.Add(24*time.Hour)); err == nil || !strings.Contains(err.Error(), "start the series later") {
+		t.Errorf("hourly since 1970: %v", err)
+	}
+}
+
+// TestWeeklyAcrossDaylightSaving: a weekly calendar reads as the same schedule whatever the
+// day it is imported, including the weeks of a change and windows inside the hour a spring
+// change skips; exported in such a week, windows keep their wall-clock times.
+func TestWeeklyAcrossDaylightSaving(t *testing.T) {
+	paris, _ := time.LoadLocation("Europe/Paris")
+	for _, c := range []struct {
+		cal  []byte
+		want string
+	}{
+		{ics("DTSTART;TZID=Europe/Paris:20250907T090000\nDTEND;TZID=Europe/Paris:20250907T180000\nRRULE:FREQ=DAILY"), "daily 09:00-18:00 (Europe/Paris)"},
+		{ics("DTSTART;TZID=Europe/Paris:20250101T020000\nDTEND;TZID=Europe/Paris:20250101T060000\nRRULE:FREQ=DAILY"), "daily 02:00-06:00 (Europe/Paris)"},
+	} {
+		for _, start := range []time.Time{time.Date(2026, 3, 1, 0, 0, 0, 0, paris), time.Date(2026, 10, 1, 0, 0, 0, 0, paris)} {
+			for h := 0; h < 31*24; h += 7 {
+				now := start.Add(time.Duration(h)*time.Hour + 30*time.Minute)
+				s, err := Weekly(c.cal, now)
+				if err != nil || s.String() != c.want {
+					t.Fatalf("imported at %s: %v %v, want %s", now, s, err, c.want)
+				}
+			}
+		}
+	}
+	s, _ := protocol.ParseSchedule("Europe/Paris", []string{"sun 02:30-04:00", "sat 22:00-02:30", "sun 01:00-02:30"})
+	for day := 23; day <= 31; day++ {
+		now := time.Date(2026, 3, day, 12, 0, 0, 0, paris)
+		var out strings.Builder
+		WriteWeekly(&out, "x", s, now)
+		back, err := Weekly([]byte(out.String()), now)
+		if err != nil || !sameSchedule(back, s) {
+			t.Fatalf("exported on %s: %v %v\n%s", now.Format(time.DateOnly), back, err, out.String())
+		}
+	}
+}

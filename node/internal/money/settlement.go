@@ -222,24 +222,29 @@ func (s *Settlement) HandleWallet(st network.Stream) {
 	if !s.rate.Take(st.Conn(), time.Now(), 1) {
 		s.metrics.RecordsRejected.WithLabelValues("wallet-request", "stream", "rate_limited").Inc()
 		s.peer.Misbehaved(remote)
-		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d wallet requests in a minute: slow down", walletRequestsPerMinute)})
+		s.answer(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d wallet requests in a minute: slow down", walletRequestsPerMinute)})
 		return
 	}
 	var req protocol.WalletRequest
 	if err := protocol.ReadJSONFrame(bufio.NewReader(st), protocol.MaxWalletRequest, &req); err != nil {
-		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: "bad request: " + err.Error()})
+		s.answer(st, protocol.WalletResponse{Error: "bad request: " + err.Error()})
 		return
 	}
 	if req.Op == "claim" && !s.claims.Take(st.Conn(), time.Now(), 1) {
 		s.metrics.RecordsRejected.WithLabelValues("wallet-request", "stream", "rate_limited").Inc()
 		s.peer.Misbehaved(remote)
-		protocol.WriteJSONFrame(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d deposit claims a minute: slow down", claimsPerMinute)})
+		s.answer(st, protocol.WalletResponse{Error: fmt.Sprintf("more than %d deposit claims a minute: slow down", claimsPerMinute)})
 		return
 	}
 	resp, err := s.Serve(context.Background(), remote, req)
 	if err != nil {
 		resp = protocol.WalletResponse{Error: err.Error()}
 	}
+	s.answer(st, resp)
+}
+
+// answer writes a wallet answer with the coordinator's time in it.
+func (s *Settlement) answer(st network.Stream, resp protocol.WalletResponse) {
 	resp.Now = s.clock.Now().UTC()
 	protocol.WriteJSONFrame(st, resp)
 }

@@ -53,6 +53,10 @@ func (p *Publisher) SetAvailability(ctx context.Context, a *ledger.Availability)
 		return nil, err
 	}
 	p.Poke() // the loop waits for the next change of the schedule it had
+	select { // and the follower for the calendar it had
+	case p.followWake <- struct{}{}:
+	default:
+	}
 	return p.current, nil
 }
 
@@ -85,6 +89,7 @@ func (p *Publisher) FollowLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-p.followWake:
 		case <-p.clock.After(min(wait, time.Hour)):
 		}
 	}
@@ -92,6 +97,12 @@ func (p *Publisher) FollowLoop(ctx context.Context) {
 
 // follow reads a followed calendar once and applies it.
 func (p *Publisher) follow(ctx context.Context, a *ledger.Availability) {
+	defer func() {
+		// The calendar is anyone's text: nothing in it may stop the node.
+		if r := recover(); r != nil {
+			p.log.Error("reading the availability calendar failed", "source", a.Source, "panic", r)
+		}
+	}()
 	now := p.clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	data, err := calendar.Read(rctx, a.Source)

@@ -59,8 +59,9 @@ type Publisher struct {
 	region string
 	base   []protocol.OfferGPUs // declared in config, with configured prices
 
-	wake     chan struct{}
-	announce chan []byte // latest record for the DHT announcer; holds at most one
+	wake       chan struct{}
+	followWake chan struct{} // a new availability was set: FollowLoop reads its deadline again
+	announce   chan []byte   // latest record for the DHT announcer; holds at most one
 
 	mu sync.Mutex
 	// bench is the benchmark runner (nil before UseAttestations): the offer then carries
@@ -97,9 +98,10 @@ func NewPublisher(d PublisherDeps) (*Publisher, error) {
 		peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, catalogue: d.Catalogue, topic: d.Topic,
 		metrics: d.Metrics, log: d.Log, clock: d.Clock, cfg: d.Offers,
 		sched: sched, configSched: sched, base: items,
-		region:   protocol.NormalizeRegion(d.Provider.Region),
-		wake:     make(chan struct{}, 1),
-		announce: make(chan []byte, 1),
+		region:     protocol.NormalizeRegion(d.Provider.Region),
+		wake:       make(chan struct{}, 1),
+		followWake: make(chan struct{}, 1),
+		announce:   make(chan []byte, 1),
 	}
 	set, err := d.Ledger.Availability()
 	if err != nil {
