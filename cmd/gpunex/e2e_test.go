@@ -941,14 +941,7 @@ func TestProviderJobSurvivesKill9(t *testing.T) {
 		t.Skip("end-to-end")
 	}
 	dir := t.TempDir()
-	d, err := sandbox.StartContainerd(context.Background(), filepath.Join(dir, "ctrd"))
-	if err != nil {
-		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	defer d.Stop()
+	d := testContainerd(t, dir)
 	local := "/ip4/127.0.0.1/tcp/0"
 	coord, prov, renter := filepath.Join(dir, "coordinator"), filepath.Join(dir, "provider"), filepath.Join(dir, "renter")
 	initCoordinator(t, coord, local)
@@ -1009,4 +1002,19 @@ func TestProviderJobSurvivesKill9(t *testing.T) {
 	}
 	left, _ := rt.List(context.Background())
 	t.Fatalf("containers left behind: %+v", left)
+}
+
+// testContainerd starts a private containerd under dir for the test (stopped with it); where
+// it cannot start, the test is skipped, or fails in CI.
+func testContainerd(t *testing.T, dir string) *sandbox.Daemon {
+	t.Helper()
+	d, err := sandbox.StartContainerd(context.Background(), filepath.Join(dir, "ctrd"))
+	if err != nil {
+		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	t.Cleanup(func() { d.Stop() })
+	return d
 }

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -162,14 +161,7 @@ func TestNATTraversal(t *testing.T) {
 		t.Skip("network namespaces need root")
 	}
 	dir := t.TempDir()
-	d, err := sandbox.StartContainerd(context.Background(), filepath.Join(dir, "ctrd"))
-	if err != nil {
-		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	defer d.Stop()
+	d := testContainerd(t, dir)
 
 	// The public segment: a bridge. Its addresses are public ones (AutoNAT checks only
 	// public addresses), which exist only inside the test's namespaces.

@@ -86,7 +86,16 @@ type reachability struct {
 
 // watch follows the host's reachability events until ctx ends.
 func (r *reachability) watch(ctx context.Context, p *Peer) {
-	sub, err := p.Host.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged))
+	onEvent(ctx, p, func(e event.EvtLocalReachabilityChanged) {
+		r.mu.Lock()
+		r.state, r.since = e.Reachability, time.Now()
+		r.mu.Unlock()
+	})
+}
+
+// onEvent calls f with each event of type E the host emits, until ctx ends.
+func onEvent[E any](ctx context.Context, p *Peer, f func(E)) {
+	sub, err := p.Host.EventBus().Subscribe(new(E))
 	if err != nil {
 		return
 	}
@@ -100,9 +109,7 @@ func (r *reachability) watch(ctx context.Context, p *Peer) {
 				if !ok {
 					return
 				}
-				r.mu.Lock()
-				r.state, r.since = e.(event.EvtLocalReachabilityChanged).Reachability, time.Now()
-				r.mu.Unlock()
+				f(e.(E))
 			}
 		}
 	}()
@@ -191,22 +198,5 @@ func (p *Peer) preferDirect(ctx context.Context, id peer.ID) {
 // OnAddrsChanged calls f each time the node's addresses change (a relay reservation taken or
 // lost, an address observed, a port mapped), until ctx ends.
 func (p *Peer) OnAddrsChanged(ctx context.Context, f func()) {
-	sub, err := p.Host.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
-	if err != nil {
-		return
-	}
-	go func() {
-		defer sub.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-sub.Out():
-				if !ok {
-					return
-				}
-				f()
-			}
-		}
-	}()
+	onEvent(ctx, p, func(event.EvtLocalAddressesUpdated) { f() })
 }
