@@ -358,8 +358,13 @@ type ReliabilityState struct {
 	FirstPerf     map[string]int `json:"first_perf"`
 	LastAttestSeq uint64         `json:"last_attestation_seq"`
 	// Events are the latest outcomes that lowered a component, newest last.
-	Events    []string `json:"events"`
-	LastScore int      `json:"last_score"`
+	Events []string `json:"events"`
+	// EventsTotal counts every event ever added (Events keeps the latest few).
+	EventsTotal int `json:"events_total,omitempty"`
+	// LastScore is the score of the record last published (-1 before the first), at
+	// LastPublished.
+	LastScore     int       `json:"last_score"`
+	LastPublished time.Time `json:"last_published,omitzero"`
 }
 
 // maxReliabilityEvents is how many events a reliability state keeps.
@@ -367,6 +372,7 @@ const maxReliabilityEvents = 10
 
 // AddEvent records an outcome that lowered a component, keeping the latest few.
 func (s *ReliabilityState) AddEvent(e string) {
+	s.EventsTotal++
 	s.Events = append(s.Events, e)
 	if len(s.Events) > maxReliabilityEvents {
 		s.Events = s.Events[len(s.Events)-maxReliabilityEvents:]

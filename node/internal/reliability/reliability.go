@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -27,7 +27,7 @@ import (
 	"github.com/gpunex/gpunex/protocol"
 )
 
-// Reliability: the coordinator probes each certified provider at random moments; a signed
+// Reliability: the coordinator probes each certified provider on its own schedule; a signed
 // answer is an uptime proof, a miss inside the provider's availability is downtime. With the
 // benchmark consistency of its attestations, this makes the provider's score, which the
 // coordinator signs and gossips (docs/reliability.md).
@@ -71,7 +71,7 @@ func (sc *Scorer) probe(ctx context.Context, p peer.ID) error {
 	}
 	var nonce [16]byte
 	rand.Read(nonce[:])
-	probe := protocol.UptimeProbe{Nonce: hex.EncodeToString(nonce[:]), Coordinator: sc.peer.ID.String()}
+	probe := protocol.UptimeProbe{Nonce: hex.EncodeToString(nonce[:]), Coordinator: sc.id.String()}
 	if err := protocol.WriteJSONFrame(s, probe); err != nil {
 		return err
 	}
@@ -99,23 +99,50 @@ type ScorerDeps struct {
 	Offers      Offers
 	// Topic is the scores gossip topic.
 	Topic *p2p.Topic
+	// Probe, Providers and Publish replace the network probe, the ledger's certified
+	// providers and gossip (the scale benchmark's in-memory stand-ins); nil: the real ones.
+	Probe     func(ctx context.Context, p peer.ID) error
+	Providers func() []peer.ID
+	Publish   func(ctx context.Context, raw []byte) error
 }
 
-// Scorer is the coordinator's side: probe rounds, state, score records.
+// Scorer is the coordinator's side: probe schedule, state, score records.
 type Scorer struct {
 	peer   *p2p.Peer
+	id     peer.ID
+	key    crypto.PrivKey
 	ledger *ledger.Ledger
 	clock  clock.Clock
 	log    *slog.Logger
 	cfg    config.CoordinatorConfig
 	offers Offers
-	topic  *p2p.Topic
+
+	probeFn     func(ctx context.Context, p peer.ID) error
+	providersFn func() []peer.ID
+	publishFn   func(ctx context.Context, raw []byte) error
 }
 
-// NewScorer returns the coordinator's scorer; Run starts its rounds.
+// NewScorer returns the coordinator's scorer; Run starts its schedule.
 func NewScorer(d ScorerDeps) *Scorer {
-	return &Scorer{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, cfg: d.Coordinator, offers: d.Offers, topic: d.Topic}
+	sc := &Scorer{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, cfg: d.Coordinator, offers: d.Offers,
+		probeFn: d.Probe, providersFn: d.Providers, publishFn: d.Publish}
+	if d.Peer != nil {
+		sc.id, sc.key = d.Peer.ID, d.Peer.Key
+	}
+	if sc.probeFn == nil {
+		sc.probeFn = sc.probe
+	}
+	if sc.providersFn == nil {
+		sc.providersFn = sc.certified
+	}
+	if sc.publishFn == nil {
+		sc.publishFn = d.Topic.Publish
+	}
+	return sc
 }
+
+// UseKey sets the identity the scorer signs with (the scale benchmark, which has no peer).
+func (sc *Scorer) UseKey(id peer.ID, key crypto.PrivKey) { sc.id, sc.key = id, key }
 
 // certified lists the providers whose application is approved.
 func (sc *Scorer) certified() []peer.ID {
@@ -151,75 +178,72 @@ func (sc *Scorer) owesUptime(p peer.ID, now time.Time) bool {
 	return sched.Open(now)
 }
 
-// probeConcurrency is how many probes a round runs at once.
-const probeConcurrency = 128
-
-// round probes every certified provider once (in parallel, a few at a time), records the
-// outcomes and the benchmark consistency of new attestations, then signs and gossips a
-// score record for each.
-func (sc *Scorer) round(ctx context.Context) {
-	provs := sc.certified()
+// probeOne probes a provider if it owes uptime now, records the outcome and the benchmark
+// consistency of a new attestation, and publishes its score if it moved (publish).
+func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 	halfLife := sc.cfg.HalfLife.Duration
-	var wg sync.WaitGroup
-	// Many at a time: a provider that is down holds its slot until the probe times out
-	// (10 s), and a round must fit its interval with thousands of providers.
-	sem := make(chan struct{}, probeConcurrency)
-	for _, p := range provs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(p peer.ID) {
-			defer func() { <-sem; wg.Done() }()
-			now := sc.clock.Now()
-			owes := sc.owesUptime(p, now)
-			var err error
-			if owes {
-				err = sc.probe(ctx, p)
-			}
-			so, _ := sc.offers.Get(p)
-			st, uerr := sc.ledger.UpdateReliability(p.String(), func(s *ledger.ReliabilityState) error {
-				if owes {
-					good := 1.0
-					if err != nil {
-						good = 0
-						s.AddEvent(fmt.Sprintf("missed probe %s", now.UTC().Format("Mon 15:04 UTC")))
-					}
-					s.Reliability.Uptime.Add(now, good, halfLife)
-				}
-				if so != nil && so.Attest != nil && so.Attest.Seq > s.LastAttestSeq {
-					s.LastAttestSeq = so.Attest.Seq
-					for _, g := range so.Attest.GPUs {
-						if g.PerfScore <= 0 {
-							continue
-						}
-						first, ok := s.FirstPerf[g.UUID]
-						if !ok {
-							s.FirstPerf[g.UUID] = g.PerfScore
-							first = g.PerfScore
-						}
-						ratio := math.Min(1, float64(g.PerfScore)/float64(first))
-						if ratio < 0.95 {
-							s.AddEvent(fmt.Sprintf("GPU %s at %d%% of its first benchmark", g.UUID, int(ratio*100)))
-						}
-						s.Reliability.Consistency.Add(now, ratio, halfLife)
-					}
-				}
-				return nil
-			})
-			if uerr != nil {
-				sc.log.Warn("recording a probe failed", "provider", p, "err", uerr)
-				return
-			}
-			sc.publish(ctx, st, now)
-		}(p)
+	now := sc.clock.Now()
+	owes := sc.owesUptime(p, now)
+	var err error
+	if owes {
+		err = sc.probeFn(ctx, p)
 	}
-	wg.Wait()
+	so, _ := sc.offers.Get(p)
+	st, uerr := sc.ledger.UpdateReliability(p.String(), func(s *ledger.ReliabilityState) error {
+		if owes {
+			good := 1.0
+			if err != nil {
+				good = 0
+				s.AddEvent(fmt.Sprintf("missed probe %s", now.UTC().Format("Mon 15:04 UTC")))
+			}
+			s.Reliability.Uptime.Add(now, good, halfLife)
+		}
+		if so != nil && so.Attest != nil && so.Attest.Seq > s.LastAttestSeq {
+			s.LastAttestSeq = so.Attest.Seq
+			for _, g := range so.Attest.GPUs {
+				if g.PerfScore <= 0 {
+					continue
+				}
+				first, ok := s.FirstPerf[g.UUID]
+				if !ok {
+					s.FirstPerf[g.UUID] = g.PerfScore
+					first = g.PerfScore
+				}
+				ratio := math.Min(1, float64(g.PerfScore)/float64(first))
+				if ratio < 0.95 {
+					s.AddEvent(fmt.Sprintf("GPU %s at %d%% of its first benchmark", g.UUID, int(ratio*100)))
+				}
+				s.Reliability.Consistency.Add(now, ratio, halfLife)
+			}
+		}
+		return nil
+	})
+	if uerr != nil {
+		sc.log.Warn("recording a probe failed", "provider", p, "err", uerr)
+		return
+	}
+	sc.publish(ctx, st, now)
 }
 
-// publish signs a provider's score and gossips it.
+// ScoreStep and ScoreRefresh say when a provider's score is signed and gossiped again: when
+// it moved by ScoreStep points or more since the record last published (with the events that
+// explain it), or when that record is ScoreRefresh old (records expire after
+// protocol.ScoreTTL). Most probes of a steady provider, or of one down for good, publish
+// nothing.
+const (
+	ScoreStep    = 1
+	ScoreRefresh = protocol.ScoreTTL / 4
+)
+
+// publish signs a provider's score and gossips it, if it is worth telling (ScoreStep).
 func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now time.Time) {
 	halfLife := sc.cfg.HalfLife.Duration
 	r := st.Reliability
 	score := r.Score(now, halfLife)
+	moved := score-st.LastScore >= ScoreStep || st.LastScore-score >= ScoreStep
+	if st.LastScore >= 0 && !moved && now.Sub(st.LastPublished) < ScoreRefresh {
+		return
+	}
 	seq, err := sc.ledger.NextSerial("score", now)
 	if err != nil {
 		return
@@ -228,35 +252,24 @@ func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now t
 	if st.LastScore >= 0 {
 		trend = score - st.LastScore
 	}
-	sc.ledger.UpdateReliability(st.Provider, func(s *ledger.ReliabilityState) error { s.LastScore = score; return nil })
+	sc.ledger.UpdateReliability(st.Provider, func(s *ledger.ReliabilityState) error {
+		s.LastScore, s.LastPublished = score, now
+		return nil
+	})
 	raw, err := protocol.Seal(protocol.KindScore, protocol.ScoreRecord{
-		Version: protocol.ScoreVersion, Coordinator: sc.peer.ID.String(), Provider: st.Provider, Seq: seq,
+		Version: protocol.ScoreVersion, Coordinator: sc.id.String(), Provider: st.Provider, Seq: seq,
 		IssuedAt: now.UTC(), ExpiresAt: now.UTC().Add(protocol.ScoreTTL), Score: score,
 		Uptime: r.Uptime.Ratio(now, halfLife), Completion: r.Completion.Ratio(now, halfLife), Consistency: r.Consistency.Ratio(now, halfLife),
 		Probes: r.Uptime.Weight(now, halfLife), Jobs: r.Completion.Weight(now, halfLife), Benchmarks: r.Consistency.Weight(now, halfLife),
 		Trend: trend, Why: st.Events, HalfLifeSecs: int64(halfLife / time.Second),
-	}, sc.peer.Key)
+	}, sc.key)
 	if err != nil {
 		return
 	}
 	// Publishing runs the topic validator here first, which keeps the record in this
 	// node's own score book.
-	if err := sc.topic.Publish(ctx, raw); err != nil {
+	if err := sc.publishFn(ctx, raw); err != nil {
 		sc.log.Debug("gossiping a score failed", "err", err)
-	}
-}
-
-// Run runs probe rounds at random moments around the probe interval.
-func (sc *Scorer) Run(ctx context.Context) {
-	for {
-		iv := sc.cfg.ProbeInterval.Duration
-		wait := iv/2 + time.Duration(mrand.Int64N(int64(iv)))
-		select {
-		case <-ctx.Done():
-			return
-		case <-sc.clock.After(wait):
-		}
-		sc.round(ctx)
 	}
 }
 

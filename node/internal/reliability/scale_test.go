@@ -1,0 +1,154 @@
+package reliability
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/protocol"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// noOffers: the coordinator holds no offer of the simulated providers (they owe uptime 24/7).
+type noOffers struct{}
+
+func (noOffers) Get(peer.ID) (*protocol.SignedOffer, time.Time) { return nil, time.Time{} }
+
+// simulated is a coordinator's scorer over n simulated providers: an in-memory prober (the
+// providers whose index is a multiple of downEvery miss every probe; 0: none) and a counting
+// publisher, on a fake clock.
+type simulated struct {
+	sc        *Scorer
+	clock     *clock.Fake
+	providers []peer.ID
+	probes    atomic.Int64
+	published atomic.Int64
+	down      map[peer.ID]bool
+}
+
+func newSimulated(t testing.TB, n, downEvery int, every time.Duration) *simulated {
+	t.Helper()
+	l, err := ledger.Open(ledger.Options{InMemory: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	s := &simulated{clock: clock.NewFake(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), down: map[peer.ID]bool{}}
+	for i := range n {
+		_, pub, _ := crypto.GenerateEd25519Key(rand.Reader)
+		id, _ := peer.IDFromPublicKey(pub)
+		s.providers = append(s.providers, id)
+		if downEvery > 0 && i%downEvery == 0 {
+			s.down[id] = true
+		}
+	}
+	cfg := config.Defaults(config.RoleCoordinator).Coordinator
+	cfg.ProbeInterval = config.Duration{Duration: every}
+	s.sc = NewScorer(ScorerDeps{Ledger: l, Clock: s.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Coordinator: cfg, Offers: noOffers{},
+		Probe: func(_ context.Context, p peer.ID) error {
+			s.probes.Add(1)
+			if s.down[p] {
+				return errors.New("no answer")
+			}
+			return nil
+		},
+		Providers: func() []peer.ID { return s.providers },
+		Publish:   func(context.Context, []byte) error { s.published.Add(1); return nil },
+	})
+	sk, pub, _ := crypto.GenerateEd25519Key(rand.Reader)
+	id, _ := peer.IDFromPublicKey(pub)
+	s.sc.UseKey(id, sk)
+	return s
+}
+
+// run drives the schedule over a span of the fake clock in steps, with probeWorkers workers,
+// as Run does on the real clock.
+func (s *simulated) run(span, step time.Duration) {
+	sch := newSchedule(s.sc.cfg.ProbeInterval.Duration)
+	sch.set(s.providers, s.clock.Now())
+	end := s.clock.Now().Add(span)
+	for s.clock.Now().Before(end) {
+		ready, _ := sch.take(s.clock.Now())
+		work := make(chan peer.ID)
+		var wg sync.WaitGroup
+		for range min(probeWorkers, len(ready)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for p := range work {
+					s.sc.probeOne(context.Background(), p)
+					sch.done(p, s.clock.Now())
+				}
+			}()
+		}
+		for _, p := range ready {
+			work <- p
+		}
+		close(work)
+		wg.Wait()
+		s.clock.Advance(step)
+	}
+}
+
+// TestScheduleSpreadsProbes: each provider is probed about once per interval, at its own
+// moments (not in rounds), and a steady provider's score is signed again only when it moves
+// or needs refreshing, while a provider that stops answering is told at once.
+func TestScheduleSpreadsProbes(t *testing.T) {
+	const n, every = 200, 5 * time.Minute
+	s := newSimulated(t, n, 10, every)
+	s.run(6*time.Hour, 10*time.Second)
+	perProvider := float64(s.probes.Load()) / n
+	if perProvider < 60 || perProvider > 84 { // 72 expected in 6 hours
+		t.Fatalf("%.1f probes per provider in 6 hours at one per %s", perProvider, every)
+	}
+	if pub := float64(s.published.Load()) / n; pub >= perProvider/2 {
+		t.Fatalf("%.1f score records per provider for %.1f probes: a steady score is signed again at every probe", pub, perProvider)
+	}
+	down, _ := s.sc.ledger.UpdateReliability(s.providers[0].String(), func(*ledger.ReliabilityState) error { return nil })
+	if down.LastScore >= 60 || down.EventsTotal < 60 || s.clock.Now().Sub(down.LastPublished) > ScoreRefresh {
+		t.Fatalf("a provider that never answers: %+v", down)
+	}
+	up, _ := s.sc.ledger.UpdateReliability(s.providers[1].String(), func(*ledger.ReliabilityState) error { return nil })
+	if up.LastScore < 90 || s.clock.Now().Sub(up.LastPublished) > ScoreRefresh {
+		t.Fatalf("a steady provider: score %d, published %s ago", up.LastScore, s.clock.Now().Sub(up.LastPublished))
+	}
+}
+
+// BenchmarkScorer10k: the coordinator's probing and scoring work for 10,000 providers over a
+// simulated hour (probe interval 5 minutes, one provider in 20 down), with the network
+// replaced by an in-memory prober. It reports the CPU it took per simulated hour as a fraction
+// of one core, and the probes and score records per hour.
+func BenchmarkScorer10k(b *testing.B) {
+	for b.Loop() {
+		s := newSimulated(b, 10_000, 20, 5*time.Minute)
+		// Warm up: the first score of each provider is always signed.
+		s.run(10*time.Minute, 5*time.Second)
+		s.probes.Store(0)
+		s.published.Store(0)
+		before := cpuTime()
+		s.run(time.Hour, 5*time.Second)
+		cpu := cpuTime() - before
+		b.ReportMetric(cpu.Seconds()/3600, "cores")
+		b.ReportMetric(float64(s.probes.Load()), "probes/h")
+		b.ReportMetric(float64(s.published.Load()), "records/h")
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
