@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
 	_ "crypto/sha256" // registers the digest algorithm
 	"encoding/json"
 	"errors"
@@ -37,6 +38,27 @@ var imageEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 // apt-get install busybox-static.
 func BusyboxImage(w io.Writer, ref string) (manifestDigest string, err error) {
 	return busyboxImageWith(w, ref)
+}
+
+// PaddedBusyboxImage is BusyboxImage with a layer holding /padding, padBytes of random data
+// (which compression cannot shrink): an image of a given size for measuring transfers.
+func PaddedBusyboxImage(w io.Writer, ref string, padBytes int) (manifestDigest string, err error) {
+	pad := make([]byte, padBytes)
+	if _, err := rand.Read(pad); err != nil {
+		return "", err
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	if err := tw.WriteHeader(&tar.Header{Name: "padding", Mode: 0o644, Size: int64(padBytes), ModTime: imageEpoch, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(pad); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	return busyboxImageWith(w, ref, layer.Bytes())
 }
 
 // busyboxImageWith is BusyboxImage with more layers on top, each an uncompressed tar

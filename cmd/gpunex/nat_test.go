@@ -172,6 +172,9 @@ func TestNATTraversal(t *testing.T) {
 	coordNS := lab.ns("coord")
 	lab.link(coordNS, "eth0", "11.0.0.1/24", pub, "p-coord", "")
 	lab.in(pub, "ip", "link", "set", "p-coord", "master", "br0")
+	openNS := lab.ns("open")
+	lab.link(openNS, "eth0", "11.0.0.5/24", pub, "p-open", "")
+	lab.in(pub, "ip", "link", "set", "p-open", "master", "br0")
 	_, provNS := lab.homeBehindNAT(pub, "prov", "11.0.0.2", 1, false)
 	_, renterNS := lab.homeBehindNAT(pub, "rent", "11.0.0.3", 2, false)
 	_, symNS := lab.homeBehindNAT(pub, "sym", "11.0.0.4", 3, true)
@@ -202,13 +205,21 @@ func TestNATTraversal(t *testing.T) {
 		}
 		return startNS(t, ns, home)
 	}
+	pubProv := newNode(openNS, "open", "provider")
 	prov := newNode(provNS, "provider", "provider")
 	sym := newNode(symNS, "symmetric", "provider")
 	renter := newNode(renterNS, "renter", "renter")
 
 	// Certified through the coordinator: only then does its relay give them a slot.
-	for _, p := range []*nsNode{prov, sym} {
+	for _, p := range []*nsNode{pubProv, prov, sym} {
 		nsCertify(t, c, p)
+	}
+	// The provider on the public segment is found reachable, and takes no relay slot.
+	for deadline, st := time.Now().Add(60*time.Second), (api.Status{}); st.Reachability != "public"; time.Sleep(500 * time.Millisecond) {
+		json.Unmarshal([]byte(mustNS(t, pubProv.ns, "status", "--json", "--home", pubProv.home)), &st)
+		if st.Relayed || time.Now().After(deadline) {
+			t.Fatalf("provider on the public segment: reachability %q, relayed %v", st.Reachability, st.Relayed)
+		}
 	}
 	// Each provider finds out it is behind NAT and takes a relay reservation.
 	for _, p := range []*nsNode{prov, sym} {
@@ -245,14 +256,15 @@ func TestNATTraversal(t *testing.T) {
 	}
 
 	// Found by the renter, and rented.
-	archive := filepath.Join(dir, "busybox.tar")
+	// A 50 MB image archive, so that where the job's data goes shows in the time it takes.
+	archive := filepath.Join(dir, "image-50mb.tar")
 	f, _ := os.Create(archive)
-	if _, err := sandbox.BusyboxImage(f, "gpunex.test/busybox:1"); err != nil {
+	if _, err := sandbox.PaddedBusyboxImage(f, "gpunex.test/padded:1", 50<<20); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	paths := map[string]string{}
-	for _, p := range []*nsNode{prov, sym} {
+	for _, p := range []*nsNode{pubProv, prov, sym} {
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
 			if strings.Contains(mustNS(t, renter.ns, "offers", "search", "--json", "--home", renter.home), p.st.PeerID) {
 				break
@@ -289,6 +301,9 @@ func TestNATTraversal(t *testing.T) {
 		}
 		paths[p.ns] = pv.Path
 		t.Logf("%s: job proposed and started in %s, its output read in %s, connection %s (%v)", p.ns, proposed.Round(10*time.Millisecond), ran.Round(10*time.Millisecond), pv.Path, pv.Conns)
+	}
+	if paths[pubProv.ns] != "direct" {
+		t.Errorf("to a provider on the public segment the connection is direct: %q", paths[pubProv.ns])
 	}
 	if paths[prov.ns] != "direct" {
 		log, _ := os.ReadFile(filepath.Join(prov.home, "node.log"))
