@@ -24,7 +24,8 @@ import (
 // minutes. The installer downloads containerd, runc, the CNI plugins and iptables from
 // Debian's mirror with apt-get, installs the package, makes the home, and enables the unit,
 // which systemd starts after the containerd it Requires=, with the unit's own settings. The
-// provider then applies to a coordinator on this machine, which approves it. The time from
+// provider then applies to a coordinator on this machine, which approves it; restarted by
+// systemd, and after a reboot, the node is back with its certificate. The time from
 // the installer's start to the application queued at the coordinator is logged (the target
 // is under 5 minutes).
 func TestFreshDebianInstall(t *testing.T) {
@@ -52,52 +53,8 @@ func TestFreshDebianInstall(t *testing.T) {
 	copyFile(t, "/etc/resolv.conf", filepath.Join(root, "etc/resolv.conf"), 0o644)
 
 	// Boot it; everything it runs goes away with the test.
-	console, _ := os.Create(filepath.Join(t.TempDir(), "console.log"))
-	boot := exec.Command("systemd-nspawn", "--directory", root, "--boot", "--register=no", "--keep-unit", "--console=passive", "--resolv-conf=copy-host")
-	boot.Stdout, boot.Stderr = console, console
-	if err := boot.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { boot.Wait(); close(exited) }()
-	init := 0
-	t.Cleanup(func() {
-		boot.Process.Signal(syscall.SIGTERM) // the container's systemd shuts down
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			boot.Process.Kill()
-			if init > 0 {
-				syscall.Kill(init, syscall.SIGKILL)
-			}
-			<-exited
-		}
-		console.Close()
-	})
-	in := func(stdin string, args ...string) (string, error) {
-		cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(init), "--mount", "--uts", "--ipc", "--net", "--pid", "--",
-			"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		// The container's PID 1 is nspawn's child once it runs systemd (a helper comes first).
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", boot.Process.Pid, boot.Process.Pid))
-		init, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", init)); strings.TrimSpace(string(comm)) != "systemd" {
-			init = 0
-		}
-		if init > 0 {
-			if out, _ := in("", "systemctl", "is-system-running"); strings.HasPrefix(out, "running") || strings.HasPrefix(out, "degraded") {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(console.Name())
-			t.Fatalf("the fresh Debian did not boot:\n%s", tail(string(log), 3000))
-		}
-	}
+	m := bootMachine(t, root)
+	in := m.run
 	t.Logf("fresh Debian 12 made and booted in %s (not part of the install)", time.Since(start).Round(time.Second))
 
 	// A coordinator on this machine, which the provider bootstraps from.
@@ -160,15 +117,97 @@ func TestFreshDebianInstall(t *testing.T) {
 	if out, err := in("", "systemctl", "restart", "gpunex-provider.service"); err != nil {
 		t.Fatalf("systemctl restart: %v %s", err, out)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		out, _ := in("", "gpunex", "doctor", "--home", "/var/lib/gpunex")
-		if strings.Contains(out, "certificate       OK") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a restart by systemd: %s", out)
+	certified := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			out, _ := in("", "gpunex", "doctor", "--home", "/var/lib/gpunex")
+			if strings.Contains(out, "certificate       OK") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s", what, out)
+			}
 		}
 	}
+	certified("after a restart by systemd")
+	// After a reboot, systemd starts containerd and the node by itself.
+	m.shutdown()
+	m = bootMachine(t, root)
+	in = m.run
+	if out, _ := in("", "systemctl", "is-active", "gpunex-provider.service", "containerd.service"); out != "active\nactive\n" {
+		t.Fatalf("after a reboot systemd runs: %q", out)
+	}
+	certified("after a reboot")
+}
+
+// machine is a root booted with its own systemd by systemd-nspawn, sharing this machine's
+// network.
+type machine struct {
+	t       *testing.T
+	boot    *exec.Cmd
+	exited  chan struct{}
+	init    int
+	console *os.File
+	stopped bool
+}
+
+// bootMachine boots root and waits until its systemd has started everything.
+func bootMachine(t *testing.T, root string) *machine {
+	t.Helper()
+	m := &machine{t: t, exited: make(chan struct{})}
+	m.console, _ = os.Create(filepath.Join(t.TempDir(), "console.log"))
+	m.boot = exec.Command("systemd-nspawn", "--directory", root, "--boot", "--register=no", "--keep-unit", "--console=passive", "--resolv-conf=copy-host")
+	m.boot.Stdout, m.boot.Stderr = m.console, m.console
+	if err := m.boot.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.boot.Wait(); close(m.exited) }()
+	t.Cleanup(m.shutdown)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// The container's PID 1 is nspawn's child once it runs systemd (a helper comes first).
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", m.boot.Process.Pid, m.boot.Process.Pid))
+		m.init, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", m.init)); strings.TrimSpace(string(comm)) != "systemd" {
+			m.init = 0
+		}
+		if m.init > 0 {
+			if out, _ := m.run("", "systemctl", "is-system-running"); strings.HasPrefix(out, "running") || strings.HasPrefix(out, "degraded") {
+				return m
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(m.console.Name())
+			t.Fatalf("the fresh Debian did not boot:\n%s", tail(string(log), 3000))
+		}
+	}
+}
+
+// run runs a command in the machine with stdin; it returns stdout and stderr together.
+func (m *machine) run(stdin string, args ...string) (string, error) {
+	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(m.init), "--mount", "--uts", "--ipc", "--net", "--pid", "--",
+		"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// shutdown powers the machine off (its systemd stops every service), killing it after 30 s.
+func (m *machine) shutdown() {
+	if m.stopped {
+		return
+	}
+	m.stopped = true
+	m.boot.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(30 * time.Second):
+		m.boot.Process.Kill()
+		if m.init > 0 {
+			syscall.Kill(m.init, syscall.SIGKILL)
+		}
+		<-m.exited
+	}
+	m.console.Close()
 }
 
 // debianMirror is the Debian mirror this machine's apt uses, or deb.debian.org.
