@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -144,11 +143,4 @@ func BenchmarkScorer10k(b *testing.B) {
 		b.ReportMetric(float64(s.probes.Load()), "probes/h")
 		b.ReportMetric(float64(s.published.Load()), "records/h")
 	}
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
