@@ -122,7 +122,18 @@ func (l *Ledger) NextOfferSeq(now time.Time) (uint64, error) {
 	return l.nextSeq(keyOfferSeq, now)
 }
 
-func (l *Ledger) nextSeq(key string, now time.Time) (uint64, error) {
+func (l *Ledger) nextSeq(key string, now time.Time) (next uint64, err error) {
+	// Many callers at once (a coordinator signing scores from its probe workers) conflict:
+	// the loser tries again.
+	for range conflictRetries {
+		if next, err = l.nextSeqOnce(key, now); !errors.Is(err, badger.ErrConflict) {
+			break
+		}
+	}
+	return next, err
+}
+
+func (l *Ledger) nextSeqOnce(key string, now time.Time) (uint64, error) {
 	var next uint64
 	err := l.db.Update(func(txn *badger.Txn) error {
 		var last uint64

@@ -65,26 +65,21 @@ func (n *Node) watchAlerts(dir string) {
 	// Unreachable: behind NAT with no relay slot, renters cannot reach the provider at all.
 	// Told after 5 minutes (a reservation is retried every 20 s), resolved once reachable or
 	// relayed.
-	var unreachableSince time.Time
 	a.Watch(alerts.Condition{Key: "unreachable", Resolved: "the node is reachable again", Check: func(now time.Time) (bool, string, string, bool) {
 		r := n.peer.Reachability()
-		if n.applicant.HeldCertificate() == nil || r.State == "unknown" {
-			unreachableSince = time.Time{}
+		switch {
+		case n.applicant.HeldCertificate() == nil:
+			return false, "", "", true // nothing to rent: nobody needs to reach it
+		case r.State == "unknown":
 			return false, "", "", false
-		}
-		if r.State == "public" || len(r.Relays) > 0 {
-			unreachableSince = time.Time{}
+		case r.State == "public" || len(r.Relays) > 0:
 			return false, "", "", true
-		}
-		if unreachableSince.IsZero() {
-			unreachableSince = now
-		}
-		if now.Sub(unreachableSince) < 5*time.Minute {
-			return false, "", "", false
+		case now.Sub(r.Since) < 5*time.Minute:
+			return false, "", "", false // a relay slot is asked for every 20 s
 		}
 		return true, "the node is unreachable from outside",
-			fmt.Sprintf("Peers found this node behind a NAT or firewall since %s, and no coordinator gives it a relay slot: renters cannot reach it, so its offer cannot be rented. Forward TCP and UDP 4001 to this machine (or enable UPnP on the router), and check `gpunex status` and `gpunex doctor`.",
-				unreachableSince.UTC().Format(time.RFC1123)), true
+			fmt.Sprintf("Peers found this node behind a NAT or firewall at %s, and no coordinator gives it a relay slot: renters cannot reach it, so its offer cannot be rented. Forward TCP and UDP 4001 to this machine (or enable UPnP on the router), and check `gpunex status` and `gpunex doctor`.",
+				r.Since.UTC().Format(time.RFC1123)), true
 	}})
 	var lastPayouts time.Time
 	a.Watch(alerts.Condition{Key: "payouts", Check: func(now time.Time) (bool, string, string, bool) {

@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 	}
 	if n.peer, err = p2p.New(p2p.Options{Host: d.Host, Key: key, Listen: cfg.P2P.Listen,
 		UserAgent: "gpunex/" + api.Version, Bootstrap: boot, OfferValidator: n.book.DHTValidator(),
-		Reachability: cfg.NodeReachability(), Relay: p2p.Relay{Reservations: cfg.P2P.Relay.Reservations, CircuitsPerPeer: cfg.P2P.Relay.CircuitsPerPeer,
+		Reachability: cfg.NodeReachability(), TakeRelaySlots: cfg.Role == config.RoleProvider, Relay: p2p.Relay{Reservations: cfg.P2P.Relay.Reservations, CircuitsPerPeer: cfg.P2P.Relay.CircuitsPerPeer,
 			CircuitDuration: cfg.P2P.Relay.CircuitDuration.Duration, CircuitData: cfg.P2P.Relay.CircuitDataMB << 20,
 			MayReserve: n.mayReserveRelay}}); err != nil {
 		return nil, err

@@ -266,7 +266,7 @@ type CoordinatorConfig struct {
 	// CertificateRenewBefore is how long before its expiry an approved, unrevoked
 	// provider's certificate is renewed (0: never renewed automatically).
 	CertificateRenewBefore Duration `toml:"certificate_renew_before"`
-	// ProbeInterval is the mean time between uptime probes of each provider (each round
+	// ProbeInterval is the mean time between uptime probes of each provider (each probe
 	// starts at a random moment between half and one and a half of it).
 	ProbeInterval Duration `toml:"probe_interval"`
 	// HalfLife is the decay half-life of the reliability score's components.
@@ -537,8 +537,11 @@ func (c *Config) Check() error {
 	default:
 		errs = append(errs, fmt.Errorf("p2p.reachability %q: auto, public or private", c.P2P.Reachability))
 	}
-	if r := c.P2P.Relay; r.Reservations < 0 || r.CircuitsPerPeer < 0 || r.CircuitDuration.Duration < 0 || r.CircuitDataMB < 0 {
-		errs = append(errs, errors.New("p2p.relay: limits cannot be negative"))
+	if r := c.P2P.Relay; r.Reservations <= 0 || r.CircuitsPerPeer <= 0 || r.CircuitDuration.Duration <= 0 || r.CircuitDataMB <= 0 {
+		errs = append(errs, errors.New("p2p.relay: reservations, circuits_per_peer, circuit_duration and circuit_data_mb must each be above 0"))
+	}
+	if c.Coordinator.ProbeInterval.Duration > protocol.ScoreTTL/4 {
+		errs = append(errs, fmt.Errorf("coordinator.probe_interval %s: at most %s, so that score records are renewed before they expire", c.Coordinator.ProbeInterval.Duration, protocol.ScoreTTL/4))
 	}
 	for _, a := range c.P2P.Listen {
 		if _, err := ma.NewMultiaddr(a); err != nil {

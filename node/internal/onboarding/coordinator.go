@@ -95,6 +95,11 @@ type Coordinator struct {
 	rate *p2p.PeerRate
 	// submits bounds submissions per peer and per network.
 	submits *p2p.Sources
+
+	// certSet is the providers Certified admits, built at certAt (nil: build it again).
+	certMu  sync.Mutex
+	certSet map[string]bool
+	certAt  time.Time
 }
 
 // NewCoordinator returns a coordinator's onboarding, with the notice channels of its
@@ -185,10 +190,44 @@ func (c *Coordinator) latestOf(p peer.ID) (latest, approved ledger.Application, 
 }
 
 // Certified says whether the coordinator approved a provider and has not revoked it since:
-// such a provider may hold a slot in the coordinator's relay.
+// such a provider may hold a slot in the coordinator's relay. libp2p asks at every
+// reservation, from anyone: the answer comes from a set of the certified providers, built
+// from one scan of the queue and built again at most every certifiedFor, or at once after a
+// decision or a revocation here.
 func (c *Coordinator) Certified(p peer.ID) bool {
-	latest, approved, found := c.latestOf(p)
-	return found && approved.ID != "" && latest.Status != protocol.StatusRevoked
+	c.certMu.Lock()
+	defer c.certMu.Unlock()
+	if now := time.Now(); c.certSet == nil || now.Sub(c.certAt) > certifiedFor {
+		set := map[string]bool{}
+		if apps, err := c.ledger.Applications(); err == nil {
+			latest := map[string]ledger.Application{}
+			for _, a := range apps {
+				if l, ok := latest[a.Provider]; !ok || a.Seq > l.Seq {
+					latest[a.Provider] = a
+				}
+				if a.Status == protocol.StatusApproved {
+					set[a.Provider] = true
+				}
+			}
+			for prov, l := range latest {
+				if l.Status == protocol.StatusRevoked {
+					delete(set, prov)
+				}
+			}
+		}
+		c.certSet, c.certAt = set, now
+	}
+	return c.certSet[p.String()]
+}
+
+// certifiedFor is how long Certified's set of providers is used before it is built again.
+const certifiedFor = 30 * time.Second
+
+// forgetCertified has Certified build its set again (a decision or a revocation changed it).
+func (c *Coordinator) forgetCertified() {
+	c.certMu.Lock()
+	c.certSet = nil
+	c.certMu.Unlock()
 }
 
 func isOpen(status string) bool {
@@ -318,6 +357,7 @@ func (c *Coordinator) sign(a *ledger.Application, cert []byte, now time.Time) er
 // Decide applies a reviewer's decision, signs what it implies (certificate, notification)
 // and tells the applicant.
 func (c *Coordinator) Decide(id string, d api.Decision) (ledger.Application, error) {
+	defer c.forgetCertified()
 	now := c.clock.Now()
 	if strings.TrimSpace(d.Actor) == "" {
 		return ledger.Application{}, api.Invalid(errors.New("actor: say who decides (it goes into the audit trail)"))
@@ -420,6 +460,7 @@ func (c *Coordinator) issue(app *protocol.Application, tier string, now time.Tim
 // Revoke revokes every certificate this coordinator issued to a provider: the revocation is
 // stored, gossiped, and the provider is told.
 func (c *Coordinator) Revoke(ctx context.Context, provider peer.ID, reason, actor string) ([]byte, error) {
+	defer c.forgetCertified()
 	if strings.TrimSpace(reason) == "" {
 		return nil, api.Invalid(errors.New("reason: a revocation says why"))
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpunex/gpunex/protocol"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -36,6 +37,10 @@ type Relay struct {
 	MayReserve func(peer.ID) bool
 }
 
+// BulkProtocols are the stream protocols that carry a job's data: a stream of one to a peer
+// reached through a relay moments ago waits for the hole punch first (preferDirect).
+var BulkProtocols = map[string]bool{protocol.JobProtocol: true, protocol.JobControlProtocol: true}
+
 // relayACL admits reservations by Relay.MayReserve.
 type relayACL struct{ may func(peer.ID) bool }
 
@@ -45,6 +50,10 @@ func (relayACL) AllowConnect(peer.ID, ma.Multiaddr, peer.ID) bool { return true 
 // reservationRetry is how soon a node asks a relay again after a refusal (libp2p's default
 // is an hour): a provider is refused until its coordinator certifies it.
 const reservationRetry = 20 * time.Second
+
+// autonatPerMinute is how many AutoNAT dial-backs a coordinator makes a minute in all (3 per
+// peer).
+const autonatPerMinute = 600
 
 // natOptions are the libp2p options of a node's NAT traversal.
 func natOptions(o Options) []libp2p.Option {
@@ -59,6 +68,9 @@ func natOptions(o Options) []libp2p.Option {
 		if o.Relay.CircuitsPerPeer > 0 {
 			r.MaxCircuits = o.Relay.CircuitsPerPeer
 		}
+		// Slots go to certified providers only: a farm or a carrier-grade NAT may put many
+		// behind one address.
+		r.MaxReservationsPerIP, r.MaxReservationsPerASN = r.MaxReservations, r.MaxReservations
 		if o.Relay.CircuitDuration > 0 && o.Relay.CircuitData > 0 {
 			r.Limit = &relayv2.RelayLimit{Duration: o.Relay.CircuitDuration, Data: o.Relay.CircuitData}
 		}
@@ -66,13 +78,17 @@ func natOptions(o Options) []libp2p.Option {
 		if o.Relay.MayReserve != nil {
 			relayOpts = append(relayOpts, relayv2.WithACL(relayACL{o.Relay.MayReserve}))
 		}
-		opts = append(opts, libp2p.ForceReachabilityPublic(), libp2p.EnableNATService(), libp2p.EnableRelayService(relayOpts...))
+		opts = append(opts, libp2p.ForceReachabilityPublic(), libp2p.EnableNATService(),
+			// Every node behind NAT asks its coordinators; libp2p's default (30 dial-backs a
+			// minute in all) would leave most of them "unknown".
+			libp2p.AutoNATServiceRateLimit(autonatPerMinute, 3, time.Minute),
+			libp2p.EnableRelayService(relayOpts...))
 	case "private":
 		opts = append(opts, libp2p.ForceReachabilityPrivate())
 	}
-	if o.Reachability != "public" && len(o.Bootstrap) > 0 {
+	if o.Reachability != "public" && o.TakeRelaySlots && len(o.Bootstrap) > 0 {
 		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(o.Bootstrap, autorelay.WithBootDelay(0),
-			autorelay.WithNumRelays(len(o.Bootstrap)), autorelay.WithBackoff(reservationRetry)))
+			autorelay.WithNumRelays(len(o.Bootstrap)), autorelay.WithBackoff(reservationRetry), autorelay.WithMinInterval(reservationRetry)))
 	}
 	return opts
 }
@@ -167,18 +183,22 @@ func (p *Peer) Path(id peer.ID) string {
 	return path
 }
 
-// holePunchWait is how long a stream to a peer reached only through a relay moments ago
-// waits for the hole punch (which starts with the relayed connection) to give a direct one.
+// holePunchWait is how long a stream of bulk data (a job's image and output) to a peer
+// reached through a relay moments ago waits for the hole punch (which starts with the
+// relayed connection) to give a direct one; at most half the caller's time is spent so.
 const holePunchWait = 5 * time.Second
 
 // preferDirect waits, within holePunchWait of a relayed connection's opening, for a direct
 // connection to the peer: streams opened then carry the job's data directly rather than
 // through the coordinator's relay.
 func (p *Peer) preferDirect(ctx context.Context, id peer.ID) {
-	for {
-		conns := p.Host.Network().ConnsToPeer(id)
+	limit := time.Now().Add(holePunchWait)
+	if dl, ok := ctx.Deadline(); ok {
+		limit = minTime(limit, time.Now().Add(time.Until(dl)/2))
+	}
+	for time.Now().Before(limit) {
 		young := false
-		for _, c := range conns {
+		for _, c := range p.Host.Network().ConnsToPeer(id) {
 			if !IsRelayed(c.RemoteMultiaddr()) {
 				return
 			}
@@ -193,6 +213,13 @@ func (p *Peer) preferDirect(ctx context.Context, id peer.ID) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // OnAddrsChanged calls f each time the node's addresses change (a relay reservation taken or

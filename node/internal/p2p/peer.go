@@ -39,10 +39,12 @@ type Options struct {
 	// OfferValidator validates the values stored under protocol.OfferNamespace in the DHT.
 	OfferValidator record.Validator
 	// Reachability is "public" (a coordinator: it serves relays and AutoNAT), "private", or
-	// "auto" (AutoNAT finds out; behind NAT the node takes relay reservations on its
-	// bootstrap peers). Relay limits the relay a public node serves.
-	Reachability string
-	Relay        Relay
+	// "auto" (AutoNAT finds out). TakeRelaySlots has a node behind NAT take relay
+	// reservations on its bootstrap peers (a provider: renters must reach it). Relay limits
+	// the relay a public node serves.
+	Reachability   string
+	TakeRelaySlots bool
+	Relay          Relay
 }
 
 // Peer is a node's place in the network.
@@ -189,13 +191,10 @@ func (p *Peer) OpenStream(ctx context.Context, id peer.ID, proto string) (networ
 	}
 	// A peer behind NAT may be reached through a relay only, within the relay's limits
 	// (docs/operations.md, "NAT traversal"); a hole punch under way is waited for first.
-	p.preferDirect(ctx, id)
-	ctx = network.WithAllowLimitedConn(ctx, proto)
-	if p.Host.Network().Connectedness(id) == network.Limited {
-		// Only relayed: dialling again would wait for a hole punch that failed or is under
-		// way (seconds), and give no other connection.
-		ctx = network.WithNoDial(ctx, "relayed")
+	if BulkProtocols[proto] {
+		p.preferDirect(ctx, id)
 	}
+	ctx = network.WithAllowLimitedConn(ctx, proto)
 	s, err := p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
 	if err != nil && errors.Is(err, swarm.ErrDialBackoff) {
 		if sw, ok := p.Host.Network().(*swarm.Swarm); ok {

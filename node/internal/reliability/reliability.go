@@ -102,7 +102,7 @@ type ScorerDeps struct {
 	// Probe, Providers and Publish replace the network probe, the ledger's certified
 	// providers and gossip (the scale benchmark's in-memory stand-ins); nil: the real ones.
 	Probe     func(ctx context.Context, p peer.ID) error
-	Providers func() []peer.ID
+	Providers func() ([]peer.ID, error)
 	Publish   func(ctx context.Context, raw []byte) error
 }
 
@@ -118,7 +118,7 @@ type Scorer struct {
 	offers Offers
 
 	probeFn     func(ctx context.Context, p peer.ID) error
-	providersFn func() []peer.ID
+	providersFn func() ([]peer.ID, error)
 	publishFn   func(ctx context.Context, raw []byte) error
 }
 
@@ -145,10 +145,10 @@ func NewScorer(d ScorerDeps) *Scorer {
 func (sc *Scorer) UseKey(id peer.ID, key crypto.PrivKey) { sc.id, sc.key = id, key }
 
 // certified lists the providers whose application is approved.
-func (sc *Scorer) certified() []peer.ID {
+func (sc *Scorer) certified() ([]peer.ID, error) {
 	apps, err := sc.ledger.Applications()
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	var out []peer.ID
 	for _, a := range apps {
@@ -158,7 +158,7 @@ func (sc *Scorer) certified() []peer.ID {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // owesUptime says whether a provider is inside its declared availability now and outside
@@ -187,6 +187,9 @@ func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 	var err error
 	if owes {
 		err = sc.probeFn(ctx, p)
+		if ctx.Err() != nil {
+			return // the coordinator is stopping: a probe cut short says nothing of the provider
+		}
 	}
 	so, _ := sc.offers.Get(p)
 	st, uerr := sc.ledger.UpdateReliability(p.String(), func(s *ledger.ReliabilityState) error {
@@ -241,7 +244,10 @@ func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now t
 	r := st.Reliability
 	score := r.Score(now, halfLife)
 	moved := score-st.LastScore >= ScoreStep || st.LastScore-score >= ScoreStep
-	if st.LastScore >= 0 && !moved && now.Sub(st.LastPublished) < ScoreRefresh {
+	// The record must be replaced before it expires, though the next probe may be up to 1.5
+	// intervals away.
+	refresh := min(ScoreRefresh, protocol.ScoreTTL-2*sc.cfg.ProbeInterval.Duration)
+	if st.LastScore >= 0 && !moved && now.Sub(st.LastPublished) < refresh {
 		return
 	}
 	seq, err := sc.ledger.NextSerial("score", now)

@@ -63,7 +63,7 @@ func newSimulated(t testing.TB, n, downEvery int, every time.Duration) *simulate
 			}
 			return nil
 		},
-		Providers: func() []peer.ID { return s.providers },
+		Providers: func() ([]peer.ID, error) { return s.providers, nil },
 		Publish:   func(context.Context, []byte) error { s.published.Add(1); return nil },
 	})
 	sk, pub, _ := crypto.GenerateEd25519Key(rand.Reader)
@@ -142,5 +142,39 @@ func BenchmarkScorer10k(b *testing.B) {
 		b.ReportMetric(cpu.Seconds()/3600, "cores")
 		b.ReportMetric(float64(s.probes.Load()), "probes/h")
 		b.ReportMetric(float64(s.published.Load()), "records/h")
+	}
+}
+
+// TestRunProbesAndStops: Run, on the real clock, probes each provider about once per
+// interval, returns promptly when its context ends, and does not count a probe cut short by
+// the stop as a miss.
+func TestRunProbesAndStops(t *testing.T) {
+	const n, every = 50, 100 * time.Millisecond
+	s := newSimulated(t, n, 0, every)
+	s.sc.clock = clock.System()
+	hung := s.providers[0]
+	s.sc.probeFn = func(ctx context.Context, p peer.ID) error {
+		if p == hung {
+			<-ctx.Done() // answers nothing until the coordinator stops
+			return ctx.Err()
+		}
+		s.probes.Add(1)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { s.sc.Run(ctx); close(stopped) }()
+	time.Sleep(time.Second)
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if per := float64(s.probes.Load()) / (n - 1); per < 4 || per > 16 {
+		t.Fatalf("%.1f probes per provider in 1 s at one per %s", per, every)
+	}
+	if st, _ := s.sc.ledger.UpdateReliability(hung.String(), func(*ledger.ReliabilityState) error { return nil }); st.EventsTotal != 0 {
+		t.Fatalf("a probe cut short by the stop counted: %v", st.Events)
 	}
 }

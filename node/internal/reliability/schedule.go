@@ -27,6 +27,7 @@ type schedule struct {
 	mu      sync.Mutex
 	queue   dueQueue
 	members map[peer.ID]uint64 // provider: generation of its entry in the queue
+	busy    map[peer.ID]bool   // taken, its probe not done: done queues it again
 	gen     uint64
 	every   time.Duration
 }
@@ -51,7 +52,7 @@ func (q *dueQueue) Pop() any {
 }
 
 func newSchedule(every time.Duration) *schedule {
-	return &schedule{members: map[peer.ID]uint64{}, every: every}
+	return &schedule{members: map[peer.ID]uint64{}, busy: map[peer.ID]bool{}, every: every}
 }
 
 // jitter is the probe interval ±50%.
@@ -70,7 +71,9 @@ func (s *schedule) set(providers []peer.ID, now time.Time) {
 		if _, ok := s.members[p]; !ok {
 			s.gen++
 			s.members[p] = s.gen
-			heap.Push(&s.queue, due{at: now.Add(time.Duration(mrand.Int64N(int64(s.every)))), p: p, gen: s.gen})
+			if !s.busy[p] { // a probe under way queues it when done
+				heap.Push(&s.queue, due{at: now.Add(time.Duration(mrand.Int64N(int64(s.every)))), p: p, gen: s.gen})
+			}
 		}
 	}
 	for p := range s.members {
@@ -90,6 +93,7 @@ func (s *schedule) take(now time.Time) ([]peer.ID, time.Time) {
 		d := heap.Pop(&s.queue).(due)
 		if s.members[d.p] == d.gen {
 			out = append(out, d.p)
+			s.busy[d.p] = true
 		}
 	}
 	if len(s.queue) == 0 {
@@ -102,6 +106,7 @@ func (s *schedule) take(now time.Time) ([]peer.ID, time.Time) {
 func (s *schedule) done(p peer.ID, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.busy, p)
 	if g, ok := s.members[p]; ok {
 		heap.Push(&s.queue, due{at: now.Add(s.jitter()), p: p, gen: g})
 	}
@@ -134,7 +139,12 @@ func (sc *Scorer) Run(ctx context.Context) {
 	for {
 		now := sc.clock.Now()
 		if listed.IsZero() || now.Sub(listed) >= relist {
-			s.set(sc.providersFn(), now)
+			// A list that cannot be read leaves the schedule as it is.
+			if providers, err := sc.providersFn(); err == nil {
+				s.set(providers, now)
+			} else {
+				sc.log.Warn("reading the certified providers failed", "err", err)
+			}
 			listed = now
 		}
 		ready, next := s.take(now)
