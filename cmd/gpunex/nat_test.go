@@ -180,16 +180,10 @@ func TestNATTraversal(t *testing.T) {
 	_, symNS := lab.homeBehindNAT(pub, "sym", "11.0.0.4", 3, true)
 
 	listen := "/ip4/0.0.0.0/tcp/4001,/ip4/0.0.0.0/udp/4001/quic-v1"
-	if l := os.Getenv("GPUNEX_NAT_LISTEN"); l != "" {
-		listen = l
-	}
 	coord := filepath.Join(dir, "coordinator")
 	initCoordinator(t, coord, listen)
 	c := startNS(t, coordNS, coord)
 	boot := "/ip4/11.0.0.1/tcp/4001/p2p/" + c.st.PeerID + ",/ip4/11.0.0.1/udp/4001/quic-v1/p2p/" + c.st.PeerID
-	if os.Getenv("GPUNEX_NAT_LISTEN") != "" {
-		boot = "/ip4/11.0.0.1/udp/4001/quic-v1/p2p/" + c.st.PeerID
-	}
 
 	newNode := func(ns, name, role string) *nsNode {
 		home := filepath.Join(dir, name)
