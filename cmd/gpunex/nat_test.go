@@ -230,8 +230,8 @@ func TestNATTraversal(t *testing.T) {
 		}
 	}
 
-	// The renter, whom the coordinator did not certify, is private too and gets no slot: the
-	// relay serves the coordinator's providers, not any stranger.
+	// The renter is private too and takes no slot: it only dials out. (That the relay refuses
+	// a stranger's reservation is p2p's TestRelaySlotsForCertifiedOnly.)
 	var rst api.Status
 	json.Unmarshal([]byte(mustNS(t, renter.ns, "status", "--json", "--home", renter.home)), &rst)
 	if rst.Reachability != "private" || rst.Relayed {
