@@ -115,12 +115,14 @@ func TestScheduleSpreadsProbes(t *testing.T) {
 	if pub := float64(s.published.Load()) / n; pub >= perProvider/2 {
 		t.Fatalf("%.1f score records per provider for %.1f probes: a steady score is signed again at every probe", pub, perProvider)
 	}
+	// A record is published again at the first probe after it is ScoreRefresh old.
+	stale := ScoreRefresh + every*3/2
 	down, _ := s.sc.ledger.UpdateReliability(s.providers[0].String(), func(*ledger.ReliabilityState) error { return nil })
-	if down.LastScore >= 60 || down.EventsTotal < 60 || s.clock.Now().Sub(down.LastPublished) > ScoreRefresh {
+	if down.LastScore >= 60 || down.EventsTotal < 60 || s.clock.Now().Sub(down.LastPublished) > stale {
 		t.Fatalf("a provider that never answers: %+v", down)
 	}
 	up, _ := s.sc.ledger.UpdateReliability(s.providers[1].String(), func(*ledger.ReliabilityState) error { return nil })
-	if up.LastScore < 90 || s.clock.Now().Sub(up.LastPublished) > ScoreRefresh {
+	if up.LastScore < 90 || s.clock.Now().Sub(up.LastPublished) > stale {
 		t.Fatalf("a steady provider: score %d, published %s ago", up.LastScore, s.clock.Now().Sub(up.LastPublished))
 	}
 }
