@@ -55,11 +55,7 @@ func availabilityCommand() *cobra.Command {
 		Short: "Show the availability in force and whether the GPUs are offered now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Availability(cmd.Context())
+			v, err := nodeAvailability(cmd)
 			if err != nil {
 				return err
 			}
@@ -134,11 +130,7 @@ availability as it was and is shown by "gpunex availability show".`,
 		Short: "Print the availability as an iCalendar (.ics) of weekly events",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Availability(cmd.Context())
+			v, err := nodeAvailability(cmd)
 			if err != nil {
 				return err
 			}
@@ -183,4 +175,13 @@ func putAvailability(cmd *cobra.Command, a api.Availability) error {
 	printAvailability(cmd.OutOrStdout(), v)
 	fmt.Fprintln(cmd.OutOrStdout(), "applied: the offer is announced again with it")
 	return nil
+}
+
+// nodeAvailability asks the running node for its availability.
+func nodeAvailability(cmd *cobra.Command) (api.AvailabilityView, error) {
+	cl, err := client(cmd)
+	if err != nil {
+		return api.AvailabilityView{}, err
+	}
+	return cl.Availability(cmd.Context())
 }

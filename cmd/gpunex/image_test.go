@@ -21,16 +21,7 @@ import (
 // runs as the unprivileged gpunex user: it reports its version and protocols, initialises a
 // renter's home in its volume, and runs a node whose local API answers.
 func TestOCIImage(t *testing.T) {
-	img := os.Getenv("GPUNEX_IMAGE")
-	if img == "" {
-		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
-			t.Fatal("GPUNEX_IMAGE is not set: `make test` builds the image first (make image)")
-		}
-		t.Skip("no image: run through `make test`, or set GPUNEX_IMAGE to a gpunex .oci.tar")
-	}
-	if !filepath.IsAbs(img) {
-		img, _ = filepath.Abs(filepath.Join("..", "..", img))
-	}
+	img := builtArtifact(t, "GPUNEX_IMAGE", "make image", "a gpunex .oci.tar")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	d, err := sandbox.StartContainerd(ctx, t.TempDir())

@@ -19,16 +19,7 @@ import (
 // needs, the package, the home and the service, runs the doctor and says what to do next;
 // run again, it has nothing to do; --uninstall removes the package and keeps the home.
 func TestPackageInstall(t *testing.T) {
-	pkg := os.Getenv("GPUNEX_PACKAGE")
-	if pkg == "" {
-		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
-			t.Fatal("GPUNEX_PACKAGE is not set: `make test` builds the package first (make package)")
-		}
-		t.Skip("no package: run through `make test`, or set GPUNEX_PACKAGE to a gpunex .deb")
-	}
-	if !filepath.IsAbs(pkg) {
-		pkg, _ = filepath.Abs(filepath.Join("..", "..", pkg))
-	}
+	pkg := builtArtifact(t, "GPUNEX_PACKAGE", "make package", "a gpunex .deb")
 	if _, err := os.Stat(pkg); err != nil {
 		t.Fatal(err)
 	}
@@ -122,16 +113,7 @@ done
 // for arm64 and holds an arm64 binary with the NVML binding (cgo), the units and the
 // installer, so that a Grace Hopper host installs the same product.
 func TestPackageArm64(t *testing.T) {
-	pkg := os.Getenv("GPUNEX_PACKAGE_ARM64")
-	if pkg == "" {
-		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
-			t.Fatal("GPUNEX_PACKAGE_ARM64 is not set: `make test` builds the arm64 package first (make package-arm64)")
-		}
-		t.Skip("no arm64 package: run through `make test`, or set GPUNEX_PACKAGE_ARM64 to a gpunex arm64 .deb")
-	}
-	if !filepath.IsAbs(pkg) {
-		pkg, _ = filepath.Abs(filepath.Join("..", "..", pkg))
-	}
+	pkg := builtArtifact(t, "GPUNEX_PACKAGE_ARM64", "make package-arm64", "a gpunex arm64 .deb")
 	out, err := exec.Command("dpkg-deb", "--field", pkg, "Architecture", "Package").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Architecture: arm64") || !strings.Contains(string(out), "Package: gpunex") {
 		t.Fatalf("dpkg-deb --field: %v\n%s", err, out)
@@ -157,4 +139,22 @@ func TestPackageArm64(t *testing.T) {
 			t.Errorf("the arm64 package lacks %s", f)
 		}
 	}
+}
+
+// builtArtifact is the path of what `make test` built before the tests and named in the
+// environment variable env (relative paths are from the repository's root). Without it the
+// test is skipped, or fails in CI.
+func builtArtifact(t *testing.T, env, target, what string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		if os.Getenv("GPUNEX_REQUIRE_CONTAINERD") == "1" {
+			t.Fatalf("%s is not set: `make test` builds it first (%s)", env, target)
+		}
+		t.Skipf("%s is not set: run through `make test`, or set it to %s", env, what)
+	}
+	if !filepath.IsAbs(path) {
+		path, _ = filepath.Abs(filepath.Join("..", "..", path))
+	}
+	return path
 }
