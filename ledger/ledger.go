@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/protocol"
@@ -25,7 +26,11 @@ type Options struct {
 	Dir string
 	// InMemory keeps everything in memory (tests).
 	InMemory bool
-	Logger   *slog.Logger
+	// Small shrinks badger's tables and drops its caches: for a scale harness that runs a
+	// thousand nodes in one process, each with a few megabytes of records. With InMemory,
+	// a value may then be 144 KiB at most (an offer is at most 128 KiB).
+	Small  bool
+	Logger *slog.Logger
 }
 
 // Ledger is the node's durable book. It is safe for concurrent use.
@@ -66,6 +71,12 @@ func Open(o Options) (*Ledger, error) {
 		// Without a value log every value stays in the LSM tree.
 		bo.Dir, bo.ValueDir = "", ""
 		bo = bo.WithValueThreshold(1 << 20)
+	}
+	if o.Small {
+		// A batch (15% of a memtable) must hold the largest value.
+		bo = bo.WithMemTableSize(1 << 20).WithNumMemtables(1).WithBlockCacheSize(0).WithIndexCacheSize(0).
+			WithBaseTableSize(512 << 10).WithValueThreshold(min(bo.ValueThreshold, 144<<10)).
+			WithCompression(options.None) // without a block cache, blocks are not compressed
 	}
 	db, err := badger.Open(bo)
 	if err != nil {

@@ -897,6 +897,16 @@ type OwnDeposit struct {
 	SentAt    time.Time          `json:"sent_at"`
 	Claimed   bool               `json:"claimed"`
 	Error     string             `json:"error,omitempty"`
+	// Coordinator is the peer ID of the coordinator whose treasury it was sent to (empty in
+	// deposits recorded before it was kept: the home coordinator's).
+	Coordinator string `json:"coordinator,omitempty"`
+}
+
+// OwnDeposit returns one of this node's deposits by its transaction signature.
+func (l *Ledger) OwnDeposit(signature string) (OwnDeposit, error) {
+	var d OwnDeposit
+	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixOwnDeposit+signature, &d) })
+	return d, err
 }
 
 // PutOwnDeposit stores a deposit's state.

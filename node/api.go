@@ -164,7 +164,17 @@ func (n *Node) Status(started time.Time) api.Status {
 
 func (a *APIServer) search(r *http.Request) (any, error) {
 	q := r.URL.Query()
-	f := api.SearchFilter{Model: q.Get("model"), Region: q.Get("region"), Sort: q.Get("sort")}
+	f := api.SearchFilter{Model: q.Get("model"), Region: q.Get("region"), Sort: q.Get("sort"), Tier: q.Get("tier"), Coordinator: q.Get("coordinator")}
+	switch f.Tier {
+	case "", protocol.TierCommunity, protocol.TierEnterprise:
+	default:
+		return nil, api.Invalid(fmt.Errorf("tier %q: %s or %s", f.Tier, protocol.TierCommunity, protocol.TierEnterprise))
+	}
+	if f.Coordinator != "" {
+		if _, err := peer.Decode(f.Coordinator); err != nil {
+			return nil, api.Invalid(fmt.Errorf("coordinator %q: not a peer ID", f.Coordinator))
+		}
+	}
 	switch q.Get("egress") {
 	case "", "false", "0":
 	case "true", "1":

@@ -16,7 +16,7 @@ import (
 
 func (a *APIServer) routeMoney(mux *http.ServeMux) {
 	a.route(mux, "GET /v1/wallet/info", func(r *http.Request) (any, error) {
-		return a.n.wallet.Info(r.Context())
+		return a.n.wallet.Info(r.Context(), r.URL.Query().Get("coordinator"))
 	})
 	a.route(mux, "POST /v1/wallet/init", func(r *http.Request) (any, error) {
 		addr, err := a.n.wallet.InitWallet()
@@ -27,7 +27,8 @@ func (a *APIServer) routeMoney(mux *http.ServeMux) {
 	})
 	a.route(mux, "POST /v1/wallet/deposit", func(r *http.Request) (any, error) {
 		var req struct {
-			USDC string `json:"usdc"`
+			USDC        string `json:"usdc"`
+			Coordinator string `json:"coordinator"`
 		}
 		if err := decodeBody(r, 1024, &req); err != nil {
 			return nil, err
@@ -36,20 +37,22 @@ func (a *APIServer) routeMoney(mux *http.ServeMux) {
 		if err != nil {
 			return nil, api.Invalid(err)
 		}
-		return a.n.wallet.Deposit(r.Context(), amount)
+		return a.n.wallet.Deposit(r.Context(), amount, req.Coordinator)
 	})
 	a.route(mux, "POST /v1/wallet/claim", func(r *http.Request) (any, error) {
 		var req struct {
-			Signature string `json:"signature"`
+			Signature   string `json:"signature"`
+			Coordinator string `json:"coordinator"`
 		}
 		if err := decodeBody(r, 1024, &req); err != nil {
 			return nil, err
 		}
-		return a.n.wallet.ClaimDeposits(r.Context(), req.Signature)
+		return a.n.wallet.ClaimDeposits(r.Context(), req.Signature, req.Coordinator)
 	})
 	a.route(mux, "POST /v1/wallet/release", func(r *http.Request) (any, error) {
 		var req struct {
-			Job string `json:"job"`
+			Job         string `json:"job"`
+			Coordinator string `json:"coordinator"`
 		}
 		if err := decodeBody(r, 1024, &req); err != nil {
 			return nil, err
@@ -57,9 +60,11 @@ func (a *APIServer) routeMoney(mux *http.ServeMux) {
 		if !protocol.ValidJobID(req.Job) {
 			return nil, api.Invalid(errors.New("job ID: 16 lower-case hex digits"))
 		}
-		return a.n.wallet.ReleaseHold(r.Context(), req.Job)
+		return a.n.wallet.ReleaseHold(r.Context(), req.Job, req.Coordinator)
 	})
-	a.route(mux, "GET /v1/wallet/balance", func(r *http.Request) (any, error) { return a.n.wallet.Balance(r.Context()) })
+	a.route(mux, "GET /v1/wallet/balance", func(r *http.Request) (any, error) {
+		return a.n.wallet.Balance(r.Context(), r.URL.Query().Get("coordinator"))
+	})
 	a.route(mux, "GET /v1/earnings", func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		eq := api.EarningsQuery{Period: q.Get("period"), By: q.Get("by")}

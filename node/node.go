@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 	}
 	if n.peer, err = p2p.New(p2p.Options{Host: d.Host, Key: key, Listen: cfg.P2P.Listen,
 		UserAgent: "gpunex/" + api.Version, Bootstrap: boot, OfferValidator: n.book.DHTValidator(),
-		Reachability: cfg.NodeReachability(), TakeRelaySlots: cfg.Role == config.RoleProvider, Relay: p2p.Relay{Reservations: cfg.P2P.Relay.Reservations, CircuitsPerPeer: cfg.P2P.Relay.CircuitsPerPeer,
+		Reachability: cfg.NodeReachability(), TakeRelaySlots: cfg.Role == config.RoleProvider, MaxPeers: cfg.P2P.MaxPeers, Relay: p2p.Relay{Reservations: cfg.P2P.Relay.Reservations, CircuitsPerPeer: cfg.P2P.Relay.CircuitsPerPeer,
 			CircuitDuration: cfg.P2P.Relay.CircuitDuration.Duration, CircuitData: cfg.P2P.Relay.CircuitDataMB << 20,
 			MayReserve: n.mayReserveRelay}}); err != nil {
 		return nil, err
@@ -377,7 +377,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	n.relayDesk.Store(n.coord)
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
 		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
-	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
+	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Metrics: n.metrics,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 
 	n.peer.Handle(protocol.ApplyProtocol, n.coord.HandleApply)
@@ -402,9 +402,28 @@ type revocationDesk struct {
 // syncJoined catches up on what the node missed while out of the network: the model
 // catalogues first (the offers' attestations are checked with them), then revocations and
 // offers.
+//
+// A node that just joined may have one peer, its coordinator, busy serving other syncs:
+// then it asks again in the background, 1 s later, then 2, 4, ... up to 64 s (two minutes
+// in all), until a peer answers; by then it has found other peers through the DHT (the
+// scale harness's renters, joining together, held no offer for minutes).
 func (n *Node) syncJoined(ctx context.Context) {
 	n.models.SyncTrusted(ctx)
-	n.catalogue.SyncOffers(ctx)
+	if n.catalogue.SyncOffers(ctx) {
+		return
+	}
+	go func() {
+		for wait := time.Second; wait <= 64*time.Second; wait *= 2 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.clock.After(wait):
+			}
+			if n.catalogue.SyncOffers(ctx) {
+				return
+			}
+		}
+	}()
 }
 
 // announce makes a provider publish to the network it just joined, and once more when the

@@ -21,17 +21,17 @@ func TestReliabilityScore(t *testing.T) {
 	}
 	tn, prov, renter := scoredNet(t)
 	eventually(t, 15*time.Second, "renter holds a score with probes behind it", func() (bool, string) {
-		s := renter.scores.Score(prov.ID())
+		s := renter.scores.Score(prov.ID(), tn.boot.ID())
 		return s != nil && s.Probes >= 1 && s.Score >= 90, ""
 	})
-	before := renter.scores.Score(prov.ID())
+	before := renter.scores.Score(prov.ID(), tn.boot.ID())
 	if before.Uptime < 0.9 || before.Signer != tn.boot.ID() {
 		t.Fatalf("score while online: %+v", before.ScoreRecord)
 	}
 	prov.Close(context.Background())
 	prov.Host().Close() // offline: nobody answers the probes
 	eventually(t, 30*time.Second, "score drops while the provider is offline", func() (bool, string) {
-		s := renter.scores.Score(prov.ID())
+		s := renter.scores.Score(prov.ID(), tn.boot.ID())
 		if s == nil {
 			return false, "no score"
 		}

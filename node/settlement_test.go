@@ -132,7 +132,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 	if _, err := renter.renter.ProposeJob(ctx, job); !errors.Is(err, jobs.ErrRefused) || !strings.Contains(err.Error(), "insufficient funds") {
 		t.Fatalf("a job without funds: %v", err)
 	}
-	dep, err := renter.wallet.Deposit(ctx, 100_000_000)
+	dep, err := renter.wallet.Deposit(ctx, 100_000_000, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +143,10 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatal("the deposit did not move the USDC to the treasury")
 	}
 	// A second claim of the same transaction credits nothing more.
-	if _, err := renter.wallet.ClaimDeposits(ctx, dep.Signature); err != nil {
+	if _, err := renter.wallet.ClaimDeposits(ctx, dep.Signature, ""); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := renter.wallet.Balance(ctx); b.Available != 100_000_000 {
+	if b, _ := renter.wallet.Balance(ctx, ""); b.Available != 100_000_000 {
 		t.Fatalf("a deposit credited twice: %+v", b)
 	}
 
@@ -158,7 +158,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatalf("a proposal under the price: %v", err)
 	}
 	eventually(t, 15*time.Second, "the countered proposal's hold released", func() (bool, string) {
-		b, _ := renter.wallet.Balance(ctx)
+		b, _ := renter.wallet.Balance(ctx, "")
 		return b.Held == 0 && b.Available == 100_000_000 && len(b.Holds) == 1 && b.Holds[0].State == ledger.HoldReleased, fmt.Sprintf("%+v", b)
 	})
 
@@ -167,7 +167,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold := protocol.HoldAmount(3_600_000, 2, 60)
-	if b, _ := renter.wallet.Balance(ctx); b.Held != hold || b.Available != 100_000_000-hold {
+	if b, _ := renter.wallet.Balance(ctx, ""); b.Held != hold || b.Available != 100_000_000-hold {
 		t.Fatalf("balance while the job runs: %+v (hold %d)", b, hold)
 	}
 	final, err := renter.renter.JobLogs(ctx, v.ID, true, io.Discard)
@@ -181,7 +181,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 		t.Fatal("the provider would release the hold of a job that ran")
 	}
 	eventually(t, 20*time.Second, "job charged", func() (bool, string) {
-		b, _ := renter.wallet.Balance(ctx)
+		b, _ := renter.wallet.Balance(ctx, "")
 		return b.Held == 0 && b.Available == 100_000_000-charge, fmt.Sprintf("%+v", b)
 	})
 	if charge <= 0 {
@@ -729,10 +729,10 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 		t.Fatal("a deposit never sent counted as landed")
 	}
 	eventually(t, 10*time.Second, "the deposit sent again lands", func() (bool, string) { return renter.wallet.DepositLanded(ctx, &d), "" })
-	if _, err := renter.wallet.ClaimDeposits(ctx, ""); err != nil {
+	if _, err := renter.wallet.ClaimDeposits(ctx, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := renter.wallet.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
+	if b, _ := renter.wallet.Balance(ctx, ""); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
 		t.Fatalf("after the resent deposit: %+v, wallet %d", b, e.usdc(t, w.PublicKey()))
 	}
 	late := record(5_000_000)
@@ -742,7 +742,7 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 	if renter.wallet.DepositLanded(ctx, &late) || late.Error == "" {
 		t.Fatalf("an expired deposit: %+v", late)
 	}
-	if b, _ := renter.wallet.Balance(ctx); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
+	if b, _ := renter.wallet.Balance(ctx, ""); b.Available != 20_000_000 || e.usdc(t, w.PublicKey()) != 30_000_000 {
 		t.Fatalf("the expired deposit moved money: %+v", b)
 	}
 
@@ -751,19 +751,19 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 	}
 	pending := record(7_000_000)
 	eventually(t, 10*time.Second, "the deposit lands (confirmed)", func() (bool, string) { return renter.wallet.DepositLanded(ctx, &pending), "" })
-	if _, err := renter.wallet.ClaimDeposits(ctx, ""); err == nil || !strings.Contains(err.Error(), "not finalized") {
+	if _, err := renter.wallet.ClaimDeposits(ctx, "", ""); err == nil || !strings.Contains(err.Error(), "not finalized") {
 		t.Fatalf("claiming a deposit not finalized: %v", err)
 	}
-	if b, _ := renter.wallet.Balance(ctx); b.Available != 20_000_000 {
+	if b, _ := renter.wallet.Balance(ctx, ""); b.Available != 20_000_000 {
 		t.Fatalf("a deposit not finalized was credited: %+v", b)
 	}
 	if err := e.rt.HoldFinality(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := renter.wallet.ClaimDeposits(ctx, ""); err != nil {
+	if _, err := renter.wallet.ClaimDeposits(ctx, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := renter.wallet.Balance(ctx); b.Available != 27_000_000 {
+	if b, _ := renter.wallet.Balance(ctx, ""); b.Available != 27_000_000 {
 		t.Fatalf("the finalized deposit: %+v", b)
 	}
 }

@@ -143,7 +143,7 @@ func (n *Node) registerProviderTelemetry() {
 			func() float64 { return float64(n.jobs.RunningJobs()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_score", Help: "This provider's reliability score (0-100) in the coordinator's latest score record; -1 before the first."},
 			func() float64 {
-				if s := n.scores.Score(n.peer.ID); s != nil {
+				if s := n.scores.Score(n.peer.ID, ""); s != nil {
 					return float64(s.Score)
 				}
 				return -1

@@ -101,7 +101,7 @@ func newTestNetWith(t testing.TB, coordinator config.Config) *testNet {
 }
 
 // add starts a node bootstrapped through the coordinator, trusting it (unless the
-// configuration names the coordinators to trust). A provider starts
+// configuration names its bootstrap peers or the coordinators to trust). A provider starts
 // with a certificate from the coordinator for the GPUs it declares.
 func (tn *testNet) add(cfg config.Config, clk clock.Clock) *Node {
 	tn.t.Helper()
@@ -128,7 +128,9 @@ func (tn *testNet) addNode(cfg config.Config, d Deps, certified bool) *Node {
 		tn.t.Fatal(err)
 	}
 	if tn.boot != nil {
-		cfg.P2P.Bootstrap = tn.boot.Addrs()[:1]
+		if len(cfg.P2P.Bootstrap) == 0 {
+			cfg.P2P.Bootstrap = tn.boot.Addrs()[:1]
+		}
 		if len(cfg.Trust.Coordinators) == 0 {
 			cfg.Trust.Coordinators = []string{tn.boot.ID().String()}
 		}

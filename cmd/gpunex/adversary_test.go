@@ -321,7 +321,7 @@ func honestSearch(ctx context.Context, e *advEnv) error {
 
 // honestBalance asks the coordinator for the renter's balance (the wallet stream).
 func honestBalance(ctx context.Context, e *advEnv) error {
-	_, err := e.clients["renter-1"].Balance(ctx)
+	_, err := e.clients["renter-1"].Balance(ctx, "")
 	return err
 }
 

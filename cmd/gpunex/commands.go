@@ -238,11 +238,11 @@ func offerCommand() *cobra.Command {
 
 func offersCommand() *cobra.Command {
 	c := &cobra.Command{Use: "offers", Short: "Find and inspect offers on the network"}
-	var model, region, maxPrice, sortBy string
+	var model, region, maxPrice, sortBy, tier, coordinator string
 	var minGPUs int
 	var asJSON, explain, egress bool
 	search := &cobra.Command{
-		Use:   "search [--model M] [--region R] [--max-price P] [--min-gpus N] [--egress] [--json]",
+		Use:   "search [--model M] [--region R] [--tier T] [--max-price P] [--min-gpus N] [--egress] [--coordinator ID] [--json]",
 		Short: "List every live, verified, certified offer that matches, best placed first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -267,6 +267,12 @@ func offersCommand() *cobra.Command {
 			}
 			if egress {
 				q.Set("egress", "true")
+			}
+			if tier != "" {
+				q.Set("tier", tier)
+			}
+			if coordinator != "" {
+				q.Set("coordinator", coordinator)
 			}
 			cl, err := client(cmd)
 			if err != nil {
@@ -327,6 +333,8 @@ func offersCommand() *cobra.Command {
 	search.Flags().StringVar(&maxPrice, "max-price", "", "highest USDC per GPU-hour")
 	search.Flags().IntVar(&minGPUs, "min-gpus", 0, "fewest GPUs of the model")
 	search.Flags().BoolVar(&egress, "egress", false, "only offers whose jobs may reach the network (public-only or allow)")
+	search.Flags().StringVar(&tier, "tier", "", "only offers certified at this tier: community or enterprise")
+	search.Flags().StringVar(&coordinator, "coordinator", "", "only offers certified by this coordinator (peer ID), one of trust.coordinators")
 	search.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	search.Flags().StringVar(&sortBy, "sort", "", "merit (default: score, performance, price against the market, tier and commitment), placement, price, score or perf")
 	search.Flags().BoolVar(&explain, "explain", false, "print each offer's ranking terms")

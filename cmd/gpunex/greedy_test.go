@@ -68,7 +68,7 @@ func greedyScenario() scenario {
 			if got.Job == "" {
 				t.Fatalf("the renter did not dispute a receipt of %d s for a job it saw run for seconds", claimed.Seconds)
 			}
-			b, _ := e.clients["renter-1"].Balance(ctx)
+			b, _ := e.clients["renter-1"].Balance(ctx, "")
 			for _, h := range b.Holds {
 				if h.Job == jobID && h.State != "disputed" {
 					t.Errorf("the greedy provider's hold is %s, not disputed", h.State)

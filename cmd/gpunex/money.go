@@ -28,6 +28,7 @@ import (
 func walletCommand() *cobra.Command {
 	c := &cobra.Command{Use: "wallet", Short: "The node's Solana wallet and its balance at the coordinator (deposits, escrow holds)"}
 	var asJSON bool
+	var coordinator string
 	initCmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create the node's Solana wallet keypair (wallet.keypair, mode 0600) and print its address",
@@ -58,7 +59,7 @@ func walletCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := cl.Deposit(cmd.Context(), usdc)
+			v, err := cl.Deposit(cmd.Context(), usdc, coordinator)
 			if err != nil {
 				return err
 			}
@@ -87,7 +88,7 @@ func walletCommand() *cobra.Command {
 			if len(args) == 1 {
 				sig = args[0]
 			}
-			vs, err := cl.ClaimDeposits(cmd.Context(), sig)
+			vs, err := cl.ClaimDeposits(cmd.Context(), sig, coordinator)
 			if asJSON {
 				printJSON(cmd.OutOrStdout(), vs)
 				return err
@@ -110,7 +111,7 @@ func walletCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := cl.ReleaseHold(cmd.Context(), args[0])
+			b, err := cl.ReleaseHold(cmd.Context(), args[0], coordinator)
 			if err != nil {
 				return err
 			}
@@ -130,7 +131,7 @@ func walletCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := cl.Balance(cmd.Context())
+			b, err := cl.Balance(cmd.Context(), coordinator)
 			if err != nil {
 				return err
 			}
@@ -138,6 +139,7 @@ func walletCommand() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), b)
 			}
 			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "coordinator %s\n", b.Coordinator)
 			fmt.Fprintf(out, "available  %s USDC\nheld       %s USDC\ndeposited  %s USDC\ncharged    %s USDC\n", b.AvailableUSDC, b.HeldUSDC, b.DepositedUSDC, b.ChargedUSDC)
 			if b.Wallet != "" {
 				fmt.Fprintf(out, "wallet     %s holds %s USDC\n", b.Wallet, b.WalletUSDC)
@@ -154,6 +156,7 @@ func walletCommand() *cobra.Command {
 		},
 	}
 	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.PersistentFlags().StringVar(&coordinator, "coordinator", "", "peer ID of the coordinator that keeps the account, one of trust.coordinators (default: the first; a job's hold is at the coordinator that certified its provider)")
 	c.AddCommand(initCmd, deposit, claim, release, balance)
 	return c
 }

@@ -47,9 +47,9 @@ func scoreCommand() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
-			fmt.Fprintln(w, "PROVIDER\tSCORE\tTREND\tUPTIME\tCOMPLETION\tBENCH CONSISTENCY\tPROBES\tJOBS\tBENCHMARKS")
+			fmt.Fprintln(w, "PROVIDER\tSCORE\tTREND\tUPTIME\tCOMPLETION\tBENCH CONSISTENCY\tPROBES\tJOBS\tBENCHMARKS\tBY COORDINATOR")
 			for _, s := range scores {
-				fmt.Fprintf(w, "%s\t%d\t%+d\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\n", s.Provider, s.Score, s.Trend, s.Uptime, s.Completion, s.Consistency, s.Probes, s.Jobs, s.Benchmarks)
+				fmt.Fprintf(w, "%s\t%d\t%+d\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%s\n", s.Provider, s.Score, s.Trend, s.Uptime, s.Completion, s.Consistency, s.Probes, s.Jobs, s.Benchmarks, s.Coordinator)
 			}
 			w.Flush()
 			for _, s := range scores {

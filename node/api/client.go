@@ -353,21 +353,22 @@ func (c *Client) WalletInit(ctx context.Context) (string, error) {
 }
 
 // Deposit sends USDC to the coordinator's treasury.
-func (c *Client) Deposit(ctx context.Context, usdc string) (DepositView, error) {
+// coordinator names the coordinator's treasury ("": the home coordinator's).
+func (c *Client) Deposit(ctx context.Context, usdc, coordinator string) (DepositView, error) {
 	var v DepositView
-	return v, c.long().Do(ctx, http.MethodPost, "/v1/wallet/deposit", map[string]string{"usdc": usdc}, &v)
+	return v, c.long().Do(ctx, http.MethodPost, "/v1/wallet/deposit", map[string]string{"usdc": usdc, "coordinator": coordinator}, &v)
 }
 
 // ClaimDeposits has the coordinator credit deposits not credited yet.
-func (c *Client) ClaimDeposits(ctx context.Context, signature string) ([]DepositView, error) {
+func (c *Client) ClaimDeposits(ctx context.Context, signature, coordinator string) ([]DepositView, error) {
 	var v []DepositView
-	return v, c.long().Do(ctx, http.MethodPost, "/v1/wallet/claim", map[string]string{"signature": signature}, &v)
+	return v, c.long().Do(ctx, http.MethodPost, "/v1/wallet/claim", map[string]string{"signature": signature, "coordinator": coordinator}, &v)
 }
 
-// Balance returns the node's balance at the coordinator.
-func (c *Client) Balance(ctx context.Context) (BalanceView, error) {
+// Balance returns the node's balance at a coordinator ("": the home coordinator).
+func (c *Client) Balance(ctx context.Context, coordinator string) (BalanceView, error) {
 	var v BalanceView
-	return v, c.Do(ctx, http.MethodGet, "/v1/wallet/balance", nil, &v)
+	return v, c.Do(ctx, http.MethodGet, "/v1/wallet/balance?"+url.Values{"coordinator": {coordinator}}.Encode(), nil, &v)
 }
 
 // Earnings returns a provider's earnings.
@@ -455,9 +456,9 @@ func (c *Client) BankExport(ctx context.Context, id, format string) (string, err
 }
 
 // ReleaseHold asks for a job's hold back.
-func (c *Client) ReleaseHold(ctx context.Context, job string) (BalanceView, error) {
+func (c *Client) ReleaseHold(ctx context.Context, job, coordinator string) (BalanceView, error) {
 	var v BalanceView
-	return v, c.Do(ctx, http.MethodPost, "/v1/wallet/release", map[string]string{"job": job}, &v)
+	return v, c.Do(ctx, http.MethodPost, "/v1/wallet/release", map[string]string{"job": job, "coordinator": coordinator}, &v)
 }
 
 // Models returns the model catalogue the node uses.

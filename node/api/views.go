@@ -424,6 +424,10 @@ type SearchFilter struct {
 	MinGPUs  int
 	// Egress keeps only offers whose jobs may reach the network.
 	Egress bool
+	// Tier keeps only offers certified at this tier (community, enterprise).
+	Tier string
+	// Coordinator keeps only offers certified by this coordinator (a peer ID).
+	Coordinator string
 	// Sort orders the rows: "" (merit, see RankTerms), "placement" (price less the tier
 	// and commitment bonus), "price", "score" (reliability, highest first) or "perf"
 	// (performance score per USDC, highest first). Rows without the figure sort last.
@@ -449,7 +453,10 @@ type OfferRow struct {
 	Seq        uint64    `json:"seq"`
 	IssuedAt   time.Time `json:"issued_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
-	// Tier and CommitmentEnd come from the provider's certificate.
+	// Tier and CommitmentEnd come from the provider's certificate, Coordinator is its
+	// signer: the coordinator that holds a renter's money for a job on this offer and
+	// scores the provider.
+	Coordinator   string    `json:"coordinator"`
 	Tier          string    `json:"tier"`
 	CommitmentEnd time.Time `json:"commitment_end"`
 	// PlacementMicroUSDC is the price search ranks by: the price less the placement
@@ -506,6 +513,8 @@ type DepositView struct {
 
 // BalanceView is a renter's balance at the coordinator.
 type BalanceView struct {
+	// Coordinator is the coordinator that keeps this account (GET /v1/wallet/balance).
+	Coordinator   string             `json:"coordinator,omitempty"`
 	Available     protocol.MicroUSDC `json:"available_micro_usdc"`
 	Held          protocol.MicroUSDC `json:"held_micro_usdc"`
 	AvailableUSDC string             `json:"available_usdc"`

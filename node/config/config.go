@@ -350,6 +350,19 @@ type P2PConfig struct {
 	Reachability string `toml:"reachability"`
 	// Relay limits the circuit relay a coordinator serves to nodes behind NAT.
 	Relay RelayConfig `toml:"relay"`
+	// MaxPeers is how many connections the node keeps: past it, the least useful are
+	// closed down to three quarters of it (gossip mesh and DHT peers are kept first). Each
+	// connection costs memory (docs/performance.md); a coordinator, which probes every
+	// provider it certified, keeps more.
+	MaxPeers int `toml:"max_peers"`
+}
+
+// DefaultMaxPeers is p2p.max_peers by role.
+func DefaultMaxPeers(role string) int {
+	if role == RoleCoordinator {
+		return 2048
+	}
+	return 64
 }
 
 // RelayConfig limits a coordinator's circuit relay (libp2p circuit relay v2).
@@ -412,6 +425,7 @@ func Defaults(role string) Config {
 			Listen:       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
 			Reachability: "auto",
 			Relay:        RelayConfig{Reservations: 1024, CircuitsPerPeer: 16, CircuitDuration: Duration{time.Hour}, CircuitDataMB: 512},
+			MaxPeers:     DefaultMaxPeers(role),
 		},
 		API: APIConfig{Listen: "127.0.0.1:0"},
 		Coordinator: CoordinatorConfig{
@@ -539,6 +553,9 @@ func (c *Config) Check() error {
 	}
 	if r := c.P2P.Relay; r.Reservations <= 0 || r.CircuitsPerPeer <= 0 || r.CircuitDuration.Duration <= 0 || r.CircuitDataMB <= 0 {
 		errs = append(errs, errors.New("p2p.relay: reservations, circuits_per_peer, circuit_duration and circuit_data_mb must each be above 0"))
+	}
+	if c.P2P.MaxPeers < 16 {
+		errs = append(errs, fmt.Errorf("p2p.max_peers %d: at least 16", c.P2P.MaxPeers))
 	}
 	if c.Coordinator.ProbeInterval.Duration > protocol.ScoreTTL/4 {
 		errs = append(errs, fmt.Errorf("coordinator.probe_interval %s: at most %s, so that score records are renewed before they expire", c.Coordinator.ProbeInterval.Duration, protocol.ScoreTTL/4))

@@ -113,7 +113,7 @@ func (d *devnetChain) configure(ctx context.Context, h config.Home) error {
 
 // devnetDepositFunds has the renter deposit USDC so that its jobs get escrow holds.
 func devnetDepositFunds(ctx context.Context, renter *api.Client, say func(string, ...any)) error {
-	v, err := renter.Deposit(ctx, devnetDeposit)
+	v, err := renter.Deposit(ctx, devnetDeposit, "")
 	if err != nil {
 		return fmt.Errorf("the renter's deposit failed: %w", err)
 	}
@@ -127,7 +127,7 @@ func devnetDepositFunds(ctx context.Context, renter *api.Client, say func(string
 func devnetSettle(ctx context.Context, coord, renter *api.Client, rpc string, dir string, say func(string, ...any)) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		b, err := renter.Balance(ctx)
+		b, err := renter.Balance(ctx, "")
 		if err == nil && b.Held == 0 && len(b.Holds) > 0 && b.Holds[0].State == "charged" {
 			say("the job was charged %s USDC from its escrow hold; the renter has %s USDC available", b.ChargedUSDC, b.AvailableUSDC)
 			break

@@ -38,9 +38,9 @@ type Offers interface {
 type Escrow interface {
 	// RequestHold asks the coordinator to set the proposal's maximum cost aside and
 	// returns the signed hold.
-	RequestHold(ctx context.Context, p protocol.Proposal) ([]byte, error)
+	RequestHold(ctx context.Context, p protocol.Proposal, coordinator peer.ID) ([]byte, error)
 	// ReleaseAfterFailure asks for a failed proposal's hold back.
-	ReleaseAfterFailure(job string)
+	ReleaseAfterFailure(job string, coordinator peer.ID)
 	// Dispute sends the job's signed dispute of its receipt to the coordinator holding
 	// its escrow.
 	Dispute(ctx context.Context, j ledger.Job) error
@@ -150,17 +150,23 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 			return api.JobView{}, err
 		}
 	}
-	// The escrow hold: the coordinator sets the job's maximum cost aside. A renter without
-	// a coordinator or funds proposes without one; a provider requiring escrow says so.
+	// The escrow hold: the coordinator that certified the provider (the provider trusts
+	// it) sets the job's maximum cost aside from this renter's account there. A renter
+	// without an account or funds there proposes without one; a provider requiring escrow
+	// says so.
 	var holdErr error
-	p.Hold, holdErr = r.escrow.RequestHold(ctx, p)
+	var holder peer.ID
+	if so.Cert != nil {
+		holder = so.Cert.Signer
+	}
+	p.Hold, holdErr = r.escrow.RequestHold(ctx, p, holder)
 	if holdErr != nil {
-		r.log.Info("job proposed without an escrow hold", "job", p.Job, "why", holdErr)
+		r.log.Info("job proposed without an escrow hold", "job", p.Job, "coordinator", holder, "why", holdErr)
 	} else {
 		// A job that does not run gives its hold back: the provider confirms it never ran.
 		defer func() {
 			if err != nil {
-				go r.escrow.ReleaseAfterFailure(p.Job)
+				go r.escrow.ReleaseAfterFailure(p.Job, holder)
 			}
 		}()
 	}

@@ -19,8 +19,10 @@ import (
 // disputes is the renter's escrow side, recording the disputes it is asked to send.
 type disputes struct{ sent []ledger.Job }
 
-func (d *disputes) RequestHold(context.Context, protocol.Proposal) ([]byte, error) { return nil, nil }
-func (d *disputes) ReleaseAfterFailure(string)                                     {}
+func (d *disputes) RequestHold(context.Context, protocol.Proposal, peer.ID) ([]byte, error) {
+	return nil, nil
+}
+func (d *disputes) ReleaseAfterFailure(string, peer.ID) {}
 func (d *disputes) Dispute(_ context.Context, j ledger.Job) error {
 	d.sent = append(d.sent, j)
 	return nil

@@ -23,6 +23,8 @@ type Metrics struct {
 	JobProposals *prometheus.CounterVec
 	JobsStarted  prometheus.Counter
 	JobsEnded    *prometheus.CounterVec
+	// UptimeProbes counts a coordinator's probes by outcome (answered, missed).
+	UptimeProbes *prometheus.CounterVec
 }
 
 func New(peers, penalised func() float64) *Metrics {
@@ -69,13 +71,17 @@ func New(peers, penalised func() float64) *Metrics {
 			Name: "gpunex_jobs_ended_total",
 			Help: "Jobs ended, by reason (exited, oom, timeout, cancelled by the renter, ...).",
 		}, []string{"reason"}),
+		UptimeProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_uptime_probes_total",
+			Help: "Uptime probes this coordinator sent to providers owing uptime, by outcome (answered, missed).",
+		}, []string{"outcome"}),
 	}
 	// The common reasons are exported at 0 from the start, so that rates and alerts on them
 	// work before the first such end.
 	for _, r := range []string{"exited", "oom", "lease_expired", "cancelled by the renter", "provider shutting down", "lost"} {
 		m.JobsEnded.WithLabelValues(r)
 	}
-	m.Registry.MustRegister(m.JobProposals, m.JobsStarted, m.JobsEnded,
+	m.Registry.MustRegister(m.JobProposals, m.UptimeProbes, m.JobsStarted, m.JobsEnded,
 		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,8 +36,9 @@ type Market struct {
 	role     string
 	provider config.ProviderConfig
 
-	mu     sync.Mutex
-	latest *protocol.SignedMarketStats
+	mu sync.Mutex
+	// latest is each trusted coordinator's newest record: coordinators are told apart.
+	latest map[peer.ID]*protocol.SignedMarketStats
 	seq    uint64 // the coordinator's own sequence
 }
 
@@ -161,10 +164,13 @@ func (m *Market) take(raw []byte, source string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cur := m.latest; cur != nil && cur.Signer == ms.Signer && cur.Seq >= ms.Seq {
+	if cur := m.latest[ms.Signer]; cur != nil && cur.Seq >= ms.Seq {
 		return fmt.Errorf("%w: market statistics seq %d, have %d", protocol.ErrReplay, ms.Seq, cur.Seq)
 	}
-	m.latest = ms
+	if m.latest == nil {
+		m.latest = map[peer.ID]*protocol.SignedMarketStats{}
+	}
+	m.latest[ms.Signer] = ms
 	m.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindMarketStats), source).Inc()
 	return nil
 }
@@ -176,14 +182,19 @@ func (m *Market) Validate(ctx context.Context, from peer.ID, data []byte) p2p.Ve
 }
 
 // RecommendPrice returns the latest market advice for a model (all models when empty) in
-// a region (this provider's region when empty; all regions for other roles).
+// a region (this provider's region when empty; all regions for other roles), from each
+// trusted coordinator's statistics, each row naming its coordinator.
 func (m *Market) RecommendPrice(model, region string) ([]api.PriceAdvice, error) {
 	m.mu.Lock()
-	ms := m.latest
+	all := make([]*protocol.SignedMarketStats, 0, len(m.latest))
+	for _, ms := range m.latest {
+		all = append(all, ms)
+	}
 	m.mu.Unlock()
-	if ms == nil {
+	if len(all) == 0 {
 		return nil, errors.New("no market statistics received from the coordinator yet: they are published every settlement.market_interval")
 	}
+	slices.SortFunc(all, func(a, b *protocol.SignedMarketStats) int { return strings.Compare(a.Coordinator, b.Coordinator) })
 	if region == "" && m.role == config.RoleProvider {
 		region = m.provider.Region
 	}
@@ -202,17 +213,19 @@ func (m *Market) RecommendPrice(model, region string) ([]api.PriceAdvice, error)
 		}
 	}
 	var out []api.PriceAdvice
-	for _, mk := range ms.Markets {
-		if (model != "" && mk.Model != model) || (region != "" && mk.Region != region) {
-			continue
+	for _, ms := range all {
+		for _, mk := range ms.Markets {
+			if (model != "" && mk.Model != model) || (region != "" && mk.Region != region) {
+				continue
+			}
+			a := api.PriceAdvice{Market: mk, RecommendedUSDC: mk.Recommended.String(), MedianListUSDC: mk.MedianListPrice.String(),
+				MedianLeaseUSDC: mk.MedianLeasePrice.String(), LeasedGPUHours: fmt.Sprintf("%.1f", float64(mk.LeasedGPUSeconds)/3600),
+				IssuedAt: ms.IssuedAt, WindowHours: ms.WindowSecs / 3600, CommissionBPS: ms.CommissionBPS, Coordinator: ms.Coordinator}
+			if p, ok := own[mk.Model]; ok {
+				a.YourPriceUSDC = p.String()
+			}
+			out = append(out, a)
 		}
-		a := api.PriceAdvice{Market: mk, RecommendedUSDC: mk.Recommended.String(), MedianListUSDC: mk.MedianListPrice.String(),
-			MedianLeaseUSDC: mk.MedianLeasePrice.String(), LeasedGPUHours: fmt.Sprintf("%.1f", float64(mk.LeasedGPUSeconds)/3600),
-			IssuedAt: ms.IssuedAt, WindowHours: ms.WindowSecs / 3600, CommissionBPS: ms.CommissionBPS, Coordinator: ms.Coordinator}
-		if p, ok := own[mk.Model]; ok {
-			a.YourPriceUSDC = p.String()
-		}
-		out = append(out, a)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: no market statistics for model %q in region %q", api.ErrNotFound, model, region)

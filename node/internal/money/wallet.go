@@ -49,9 +49,13 @@ func NewWallet(d Deps, settlement *Settlement) *Wallet {
 		cfg: d.Config, home: d.Home, settlement: settlement}
 }
 
-// Info returns the coordinator's treasury facts.
-func (w *Wallet) Info(ctx context.Context) (*api.WalletInfo, error) {
-	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "info"})
+// Info returns a coordinator's treasury facts ("": the home coordinator).
+func (w *Wallet) Info(ctx context.Context, coordinator string) (*api.WalletInfo, error) {
+	c, err := w.coordinator(coordinator)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "info"})
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +73,30 @@ func (w *Wallet) walletCall(ctx context.Context, req protocol.WalletRequest) (pr
 		return protocol.WalletResponse{}, err
 	}
 	return w.walletCallTo(ctx, c, req)
+}
+
+// coordinator names the coordinator a wallet request goes to: the home coordinator (the
+// first trusted) when name is empty, else one of trust.coordinators. A node keeps an
+// account at each coordinator it deposited with.
+func (w *Wallet) coordinator(name string) (peer.ID, error) {
+	if name == "" {
+		return w.cfg.HomeCoordinator(w.id)
+	}
+	c, err := peer.Decode(name)
+	if err != nil {
+		return "", api.Invalid(fmt.Errorf("coordinator %q: not a peer ID", name))
+	}
+	if c == w.id && w.settlement != nil {
+		return c, nil
+	}
+	trusted, err := w.cfg.TrustedCoordinators()
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(trusted, c) {
+		return "", api.Invalid(fmt.Errorf("coordinator %s is not in trust.coordinators", c))
+	}
+	return c, nil
 }
 
 // walletCallTo sends one wallet request to a given coordinator (served locally when it is
@@ -118,13 +146,16 @@ func (w *Wallet) ClockOffset(ctx context.Context) (api.ClockView, error) {
 	return best, nil
 }
 
-// RequestHold asks the coordinator to set the proposal's maximum cost aside.
-func (w *Wallet) RequestHold(ctx context.Context, p protocol.Proposal) ([]byte, error) {
-	if _, err := w.cfg.HomeCoordinator(w.id); err != nil {
+// RequestHold asks a coordinator to set the proposal's maximum cost aside: the one that
+// certified the provider (the provider trusts it), from this node's account there; the home
+// coordinator when none is named.
+func (w *Wallet) RequestHold(ctx context.Context, p protocol.Proposal, coordinator peer.ID) ([]byte, error) {
+	c, err := w.coordinator(coordinator.String())
+	if err != nil {
 		return nil, err
 	}
 	expires := p.IssuedAt.Add(protocol.ProposalTTL + time.Duration(p.MaxSeconds)*time.Second + protocol.HoldGrace + time.Minute)
-	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "hold", Job: p.Job, Provider: p.Provider,
+	resp, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "hold", Job: p.Job, Provider: p.Provider,
 		Amount: protocol.HoldAmount(p.MaxPrice, p.GPUs, p.MaxSeconds), ExpiresAt: expires})
 	if err != nil {
 		return nil, err
@@ -141,12 +172,17 @@ func (w *Wallet) WalletKey() (chain.PrivateKey, error) {
 	return k, nil
 }
 
-// Deposit sends USDC from this node's wallet to the coordinator's treasury, with a memo
-// naming this node, waits for confirmation and has the coordinator credit it. The signed
-// transaction is recorded before it is sent: after a crash, ClaimDeposits finishes it.
-func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC) (api.DepositView, error) {
+// Deposit sends USDC from this node's wallet to a coordinator's treasury ("": the home
+// coordinator's), with a memo naming this node, waits for confirmation and has the
+// coordinator credit it. The signed transaction is recorded before it is sent: after a
+// crash, ClaimDeposits finishes it.
+func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC, coordinator string) (api.DepositView, error) {
 	if amount <= 0 {
 		return api.DepositView{}, api.Invalid(errors.New("the amount must be positive"))
+	}
+	to, err := w.coordinator(coordinator)
+	if err != nil {
+		return api.DepositView{}, err
 	}
 	if w.cfg.Wallet.RPC == "" {
 		return api.DepositView{}, errors.New("wallet.rpc is not set: name the Solana RPC endpoint in config.toml")
@@ -155,7 +191,7 @@ func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC) (api.De
 	if err != nil {
 		return api.DepositView{}, err
 	}
-	info, err := w.walletCall(ctx, protocol.WalletRequest{Op: "info"})
+	info, err := w.walletCallTo(ctx, to, protocol.WalletRequest{Op: "info"})
 	if err != nil {
 		return api.DepositView{}, err
 	}
@@ -190,7 +226,7 @@ func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC) (api.De
 	if err != nil {
 		return api.DepositView{}, err
 	}
-	d := ledger.OwnDeposit{Signature: sig.String(), Amount: amount, Raw: raw, LastValid: lastValid, SentAt: w.clock.Now()}
+	d := ledger.OwnDeposit{Signature: sig.String(), Amount: amount, Raw: raw, LastValid: lastValid, SentAt: w.clock.Now(), Coordinator: to.String()}
 	if err := w.ledger.PutOwnDeposit(d); err != nil {
 		return api.DepositView{}, err
 	}
@@ -215,13 +251,17 @@ func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC) (api.De
 	return v, err
 }
 
-// claim asks the coordinator to credit a confirmed deposit.
+// claim asks the coordinator the deposit was sent to (the home coordinator for deposits
+// recorded before they named one) to credit it.
 func (w *Wallet) claim(ctx context.Context, d ledger.OwnDeposit) (api.DepositView, error) {
 	v := api.DepositView{Signature: d.Signature, Amount: d.Amount, AmountUSDC: d.Amount.String()}
+	to, err := w.coordinator(d.Coordinator)
+	if err != nil {
+		return v, err
+	}
 	var resp protocol.WalletResponse
-	var err error
 	for attempt := 0; attempt < 10; attempt++ {
-		if resp, err = w.walletCall(ctx, protocol.WalletRequest{Op: "claim", Signature: d.Signature}); err == nil {
+		if resp, err = w.walletCallTo(ctx, to, protocol.WalletRequest{Op: "claim", Signature: d.Signature}); err == nil {
 			break
 		}
 		select {
@@ -243,11 +283,16 @@ func (w *Wallet) claim(ctx context.Context, d ledger.OwnDeposit) (api.DepositVie
 	return v, nil
 }
 
-// ClaimDeposits has the coordinator credit this node's deposits not credited yet (after a
-// crash or a coordinator outage), or one named by its signature.
-func (w *Wallet) ClaimDeposits(ctx context.Context, signature string) ([]api.DepositView, error) {
+// ClaimDeposits has the coordinators credit this node's deposits not credited yet (after a
+// crash or a coordinator outage), or one named by its signature (sent to coordinator, ""
+// for the one this node recorded, else the home coordinator).
+func (w *Wallet) ClaimDeposits(ctx context.Context, signature, coordinator string) ([]api.DepositView, error) {
 	if signature != "" {
-		v, err := w.claim(ctx, ledger.OwnDeposit{Signature: signature})
+		d := ledger.OwnDeposit{Signature: signature, Coordinator: coordinator}
+		if own, err := w.ledger.OwnDeposit(signature); err == nil && coordinator == "" {
+			d.Coordinator = own.Coordinator
+		}
+		v, err := w.claim(ctx, d)
 		return []api.DepositView{v}, err
 	}
 	deps, err := w.ledger.OwnDeposits()
@@ -280,16 +325,22 @@ func balanceView(a ledger.Account, holds []ledger.Hold) api.BalanceView {
 	return v
 }
 
-// Balance returns this node's balance at the coordinator, and its wallet's USDC.
-func (w *Wallet) Balance(ctx context.Context) (api.BalanceView, error) {
-	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "balance"})
+// Balance returns this node's balance at a coordinator ("": the home coordinator), and its
+// wallet's USDC.
+func (w *Wallet) Balance(ctx context.Context, coordinator string) (api.BalanceView, error) {
+	c, err := w.coordinator(coordinator)
+	if err != nil {
+		return api.BalanceView{}, err
+	}
+	resp, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "balance"})
 	if err != nil {
 		return api.BalanceView{}, err
 	}
 	v := balanceView(*resp.Account, resp.Holds)
+	v.Coordinator = c.String()
 	if key, err := w.WalletKey(); err == nil && w.cfg.Wallet.RPC != "" {
 		v.Wallet = key.PublicKey().String()
-		if info, err := w.walletCall(ctx, protocol.WalletRequest{Op: "info"}); err == nil && info.Info.Mint != "" {
+		if info, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "info"}); err == nil && info.Info.Mint != "" {
 			if mint, err := chain.ParsePublicKey(info.Info.Mint); err == nil {
 				if have, err := chain.Dial(w.cfg.Wallet.RPC).TokenBalance(ctx, key.PublicKey(), mint); err == nil {
 					v.WalletUSDC = protocol.MicroUSDC(have).String()
@@ -421,10 +472,18 @@ func (w *Wallet) ClaimLoop(ctx context.Context) {
 	}
 }
 
-// ReleaseHold asks the coordinator to return a job's hold: the provider must confirm
-// that the job never ran.
-func (w *Wallet) ReleaseHold(ctx context.Context, job string) (api.BalanceView, error) {
-	resp, err := w.walletCall(ctx, protocol.WalletRequest{Op: "release", Job: job})
+// ReleaseHold asks the coordinator that holds a job's money to return it: the provider
+// must confirm that the job never ran. The coordinator is the hold's signer, from the
+// job's proposal when this node keeps the job, else coordinator ("": the home one).
+func (w *Wallet) ReleaseHold(ctx context.Context, job, coordinator string) (api.BalanceView, error) {
+	if j, err := w.ledger.GetJob(job); err == nil && coordinator == "" {
+		coordinator = protocol.HoldCoordinator(j.Proposal).String()
+	}
+	c, err := w.coordinator(coordinator)
+	if err != nil {
+		return api.BalanceView{}, err
+	}
+	resp, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "release", Job: job})
 	if err != nil {
 		return api.BalanceView{}, err
 	}
@@ -433,11 +492,11 @@ func (w *Wallet) ReleaseHold(ctx context.Context, job string) (api.BalanceView, 
 
 // ReleaseAfterFailure asks for a failed proposal's hold back, a few times: a provider that
 // is still marking a failed start answers no at first.
-func (w *Wallet) ReleaseAfterFailure(job string) {
+func (w *Wallet) ReleaseAfterFailure(job string, coordinator peer.ID) {
 	for _, wait := range []time.Duration{0, 2 * time.Second, 10 * time.Second, 30 * time.Second} {
 		<-w.clock.After(wait)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := w.ReleaseHold(ctx, job)
+		_, err := w.ReleaseHold(ctx, job, coordinator.String())
 		cancel()
 		if err == nil {
 			w.log.Info("escrow hold released: the job did not run", "job", job)

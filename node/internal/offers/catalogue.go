@@ -22,7 +22,7 @@ import (
 // Scores gives the latest reliability score record of a provider (nil when none); search
 // shows it on each row.
 type Scores interface {
-	Score(p peer.ID) *protocol.SignedScore
+	Score(provider, by peer.ID) *protocol.SignedScore
 }
 
 // Deps are what the catalogue needs.
@@ -102,11 +102,12 @@ func (c *Catalogue) onOwnRevocation() {
 	}
 }
 
-func (c *Catalogue) score(p peer.ID) *protocol.SignedScore {
-	if c.scores == nil {
+// score is an offer's score: its provider's, by the coordinator that certified it.
+func (c *Catalogue) score(so *protocol.SignedOffer) *protocol.SignedScore {
+	if c.scores == nil || so.Cert == nil {
 		return nil
 	}
-	return c.scores.Score(p)
+	return c.scores.Score(so.Signer, so.Cert.Signer)
 }
 
 // ValidateOffer is the offers topic validator: replays and expired records are ignored,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -139,7 +140,10 @@ func (p *Publisher) Run(ctx context.Context) {
 		} else if err == nil {
 			lastErr = ""
 		}
+		// Up to a tenth early, at random: providers that started together (a farm after a
+		// power cut, a network's first day) drift apart instead of republishing in bursts.
 		wait := p.cfg.Republish.Duration
+		wait -= time.Duration(rand.Int64N(int64(wait/10) + 1))
 		now := p.clock.Now()
 		if next, ok := p.Schedule().NextChange(now); ok && next.Sub(now) < wait {
 			wait = next.Sub(now)
@@ -156,9 +160,20 @@ func (p *Publisher) Run(ctx context.Context) {
 // gossipPeersLoop publishes again whenever the node goes from no gossip peer on the offers
 // topic to one: a record published while alone (at start, or after losing every peer)
 // reached nobody, and waiting for the republish interval would keep the offer out of other
-// nodes' books for that long.
+// nodes' books for that long. It also publishes when a bootstrap peer (a coordinator, which
+// probes and scores by the offer) joins again: gossip with it may have been cut (p2p's
+// repairGossip), and what was published meanwhile did not reach it.
 func (p *Publisher) gossipPeersLoop(ctx context.Context) {
-	if err := p.topic.WhenFirstPeer(ctx, p.Poke); err != nil {
+	boot := map[peer.ID]bool{}
+	for _, ai := range p.catalogue.boot {
+		boot[ai.ID] = true
+	}
+	err := p.topic.WhenPeerJoins(ctx, func(id peer.ID, first bool) {
+		if first || boot[id] {
+			p.Poke()
+		}
+	})
+	if err != nil {
 		p.log.Warn("watching gossip peers failed", "err", err)
 	}
 }

@@ -141,6 +141,9 @@ func Rows(f api.SearchFilter, so *protocol.SignedOffer) []api.OfferRow {
 	if so.Attest != nil && so.Attest.HostBelow != "" {
 		return nil // delisted by its own attestation (a link or disk under the minimum)
 	}
+	if so.Cert != nil && ((f.Tier != "" && so.Cert.Tier != f.Tier) || (f.Coordinator != "" && so.Cert.Signer.String() != f.Coordinator)) {
+		return nil
+	}
 	var out []api.OfferRow
 	for _, g := range so.Offer.GPUs {
 		if !match(f, &so.Offer, g) {
@@ -166,7 +169,7 @@ func Rows(f api.SearchFilter, so *protocol.SignedOffer) []api.OfferRow {
 		row.PlacementMicroUSDC = row.PriceMicroUSDC
 		row.Bench = rowBench(so.Attest, g.Model)
 		if so.Cert != nil {
-			row.Tier, row.CommitmentEnd = so.Cert.Tier, so.Cert.CommitmentEnd
+			row.Tier, row.CommitmentEnd, row.Coordinator = so.Cert.Tier, so.Cert.CommitmentEnd, so.Cert.Signer.String()
 			bp := PlacementBonusBP(row.Tier, row.CommitmentEnd, so.Offer.IssuedAt)
 			row.PlacementMicroUSDC = row.PriceMicroUSDC * protocol.MicroUSDC(10000-bp) / 10000
 		}
@@ -254,7 +257,7 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	var rows []api.OfferRow
 	for _, so := range c.book.Live(now) {
 		rs := Rows(f, so)
-		if s := c.score(so.Signer); s != nil {
+		if s := c.score(so); s != nil {
 			for i := range rs {
 				v := s.Score
 				rs[i].Score = &v

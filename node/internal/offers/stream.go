@@ -124,7 +124,7 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID) (int, error) {
 // SyncOffers asks up to three connected peers for their offers, in parallel, the
 // bootstrap peers first (infrastructure that follows the whole network, where any other
 // peer may have joined moments ago). The sync counts as done only if one of them answered.
-func (c *Catalogue) SyncOffers(ctx context.Context) {
+func (c *Catalogue) SyncOffers(ctx context.Context) (answered bool) {
 	peers := c.peer.Host.Network().Peers()
 	if len(c.boot) > 0 {
 		first := map[peer.ID]bool{}
@@ -142,7 +142,7 @@ func (c *Catalogue) SyncOffers(ctx context.Context) {
 		})
 	}
 	var wg sync.WaitGroup
-	var answered atomic.Bool
+	var ok atomic.Bool
 	for i, p := range peers {
 		if i == 3 {
 			break
@@ -157,13 +157,14 @@ func (c *Catalogue) SyncOffers(ctx context.Context) {
 			if got, err := c.syncFrom(ctx, p); err != nil {
 				c.log.Debug("offer sync failed", "peer", p, "err", err)
 			} else {
-				answered.Store(true)
+				ok.Store(true)
 				c.log.Debug("offer sync", "peer", p, "new", got)
 			}
 		}(p)
 	}
 	wg.Wait()
-	if answered.Load() {
+	if ok.Load() {
 		c.book.markSynced(c.clock.Now())
 	}
+	return ok.Load()
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 
 	"github.com/gpunex/gpunex/node/internal/clock"
@@ -45,6 +48,9 @@ type Options struct {
 	Reachability   string
 	TakeRelaySlots bool
 	Relay          Relay
+	// MaxPeers is the connection manager's high water mark (low: three quarters of it);
+	// 0: libp2p's default (192).
+	MaxPeers int
 }
 
 // Peer is a node's place in the network.
@@ -81,12 +87,24 @@ func New(o Options) (p *Peer, err error) {
 	}()
 	if p.Host == nil {
 		p.bans = newBans()
+		opts := natOptions(o)
+		if o.MaxPeers > 0 {
+			cm, err := connmgr.NewConnManager(o.MaxPeers*3/4, o.MaxPeers)
+			if err != nil {
+				return nil, err
+			}
+			rm, err := resourceManager(o.MaxPeers)
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, libp2p.ConnectionManager(cm), libp2p.ResourceManager(rm))
+		}
 		p.Host, err = libp2p.New(append([]libp2p.Option{
 			libp2p.Identity(o.Key),
 			libp2p.ListenAddrStrings(o.Listen...),
 			libp2p.UserAgent(o.UserAgent),
 			libp2p.ConnectionGater(p.bans),
-		}, natOptions(o)...)...)
+		}, opts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("start libp2p host on %v: %w", o.Listen, err)
 		}
@@ -110,11 +128,55 @@ func New(o Options) (p *Peer, err error) {
 	p.ps, err = pubsub.NewGossipSub(ctx, p.Host, append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
+		// Offers come in bursts (providers starting together, a network rejoining): with the
+		// defaults (32 each), a node forwarding a hundred offers at once dropped some, and
+		// its peers waited for the next republish (the scale harness, docs/performance.md).
+		pubsub.WithValidateQueueSize(1024),
+		pubsub.WithPeerOutboundQueueSize(512),
 	}, gossipScoreOptions(p.scores.record)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("start gossipsub: %w", err)
 	}
 	return p, nil
+}
+
+// resourceManager is libp2p's resource manager with its default limits, scaled to the
+// machine, except that the whole node may hold twice maxPeers connections (the connection
+// manager trims back to maxPeers; new ones have a minute's grace) with 32 streams each. By
+// default a machine with 24 GiB allows 256 inbound connections in all: a coordinator
+// refused its 257th provider (the scale harness, docs/performance.md).
+func resourceManager(maxPeers int) (network.ResourceManager, error) {
+	limits := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&limits)
+	scaled := limits.AutoScale()
+	partial := scaled.ToPartialLimitConfig()
+	atLeast := func(v *rcmgr.LimitVal, n int) {
+		if *v >= 0 && int(*v) < n {
+			*v = rcmgr.LimitVal(n)
+		}
+	}
+	conns, streams := 2*maxPeers, 64*maxPeers
+	// Connections and streams being set up (a burst of joins at a coordinator).
+	for _, l := range []*rcmgr.ResourceLimits{&partial.Transient, &partial.AllowlistedTransient} {
+		atLeast(&l.Conns, conns/4)
+		atLeast(&l.ConnsInbound, conns/4)
+		atLeast(&l.Streams, conns)
+		atLeast(&l.StreamsInbound, conns)
+	}
+	for _, l := range []*rcmgr.ResourceLimits{&partial.ServiceDefault, &partial.ProtocolDefault} {
+		atLeast(&l.StreamsInbound, 2*conns) // a stream or two per peer (gossip, DHT, probes)
+		atLeast(&l.StreamsOutbound, 2*conns)
+		atLeast(&l.Streams, 4*conns)
+	}
+	for _, l := range []*rcmgr.ResourceLimits{&partial.System, &partial.AllowlistedSystem} {
+		atLeast(&l.Conns, conns)
+		atLeast(&l.ConnsInbound, conns)
+		atLeast(&l.ConnsOutbound, conns)
+		atLeast(&l.Streams, streams)
+		atLeast(&l.StreamsInbound, streams)
+		atLeast(&l.StreamsOutbound, streams)
+	}
+	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(partial.Build(scaled)))
 }
 
 // Close leaves every topic and closes the DHT, and the host when New built it.
@@ -228,6 +290,9 @@ func (p *Peer) Exchange(ctx context.Context, id peer.ID, proto string, timeout t
 	return nil
 }
 
+// GossipPeers lists the peers this node knows to be subscribed to a topic.
+func (p *Peer) GossipPeers(topic string) []peer.ID { return p.ps.ListPeers(topic) }
+
 // RoutingTableSize returns how many peers the DHT's routing table holds.
 func (p *Peer) RoutingTableSize() int { return p.dht.RoutingTable().Size() }
 
@@ -237,6 +302,20 @@ func (p *Peer) RefreshRoutingTable(ctx context.Context) {
 	case <-p.dht.RefreshRoutingTable():
 	case <-ctx.Done():
 	}
+}
+
+// StoredProviders counts the provider records this node stores for the DHT under the
+// given keys (one per provider and key), buffered writes included.
+func (p *Peer) StoredProviders(ctx context.Context, keys []cid.Cid) (int, error) {
+	n := 0
+	for _, k := range keys {
+		ps, err := p.dht.ProviderStore().GetProviders(ctx, k.Hash())
+		if err != nil {
+			return n, err
+		}
+		n += len(ps)
+	}
+	return n, nil
 }
 
 // PutValue stores a record in the DHT.
@@ -259,6 +338,54 @@ func (p *Peer) FindProviders(ctx context.Context, key cid.Cid) <-chan peer.AddrI
 	return p.dht.FindProvidersAsync(ctx, key, 0)
 }
 
+// gossipRepairAfter is how long a bootstrap peer may stay connected but out of this node's
+// gossip before the connection is closed and made again.
+const gossipRepairAfter = 20 * time.Second
+
+// repairGossip reconnects to a bootstrap peer that has been connected for gossipRepairAfter
+// without being a gossip peer on a joined topic. Gossipsub gives up on a peer whose stream it
+// could not open (a busy coordinator refusing streams in a burst of joins, a protocol
+// negotiation timing out on a loaded machine) until the next connection: the node would
+// hear nothing of its coordinator's gossip, and its offers would not reach it (the scale
+// harness, docs/performance.md). cutOff remembers since when each peer is cut off.
+func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.Time, cutOff map[peer.ID]time.Time, log *slog.Logger) {
+	p.mu.Lock()
+	topics := slices.Clone(p.topics)
+	p.mu.Unlock()
+	for _, ai := range boot {
+		if ai.ID == p.ID || p.Host.Network().Connectedness(ai.ID) != network.Connected || len(topics) == 0 {
+			delete(cutOff, ai.ID)
+			continue
+		}
+		gossiping := true
+		for _, t := range topics {
+			if !slices.Contains(t.t.ListPeers(), ai.ID) {
+				gossiping = false
+			}
+		}
+		if gossiping {
+			delete(cutOff, ai.ID)
+			continue
+		}
+		since, seen := cutOff[ai.ID]
+		if !seen {
+			cutOff[ai.ID] = now
+			continue
+		}
+		if now.Sub(since) < gossipRepairAfter {
+			continue
+		}
+		delete(cutOff, ai.ID)
+		log.Info("connected to a bootstrap peer but not gossiping with it: reconnecting", "peer", ai.ID)
+		p.Host.Network().ClosePeer(ai.ID)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := p.Host.Connect(cctx, ai); err != nil {
+			log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
 // Joined are what a node does each time it goes from no peer to some.
 type Joined struct {
 	// Sync runs first: catch up on what was missed (revocations, the offer catalogue).
@@ -278,7 +405,9 @@ func (p *Peer) KeepJoined(ctx context.Context, boot []peer.AddrInfo, clk clock.C
 	// alone is true at start and whenever every peer is gone. The DHT may connect to the
 	// bootstrap peers by itself, so joining is noticed by having peers, not by connecting.
 	alone := true
+	cutOff := map[peer.ID]time.Time{}
 	for {
+		p.repairGossip(ctx, boot, clk.Now(), cutOff, log)
 		if p.Connected() == 0 {
 			alone = true
 			for _, ai := range boot {

@@ -116,20 +116,28 @@ func (t *Topic) Publish(ctx context.Context, data []byte) error { return t.t.Pub
 // Peers returns how many gossip peers the node has on the topic.
 func (t *Topic) Peers() int { return len(t.t.ListPeers()) }
 
-// WhenFirstPeer calls f each time the topic goes from no peer to one, until ctx ends.
-func (t *Topic) WhenFirstPeer(ctx context.Context, f func()) error {
+// WhenPeerJoins calls f for each peer that joins the topic, saying whether it is the only
+// peer (the topic went from no peer to one), until ctx ends.
+func (t *Topic) WhenPeerJoins(ctx context.Context, f func(id peer.ID, first bool)) error {
 	events, err := t.t.EventHandler()
 	if err != nil {
 		return err
 	}
 	defer events.Cancel()
+	// Counted from the events, not from ListPeers: two peers joining at once would show two
+	// peers at the first event, and no event would be the first.
+	peers := 0
 	for {
 		ev, err := events.NextPeerEvent(ctx)
 		if err != nil {
 			return nil
 		}
-		if ev.Type == pubsub.PeerJoin && len(t.t.ListPeers()) == 1 {
-			f()
+		switch ev.Type {
+		case pubsub.PeerJoin:
+			peers++
+			f(ev.Peer, peers == 1)
+		case pubsub.PeerLeave:
+			peers = max(peers-1, 0)
 		}
 	}
 }

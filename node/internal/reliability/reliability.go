@@ -5,12 +5,15 @@ package reliability
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,6 +98,7 @@ type ScorerDeps struct {
 	Ledger      *ledger.Ledger
 	Clock       clock.Clock
 	Log         *slog.Logger
+	Metrics     *metrics.Metrics // nil: not counted (the scale benchmark)
 	Coordinator config.CoordinatorConfig
 	Offers      Offers
 	// Topic is the scores gossip topic.
@@ -108,14 +112,15 @@ type ScorerDeps struct {
 
 // Scorer is the coordinator's side: probe schedule, state, score records.
 type Scorer struct {
-	peer   *p2p.Peer
-	id     peer.ID
-	key    crypto.PrivKey
-	ledger *ledger.Ledger
-	clock  clock.Clock
-	log    *slog.Logger
-	cfg    config.CoordinatorConfig
-	offers Offers
+	peer    *p2p.Peer
+	id      peer.ID
+	key     crypto.PrivKey
+	ledger  *ledger.Ledger
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	cfg     config.CoordinatorConfig
+	offers  Offers
 
 	probeFn     func(ctx context.Context, p peer.ID) error
 	providersFn func() ([]peer.ID, error)
@@ -124,7 +129,7 @@ type Scorer struct {
 
 // NewScorer returns the coordinator's scorer; Run starts its schedule.
 func NewScorer(d ScorerDeps) *Scorer {
-	sc := &Scorer{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, cfg: d.Coordinator, offers: d.Offers,
+	sc := &Scorer{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Coordinator, offers: d.Offers,
 		probeFn: d.Probe, providersFn: d.Providers, publishFn: d.Publish}
 	if d.Peer != nil {
 		sc.id, sc.key = d.Peer.ID, d.Peer.Key
@@ -189,6 +194,13 @@ func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 		err = sc.probeFn(ctx, p)
 		if ctx.Err() != nil {
 			return // the coordinator is stopping: a probe cut short says nothing of the provider
+		}
+		if sc.metrics != nil {
+			outcome := "answered"
+			if err != nil {
+				outcome = "missed"
+			}
+			sc.metrics.UptimeProbes.WithLabelValues(outcome).Inc()
 		}
 	}
 	so, _ := sc.offers.Get(p)
@@ -279,22 +291,26 @@ func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now t
 	}
 }
 
-// Book holds the latest score record of each provider, from trusted coordinators.
+// Book holds the latest score record of each provider from each trusted coordinator that
+// scores it: coordinators are told apart, so that one's records never replace another's.
 type Book struct {
 	clock   clock.Clock
 	metrics *metrics.Metrics
 	trust   protocol.Trust
 
 	mu     sync.Mutex
-	scores map[peer.ID]*protocol.SignedScore
+	scores map[scoreKey]*protocol.SignedScore
 }
+
+// scoreKey is a provider and the coordinator that scored it.
+type scoreKey struct{ provider, coordinator peer.ID }
 
 // NewBook returns an empty score book that takes records from the trusted coordinators.
 func NewBook(clk clock.Clock, m *metrics.Metrics, trust protocol.Trust) *Book {
-	return &Book{clock: clk, metrics: m, trust: trust, scores: map[peer.ID]*protocol.SignedScore{}}
+	return &Book{clock: clk, metrics: m, trust: trust, scores: map[scoreKey]*protocol.SignedScore{}}
 }
 
-// Take checks a score record and keeps it when newer.
+// Take checks a score record and keeps it when newer than its coordinator's last one.
 func (b *Book) Take(raw []byte, source string) error {
 	s, err := protocol.CheckScore(raw, b.clock.Now(), b.trust)
 	if err != nil {
@@ -302,12 +318,13 @@ func (b *Book) Take(raw []byte, source string) error {
 		return err
 	}
 	p, _ := peer.Decode(s.Provider)
+	k := scoreKey{p, s.Signer}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if cur := b.scores[p]; cur != nil && cur.Signer == s.Signer && cur.Seq >= s.Seq {
+	if cur := b.scores[k]; cur != nil && cur.Seq >= s.Seq {
 		return fmt.Errorf("%w: score seq %d, have %d", protocol.ErrReplay, s.Seq, cur.Seq)
 	}
-	b.scores[p] = s
+	b.scores[k] = s
 	b.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindScore), source).Inc()
 	return nil
 }
@@ -319,15 +336,26 @@ func (b *Book) Validate(ctx context.Context, from peer.ID, data []byte) p2p.Verd
 	return p2p.VerdictOf(b.Take(data, "gossip"))
 }
 
-// Score returns the latest valid score record of a provider, or nil.
-func (b *Book) Score(p peer.ID) *protocol.SignedScore {
+// Score returns the latest valid score record of a provider by a coordinator (for an
+// offer, the one that certified it), or nil. With by empty, the most recent record of any
+// trusted coordinator.
+func (b *Book) Score(p, by peer.ID) *protocol.SignedScore {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := b.scores[p]
-	if s == nil || !b.clock.Now().Before(s.ExpiresAt) {
+	now := b.clock.Now()
+	if by != "" {
+		if s := b.scores[scoreKey{p, by}]; s != nil && now.Before(s.ExpiresAt) {
+			return s
+		}
 		return nil
 	}
-	return s
+	var best *protocol.SignedScore
+	for k, s := range b.scores {
+		if k.provider == p && now.Before(s.ExpiresAt) && (best == nil || s.IssuedAt.After(best.IssuedAt)) {
+			best = s
+		}
+	}
+	return best
 }
 
 // Scores returns every valid score record held.
@@ -340,5 +368,8 @@ func (b *Book) Scores() []protocol.ScoreRecord {
 			out = append(out, s.ScoreRecord)
 		}
 	}
+	slices.SortFunc(out, func(a, b protocol.ScoreRecord) int {
+		return cmp.Or(strings.Compare(a.Provider, b.Provider), strings.Compare(a.Coordinator, b.Coordinator))
+	})
 	return out
 }
