@@ -50,7 +50,7 @@ func (n *Node) watchAlerts(dir string) {
 				c.Serial, c.Tier, c.ExpiresAt.UTC().Format(time.RFC1123)), true
 	}})
 	a.Watch(alerts.Condition{Key: "score", Resolved: "the score is back above the alert level", Check: func(time.Time) (bool, string, string, bool) {
-		s := n.scores.Score(n.peer.ID, "")
+		s := n.ownScore()
 		level := n.cfg.Alerts.ScoreBelow
 		if s == nil || level <= 0 {
 			return false, "", "", s != nil

@@ -171,9 +171,11 @@ func (a *APIServer) search(r *http.Request) (any, error) {
 		return nil, api.Invalid(fmt.Errorf("tier %q: %s or %s", f.Tier, protocol.TierCommunity, protocol.TierEnterprise))
 	}
 	if f.Coordinator != "" {
-		if _, err := peer.Decode(f.Coordinator); err != nil {
+		id, err := peer.Decode(f.Coordinator)
+		if err != nil {
 			return nil, api.Invalid(fmt.Errorf("coordinator %q: not a peer ID", f.Coordinator))
 		}
+		f.Coordinator = id.String()
 	}
 	switch q.Get("egress") {
 	case "", "false", "0":

@@ -65,6 +65,8 @@ type Node struct {
 	peer    *p2p.Peer
 	ledger  *ledger.Ledger
 	metrics *metrics.Metrics
+	// syncRetrying is set while a join's catalogue sync is retried in the background.
+	syncRetrying atomic.Bool
 
 	// Every node.
 	trust     *offers.Trust
@@ -409,10 +411,11 @@ type revocationDesk struct {
 // scale harness's renters, joining together, held no offer for minutes).
 func (n *Node) syncJoined(ctx context.Context) {
 	n.models.SyncTrusted(ctx)
-	if n.catalogue.SyncOffers(ctx) {
+	if n.catalogue.SyncOffers(ctx) || !n.syncRetrying.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
+	n.goLoop(func() {
+		defer n.syncRetrying.Store(false)
 		for wait := time.Second; wait <= 64*time.Second; wait *= 2 {
 			select {
 			case <-ctx.Done():
@@ -423,7 +426,7 @@ func (n *Node) syncJoined(ctx context.Context) {
 				return
 			}
 		}
-	}()
+	})
 }
 
 // announce makes a provider publish to the network it just joined, and once more when the

@@ -5,9 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpunex/gpunex/bench"
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // A provider's telemetry (docs/operations.md, "Metrics"): each GPU's state as NVML (or the
@@ -137,13 +139,25 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 
 // registerProviderTelemetry adds a provider's GPU, job, score and offer gauges to its
 // registry.
+// ownScore is this provider's latest score record by the coordinator that certified its
+// current offer (any trusted coordinator's newest before it has one).
+func (n *Node) ownScore() *protocol.SignedScore {
+	var by peer.ID
+	if n.publisher != nil {
+		if so := n.publisher.Current(); so != nil && so.Cert != nil {
+			by = so.Cert.Signer
+		}
+	}
+	return n.scores.Score(n.peer.ID, by)
+}
+
 func (n *Node) registerProviderTelemetry() {
 	n.metrics.Registry.MustRegister(&gpuCollector{n: n},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_jobs_running", Help: "Jobs holding GPUs on this provider now."},
 			func() float64 { return float64(n.jobs.RunningJobs()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_score", Help: "This provider's reliability score (0-100) in the coordinator's latest score record; -1 before the first."},
 			func() float64 {
-				if s := n.scores.Score(n.peer.ID, ""); s != nil {
+				if s := n.ownScore(); s != nil {
 					return float64(s.Score)
 				}
 				return -1

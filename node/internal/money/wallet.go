@@ -160,6 +160,13 @@ func (w *Wallet) RequestHold(ctx context.Context, p protocol.Proposal, coordinat
 	if err != nil {
 		return nil, err
 	}
+	// The hold's signer is where this job's disputes and accounts go later: it must be the
+	// coordinator asked.
+	if h, err := protocol.CheckHold(resp.Hold, w.clock.Now(), protocol.NewTrust(c)); err != nil {
+		return nil, fmt.Errorf("coordinator %s answered with a hold that does not check: %w", c, err)
+	} else if h.Job != p.Job || h.Renter != w.id.String() {
+		return nil, fmt.Errorf("coordinator %s answered with a hold for another job or renter", c)
+	}
 	return resp.Hold, nil
 }
 

@@ -141,7 +141,8 @@ func Rows(f api.SearchFilter, so *protocol.SignedOffer) []api.OfferRow {
 	if so.Attest != nil && so.Attest.HostBelow != "" {
 		return nil // delisted by its own attestation (a link or disk under the minimum)
 	}
-	if so.Cert != nil && ((f.Tier != "" && so.Cert.Tier != f.Tier) || (f.Coordinator != "" && so.Cert.Signer.String() != f.Coordinator)) {
+	if (f.Tier != "" || f.Coordinator != "") && (so.Cert == nil || (f.Tier != "" && so.Cert.Tier != f.Tier) ||
+		(f.Coordinator != "" && so.Cert.Signer.String() != f.Coordinator)) {
 		return nil
 	}
 	var out []api.OfferRow

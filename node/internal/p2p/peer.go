@@ -227,7 +227,20 @@ func (p *Peer) PenalisedPeers() float64 { return p.scores.Negative() }
 
 // Handle sets the handler of a stream protocol.
 func (p *Peer) Handle(proto string, h network.StreamHandler) {
+	if BulkProtocols[proto] {
+		inner := h
+		h = func(s network.Stream) {
+			p.keepForJobs(s.Conn().RemotePeer())
+			inner(s)
+		}
+	}
 	p.Host.SetStreamHandler(libp2pprotocol.ID(proto), h)
+}
+
+// keepForJobs marks a peer a job runs with, so that the connection manager (p2p.max_peers)
+// closes its connection last.
+func (p *Peer) keepForJobs(id peer.ID) {
+	p.Host.ConnManager().TagPeer(id, "gpunex-job", 100)
 }
 
 // Reach makes sure the host knows an address of id: connected already, in the peerstore,
@@ -255,6 +268,7 @@ func (p *Peer) OpenStream(ctx context.Context, id peer.ID, proto string) (networ
 	// (docs/operations.md, "NAT traversal"); a hole punch under way is waited for first.
 	if BulkProtocols[proto] {
 		p.preferDirect(ctx, id)
+		p.keepForJobs(id)
 	}
 	ctx = network.WithAllowLimitedConn(ctx, proto)
 	s, err := p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
@@ -339,16 +353,23 @@ func (p *Peer) FindProviders(ctx context.Context, key cid.Cid) <-chan peer.AddrI
 }
 
 // gossipRepairAfter is how long a bootstrap peer may stay connected but out of this node's
-// gossip before the connection is closed and made again.
-const gossipRepairAfter = 20 * time.Second
+// gossip before the connection is closed and made again; gossipRepairEvery, how long after
+// a repair the same peer may be repaired again.
+const (
+	gossipRepairAfter = 20 * time.Second
+	gossipRepairEvery = 10 * time.Minute
+)
 
 // repairGossip reconnects to a bootstrap peer that has been connected for gossipRepairAfter
 // without being a gossip peer on a joined topic. Gossipsub gives up on a peer whose stream it
 // could not open (a busy coordinator refusing streams in a burst of joins, a protocol
 // negotiation timing out on a loaded machine) until the next connection: the node would
 // hear nothing of its coordinator's gossip, and its offers would not reach it (the scale
-// harness, docs/performance.md). cutOff remembers since when each peer is cut off.
-func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.Time, cutOff map[peer.ID]time.Time, log *slog.Logger) {
+// harness, docs/performance.md). A peer that shares none of this node's topics is cut off;
+// one that shares some is not (a coordinator of another version, or one this node scores
+// low). cutOff remembers since when each peer is cut off, repaired when each was last
+// repaired: a repair closes every stream with the peer, so it is rare.
+func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.Time, cutOff, repaired map[peer.ID]time.Time, log *slog.Logger) {
 	p.mu.Lock()
 	topics := slices.Clone(p.topics)
 	p.mu.Unlock()
@@ -357,10 +378,10 @@ func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.
 			delete(cutOff, ai.ID)
 			continue
 		}
-		gossiping := true
+		gossiping := false
 		for _, t := range topics {
-			if !slices.Contains(t.t.ListPeers(), ai.ID) {
-				gossiping = false
+			if slices.Contains(t.t.ListPeers(), ai.ID) {
+				gossiping = true
 			}
 		}
 		if gossiping {
@@ -372,10 +393,11 @@ func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.
 			cutOff[ai.ID] = now
 			continue
 		}
-		if now.Sub(since) < gossipRepairAfter {
+		if now.Sub(since) < gossipRepairAfter || now.Sub(repaired[ai.ID]) < gossipRepairEvery {
 			continue
 		}
 		delete(cutOff, ai.ID)
+		repaired[ai.ID] = now
 		log.Info("connected to a bootstrap peer but not gossiping with it: reconnecting", "peer", ai.ID)
 		p.Host.Network().ClosePeer(ai.ID)
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -405,9 +427,13 @@ func (p *Peer) KeepJoined(ctx context.Context, boot []peer.AddrInfo, clk clock.C
 	// alone is true at start and whenever every peer is gone. The DHT may connect to the
 	// bootstrap peers by itself, so joining is noticed by having peers, not by connecting.
 	alone := true
-	cutOff := map[peer.ID]time.Time{}
+	cutOff, repaired := map[peer.ID]time.Time{}, map[peer.ID]time.Time{}
+	// The coordinators' connections are never closed to make room (p2p.max_peers).
+	for _, ai := range boot {
+		p.Host.ConnManager().Protect(ai.ID, "gpunex-bootstrap")
+	}
 	for {
-		p.repairGossip(ctx, boot, clk.Now(), cutOff, log)
+		p.repairGossip(ctx, boot, clk.Now(), cutOff, repaired, log)
 		if p.Connected() == 0 {
 			alone = true
 			for _, ai := range boot {
