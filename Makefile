@@ -10,7 +10,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 FUZZTIME ?= 5s
 PROVIDERS ?= 4
 
-.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package package-arm64 image
+.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package package-arm64 image scale
 
 # The Debian package (make package): built with nfpm, run as a Go tool at a pinned version.
 NFPM       := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
@@ -98,6 +98,11 @@ adversary: deps
 	  sed -n '/^adversary:/,/^=== NAME/p' /tmp/gpunex-adversary.log | grep -v '^=== NAME'; \
 	  grep -E '^ +--- FAIL|^ +adversary_test.go:[0-9]+: [a-z-]+:|^(ok|FAIL)' /tmp/gpunex-adversary.log; \
 	  echo "(full log: /tmp/gpunex-adversary.log)"; exit $$status
+
+## scale: the scale harness, NODES providers and 20 renters in one process (not part of `make test`)
+NODES ?= 100
+scale:
+	$(GO) test -tags scale -run '^TestScaleHarness$$' -count 1 -timeout 120m -v ./node/ -args -scale.providers=$(NODES) -scale.out=scale-$(NODES).txt
 
 ## bench: the performance figures of the issues (not part of `make test`)
 bench:

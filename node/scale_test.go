@@ -1,0 +1,499 @@
+//go:build scale
+
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/offers"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// The scale harness (`make scale NODES=1000`): one coordinator, N providers with simulated
+// GPUs and twenty renters, each a whole node with its own libp2p host (TCP on loopback, the
+// production host options), DHT, gossipsub and in-memory ledger, in this one process. It
+// prints what the network costs and how fast it answers; it asserts only that the network
+// formed. docs/performance.md keeps its tables.
+
+var (
+	scaleProviders = flag.Int("scale.providers", 100, "providers the scale harness starts")
+	scaleRenters   = flag.Int("scale.renters", 20, "renters the scale harness starts")
+	scaleWindow    = flag.Duration("scale.window", 2*time.Minute, "the steady-state window whose costs are measured")
+	scaleChanges   = flag.Int("scale.changes", 10, "price changes timed")
+	scaleRounds    = flag.Int("scale.rounds", 2, "rounds of searches, each renter searching four ways a round")
+	scaleOut       = flag.String("scale.out", "", "a file the report is also written to")
+	scaleHeap      = flag.String("scale.heapprofile", "", "a file the heap profile is written to after the steady-state window")
+)
+
+type scaleNet struct {
+	t        *testing.T
+	coordKey crypto.PrivKey
+	coord    *Node
+
+	mu        sync.Mutex
+	providers []*Node
+	renters   []*Node
+	started   int // nodes started: the next one's address
+	ledgers   []*ledger.Ledger
+}
+
+// close stops every node at once (one by one, a thousand nodes would take many minutes).
+func (s *scaleNet) close() {
+	var wg sync.WaitGroup
+	for _, n := range s.all() {
+		if n == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			n.Close(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, l := range s.ledgers {
+		l.Close()
+	}
+}
+
+// scaleConfig is a node's configuration in the harness: the defaults (offer TTL, republish,
+// search timeout, probe interval), QUIC on loopback, reachable (no NAT here: relays and AutoNAT
+// have nothing to do), with the test network's loose benchmark minimums.
+func scaleConfig(c config.Config) config.Config {
+	d := config.Defaults(c.Role)
+	c.Offers = d.Offers
+	c.Coordinator.ProbeInterval = d.Coordinator.ProbeInterval
+	c.P2P.Reachability = "public"
+	return c
+}
+
+func (s *scaleNet) start(cfg config.Config) *Node {
+	t := s.t
+	// Each node on its own loopback address (Linux routes 127.0.0.0/8 to lo), so that the
+	// per-address limits of the protocols (catalogue syncs, benchmark transfers) see a
+	// thousand hosts, not one. QUIC: one socket per node; over TCP, both ends of every
+	// connection in this process would need more descriptors than a container may open.
+	s.mu.Lock()
+	i := s.started + 1
+	s.started++
+	s.mu.Unlock()
+	cfg.P2P.Listen = []string{fmt.Sprintf("/ip4/127.%d.%d.%d/udp/0/quic-v1", 1+i/62500, i/250%250, 1+i%250)}
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := peer.IDFromPrivateKey(sk)
+	l, err := ledger.Open(ledger.Options{InMemory: true, Small: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.coord != nil {
+		cfg.P2P.Bootstrap = s.coord.Addrs()[:1]
+		cfg.Trust.Coordinators = []string{s.coord.ID().String()}
+	}
+	if cfg.Role == config.RoleProvider {
+		var gpus []protocol.CertifiedGPU
+		for _, g := range cfg.Provider.GPUs {
+			gpus = append(gpus, protocol.CertifiedGPU{Model: protocol.NormalizeModel(g.Model), Count: g.Count})
+		}
+		if err := l.SetOwnCertificate(testCertificate(t, s.coordKey, id, gpus, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		// The coordinator probes the providers whose application it approved.
+		now := time.Now()
+		if err := s.coord.ledger.PutApplication(ledger.Application{ID: id.String()[len(id.String())-12:], Provider: id.String(),
+			Status: protocol.StatusApproved, SubmittedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := New(context.Background(), cfg, sk, Deps{Ledger: l, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.ledgers = append(s.ledgers, l)
+	s.mu.Unlock()
+	if s.coord == nil {
+		s.coordKey, s.coord = sk, n
+	}
+	return n
+}
+
+// all returns every node: the coordinator, the providers, the renters.
+func (s *scaleNet) all() []*Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(append([]*Node{s.coord}, s.providers...), s.renters...)
+}
+
+func TestScaleHarness(t *testing.T) {
+	raiseFileLimit(t)
+	nProv, nRent := *scaleProviders, *scaleRenters
+	s := &scaleNet{t: t}
+	t.Cleanup(s.close)
+	report := &scaleReport{}
+	started := time.Now()
+	s.start(scaleConfig(testConfig(config.RoleCoordinator)))
+
+	// Providers join eight at a time, then the renters.
+	cpu0 := cpuTime()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range nProv {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			n := s.start(scaleConfig(providerConfig(i)))
+			s.mu.Lock()
+			s.providers = append(s.providers, n)
+			if k := len(s.providers); k%100 == 0 {
+				t.Logf("%s: %d providers started", time.Since(started).Round(time.Second), k)
+			}
+			s.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	report.add("nodes started (1 coordinator, %d providers, %d renters)", nProv, nRent)
+	report.add("  %d providers joined in %s, %s of CPU", nProv, time.Since(started).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
+	s.waitOffers(report, "the coordinator held every provider's offer", []*Node{s.coord})
+
+	// Renters join a network that is up: their first catalogue sync brings every offer.
+	joined := time.Now()
+	for range nRent {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			n := s.start(scaleConfig(testConfig(config.RoleRenter)))
+			s.mu.Lock()
+			s.renters = append(s.renters, n)
+			s.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	report.add("  %d renters joined in %s", nRent, time.Since(joined).Round(100*time.Millisecond))
+	s.waitOffers(report, fmt.Sprintf("the %d renters held every offer", nRent), s.renters)
+
+	s.measureSearches(report)
+	s.measurePriceChanges(report)
+	s.measureWindow(report)
+	out := fmt.Sprintf("=== scale harness: %d providers, %d renters, %d nodes, %s ===\n%s\n", nProv, nRent, nProv+nRent+1,
+		time.Now().UTC().Format(time.DateTime), report)
+	fmt.Print("\n" + out)
+	if *scaleOut != "" {
+		if err := os.WriteFile(*scaleOut, []byte(out), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// waitOffers waits until every node of nodes holds a record of every provider's offer
+// (live, or withdrawn by its own benchmarks: simulated GPUs on a loaded machine may fall
+// under a threshold), or for four minutes (past one republish interval, 3 minutes), and
+// reports how long it took or how many records the node that holds fewest has.
+func (s *scaleNet) waitOffers(report *scaleReport, what string, nodes []*Node) {
+	t := s.t
+	start, lastLog := time.Now(), time.Now()
+	for {
+		short, least := 0, len(s.providers)
+		for _, n := range nodes {
+			k := 0
+			for _, p := range s.providers {
+				if so, _ := n.book.Get(p.ID()); so != nil {
+					k++
+				}
+			}
+			if k < len(s.providers) {
+				short, least = short+1, min(least, k)
+			}
+		}
+		took := time.Since(start).Round(100 * time.Millisecond)
+		if short == 0 {
+			report.add("  %s %s later", what, took)
+			return
+		}
+		if took > 4*time.Minute {
+			report.add("  NOT DONE: %s: after %s, %d of %d nodes short, the least holding %d of %d", what, took, short, len(nodes), least, len(s.providers))
+			return
+		}
+		if time.Since(lastLog) > 15*time.Second {
+			t.Logf("%s: %d of %d nodes still short, the least holds %d offers", took, short, len(nodes), least)
+			lastLog = time.Now()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// measureSearches times renters' searches, warm (a renter following gossip) and cold (a
+// renter whose book was emptied: catalogue sync, then the DHT), for one model and for every
+// offer.
+func (s *scaleNet) measureSearches(report *scaleReport) {
+	// What a search should find: the live offers the coordinator holds.
+	model := protocol.NormalizeModel(testModels[0].model)
+	want := map[string]int{}
+	for _, so := range s.coord.book.Live(time.Now()) {
+		want[""] += len(offers.Rows(api.SearchFilter{}, so))
+		want[model] += len(offers.Rows(api.SearchFilter{Model: model}, so))
+	}
+	// Warm and cold searches alternate, so that both meet the network in the same state.
+	type series struct {
+		lat   []time.Duration
+		worst float64
+	}
+	results := map[string]*series{}
+	filters := []api.SearchFilter{{Model: model}, {}}
+	for range *scaleRounds {
+		for _, r := range s.renters {
+			for _, mode := range []string{"warm", "cold"} {
+				for _, f := range filters {
+					if mode == "cold" {
+						r.book.Reset()
+					}
+					start := time.Now()
+					rows, st, err := r.catalogue.SearchMeasured(context.Background(), f)
+					took := time.Since(start)
+					if err != nil {
+						s.t.Fatalf("search: %v", err)
+					}
+					if len(rows) < want[f.Model] {
+						s.t.Logf("%s search %q found %d of %d in %s: %+v; %d peers", mode, f.Model, len(rows), want[f.Model], took.Round(time.Millisecond), st, r.peer.Connected())
+					}
+					k := mode + "/" + f.Model
+					if results[k] == nil {
+						results[k] = &series{worst: 1}
+					}
+					results[k].lat = append(results[k].lat, took)
+					results[k].worst = min(results[k].worst, float64(len(rows))/float64(max(want[f.Model], 1)))
+				}
+			}
+		}
+	}
+	for _, mode := range []string{"warm", "cold"} {
+		for _, f := range filters {
+			r := results[mode+"/"+f.Model]
+			what := "every offer"
+			if f.Model != "" {
+				what = fmt.Sprintf("one model (%d offers)", want[f.Model])
+			}
+			report.add("search %s, %s: p50 %s, p95 %s, max %s over %d searches; the worst found %.1f%%", mode, what,
+				ms(percentile(r.lat, 0.5)), ms(percentile(r.lat, 0.95)), ms(percentile(r.lat, 1)), len(r.lat), 100*r.worst)
+		}
+	}
+}
+
+// measurePriceChanges times price changes of providers taken in turn until every node holds
+// the new offer (or 30 s pass).
+func (s *scaleNet) measurePriceChanges(report *scaleReport) {
+	nodes := s.all()
+	var at95, at100 []time.Duration
+	missed := 0
+	for i := range *scaleChanges {
+		prov := s.providers[(i*7919)%len(s.providers)]
+		model := declaredModel(prov)
+		start := time.Now()
+		so, err := prov.publisher.SetPrice(context.Background(), model, protocol.MicroUSDC(500_000+i))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		var arrivals []time.Duration
+		got := make([]bool, len(nodes))
+		for len(arrivals) < len(nodes) && time.Since(start) < 30*time.Second {
+			for k, n := range nodes {
+				if got[k] {
+					continue
+				}
+				if cur, _ := n.book.Get(prov.ID()); cur != nil && cur.Offer.Seq >= so.Offer.Seq {
+					got[k] = true
+					arrivals = append(arrivals, time.Since(start))
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		slices.Sort(arrivals)
+		if n95 := (len(nodes)*95 + 99) / 100; len(arrivals) >= n95 {
+			at95 = append(at95, arrivals[n95-1])
+		}
+		if len(arrivals) == len(nodes) {
+			at100 = append(at100, arrivals[len(arrivals)-1])
+		} else {
+			missed++
+		}
+		time.Sleep(time.Second)
+	}
+	line := fmt.Sprintf("price change, %d changes: 95%% of nodes median %s, worst %s", *scaleChanges, ms(percentile(at95, 0.5)), ms(percentile(at95, 1)))
+	if len(at100) > 0 {
+		line += fmt.Sprintf("; 100%% median %s, worst %s", ms(percentile(at100, 0.5)), ms(percentile(at100, 1)))
+	}
+	if missed > 0 {
+		line += fmt.Sprintf("; %d changes had not reached every node after 30 s", missed)
+	}
+	report.add("%s", line)
+}
+
+// measureWindow measures a steady-state window: CPU, memory, connections, gossip and DHT
+// records per node, and the coordinator's probes and score records.
+func (s *scaleNet) measureWindow(report *scaleReport) {
+	nodes := s.all()
+	w := *scaleWindow
+	gossip0 := sumGossip(nodes)
+	probes0 := counterSum(s.coord, "gpunex_uptime_probes_total", nil)
+	scores0 := counterSum(s.renters[0], "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)})
+	cpu0, t0 := cpuTime(), time.Now()
+	time.Sleep(w)
+	cpu := cpuTime() - cpu0
+	elapsed := time.Since(t0)
+	gossip := sumGossip(nodes) - gossip0
+	probes := counterSum(s.coord, "gpunex_uptime_probes_total", nil) - probes0
+	scores := counterSum(s.renters[0], "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)}) - scores0
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if *scaleHeap != "" {
+		if f, err := os.Create(*scaleHeap); err == nil {
+			pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
+	n := float64(len(nodes))
+	// The marketplace's keys: every offer, each region, each model.
+	keys := []cid.Cid{protocol.AllOffersKey()}
+	for _, r := range testRegions {
+		keys = append(keys, protocol.RegionKey(protocol.NormalizeRegion(r)))
+	}
+	for _, m := range testModels {
+		keys = append(keys, protocol.ModelKey(protocol.NormalizeModel(m.model)))
+	}
+	conns, provRecs := 0, []int{}
+	for _, x := range nodes {
+		conns += x.peer.Connected()
+		p, err := x.peer.StoredProviders(context.Background(), keys)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		provRecs = append(provRecs, p)
+	}
+	slices.Sort(provRecs)
+	perMin := float64(time.Minute) / float64(elapsed)
+	report.add("steady state over %s:", elapsed.Round(time.Second))
+	report.add("  CPU: %.3f of a core per node (%.2f cores for the process)", cpu.Seconds()/elapsed.Seconds()/n, cpu.Seconds()/elapsed.Seconds())
+	report.add("  memory: %.1f MB per node in use by Go (heap and stacks, after a GC), %.1f MB resident per node; %d goroutines per node",
+		float64(ms.HeapInuse+ms.StackInuse)/n/1e6, float64(residentBytes())/n/1e6, runtime.NumGoroutine()/len(nodes))
+	report.add("  connections: %.1f per node", float64(conns)/n)
+	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*perMin)
+	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
+		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
+	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour", probes*perMin*60, scores*perMin*60)
+}
+
+type scaleReport struct{ lines []string }
+
+func (r *scaleReport) add(format string, args ...any) {
+	r.lines = append(r.lines, fmt.Sprintf(format, args...))
+}
+
+func (r *scaleReport) String() string { return strings.Join(r.lines, "\n") }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
+
+func sumInts(v []int) int {
+	t := 0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
+
+// sumGossip adds up the gossip records every node validated (accepted or rejected).
+func sumGossip(nodes []*Node) float64 {
+	t := 0.0
+	for _, n := range nodes {
+		t += counterSum(n, "gpunex_records_accepted_total", map[string]string{"source": "gossip"}) +
+			counterSum(n, "gpunex_records_rejected_total", map[string]string{"source": "gossip"})
+	}
+	return t
+}
+
+// counterSum adds up a counter family's series whose labels match.
+func counterSum(n *Node, name string, labels map[string]string) float64 {
+	mfs, err := n.metrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	t := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue series
+				}
+			}
+			t += m.GetCounter().GetValue()
+		}
+	}
+	return t
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// residentBytes is the process's resident memory (VmRSS).
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// raiseFileLimit lets the process hold every node's sockets: a thousand nodes with tens of
+// connections each, both ends in this process.
+func raiseFileLimit(t *testing.T) {
+	lim := syscall.Rlimit{Cur: 1 << 20, Max: 1 << 20}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+		t.Logf("open files limited to %d: %v", lim.Cur, err)
+	}
+}
