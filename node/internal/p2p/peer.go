@@ -304,9 +304,6 @@ func (p *Peer) Exchange(ctx context.Context, id peer.ID, proto string, timeout t
 	return nil
 }
 
-// GossipPeers lists the peers this node knows to be subscribed to a topic.
-func (p *Peer) GossipPeers(topic string) []peer.ID { return p.ps.ListPeers(topic) }
-
 // RoutingTableSize returns how many peers the DHT's routing table holds.
 func (p *Peer) RoutingTableSize() int { return p.dht.RoutingTable().Size() }
 
