@@ -30,7 +30,7 @@ import (
 )
 
 // The scale harness (`make scale NODES=1000`): one coordinator, N providers with simulated
-// GPUs and twenty renters, each a whole node with its own libp2p host (TCP on loopback, the
+// GPUs and twenty renters, each a whole node with its own libp2p host (QUIC on its own loopback address, the
 // production host options), DHT, gossipsub and in-memory ledger, in this one process. It
 // prints what the network costs and how fast it answers; it asserts only that the network
 // formed. docs/performance.md keeps its tables.
@@ -318,21 +318,7 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		var arrivals []time.Duration
-		got := make([]bool, len(nodes))
-		for len(arrivals) < len(nodes) && time.Since(start) < 30*time.Second {
-			for k, n := range nodes {
-				if got[k] {
-					continue
-				}
-				if cur, _ := n.book.Get(prov.ID()); cur != nil && cur.Offer.Seq >= so.Offer.Seq {
-					got[k] = true
-					arrivals = append(arrivals, time.Since(start))
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		slices.Sort(arrivals)
+		arrivals := offerArrivals(nodes, so, start, 30*time.Second, 5*time.Millisecond)
 		if n95 := (len(nodes)*95 + 99) / 100; len(arrivals) >= n95 {
 			at95 = append(at95, arrivals[n95-1])
 		}

@@ -137,8 +137,6 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// registerProviderTelemetry adds a provider's GPU, job, score and offer gauges to its
-// registry.
 // ownScore is this provider's latest score record by the coordinator that certified its
 // current offer (any trusted coordinator's newest before it has one).
 func (n *Node) ownScore() *protocol.SignedScore {
@@ -151,6 +149,8 @@ func (n *Node) ownScore() *protocol.SignedScore {
 	return n.scores.Score(n.peer.ID, by)
 }
 
+// registerProviderTelemetry adds a provider's GPU, job, score and offer gauges to its
+// registry.
 func (n *Node) registerProviderTelemetry() {
 	n.metrics.Registry.MustRegister(&gpuCollector{n: n},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_jobs_running", Help: "Jobs holding GPUs on this provider now."},
