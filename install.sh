@@ -116,7 +116,7 @@ if [ -n "$need_pkgs" ]; then
   # Cloud images often ship without package lists. A repository that fails to update (an
   # expired key on a vendor repository) need not stop the install: the lists at hand may do.
   $APT_GET update -q || say "warning: apt-get update failed; installing from the package lists at hand"
-  DEBIAN_FRONTEND=noninteractive $APT_GET install -y -q --no-install-recommends $need_pkgs
+  DEBIAN_FRONTEND=noninteractive $APT_GET install -y -q --no-install-recommends -o Acquire::Retries=3 $need_pkgs
 fi
 if [ ! -x "$GPUNEX" ]; then
   $DPKG --install "$package"

@@ -1246,3 +1246,33 @@ func TestAbandonedJobCounted(t *testing.T) {
 		t.Fatalf("an account of a reported job: %v", err)
 	}
 }
+
+// behindClock is a machine clock running late.
+type behindClock struct{ by time.Duration }
+
+func (c behindClock) Now() time.Time                         { return time.Now().Add(-c.by) }
+func (c behindClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TestRefusedHoldGivenBack: a renter whose clock runs ten minutes late refuses the hold its
+// coordinator signs (issued "in the future"), and proposes without it; the coordinator has
+// placed it all the same, and the renter asks for it back at once, so its funds are not
+// locked for the job's time and a day.
+func TestRefusedHoldGivenBack(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), behindClock{10 * time.Minute})
+	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
+	waitCertified(t, coord, prov)
+	const job = "00000000000000dd"
+	_, err := renter.wallet.RequestHold(context.Background(), protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
+		Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: 1, MaxSeconds: 3600, MaxPrice: 1_000_000}, coord.ID())
+	if err == nil || !strings.Contains(err.Error(), "does not check") {
+		t.Fatalf("a hold issued ten minutes ahead of the renter's clock: %v", err)
+	}
+	eventually(t, 20*time.Second, "the refused hold released", func() (bool, string) {
+		h, err := coord.ledger.GetHold(job)
+		a, _ := coord.ledger.GetAccount(renter.ID().String())
+		return err == nil && h.State == ledger.HoldReleased && a.Held == 0, fmt.Sprintf("hold %s (%v), account %+v", h.State, err, a)
+	})
+}

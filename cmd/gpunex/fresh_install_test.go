@@ -43,11 +43,8 @@ func TestFreshDebianInstall(t *testing.T) {
 	if !filepath.IsAbs(pkg) {
 		pkg, _ = filepath.Abs(filepath.Join("..", "..", pkg))
 	}
-	root := t.TempDir()
 	start := time.Now()
-	if out, err := exec.Command("debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv,dbus", "bookworm", root, debianMirror()).CombinedOutput(); err != nil {
-		t.Fatalf("debootstrap: %v\n%s", err, tail(string(out), 2000))
-	}
+	root := debootstrap(t)
 	copyFile(t, pkg, filepath.Join(root, "root", filepath.Base(pkg)), 0o644)
 	copyFile(t, filepath.Join("..", "..", "install.sh"), filepath.Join(root, "root", "install.sh"), 0o755)
 	copyFile(t, "/etc/resolv.conf", filepath.Join(root, "etc/resolv.conf"), 0o644)
@@ -211,6 +208,34 @@ func (m *machine) shutdown() {
 }
 
 // debianMirror is the Debian mirror this machine's apt uses, or deb.debian.org.
+// debootstrap makes a minimal Debian 12 with systemd in a temporary directory. A mirror
+// that fails to serve a package now and then (CI once lost a run to one missing zlib1g) is
+// tried again, up to three times; the packages already fetched are kept in a cache, which
+// also makes later runs on the same machine faster.
+func debootstrap(t *testing.T) string {
+	cache := filepath.Join(os.TempDir(), "gpunex-debootstrap-cache")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		root := t.TempDir()
+		out, err = exec.Command("debootstrap", "--variant=minbase", "--include=systemd,systemd-sysv,dbus",
+			"--cache-dir="+cache, "bookworm", root, debianMirror()).CombinedOutput()
+		if err == nil {
+			return root
+		}
+		if !strings.Contains(string(out), "Couldn't download") {
+			break
+		}
+		t.Logf("debootstrap, attempt %d: the mirror failed to serve a package; trying again", attempt)
+		time.Sleep(time.Duration(attempt) * 5 * time.Second)
+	}
+	t.Fatalf("debootstrap: %v\n%s", err, tail(string(out), 2000))
+	return ""
+}
+
 func debianMirror() string {
 	if m := os.Getenv("GPUNEX_DEBIAN_MIRROR"); m != "" {
 		return m

@@ -161,10 +161,14 @@ func (w *Wallet) RequestHold(ctx context.Context, p protocol.Proposal, coordinat
 		return nil, err
 	}
 	// The hold's signer is where this job's disputes and accounts go later: it must be the
-	// coordinator asked.
+	// coordinator asked. A hold refused here (a renter's clock far off the coordinator's,
+	// say) is placed all the same: it is asked back at once rather than left to lock the
+	// funds until it expires.
 	if h, err := protocol.CheckHold(resp.Hold, w.clock.Now(), protocol.NewTrust(c)); err != nil {
+		go w.ReleaseAfterFailure(p.Job, c)
 		return nil, fmt.Errorf("coordinator %s answered with a hold that does not check: %w", c, err)
 	} else if h.Job != p.Job || h.Renter != w.id.String() {
+		go w.ReleaseAfterFailure(p.Job, c)
 		return nil, fmt.Errorf("coordinator %s answered with a hold for another job or renter", c)
 	}
 	return resp.Hold, nil

@@ -71,6 +71,8 @@ type Peer struct {
 	// the host was given).
 	bans  *bans
 	reach reachability
+	// jobStreams counts each peer's open job streams (keepForJobs).
+	jobStreams map[peer.ID]int
 }
 
 // New starts the host (unless given), the DHT in server mode and gossipsub with peer scoring.
@@ -230,17 +232,57 @@ func (p *Peer) Handle(proto string, h network.StreamHandler) {
 	if BulkProtocols[proto] {
 		inner := h
 		h = func(s network.Stream) {
-			p.keepForJobs(s.Conn().RemotePeer())
+			done := p.keepForJobs(s.Conn().RemotePeer())
+			defer done()
 			inner(s)
 		}
 	}
 	p.Host.SetStreamHandler(libp2pprotocol.ID(proto), h)
 }
 
-// keepForJobs marks a peer a job runs with, so that the connection manager (p2p.max_peers)
-// closes its connection last.
-func (p *Peer) keepForJobs(id peer.ID) {
-	p.Host.ConnManager().TagPeer(id, "gpunex-job", 100)
+// keepForJobs marks a peer a job stream is open with, so that the connection manager
+// (p2p.max_peers) closes its connection last, until done is called. The mark lasts as long
+// as the peer's job streams, which their deadlines bound: a stranger that opens one to
+// push gossip peers out loses it with the stream.
+func (p *Peer) keepForJobs(id peer.ID) (done func()) {
+	p.mu.Lock()
+	if p.jobStreams == nil {
+		p.jobStreams = make(map[peer.ID]int)
+	}
+	p.jobStreams[id]++
+	if p.jobStreams[id] == 1 {
+		p.Host.ConnManager().TagPeer(id, jobTag, 100)
+	}
+	p.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.jobStreams[id]--; p.jobStreams[id] <= 0 {
+				delete(p.jobStreams, id)
+				p.Host.ConnManager().UntagPeer(id, jobTag)
+			}
+		})
+	}
+}
+
+const jobTag = "gpunex-job"
+
+// jobStream is a job stream this host opened, marked (keepForJobs) until closed or reset.
+type jobStream struct {
+	network.Stream
+	done func()
+}
+
+func (s jobStream) Close() error {
+	defer s.done()
+	return s.Stream.Close()
+}
+
+func (s jobStream) Reset() error {
+	defer s.done()
+	return s.Stream.Reset()
 }
 
 // Reach makes sure the host knows an address of id: connected already, in the peerstore,
@@ -268,7 +310,6 @@ func (p *Peer) OpenStream(ctx context.Context, id peer.ID, proto string) (networ
 	// (docs/operations.md, "NAT traversal"); a hole punch under way is waited for first.
 	if BulkProtocols[proto] {
 		p.preferDirect(ctx, id)
-		p.keepForJobs(id)
 	}
 	ctx = network.WithAllowLimitedConn(ctx, proto)
 	s, err := p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
@@ -278,7 +319,10 @@ func (p *Peer) OpenStream(ctx context.Context, id peer.ID, proto string) (networ
 			s, err = p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
 		}
 	}
-	return s, err
+	if err != nil || !BulkProtocols[proto] {
+		return s, err
+	}
+	return jobStream{Stream: s, done: p.keepForJobs(id)}, nil
 }
 
 // Exchange sends one JSON frame to a peer on a protocol and reads one JSON frame back (at
