@@ -104,6 +104,11 @@ NODES ?= 100
 scale:
 	$(GO) test -tags scale -run '^TestScaleHarness$$' -count 1 -timeout 120m -v ./node/ -args -scale.providers=$(NODES) -scale.out=scale-$(NODES).txt
 
+## screenshots: the dashboard's tabs, as the browser test sees them, into docs/dashboard/
+screenshots: deps
+	mkdir -p docs/dashboard
+	GPUNEX_DASHBOARD_SHOTS=$(CURDIR)/docs/dashboard $(GO) test -count=1 -run '^TestDashboardInBrowser$$' ./node/
+
 ## bench: the performance figures of the issues (not part of `make test`)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./protocol/

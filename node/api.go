@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/dashboard"
 	"github.com/gpunex/gpunex/node/internal/offers"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -24,7 +25,8 @@ import (
 )
 
 // The local API: JSON over HTTP on loopback, every route but /metrics and /healthz behind
-// the bearer token in api.token. docs/api.md lists the routes.
+// the bearer token in api.token, or a dashboard session (node/dashboard) standing for it.
+// docs/api.md lists the routes; docs/dashboard.md the pages on the same listener.
 
 // APIServer serves the local API of a node.
 type APIServer struct {
@@ -33,6 +35,7 @@ type APIServer struct {
 	started time.Time
 	srv     *http.Server
 	ln      net.Listener
+	dash    *dashboard.Server
 }
 
 // ServeAPI starts the local API on listen (a loopback host:port) and returns once it
@@ -45,8 +48,9 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API listen: %w", err)
 	}
-	a := &APIServer{n: n, token: token, started: time.Now(), ln: ln}
+	a := &APIServer{n: n, token: token, started: time.Now(), ln: ln, dash: dashboard.New(ln.Addr().String())}
 	mux := http.NewServeMux()
+	a.dash.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	a.route(mux, "GET /v1/status", a.status)
@@ -83,7 +87,11 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.routeJobs(mux)
 	a.routeMoney(mux)
 	a.routeBench(mux)
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	a.routeDashboard(mux)
+	a.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dashboard.SecurityHeaders(w.Header())
+		mux.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 5 * time.Second}
 	go a.srv.Serve(ln)
 	return a, nil
 }
@@ -113,14 +121,21 @@ func (a *APIServer) route(mux *http.ServeMux, pattern string, h func(*http.Reque
 	})
 }
 
-// authorized checks the bearer token, answering 401 when it is wrong.
+// authorized checks the bearer token, or else a dashboard session (with its CSRF token on
+// changes), answering 401 when neither is there and 403 when a session's request is refused.
 func (a *APIServer) authorized(w http.ResponseWriter, r *http.Request) bool {
-	auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(auth), []byte(a.token)) != 1 {
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong API token (see api.token in the node's home)"})
+	if auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		if subtle.ConstantTimeCompare([]byte(auth), []byte(a.token)) == 1 {
+			return true
+		}
+	} else if ok, why := a.dash.Authorize(r); ok {
+		return true
+	} else if why != "" {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": why})
 		return false
 	}
-	return true
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong API token (see api.token in the node's home)"})
+	return false
 }
 
 // errorCode maps an error to its HTTP status: the kinds of node/api, and the ledger's

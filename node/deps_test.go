@@ -61,8 +61,10 @@ func TestImportBoundaries(t *testing.T) {
 		// Test servers of the notices (SMTP, webhook), for tests only.
 		"node/internal/noticetest": {},
 		"node/internal/recordtest": {"protocol"},
+		// The web dashboard's pages and sessions: it calls the API from the browser only.
+		"node/dashboard": {},
 		// The daemon assembles the subsystems; it does not import the local Solana runtime.
-		"node": append(slices.Clone(subsystemImports), subsystems...),
+		"node": append(append(slices.Clone(subsystemImports), subsystems...), "node/dashboard"),
 		"cmd/gpunex": {"protocol", "ledger/audit", "ledger/solana", "sandbox", "bench",
 			"node", "node/api", "node/calendar", "node/config", "node/devnet"},
 	}

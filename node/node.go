@@ -59,6 +59,8 @@ type Deps struct {
 
 // Node is a running gpunex daemon.
 type Node struct {
+	// gpus reads a provider's GPUs for its metrics and dashboard (nil on other roles).
+	gpus    *gpuCollector
 	cfg     config.Config
 	log     *slog.Logger
 	clock   clock.Clock

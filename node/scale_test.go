@@ -79,12 +79,13 @@ func (s *scaleNet) close() {
 }
 
 // scaleConfig is a node's configuration in the harness: the defaults (offer TTL, republish,
-// search timeout, probe interval), QUIC on loopback, reachable (no NAT here: relays and AutoNAT
+// search timeout, probe interval, connection limits), QUIC on loopback, reachable (no NAT here: relays and AutoNAT
 // have nothing to do), with the test network's loose benchmark minimums.
 func scaleConfig(c config.Config) config.Config {
 	d := config.Defaults(c.Role)
 	c.Offers = d.Offers
 	c.Coordinator.ProbeInterval = d.Coordinator.ProbeInterval
+	c.P2P.MaxPeers = d.P2P.MaxPeers
 	c.P2P.Reachability = "public"
 	return c
 }

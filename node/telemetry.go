@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"strconv"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpunex/gpunex/bench"
+	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -92,15 +94,42 @@ func (c *gpuCollector) probe() []bench.GPUInfo {
 	return c.gpus
 }
 
-func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
-	below := map[string]bool{}
+// delisted returns why each GPU's latest benchmarks delisted it, by UUID ("" when they
+// did not).
+func (c *gpuCollector) delisted() map[string]string {
+	below := map[string]string{}
 	if c.n.bench != nil {
 		if a := c.n.bench.Latest(); a != nil {
 			for _, g := range a.GPUs {
-				below[g.UUID] = g.Below != "" || a.HostBelow != ""
+				below[g.UUID] = cmp.Or(g.Below, a.HostBelow)
 			}
 		}
 	}
+	return below
+}
+
+// views describes each GPU as the dashboard shows it (GET /v1/provider/gpus).
+func (c *gpuCollector) views() []api.GPUView {
+	below := c.delisted()
+	out := []api.GPUView{}
+	for _, g := range c.probe() {
+		v := api.GPUView{Index: g.Index, UUID: g.UUID, Model: g.Model, Simulated: g.Simulated, TemperatureC: g.Health.TemperatureC,
+			PowerWatts: g.Health.PowerWatts, Utilization: g.Health.UtilizationPct, Throttle: g.Health.Throttle, State: "free"}
+		switch {
+		case g.Health.Error != "":
+			v.State, v.Error = "lost", g.Health.Error
+		case c.n.jobs != nil && c.n.jobs.Busy(g.UUID):
+			v.State = "leased"
+		case below[g.UUID] != "":
+			v.State, v.DelistedWhy = "delisted", below[g.UUID]
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
+	below := c.delisted()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -133,7 +162,7 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(gpuDescs.throttle, 1, g.UUID, g.Model, index, r)
 		}
 		gauge(gpuDescs.leased, bool01(c.n.jobs != nil && c.n.jobs.Busy(g.UUID)), l...)
-		gauge(gpuDescs.delisted, bool01(below[g.UUID]), l...)
+		gauge(gpuDescs.delisted, bool01(below[g.UUID] != ""), l...)
 	}
 }
 
@@ -152,7 +181,8 @@ func (n *Node) ownScore() *protocol.SignedScore {
 // registerProviderTelemetry adds a provider's GPU, job, score and offer gauges to its
 // registry.
 func (n *Node) registerProviderTelemetry() {
-	n.metrics.Registry.MustRegister(&gpuCollector{n: n},
+	n.gpus = &gpuCollector{n: n}
+	n.metrics.Registry.MustRegister(n.gpus,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_jobs_running", Help: "Jobs holding GPUs on this provider now."},
 			func() float64 { return float64(n.jobs.RunningJobs()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_score", Help: "This provider's reliability score (0-100) in the coordinator's latest score record; -1 before the first."},

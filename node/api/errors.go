@@ -19,6 +19,8 @@ var (
 	ErrWrongRole = errors.New("not available in this node's role")
 	// ErrRateLimited: too many requests from one peer; ask later (429).
 	ErrRateLimited = errors.New("rate limited")
+	// ErrForbidden: the caller is known but may not do this (403).
+	ErrForbidden = errors.New("forbidden")
 )
 
 // kindError gives err a kind without changing its message.
@@ -44,6 +46,8 @@ func HTTPStatus(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrRateLimited):
 		return http.StatusTooManyRequests
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}

@@ -2,7 +2,6 @@ package money
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -192,7 +191,7 @@ func (m *Market) RecommendPrice(model, region string) ([]api.PriceAdvice, error)
 	}
 	m.mu.Unlock()
 	if len(all) == 0 {
-		return nil, errors.New("no market statistics received from the coordinator yet: they are published every settlement.market_interval")
+		return nil, fmt.Errorf("%w: no market statistics received from the coordinator yet: they are published every settlement.market_interval", api.ErrNotFound)
 	}
 	slices.SortFunc(all, func(a, b *protocol.SignedMarketStats) int { return strings.Compare(a.Coordinator, b.Coordinator) })
 	if region == "" && m.role == config.RoleProvider {

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+
+	"github.com/spf13/cobra"
+)
+
+func dashboardCommand() *cobra.Command {
+	var open bool
+	c := &cobra.Command{
+		Use:   "dashboard [--open]",
+		Short: "Print a one-time login link to this node's web dashboard (or open it in the browser)",
+		Long: "Asks the running node for a login link to its dashboard, served on its local API address. " +
+			"The link opens one browser session, once, within 5 minutes; the session lasts 12 hours.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			link, err := cl.DashboardLink(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), link.URL)
+			if open {
+				if err := openBrowser(link.URL); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "could not open a browser (%v): open the link above\n", err)
+				}
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&open, "open", false, "open the link in the desktop's browser")
+	return c
+}
+
+// openBrowser hands a URL to the desktop's browser.
+func openBrowser(url string) error {
+	switch runtime.GOOS {
+	case "darwin":
+		return exec.Command("open", url).Start()
+	case "windows":
+		return exec.Command("rundll32", "url.dll,FileProtocolHandler", url).Start()
+	default:
+		return exec.Command("xdg-open", url).Start()
+	}
+}

@@ -1,0 +1,968 @@
+// The gpunex dashboard: one page per role, drawn from the node's JSON API (docs/api.md).
+// Everything a peer publishes is written as text (textContent), never as markup.
+'use strict';
+
+(function () {
+  const csrf = document.querySelector('meta[name="csrf-token"]').getAttribute('content');
+  let M = { en: {} };
+  let lang = 'en';
+  let status = null;
+  let tab = null;
+  let refresh = null;
+  let refreshing = false;
+
+  const TABS = {
+    provider: ['overview', 'application', 'benchmarks', 'pricing', 'payments', 'performance', 'jobs'],
+    renter: ['offers', 'run', 'jobs', 'wallet'],
+    coordinator: ['applications', 'providers', 'payouts', 'market', 'disputes'],
+  };
+
+  // ---- messages and formats ----
+
+  function t(key, vars) {
+    let s = (M[lang] && M[lang][key]) || M.en[key] || key;
+    for (const [k, v] of Object.entries(vars || {})) s = s.split('{' + k + '}').join(String(v));
+    return s;
+  }
+
+  function pickLanguage() {
+    const saved = localStorage.getItem('gpunex-lang');
+    if (saved && M[saved]) return saved;
+    for (const l of navigator.languages || [navigator.language || 'en']) {
+      const base = l.toLowerCase().split('-')[0];
+      if (M[base]) return base;
+    }
+    return 'en';
+  }
+
+  // usdc formats a decimal USDC string ("12.5", as the API writes amounts) for the locale,
+  // without going through a float.
+  function usdc(s) {
+    if (s === undefined || s === null || s === '') return '–';
+    s = String(s);
+    const neg = s.startsWith('-');
+    if (neg) s = s.slice(1);
+    let [whole, frac = ''] = s.split('.');
+    const nf = new Intl.NumberFormat(lang);
+    const dec = nf.formatToParts(1.5).find((p) => p.type === 'decimal').value;
+    frac = frac.replace(/0+$/, '');
+    if (frac.length < 2) frac = frac.padEnd(2, '0');
+    return (neg ? '-' : '') + nf.format(BigInt(whole || '0')) + dec + frac + '\u00a0USDC';
+  }
+
+  // micro turns integer micro-USDC into the API's decimal string.
+  function micro(n) {
+    const neg = n < 0;
+    const s = String(Math.abs(n)).padStart(7, '0');
+    return (neg ? '-' : '') + s.slice(0, -6) + '.' + s.slice(-6);
+  }
+
+  function num(x, digits) {
+    if (x === undefined || x === null) return '–';
+    return new Intl.NumberFormat(lang, { maximumFractionDigits: digits === undefined ? 1 : digits }).format(x);
+  }
+
+  function pct(x) {
+    return new Intl.NumberFormat(lang, { style: 'percent', maximumFractionDigits: 1 }).format(x || 0);
+  }
+
+  function when(s) {
+    if (!s || s.startsWith('0001-')) return '–';
+    return new Intl.DateTimeFormat(lang, { dateStyle: 'medium', timeStyle: 'short' }).format(new Date(s));
+  }
+
+  function day(d) {
+    return new Intl.DateTimeFormat(lang, { dateStyle: 'short' }).format(d);
+  }
+
+  function short(id) {
+    return id && id.length > 16 ? id.slice(0, 6) + '…' + id.slice(-6) : id || '–';
+  }
+
+  // ---- the API ----
+
+  class APIError extends Error {
+    constructor(code, message) {
+      super(message);
+      this.code = code;
+    }
+  }
+
+  async function api(method, path, body) {
+    const opts = { method, headers: {}, credentials: 'same-origin' };
+    if (method !== 'GET') opts.headers['X-CSRF-Token'] = csrf;
+    if (body !== undefined) {
+      opts.headers['Content-Type'] = 'application/json';
+      opts.body = JSON.stringify(body);
+    }
+    const r = await fetch(path, opts);
+    if (r.status === 401) {
+      location.href = '/login';
+      throw new APIError(401, t('session_ended'));
+    }
+    const text = await r.text();
+    let v = null;
+    try {
+      v = text ? JSON.parse(text) : null;
+    } catch (e) {
+      v = null;
+    }
+    if (!r.ok) throw new APIError(r.status, (v && v.error) || text || r.statusText);
+    return v;
+  }
+
+  // maybe answers null for a 404 (nothing yet) and throws any other error.
+  async function maybe(path) {
+    try {
+      return await api('GET', path);
+    } catch (e) {
+      if (e.code === 404) return null;
+      throw e;
+    }
+  }
+
+  // stream reads a streamed answer (logs, benchmark progress) chunk by chunk.
+  async function stream(method, path, onText, signal) {
+    const opts = { method, headers: {}, credentials: 'same-origin', signal };
+    if (method !== 'GET') opts.headers['X-CSRF-Token'] = csrf;
+    const r = await fetch(path, opts);
+    if (!r.ok) {
+      const text = await r.text();
+      let msg = text;
+      try {
+        msg = JSON.parse(text).error || text;
+      } catch (e) { /* not JSON */ }
+      throw new APIError(r.status, msg);
+    }
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      onText(dec.decode(value, { stream: true }));
+    }
+  }
+
+  // ---- DOM ----
+
+  function h(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else if (k === 'i18n') {
+        e.dataset.i18n = v;
+        e.textContent = t(v);
+      } else e.setAttribute(k, v === true ? '' : v);
+    }
+    for (const k of kids.flat()) {
+      if (k === undefined || k === null || k === false) continue;
+      e.append(k instanceof Node ? k : String(k));
+    }
+    return e;
+  }
+
+  // label pairs a translated label with its input.
+  function field(key, input, hint) {
+    if (!input.id) input.id = 'f-' + key + '-' + Math.random().toString(36).slice(2, 7);
+    return h('div', { class: 'field' }, h('label', { for: input.id, i18n: key }), input,
+      hint ? h('small', { i18n: hint }) : null);
+  }
+
+  function table(heads, rows, empty) {
+    if (!rows.length) return h('p', { class: 'empty', i18n: empty || 'none' });
+    return h('div', { class: 'scroll' }, h('table', {},
+      h('thead', {}, h('tr', {}, heads.map((k) => h('th', { scope: 'col', i18n: k })))),
+      h('tbody', {}, rows.map((r) => h('tr', {}, r.map((c) => h('td', {}, c)))))));
+  }
+
+  function card(titleKey, ...kids) {
+    return h('section', { class: 'card' }, h('h2', { i18n: titleKey }), ...kids);
+  }
+
+  function facts(pairs) {
+    return h('dl', { class: 'facts' }, pairs.flatMap(([k, v]) => [h('dt', { i18n: k }), h('dd', {}, v)]));
+  }
+
+  function errorBox(err) {
+    return h('p', { class: 'error', role: 'alert' }, String(err && err.message ? err.message : err));
+  }
+
+  function okBox(key, vars) {
+    return h('p', { class: 'ok', role: 'status' }, t(key, vars));
+  }
+
+  function say(box, node) {
+    fill(box, node);
+  }
+
+  // fill replaces an element's children, leaving out the parts a condition left null.
+  function fill(e, ...kids) {
+    e.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
+  }
+
+  function button(key, onclick, cls) {
+    return h('button', { type: 'button', class: cls, i18n: key, onclick });
+  }
+
+  // busy runs an action with its button disabled and shows the outcome in box.
+  async function busy(btn, box, action) {
+    btn.disabled = true;
+    fill(box, );
+    try {
+      await action();
+    } catch (e) {
+      say(box, errorBox(e));
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  // ---- charts (SVG drawn from the node's own data) ----
+
+  function barChart(points, fmt, labelKey) {
+    const NS = 'http://www.w3.org/2000/svg';
+    const W = 640;
+    const H = 180;
+    const pad = 24;
+    const svg = document.createElementNS(NS, 'svg');
+    svg.setAttribute('viewBox', `0 0 ${W} ${H + pad}`);
+    svg.setAttribute('role', 'img');
+    svg.setAttribute('aria-label', t(labelKey));
+    svg.classList.add('chart');
+    const max = Math.max(1, ...points.map((p) => p.value));
+    const bw = points.length ? (W - pad) / points.length : W;
+    points.forEach((p, i) => {
+      const bh = Math.round((p.value / max) * (H - pad));
+      const r = document.createElementNS(NS, 'rect');
+      r.setAttribute('x', String(pad + i * bw + 2));
+      r.setAttribute('y', String(H - bh));
+      r.setAttribute('width', String(Math.max(1, bw - 4)));
+      r.setAttribute('height', String(bh));
+      const title = document.createElementNS(NS, 'title');
+      title.textContent = p.label + ': ' + fmt(p.value);
+      r.append(title);
+      svg.append(r);
+      if (points.length <= 16 || i % Math.ceil(points.length / 8) === 0) {
+        const tx = document.createElementNS(NS, 'text');
+        tx.setAttribute('x', String(pad + i * bw + bw / 2));
+        tx.setAttribute('y', String(H + 16));
+        tx.setAttribute('text-anchor', 'middle');
+        tx.textContent = p.label;
+        svg.append(tx);
+      }
+    });
+    return svg;
+  }
+
+  // ---- the frame: header, tabs, live updates ----
+
+  function renderHeader() {
+    if (!status) return;
+    document.getElementById('role').textContent = t('role_' + status.role);
+    const state = document.getElementById('state');
+    fill(state, 
+      h('span', { class: 'dot online', 'aria-hidden': 'true' }),
+      t('online_peers', { peers: status.peers }), ' · ',
+      t('reach_' + (status.reachability || 'unknown')) + (status.relayed ? ' (' + t('relayed') + ')' : ''));
+  }
+
+  function renderTabs() {
+    const nav = document.getElementById('tabs');
+    const names = TABS[status.role] || [];
+    nav.setAttribute('aria-label', t('sections'));
+    fill(nav, h('ul', {}, names.map((name) => h('li', {},
+      h('a', { href: '#' + name, id: 'tab-' + name, 'aria-current': name === tab ? 'page' : null, i18n: 'tab_' + name })))));
+  }
+
+  async function show() {
+    const names = TABS[status.role] || [];
+    const want = location.hash.slice(1);
+    tab = names.includes(want) ? want : names[0];
+    renderTabs();
+    const main = document.getElementById('main');
+    fill(main, h('h1', { i18n: 'tab_' + tab }));
+    refresh = null;
+    try {
+      refresh = (await PAGES[tab](main)) || null;
+    } catch (e) {
+      main.append(errorBox(e));
+    }
+    if (refresh) await runRefresh();
+  }
+
+  async function runRefresh() {
+    if (!refresh || refreshing) return;
+    refreshing = true;
+    try {
+      await refresh();
+    } catch (e) {
+      console.warn(e);
+    } finally {
+      refreshing = false;
+    }
+  }
+
+  function listen() {
+    const es = new EventSource('/v1/events');
+    es.addEventListener('status', (ev) => {
+      status = JSON.parse(ev.data);
+      renderHeader();
+      runRefresh();
+    });
+    es.onerror = () => {
+      const state = document.getElementById('state');
+      fill(state, h('span', { class: 'dot offline', 'aria-hidden': 'true' }), t('offline'));
+    };
+  }
+
+  // ---- provider pages ----
+
+  const PAGES = {};
+
+  PAGES.overview = async (main) => {
+    const node = h('div');
+    const gpus = h('div');
+    const offer = h('div');
+    const cert = h('div');
+    const notes = h('div');
+    main.append(h('div', { class: 'grid' }, card('node', node), card('certificate', cert)),
+      card('gpus', gpus), card('offer_as_seen', offer), card('notifications', notes));
+    return async () => {
+      fill(node, facts([
+        ['peer_id', h('code', {}, status.peer_id)],
+        ['version', status.version],
+        ['peers', String(status.peers)],
+        ['reachability', t('reach_' + (status.reachability || 'unknown'))],
+        ['started', when(status.started_at)],
+      ]));
+      const [gs, own, app, ns] = await Promise.all([
+        maybe('/v1/provider/gpus'), maybe('/v1/provider/offer'), maybe('/v1/apply'), maybe('/v1/notifications')]);
+      fill(gpus, table(['gpu', 'model', 'uuid', 'temperature', 'throttling', 'gpu_state'],
+        (gs || []).map((g) => [String(g.index), g.model, h('code', {}, g.uuid),
+          g.error ? '–' : num(g.temperature_c, 0) + ' °C',
+          (g.throttle || []).join(', ') || t('no'),
+          h('span', { class: 'badge ' + g.state }, t('gpu_' + g.state) + (g.delisted_why ? ': ' + g.delisted_why : ''))]), 'no_gpus'));
+      if (own && own.offer) {
+        const o = own.offer;
+        fill(offer, facts([
+          ['region', o.region], ['availability', o.availability || '24/7'],
+          ['egress', o.egress ? t('egress_' + o.egress) : t('no')],
+          ['expires', when(o.expires_at)],
+        ]), table(['model', 'gpus', 'price'], o.gpus.map((g) => [g.model, String(g.count), usdc(micro(g.price_micro_usdc_per_gpu_hour))])));
+        if (o.withdrawn) offer.prepend(h('p', { class: 'warn' }, t('withdrawn') + ': ' + o.withdrawn));
+      } else fill(offer, h('p', { class: 'empty', i18n: 'no_offer' }));
+      if (app && app.certificate) {
+        const c = app.certificate;
+        fill(cert, facts([['tier', t('tier_' + c.tier)], ['expires', when(c.expires_at)], ['coordinator', h('code', {}, short(c.coordinator))]]));
+      } else fill(cert, h('p', { class: 'empty', i18n: 'no_certificate' }));
+      fill(notes, table(['received', 'from', 'subject'],
+        (ns || []).slice(-20).reverse().map((n) => [when(n.received_at), short(n.from), n.subject + (n.body ? ': ' + n.body : '')])));
+    };
+  };
+
+  PAGES.application = async (main) => {
+    const box = h('div');
+    const out = h('div');
+    main.append(box, out);
+    const app = await maybe('/v1/apply');
+    if (!app) {
+      applicationForm(box, out);
+      return null;
+    }
+    return async () => {
+      const a = (await maybe('/v1/apply')) || app;
+      const rows = [['status', h('span', { class: 'badge ' + a.status }, t('status_' + a.status))],
+        ['submitted', when(a.submitted_at)], ['updated', when(a.updated_at)], ['coordinator', h('code', {}, short(a.coordinator))]];
+      if (a.tier) rows.push(['tier', t('tier_' + a.tier)]);
+      if (a.decision_due && !a.decision_due.startsWith('0001')) rows.push(['decision_due', when(a.decision_due)]);
+      if (a.message) rows.push(['message', a.message]);
+      if (a.last_error) rows.push(['last_error', a.last_error]);
+      const parts = [card('your_application', facts(rows))];
+      if (a.status === 'info-requested' && !box.querySelector('textarea:focus')) {
+        const answer = h('textarea', { rows: 4, required: true });
+        const send = button('send_answer', () => busy(send, out, async () => {
+          await api('POST', '/v1/apply/answer', { message: answer.value });
+          say(out, okBox('answer_sent'));
+        }));
+        parts.push(card('answer_question', field('your_answer', answer), send));
+      }
+      if (!box.querySelector('textarea:focus')) fill(box, ...parts);
+    };
+  };
+
+  // applicationForm is the seed's application form: the fields and checks of `gpunex apply`
+  // (protocol.Application); the node signs it and the coordinator checks it again.
+  function applicationForm(box, out) {
+    const f = {
+      name: h('input', { autocomplete: 'name', required: true }),
+      email: h('input', { type: 'email', autocomplete: 'email', required: true }),
+      company: h('input', { autocomplete: 'organization' }),
+      model: h('input', { required: true, placeholder: 'RTX-4090-24GB', autocomplete: 'off' }),
+      count: h('input', { type: 'number', min: 1, value: 1, required: true }),
+      ram: h('input', { type: 'number', min: 1, value: 64, required: true }),
+      up: h('input', { type: 'number', min: 0, step: 'any', value: 1, required: true }),
+      down: h('input', { type: 'number', min: 0, step: 'any', value: 1, required: true }),
+      availability: h('input', { value: '24/7', required: true }),
+      city: h('input', { required: true }),
+      country: h('input', { required: true, maxlength: 2, placeholder: 'FR', pattern: '[A-Za-z]{2}' }),
+      region: h('input', { required: true, placeholder: 'eu-west' }),
+      ups: h('input', { type: 'checkbox' }),
+      months: h('input', { type: 'number', min: 1, max: 60, value: 1, required: true }),
+      notes: h('textarea', { rows: 2 }),
+    };
+    const submit = h('button', { type: 'submit', i18n: 'submit_application' });
+    const form = h('form', {
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        busy(submit, out, async () => {
+          const body = {
+            name: f.name.value, email: f.email.value, company: f.company.value,
+            gpus: [{
+              model: f.model.value, count: Number(f.count.value), host_ram_gb: Number(f.ram.value),
+              internet_up_gbps: Number(f.up.value), internet_down_gbps: Number(f.down.value), availability: f.availability.value,
+              location: { city: f.city.value, country: f.country.value.toUpperCase(), region: f.region.value },
+            }],
+            ups: f.ups.checked, commitment_months: Number(f.months.value), maintenance_notes: f.notes.value,
+          };
+          await api('POST', '/v1/apply', body);
+          say(out, okBox('application_sent'));
+          show();
+        });
+      },
+    }, h('p', { i18n: 'apply_intro' }),
+    field('contact_name', f.name), field('contact_email', f.email), field('company', f.company),
+    field('gpu_model', f.model, 'gpu_model_hint'), field('gpu_count', f.count), field('ram_gb', f.ram),
+    field('up_gbps', f.up), field('down_gbps', f.down), field('availability', f.availability, 'availability_hint'),
+    field('city', f.city), field('country', f.country), field('region', f.region), field('ups', f.ups),
+    field('commitment_months', f.months), field('maintenance_notes', f.notes), submit);
+    fill(box, card('apply', form));
+  }
+
+  PAGES.benchmarks = async (main) => {
+    const out = h('div');
+    const progress = h('pre', { class: 'log', 'aria-live': 'polite', hidden: true });
+    const figures = h('div');
+    const run = button('run_now', () => busy(run, out, async () => {
+      progress.hidden = false;
+      progress.textContent = '';
+      await stream('POST', '/v1/bench/run', (s) => { progress.textContent += s; });
+      say(out, okBox('bench_done'));
+      await runRefresh();
+    }));
+    main.append(h('p', {}, run), out, progress, figures);
+    return async () => {
+      const [b, models] = await Promise.all([maybe('/v1/bench'), maybe('/v1/models')]);
+      if (!b) {
+        fill(figures, h('p', { class: 'empty', i18n: 'no_bench' }));
+        return;
+      }
+      const a = b.attestation;
+      const ref = {};
+      for (const m of (models && models.models) || []) ref[m.model] = m;
+      const parts = [facts([['measured', when(a.issued_at)], ['driver', a.driver_version || '–'], ['cuda', a.cuda_version || '–']])];
+      parts.push(table(['model', 'uuid', 'fp32', 'fp16', 'tensor', 'mem_bw', 'perf_score', 'datasheet', 'verdict'],
+        a.gpus.map((g) => {
+          const d = ref[g.model];
+          return [g.model, h('code', {}, short(g.uuid)), num(g.fp32_tflops), num(g.fp16_tflops), num(g.tensor_tflops),
+            num(g.mem_bandwidth_gbps, 0), String(g.perf_score),
+            d ? `${num(d.fp32_tflops)} / ${num(d.fp16_tflops)} / ${num(d.tensor_tflops)} / ${num(d.mem_bandwidth_gbps, 0)}` : '–',
+            g.below ? h('span', { class: 'badge bad' }, t('below') + ': ' + g.below) : h('span', { class: 'badge good', i18n: 'passes' })];
+        })));
+      if (a.host_below) parts.push(h('p', { class: 'warn' }, t('delisted_why') + ': ' + a.host_below));
+      if (a.gpus.some((g) => g.below)) parts.push(h('p', { i18n: 'delisted_check' }));
+      if (b.enterprise_below) parts.push(h('p', { class: 'warn' }, t('enterprise_below') + ': ' + b.enterprise_below));
+      parts.push(card('storage_network', facts([
+        ['storage_read', num(a.storage && a.storage.seq_read_mbps, 0) + ' MB/s'],
+        ['storage_write', num(a.storage && a.storage.seq_write_mbps, 0) + ' MB/s'],
+        ['network_up', num(a.network && a.network.up_mbps, 0) + ' Mbit/s'],
+        ['network_down', num(a.network && a.network.down_mbps, 0) + ' Mbit/s'],
+      ])));
+      fill(figures, ...parts);
+    };
+  };
+
+  PAGES.pricing = async (main) => {
+    const out = h('div');
+    const prices = h('div');
+    const avail = h('div');
+    const maint = h('div');
+    main.append(out, card('prices', prices), card('availability', avail), card('maintenance', maint));
+    let drawn = false;
+    const draw = async () => {
+      const own = await maybe('/v1/provider/offer');
+      if (!own) {
+        fill(prices, h('p', { class: 'empty', i18n: 'no_offer' }));
+        return;
+      }
+      const rows = [];
+      for (const g of own.offer.gpus) {
+        const advice = await maybe('/v1/market?model=' + encodeURIComponent(g.model) + '&region=' + encodeURIComponent(own.offer.region));
+        const rec = advice && advice.length ? advice[0].recommended_usdc : '';
+        const input = h('input', { type: 'text', inputmode: 'decimal', size: 8, value: micro(g.price_micro_usdc_per_gpu_hour).replace(/0+$/, '').replace(/\.$/, ''), 'aria-label': t('new_price_for', { model: g.model }), 'data-model': g.model });
+        const apply = button('apply_price', () => busy(apply, out, async () => {
+          await api('POST', '/v1/provider/price', { model: g.model, usdc: input.value.replace(',', '.') });
+          say(out, okBox('price_set', { model: g.model }));
+          draw();
+        }));
+        rows.push([g.model, String(g.count), usdc(micro(g.price_micro_usdc_per_gpu_hour)), rec ? usdc(rec) : '–', h('span', { class: 'inline' }, input, apply)]);
+      }
+      fill(prices, table(['model', 'gpus', 'price', 'recommended', 'new_price'], rows), h('small', { i18n: 'price_unit' }));
+    };
+    const drawAvailability = async () => {
+      const a = await maybe('/v1/provider/availability');
+      const tz = h('input', { value: (a && a.timezone) || Intl.DateTimeFormat().resolvedOptions().timeZone });
+      const windows = h('textarea', { rows: 4, placeholder: 'mon-fri 08:00-20:00' }, ((a && a.windows) || []).join('\n'));
+      const save = button('save', () => busy(save, out, async () => {
+        await api('PUT', '/v1/provider/availability', { timezone: tz.value, windows: windows.value.split('\n').map((s) => s.trim()).filter(Boolean) });
+        say(out, okBox('availability_set'));
+        drawAvailability();
+      }));
+      fill(avail, facts([['in_force', (a && a.text) || '24/7'], ['open_now', a && a.open_now ? t('yes') : t('no')],
+        ['next_change', when(a && a.next_change)]]),
+      field('timezone', tz), field('weekly_windows', windows, 'windows_hint'), save);
+    };
+    return async () => {
+      if (!drawn) {
+        drawn = true;
+        await Promise.all([draw(), drawAvailability()]);
+      }
+      const m = await maybe('/v1/provider/maintenance');
+      fill(maint, table(['from', 'to', 'note'], ((m && m.announced) || []).map((w) => [when(w.from), when(w.to), w.note || ''])));
+    };
+  };
+
+  PAGES.payments = async (main) => {
+    const period = h('select', {}, ['week', 'month'].map((p) => h('option', { value: p, i18n: 'period_' + p })));
+    period.value = 'month';
+    const by = h('select', {}, ['model', 'gpu'].map((p) => h('option', { value: p, i18n: 'by_' + p })));
+    const body = h('div');
+    let last = null;
+    const csv = button('export_csv', () => {
+      if (!last) return;
+      const lines = [['job', 'ended_at', 'model', 'gpus', 'seconds', 'charge_usdc', 'commission_usdc', 'net_usdc', 'paid', 'batch'].join(',')];
+      for (const r of last.history || []) {
+        lines.push([r.job, r.ended_at, r.model, r.gpus, r.seconds, r.charge_usdc, r.commission_usdc, r.net_usdc, r.paid, r.batch || ''].join(','));
+      }
+      const a = h('a', { href: URL.createObjectURL(new Blob([lines.join('\n') + '\n'], { type: 'text/csv' })), download: 'gpunex-earnings.csv' });
+      document.body.append(a);
+      a.click();
+      a.remove();
+    });
+    const form = h('div', { class: 'inline' }, field('period', period), field('group_by', by), csv);
+    main.append(form, body);
+    const draw = async () => {
+      const e = await api('GET', `/v1/earnings?period=${period.value}&by=${by.value}`);
+      last = e;
+      const days = new Map();
+      for (let d = new Date(e.from); d < new Date(e.to); d = new Date(d.getTime() + 86400000)) days.set(day(d), 0);
+      for (const r of e.history || []) {
+        const k = day(new Date(r.ended_at));
+        days.set(k, (days.get(k) || 0) + r.net_micro_usdc);
+      }
+      fill(body, 
+        h('div', { class: 'grid' },
+          card('earned_period', h('p', { class: 'big', id: 'earned-total' }, usdc(e.total_usdc))),
+          card('pending', h('p', { class: 'big', id: 'earned-pending' }, usdc(e.pending_usdc))),
+          card('paid_all_time', h('p', { class: 'big' }, usdc(e.paid_usdc)))),
+        card('earnings_by_day', barChart([...days].map(([label, value]) => ({ label, value })), (v) => usdc(micro(v)), 'earnings_by_day')),
+        card('by_' + by.value, table(['key', 'jobs', 'gpu_hours', 'net'], (e.groups || []).map((g) => [g.key, String(g.jobs), num(g.gpu_seconds / 3600, 2), usdc(g.net_usdc)]))),
+        card('jobs_paid_for', table(['job', 'ended', 'model', 'gpus', 'charge', 'commission', 'net', 'payout'],
+          (e.history || []).map((r) => [h('code', {}, r.job), when(r.ended_at), r.model, String(r.gpus), usdc(r.charge_usdc), usdc(r.commission_usdc), usdc(r.net_usdc),
+            r.paid ? t('paid') : t('pending')]))),
+        card('payouts', table(['batch', 'date', 'amount', 'method', 'state', 'transaction'],
+          (e.payouts || []).map((p) => [h('code', {}, short(p.batch)), when(p.issued_at), usdc(p.amount_usdc), p.method, p.paid ? t('paid') : p.state,
+            p.transaction ? (p.explorer ? h('a', { href: p.explorer, rel: 'noopener noreferrer', target: '_blank', class: 'tx' }, short(p.transaction)) : h('code', { class: 'tx' }, short(p.transaction))) : '–']))),
+        (e.unreachable || []).length ? h('p', { class: 'warn' }, t('coordinators_unreachable') + ': ' + e.unreachable.join(', ')) : null);
+    };
+    period.addEventListener('change', draw);
+    by.addEventListener('change', draw);
+    return draw;
+  };
+
+  PAGES.performance = async (main) => {
+    const body = h('div');
+    main.append(body);
+    return async () => {
+      const [scores, jobs] = await Promise.all([maybe('/v1/scores?provider=' + encodeURIComponent(status.peer_id)), maybe('/v1/jobs')]);
+      const parts = [];
+      for (const s of scores || []) {
+        parts.push(card('score', h('p', { class: 'big' }, String(s.score), h('small', {}, ' ' + (s.trend > 0 ? '▲ +' : s.trend < 0 ? '▼ ' : '') + (s.trend || ''))),
+          facts([['uptime', pct(s.uptime)], ['completion', pct(s.completion)], ['consistency', pct(s.benchmark_consistency)],
+            ['coordinator', h('code', {}, short(s.coordinator))], ['issued', when(s.issued_at)]]),
+          barChart([{ label: t('uptime'), value: s.uptime * 100 }, { label: t('completion'), value: s.completion * 100 }, { label: t('consistency'), value: s.benchmark_consistency * 100 }],
+            (v) => num(v, 1) + ' %', 'score_components'),
+          (s.why || []).length ? h('div', {}, h('h3', { i18n: 'why' }), h('ul', {}, s.why.map((w) => h('li', {}, w)))) : null));
+      }
+      if (!parts.length) parts.push(h('p', { class: 'empty', i18n: 'no_score' }));
+      const mine = (jobs || []).filter((j) => j.side === 'provider' && j.state === 'ended');
+      const done = mine.filter((j) => j.exit_code === 0).length;
+      parts.push(card('jobs_done', facts([['completed', String(done)], ['failed', String(mine.length - done)]])));
+      fill(body, ...parts);
+    };
+  };
+
+  // ---- jobs (every role) ----
+
+  let openJob = null;
+
+  PAGES.jobs = async (main) => {
+    const list = h('div');
+    const detail = h('div');
+    main.append(list, detail);
+    if (openJob) jobDetail(detail, openJob);
+    return async () => {
+      const js = (await api('GET', '/v1/jobs')) || [];
+      fill(list, table(['job', 'side', 'state', 'gpus', 'model', 'seconds', 'cost', 'exit', 'peer'],
+        js.map((j) => [h('a', { href: '#jobs', onclick: (ev) => { ev.preventDefault(); openJob = j.id; jobDetail(detail, j.id); } }, j.id),
+          t('side_' + j.side), h('span', { class: 'badge ' + j.state }, t('state_' + j.state)), String(j.gpus), j.model, String(j.seconds), usdc(j.cost_usdc),
+          j.state === 'ended' ? `${j.exit_code} ${j.exit_reason || ''}` : '–', h('code', {}, short(j.peer))]), 'no_jobs'));
+      if (openJob) refreshJob();
+    };
+  };
+
+  let jobAbort = null;
+  let refreshJob = () => {};
+
+  function jobDetail(box, id) {
+    if (jobAbort) jobAbort.abort();
+    jobAbort = new AbortController();
+    const signal = jobAbort.signal;
+    const head = h('div');
+    const out = h('div');
+    const log = h('pre', { class: 'log', id: 'job-log', 'aria-live': 'polite', tabindex: 0 });
+    fill(box, card('job', head, out, h('h3', { i18n: 'output' }), log));
+    refreshJob = async () => {
+      const j = await api('GET', '/v1/jobs/' + id);
+      const rows = [['job', h('code', {}, j.id)], ['state', h('span', { class: 'badge ' + j.state, id: 'job-state' }, t('state_' + j.state))],
+        ['provider', h('code', {}, short(j.peer))], ['gpus', `${j.gpus} × ${j.model}`], ['price', usdc(j.price_usdc_per_gpu_hour)],
+        ['started', when(j.started_at)], ['ends', when(j.ends_at)]];
+      if (j.placement) rows.push(['placement', j.placement]);
+      if (j.state === 'ended') {
+        rows.push(['exit', h('span', { id: 'job-exit' }, `${j.exit_code} ${j.exit_reason || ''}`)], ['seconds', String(j.seconds)],
+          ['cost', h('span', { id: 'job-cost' }, usdc(j.cost_usdc))]);
+        if (j.disputed) rows.push(['disputed', j.error || t('yes')]);
+      }
+      if (j.error && !j.disputed) rows.push(['error', j.error]);
+      const acts = [];
+      if (j.side === 'renter' && (j.state === 'running' || j.state === 'starting')) {
+        const cancel = button('cancel', () => busy(cancel, out, async () => {
+          await api('POST', `/v1/jobs/${id}/cancel`);
+          refreshJob();
+        }), 'danger');
+        acts.push(cancel);
+      }
+      if (j.side === 'renter' && j.state === 'ended') acts.push(h('a', { href: `/v1/jobs/${id}/output`, download: `${id}-output.tar`, class: 'button', i18n: 'fetch_output' }));
+      fill(head, facts(rows), h('p', { class: 'inline' }, acts));
+      return j;
+    };
+    refreshJob().then((j) => {
+      if (j.side !== 'renter') {
+        log.textContent = t('logs_renter_only');
+        return null;
+      }
+      return stream('GET', `/v1/jobs/${id}/logs?follow=1`, (s) => {
+        log.textContent += s;
+        log.scrollTop = log.scrollHeight;
+      }, signal).then(() => refreshJob());
+    }).catch((e) => {
+      if (!signal.aborted) say(out, errorBox(e));
+    });
+  }
+
+  // ---- renter pages ----
+
+  let chosenOffer = '';
+
+  PAGES.offers = async (main) => {
+    const f = {
+      model: h('input', { placeholder: 'H100-80GB', autocomplete: 'off' }),
+      region: h('input', { placeholder: 'eu-west', autocomplete: 'off' }),
+      tier: h('select', {}, h('option', { value: '', i18n: 'any' }), h('option', { value: 'community', i18n: 'tier_community' }), h('option', { value: 'enterprise', i18n: 'tier_enterprise' })),
+      max: h('input', { inputmode: 'decimal', size: 6 }),
+      egress: h('input', { type: 'checkbox' }),
+      sort: h('select', {}, ['merit', 'price', 'score', 'perf'].map((s) => h('option', { value: s, i18n: 'sort_' + s }))),
+    };
+    const results = h('div', { id: 'offer-results' });
+    const out = h('div');
+    const search = h('button', { type: 'submit', i18n: 'search' });
+    const query = () => {
+      const q = new URLSearchParams();
+      if (f.model.value) q.set('model', f.model.value);
+      if (f.region.value) q.set('region', f.region.value);
+      if (f.tier.value) q.set('tier', f.tier.value);
+      if (f.max.value) q.set('max_price', f.max.value.replace(',', '.'));
+      if (f.egress.checked) q.set('egress', 'true');
+      q.set('sort', f.sort.value);
+      return q.toString();
+    };
+    const draw = async () => {
+      const rows = await api('GET', '/v1/offers?' + query());
+      fill(results, table(['provider', 'model', 'gpus', 'price', 'region', 'tier', 'score', 'perf', 'vs_market', 'merit', ''],
+        rows.map((r) => [h('code', { title: r.provider }, short(r.provider)), r.model, String(r.gpus),
+          h('span', { class: 'price', 'data-offer': r.id }, usdc(r.price_usdc_per_gpu_hour)), r.region,
+          r.tier ? t('tier_' + r.tier) : '–', r.score === undefined || r.score === null ? '–' : String(r.score),
+          num(r.rank && r.rank.perf, 2), num(r.rank && r.rank.price_vs_market, 2), num(r.rank && r.rank.merit, 3),
+          button('rent', () => { chosenOffer = r.id; location.hash = '#run'; })]), 'no_offers'));
+    };
+    main.append(h('form', { class: 'filters', onsubmit: (ev) => { ev.preventDefault(); busy(search, out, draw); } },
+      field('model', f.model), field('region', f.region), field('tier', f.tier), field('max_price', f.max), field('egress_only', f.egress),
+      field('sort_by', f.sort), search), out, results);
+    return draw;
+  };
+
+  PAGES.run = async (main) => {
+    const f = {
+      offer: h('input', { value: chosenOffer, placeholder: t('offer_placeholder'), autocomplete: 'off' }),
+      model: h('input', { placeholder: 'H100-80GB', autocomplete: 'off' }),
+      region: h('input', { autocomplete: 'off' }),
+      tier: h('select', {}, h('option', { value: '', i18n: 'any' }), h('option', { value: 'community', i18n: 'tier_community' }), h('option', { value: 'enterprise', i18n: 'tier_enterprise' })),
+      image: h('input', { placeholder: 'docker.io/library/python:3.12', autocomplete: 'off' }),
+      archive: h('input', { placeholder: '/path/to/image.tar', autocomplete: 'off' }),
+      command: h('input', { placeholder: 'python train.py', autocomplete: 'off' }),
+      env: h('textarea', { rows: 2, placeholder: 'KEY=value' }),
+      gpus: h('input', { type: 'number', min: 1, value: 1 }),
+      hours: h('input', { type: 'number', min: 0.01, step: 'any', value: 1 }),
+      max: h('input', { inputmode: 'decimal', size: 6 }),
+      egress: h('input', { type: 'checkbox' }),
+    };
+    const out = h('div', { id: 'run-result' });
+    const go = h('button', { type: 'submit', i18n: 'start_job' });
+    main.append(h('form', {
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        busy(go, out, async () => {
+          say(out, h('p', { i18n: 'negotiating' }));
+          const req = {
+            offer: f.offer.value.trim() || undefined, model: f.offer.value.trim() ? undefined : f.model.value.trim() || undefined,
+            region: f.region.value.trim() || undefined, tier: f.tier.value || undefined,
+            image: f.image.value.trim() || undefined, image_archive: f.archive.value.trim() || undefined,
+            args: splitArgs(f.command.value), env: f.env.value.split('\n').map((s) => s.trim()).filter(Boolean),
+            gpus: Number(f.gpus.value), max_seconds: Math.ceil(Number(f.hours.value) * 3600),
+            max_price_usdc: f.max.value.replace(',', '.') || undefined, egress: f.egress.checked,
+          };
+          const j = await api('POST', '/v1/jobs', req);
+          openJob = j.id;
+          location.hash = '#jobs';
+        });
+      },
+    }, h('p', { i18n: 'run_intro' }), field('offer', f.offer), field('or_model', f.model), field('region', f.region), field('tier', f.tier),
+    field('image', f.image), field('image_archive', f.archive), field('command', f.command), field('env', f.env, 'env_hint'),
+    field('gpus', f.gpus), field('max_hours', f.hours), field('max_price', f.max, 'max_price_hint'), field('egress', f.egress), go), out);
+    return null;
+  };
+
+  // splitArgs splits a command line on spaces, keeping quoted parts whole.
+  function splitArgs(s) {
+    const out = [];
+    const re = /"([^"]*)"|'([^']*)'|(\S+)/g;
+    let m;
+    while ((m = re.exec(s))) out.push(m[1] !== undefined ? m[1] : m[2] !== undefined ? m[2] : m[3]);
+    return out;
+  }
+
+  PAGES.wallet = async (main) => {
+    const body = h('div');
+    const out = h('div');
+    const amount = h('input', { inputmode: 'decimal', size: 8 });
+    const deposit = button('deposit', () => busy(deposit, out, async () => {
+      await api('POST', '/v1/wallet/deposit', { usdc: amount.value.replace(',', '.') });
+      say(out, okBox('deposited'));
+      runRefresh();
+    }));
+    main.append(body, card('deposit', field('amount_usdc', amount), deposit, out));
+    return async () => {
+      const b = await api('GET', '/v1/wallet/balance');
+      fill(body, h('div', { class: 'grid' },
+        card('available', h('p', { class: 'big' }, usdc(b.available_usdc))),
+        card('held', h('p', { class: 'big' }, usdc(b.held_usdc)))),
+      card('account', facts([['deposited', usdc(b.deposited_usdc)], ['charged', usdc(b.charged_usdc)],
+        ['coordinator', h('code', {}, short(b.coordinator))], ['wallet', b.wallet ? h('code', {}, b.wallet) : '–'],
+        ['wallet_usdc', b.wallet_usdc ? usdc(b.wallet_usdc) : '–']])),
+      card('holds', table(['job', 'provider', 'amount', 'state', 'charge', 'expires'],
+        (b.holds || []).map((x) => [h('code', {}, x.job), h('code', {}, short(x.provider)), usdc(x.amount_usdc), x.state, usdc(x.charge_usdc), when(x.expires_at)]))));
+    };
+  };
+
+  // ---- coordinator pages ----
+
+  PAGES.applications = async (main) => {
+    const filter = h('select', {}, ['pending', 'info-requested', 'approved', 'rejected', 'revoked', ''].map((s) => h('option', { value: s, i18n: s ? 'status_' + s : 'all' })));
+    const list = h('div', { id: 'application-queue' });
+    const detail = h('div');
+    main.append(field('status', filter), list, detail);
+    const draw = async () => {
+      const apps = (await api('GET', '/v1/coordinator/applications?status=' + encodeURIComponent(filter.value))) || [];
+      fill(list, table(['id', 'provider', 'status', 'proposed_tier', 'submitted', 'decision_due', ''],
+        apps.map((a) => [h('code', {}, a.id), h('code', { title: a.provider }, short(a.provider)),
+          h('span', { class: 'badge ' + a.status }, t('status_' + a.status)), a.proposed_tier ? t('tier_' + a.proposed_tier) : '–',
+          when(a.submitted_at), h('span', { class: a.overdue ? 'warn' : '' }, when(a.decision_due)),
+          button('open', () => applicationDetail(detail, a.id, draw))]), 'queue_empty'));
+    };
+    filter.addEventListener('change', draw);
+    return draw;
+  };
+
+  // applicationDetail shows one application with its audit trail and, while it waits for a
+  // decision, the decision form; doneKey is a message to show (after a decision).
+  async function applicationDetail(box, id, after, doneKey) {
+    const a = await api('GET', '/v1/coordinator/applications/' + encodeURIComponent(id));
+    const app = a.application || {};
+    const out = h('div', {}, doneKey ? okBox(doneKey) : null);
+    const action = h('select', {}, ['approve', 'reject', 'request-info'].map((s) => h('option', { value: s, i18n: 'action_' + s })));
+    const tier = h('select', {}, ['community', 'enterprise'].map((s) => h('option', { value: s, i18n: 'tier_' + s })));
+    tier.value = a.proposed_tier || 'community';
+    const message = h('textarea', { rows: 3 });
+    const actor = h('input', { autocomplete: 'username', required: true });
+    actor.value = localStorage.getItem('gpunex-actor') || '';
+    const decide = button('decide', () => busy(decide, out, async () => {
+      localStorage.setItem('gpunex-actor', actor.value);
+      await api('POST', `/v1/coordinator/applications/${encodeURIComponent(id)}/decision`, { action: action.value, tier: tier.value, message: message.value, actor: actor.value });
+      await after();
+      await applicationDetail(box, id, after, 'decision_recorded');
+    }));
+    const gpus = (app.gpus || []).map((g) => `${g.count} × ${g.model}`).join(', ');
+    const loc = ((app.gpus || [])[0] || {}).location || {};
+    fill(box, card('application',
+      facts([['id', h('code', {}, a.id)], ['provider', h('code', {}, a.provider)], ['status', t('status_' + a.status)],
+        ['contact', app.name ? `${app.name} <${app.email || ''}>` + (app.company ? ', ' + app.company : '') : '–'], ['gpus', gpus || '–'],
+        ['location', [loc.city, loc.country, loc.region].filter(Boolean).join(', ') || '–'],
+        ['commitment_months', String(app.commitment_months || 0)], ['ups', app.ups ? t('yes') : t('no')],
+        ['proposed_tier', a.proposed_tier ? t('tier_' + a.proposed_tier) : '–'], ['tier_reasons', (a.tier_reasons || []).join('; ') || '–'],
+        ['measured_link', a.measured_link ? `${num(a.measured_link.up_mbps, 0)} / ${num(a.measured_link.down_mbps, 0)} Mbit/s, ${num(a.measured_link.rtt_ms, 0)} ms` : '–']]),
+      h('h3', { i18n: 'audit_trail' }),
+      table(['when', 'actor', 'action', 'detail'], (a.events || []).map((e) => [when(e.at), e.actor, e.action, e.detail || ''])),
+      a.status === 'pending' || a.status === 'info-requested'
+        ? h('div', { class: 'decision' }, field('action', action), field('tier', tier), field('note', message), field('your_name', actor), decide)
+        : null, out));
+  }
+
+  PAGES.providers = async (main) => {
+    const list = h('div');
+    const out = h('div');
+    main.append(out, list);
+    return async () => {
+      const scores = (await maybe('/v1/scores')) || [];
+      fill(list, table(['provider', 'score', 'uptime', 'completion', 'consistency', 'trend', 'issued', ''],
+        scores.map((s) => {
+          const reason = h('input', { 'aria-label': t('revoke_reason'), placeholder: t('revoke_reason'), size: 12 });
+          const revoke = button('revoke', () => busy(revoke, out, async () => {
+            await api('POST', '/v1/coordinator/revoke', { provider: s.provider, reason: reason.value, actor: localStorage.getItem('gpunex-actor') || 'dashboard' });
+            say(out, okBox('revoked', { provider: short(s.provider) }));
+          }), 'danger');
+          return [h('code', { title: s.provider }, short(s.provider)), String(s.score), pct(s.uptime), pct(s.completion), pct(s.benchmark_consistency),
+            String(s.trend || 0), when(s.issued_at), h('span', { class: 'inline' }, reason, revoke)];
+        })));
+    };
+  };
+
+  PAGES.payouts = async (main) => {
+    const out = h('div');
+    const list = h('div', { id: 'batches' });
+    const detail = h('div');
+    const run = button('run_payouts', () => busy(run, out, async () => {
+      const b = await api('POST', '/v1/payouts/run', { now: true });
+      say(out, okBox('batch_done', { batch: short(b.batch_id), total: usdc(b.total_usdc), state: b.state }));
+      runRefresh();
+    }));
+    main.append(h('p', {}, run), out, list, detail);
+    return async () => {
+      const bs = (await maybe('/v1/payouts')) || [];
+      fill(list, table(['batch', 'date', 'state', 'payouts', 'total', 'audit', ''],
+        bs.map((b) => [h('code', {}, short(b.batch_id)), when(b.created_at), t('batch_' + b.state), String((b.payouts || []).length), usdc(b.total_usdc),
+          b.merkle_root ? h('code', { title: b.merkle_root }, short(b.merkle_root)) : '–', button('open', () => batchDetail(detail, b))])));
+    };
+  };
+
+  function batchDetail(box, b) {
+    const out = h('div');
+    const confirm = button('confirm_bank', () => busy(confirm, out, async () => {
+      await api('POST', `/v1/payouts/${encodeURIComponent(b.batch_id)}/confirm`, {});
+      say(out, okBox('confirmed'));
+    }));
+    const bank = button('bank_file', () => busy(bank, out, async () => {
+      const f = await api('GET', `/v1/payouts/${encodeURIComponent(b.batch_id)}/bank?format=csv`);
+      say(out, h('pre', { class: 'log' }, f.file));
+    }));
+    fill(box, card('batch', facts([['batch', h('code', {}, b.batch_id)], ['state', t('batch_' + b.state)], ['total', usdc(b.total_usdc)],
+      ['fees', num(b.fees_lamports, 0) + ' lamports']]),
+    table(['provider', 'method', 'amount', 'receipts', 'transaction'], (b.payouts || []).map((p) => [h('code', { title: p.provider }, short(p.provider)), p.method,
+      usdc(p.amount_usdc), String(p.receipts),
+      p.transaction ? (p.explorer ? h('a', { href: p.explorer, rel: 'noopener noreferrer', target: '_blank' }, short(p.transaction)) : h('code', {}, short(p.transaction))) : '–'])),
+    h('p', { class: 'inline' }, bank, (b.payouts || []).some((p) => p.method === 'bank' && !p.paid) ? confirm : null), out));
+  }
+
+  PAGES.market = async (main) => {
+    const body = h('div');
+    main.append(body);
+    return async () => {
+      const rows = (await maybe('/v1/market')) || [];
+      fill(body, table(['model', 'region', 'listed_gpus', 'providers', 'median_list', 'median_lease', 'leased_hours', 'utilisation', 'recommended', 'coordinator'],
+        rows.map((m) => [m.model, m.region || t('all'), String(m.listed_gpus), String(m.listed_providers), usdc(m.median_list_usdc), usdc(m.median_lease_usdc),
+          m.leased_gpu_hours, pct((m.utilisation_permille || 0) / 1000), usdc(m.recommended_usdc), h('code', {}, short(m.coordinator))])));
+    };
+  };
+
+  PAGES.disputes = async (main) => {
+    const body = h('div');
+    const out = h('div');
+    main.append(out, body);
+    return async () => {
+      const ds = (await maybe('/v1/disputes?all=1')) || [];
+      fill(body, table(['job', 'renter', 'provider', 'state', 'claimed', 'renter_says', 'floor', 'reason', ''],
+        ds.map((d) => {
+          const decide = (side) => {
+            const b = button('for_' + side, () => busy(b, out, async () => {
+              await api('POST', `/v1/disputes/${d.job}/resolve`, { for: side });
+              say(out, okBox('decision_recorded'));
+              runRefresh();
+            }));
+            return b;
+          };
+          return [h('code', {}, d.job), h('code', {}, short(d.renter)), h('code', {}, short(d.provider)), t('dispute_' + d.state), usdc(d.claimed_usdc),
+            usdc(d.renter_says_usdc), usdc(d.floor_usdc), d.reason, d.state === 'open' ? h('span', { class: 'inline' }, decide('provider'), decide('renter')) : usdc(d.charged_usdc)];
+        })));
+    };
+  };
+
+  // ---- start ----
+
+  function translateStatic() {
+    document.documentElement.lang = lang;
+    for (const e of document.querySelectorAll('[data-i18n]')) e.textContent = t(e.dataset.i18n);
+  }
+
+  async function start() {
+    // The messages and the node's status at once: the first page is drawn from both.
+    const [messages, st] = await Promise.all([
+      fetch('/ui/assets/messages.json', { credentials: 'same-origin' }).then((r) => r.json()),
+      api('GET', '/v1/status')]);
+    M = messages;
+    status = st;
+    lang = pickLanguage();
+    const sel = document.getElementById('lang');
+    sel.value = lang;
+    sel.addEventListener('change', () => {
+      lang = sel.value;
+      localStorage.setItem('gpunex-lang', lang);
+      translateStatic();
+      renderHeader();
+      show();
+    });
+    document.getElementById('logout').addEventListener('click', async () => {
+      await fetch('/logout', { method: 'POST', headers: { 'X-CSRF-Token': csrf }, credentials: 'same-origin' });
+      location.href = '/login';
+    });
+    translateStatic();
+    renderHeader();
+    window.addEventListener('hashchange', show);
+    await show();
+    listen();
+    // The time from the navigation to the first tab drawn with its data (the dashboard
+    // benchmark reads it).
+    document.body.dataset.readyMs = String(Math.round(performance.now()));
+    document.body.dataset.ready = 'true';
+  }
+
+  start().catch((e) => document.getElementById('main').replaceChildren(errorBox(e)));
+})();

@@ -1,0 +1,293 @@
+// Package dashboard serves a node's web dashboard on its local API listener: the pages and
+// their assets, embedded in the binary, and the browser sessions that stand for the API
+// token. The pages only call the node's JSON API (docs/api.md); this package decides who
+// may, through a session cookie that a one-time login link opens.
+//
+// What it guards against (docs/dashboard.md): another web site driving the node from the
+// user's browser (the cookie is SameSite=Strict, every change needs the session's CSRF
+// token in a header, and requests naming another host are refused, which stops DNS
+// rebinding), script injection through what peers publish (a strict Content-Security-Policy:
+// no inline script, nothing from outside the node; the pages write peer data as text), and
+// a leaked link (it opens one session once, within five minutes).
+package dashboard
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"html/template"
+	"io/fs"
+	"net"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+)
+
+//go:embed assets
+var assets embed.FS
+
+const (
+	// LinkTTL is how long a login link may wait to be opened.
+	LinkTTL = 5 * time.Minute
+	// SessionTTL is how long a browser session lasts.
+	SessionTTL = 12 * time.Hour
+	// CSRFHeader carries the session's CSRF token on every request that changes something.
+	CSRFHeader = "X-CSRF-Token"
+	// maxSessions bounds the sessions kept: the oldest is dropped past it.
+	maxSessions = 64
+)
+
+// CSP is the Content-Security-Policy of every page: scripts, styles, images and requests
+// from the node alone, no inline script, no frames.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+	"font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+type session struct {
+	csrf    string
+	expires time.Time
+}
+
+// Server holds the login links and sessions of one node's dashboard.
+type Server struct {
+	now    func() time.Time
+	cookie string // per listener port: several nodes on one machine keep their own sessions
+
+	mu       sync.Mutex
+	links    map[string]time.Time // link code → expiry
+	sessions map[string]session
+
+	index *template.Template
+	login *template.Template
+	files fs.FS
+}
+
+// New returns the dashboard of the node whose API listens on addr (host:port).
+func New(addr string) *Server {
+	_, port, _ := net.SplitHostPort(addr)
+	files, _ := fs.Sub(assets, "assets")
+	return &Server{
+		now: time.Now, cookie: "gpunex_session_" + port,
+		links: map[string]time.Time{}, sessions: map[string]session{},
+		index: template.Must(template.ParseFS(files, "index.html")),
+		login: template.Must(template.ParseFS(files, "login.html")),
+		files: files,
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NewLink returns the path and query of a one-time login link ("/login?code=…"), good for
+// LinkTTL. Only holders of the API token ask for one (gpunex dashboard).
+func (s *Server) NewLink() string {
+	code := randomHex(32)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for c, exp := range s.links {
+		if now.After(exp) {
+			delete(s.links, c)
+		}
+	}
+	s.links[code] = now.Add(LinkTTL)
+	return "/login?code=" + code
+}
+
+// takeLink spends a link code: true once, while it is valid.
+func (s *Server) takeLink(code string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.links[code]
+	delete(s.links, code)
+	return ok && !s.now().After(exp)
+}
+
+func (s *Server) newSession() (id string, sess session) {
+	id, sess = randomHex(32), session{csrf: randomHex(32), expires: s.now().Add(SessionTTL)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.sessions) >= maxSessions {
+		var oldest string
+		for k, v := range s.sessions {
+			if oldest == "" || v.expires.Before(s.sessions[oldest].expires) {
+				oldest = k
+			}
+		}
+		delete(s.sessions, oldest)
+	}
+	s.sessions[id] = sess
+	return id, sess
+}
+
+// session returns the request's live session, if its cookie names one.
+func (s *Server) session(r *http.Request) (session, bool) {
+	c, err := r.Cookie(s.cookie)
+	if err != nil {
+		return session{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, ok := s.sessions[c.Value]
+	if ok && s.now().After(sess.expires) {
+		delete(s.sessions, c.Value)
+		return session{}, false
+	}
+	return sess, ok
+}
+
+// Authorize says whether an API request comes from a dashboard session: a live session
+// cookie, a request to this machine by a loopback name, and, for anything but GET and
+// HEAD, the session's CSRF token in the X-CSRF-Token header. why explains a refusal of a
+// request that carried the cookie.
+func (s *Server) Authorize(r *http.Request) (ok bool, why string) {
+	sess, live := s.session(r)
+	switch {
+	case !live:
+		return false, ""
+	case !loopbackHost(r.Host):
+		return false, "the dashboard answers only on a loopback address"
+	case r.Method != http.MethodGet && r.Method != http.MethodHead &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(sess.csrf)) != 1:
+		return false, "missing or wrong CSRF token: reload the dashboard"
+	}
+	return true, ""
+}
+
+// loopbackHost says whether a Host header names this machine by a loopback address or
+// "localhost": a page of another site whose name was made to resolve to 127.0.0.1 (DNS
+// rebinding) names its own host.
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// SecurityHeaders are set on every answer of the listener: pages and API alike.
+func SecurityHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", CSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+}
+
+// Register adds the dashboard's routes: / and /ui/ (the pages, behind a session), /login
+// (a link's code opens a session), /logout, and /ui/assets/ (scripts, styles, messages).
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /login", s.serveLogin)
+	mux.HandleFunc("POST /logout", s.serveLogout)
+	mux.HandleFunc("GET /ui/{$}", s.serveIndex)
+	mux.HandleFunc("GET /ui/assets/{file}", s.serveAsset)
+}
+
+func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
+	SecurityHeaders(w.Header())
+	w.Header().Set("Cache-Control", "no-store")
+	if !loopbackHost(r.Host) {
+		http.Error(w, "the dashboard answers only on a loopback address", http.StatusForbidden)
+		return
+	}
+	code := r.URL.Query().Get("code")
+	if code != "" && s.takeLink(code) {
+		id, _ := s.newSession()
+		http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: id, Path: "/", HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, MaxAge: int(SessionTTL / time.Second)})
+		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+		return
+	}
+	status := http.StatusOK
+	if code != "" {
+		status = http.StatusUnauthorized
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	s.login.Execute(w, map[string]bool{"Spent": code != ""})
+}
+
+func (s *Server) serveLogout(w http.ResponseWriter, r *http.Request) {
+	SecurityHeaders(w.Header())
+	if ok, why := s.Authorize(r); !ok {
+		if why == "" {
+			why = "no session"
+		}
+		http.Error(w, why, http.StatusForbidden)
+		return
+	}
+	c, _ := r.Cookie(s.cookie)
+	s.mu.Lock()
+	delete(s.sessions, c.Value)
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
+	SecurityHeaders(w.Header())
+	w.Header().Set("Cache-Control", "no-store")
+	sess, live := s.session(r)
+	if !live || !loopbackHost(r.Host) {
+		http.Redirect(w, r, "/login", http.StatusSeeOther)
+		return
+	}
+	var b bytes.Buffer
+	if err := s.index.Execute(&b, map[string]string{"CSRF": sess.csrf}); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+var contentTypes = map[string]string{
+	".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+	".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png",
+}
+
+func (s *Server) serveAsset(w http.ResponseWriter, r *http.Request) {
+	SecurityHeaders(w.Header())
+	name := r.PathValue("file")
+	ct, known := contentTypes[path.Ext(name)]
+	b, err := fs.ReadFile(s.files, name)
+	if !known || err != nil || strings.HasSuffix(name, ".html") {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", ct)
+	// The assets change with the binary only; the page names them by version.
+	w.Header().Set("Cache-Control", "private, max-age=3600")
+	w.Write(b)
+}
+
+// Assets returns every embedded asset with its size, for the bundle-size check.
+func Assets() (map[string]int, error) {
+	sizes := map[string]int{}
+	err := fs.WalkDir(assets, "assets", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := assets.ReadFile(p)
+		sizes[strings.TrimPrefix(p, "assets/")] = len(b)
+		return err
+	})
+	return sizes, err
+}
+
+// Messages returns the message catalogue: language → key → text.
+func Messages() ([]byte, error) { return assets.ReadFile("assets/messages.json") }

@@ -1,0 +1,125 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCatalogue: every message the pages use has an English and a French text, and the
+// French differs from the English but for words that are the same in both languages.
+func TestCatalogue(t *testing.T) {
+	raw, err := Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cat map[string]map[string]string
+	if err := json.Unmarshal(raw, &cat); err != nil {
+		t.Fatal(err)
+	}
+	same := []string{"version", "uuid", "cuda", "notifications", "message", "transaction", "date", "total", "commission",
+		"contact", "id", "placement", "note", "fp32", "fp16", "verdict", "sort_perf", "perf", "gpu", "gpus_count", "net", "image"}
+	for key, en := range cat["en"] {
+		fr := cat["fr"][key]
+		switch {
+		case strings.TrimSpace(en) == "" || strings.TrimSpace(fr) == "":
+			t.Errorf("message %q: English %q, French %q", key, en, fr)
+		case fr == en && !slices.Contains(same, key):
+			t.Errorf("message %q is not translated: %q", key, fr)
+		}
+	}
+	for key := range cat["fr"] {
+		if _, ok := cat["en"][key]; !ok {
+			t.Errorf("French message %q has no English text", key)
+		}
+	}
+	// The keys the script names as literals (labels, buttons, titles, headings).
+	js, err := assets.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, re := range []string{`i18n: '([a-z0-9_-]+)'`, `\bt\('([a-z0-9_-]+)'`, `(?:field|card|button|okBox)\('([a-z0-9_]+)'`, `\['([a-z0-9_]+)', [^']`} {
+		for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(string(js), -1) {
+			if !strings.HasSuffix(m[1], "_") { // a prefix: 'tab_' + name
+				used[m[1]] = true
+			}
+		}
+	}
+	for _, m := range regexp.MustCompile(`table\(\[([^\]]*)\]`).FindAllStringSubmatch(string(js), -1) {
+		for _, k := range regexp.MustCompile(`'([a-z0-9_]+)'`).FindAllStringSubmatch(m[1], -1) {
+			used[k[1]] = true
+		}
+	}
+	if len(used) < 100 {
+		t.Fatalf("found only %d message keys in app.js: the patterns are stale", len(used))
+	}
+	for k := range used {
+		if _, ok := cat["en"][k]; !ok {
+			t.Errorf("app.js uses message %q, which the catalogue lacks", k)
+		}
+	}
+}
+
+// TestBundleSize: everything the browser loads (the page, script, styles, messages) stays
+// under 500 KB.
+func TestBundleSize(t *testing.T) {
+	sizes, err := Assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	t.Logf("dashboard assets: %d bytes in %d files", total, len(sizes))
+	if total > 500_000 {
+		t.Fatalf("the dashboard's assets weigh %d bytes, past the 500 KB budget: %v", total, sizes)
+	}
+}
+
+// TestLinks: a login link opens one session, once, within LinkTTL; sessions expire; past
+// maxSessions the oldest goes.
+func TestLinks(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	s := New("127.0.0.1:8787")
+	s.now = func() time.Time { return now }
+	mux := http.NewServeMux()
+	s.Register(mux)
+	open := func(link string) *http.Response {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:8787"+link, nil))
+		return w.Result()
+	}
+	late := s.NewLink()
+	now = now.Add(LinkTTL + time.Second)
+	if r := open(late); r.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a link past its %s: %d", LinkTTL, r.StatusCode)
+	}
+	link := s.NewLink()
+	r := open(link)
+	if r.StatusCode != http.StatusSeeOther || len(r.Cookies()) != 1 || r.Cookies()[0].Name != "gpunex_session_8787" {
+		t.Fatalf("a fresh link: %d %v", r.StatusCode, r.Cookies())
+	}
+	cookie := r.Cookies()[0]
+	req := httptest.NewRequest("GET", "http://127.0.0.1:8787/v1/status", nil)
+	req.AddCookie(cookie)
+	if ok, _ := s.Authorize(req); !ok {
+		t.Fatal("the session is refused")
+	}
+	now = now.Add(SessionTTL + time.Second)
+	if ok, _ := s.Authorize(req); ok {
+		t.Fatalf("a session past its %s is accepted", SessionTTL)
+	}
+	for range maxSessions + 5 {
+		s.newSession()
+	}
+	if len(s.sessions) != maxSessions {
+		t.Fatalf("%d sessions kept, at most %d", len(s.sessions), maxSessions)
+	}
+}
