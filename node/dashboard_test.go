@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpunex/gpunex/ledger"
+	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/dashboard"
@@ -180,7 +181,8 @@ func TestDashboardSessions(t *testing.T) {
 // Pricing tab reaches the renter's Offers tab; an application approved in the coordinator's
 // queue puts the new provider's offer there; a job started from the renter's page streams
 // its output and ends with its exit code and cost; the provider's Payments tab shows what
-// it earned. No page asks for anything outside the node or reports a script error or CSP
+// it earned, then, after the coordinator ran a payout batch from its Payouts tab (on a local
+// Solana runtime), the payout with its transaction. No page asks for anything outside the node or reports a script error or CSP
 // violation, and the pages fit a phone's width. With GPUNEX_DASHBOARD_SHOTS=DIR, each tab
 // is saved as DIR/ROLE-TAB.png (make screenshots writes docs/dashboard/).
 func TestDashboardInBrowser(t *testing.T) {
@@ -191,9 +193,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	shots := os.Getenv("GPUNEX_DASHBOARD_SHOTS")
 	fastOnboarding(t)
 	rt := testRuntime(t)
-	ccfg := testConfig(config.RoleCoordinator)
+	// The coordinator pays on a local Solana runtime; its treasury holds the renter's
+	// deposit (credited below without a transfer).
+	e := newChainEnv(t)
+	e.fund(t, e.treasury.PublicKey(), 10_000_000)
+	ccfg := e.coordinatorConfig()
 	ccfg.Coordinator.ProbeInterval = config.Duration{Duration: 200 * time.Millisecond}
-	ccfg.Settlement.MarketInterval = config.Duration{Duration: time.Second}
 	tn := newTestNetWith(t, ccfg)
 	coord := tn.boot
 	provider := func(i int) *Node {
@@ -201,6 +206,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		cfg.Provider.GPUs[0].Count, cfg.Provider.GPUs[0].PriceUSDC = 1, "3.60"
 		cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
 		cfg.Jobs.RequireEscrow = true
+		wallet, _ := chain.NewKeypair()
+		cfg.Payout = config.PayoutConfig{Method: protocol.PayoutUSDC, Schedule: protocol.PayoutWeekly, SolanaAddress: wallet.PublicKey().String()}
 		return tn.addNode(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()}, false)
 	}
 	prov := provider(0)
@@ -290,9 +297,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the ended job shows exit %q, cost %q", exit, cost)
 	}
 
-	// The provider's Payments tab: the job's earnings, live.
+	// The provider's Payments tab: the job's earnings, live; then, once the coordinator ran
+	// a payout batch from its Payouts tab, the payout with its transaction.
 	pp.tab("payments")
 	pp.wait("the job's earnings", `document.querySelector('#earned-total') && /^[0-9.,]*[1-9]/.test(document.querySelector('#earned-total').innerText)`)
+	eventually(t, 10*time.Second, "the provider's payout settings at the coordinator", func() (bool, string) {
+		_, err := coord.ledger.GetPayoutSettings(prov.ID().String())
+		return err == nil, fmt.Sprint(err)
+	})
+	cp.tab("payouts")
+	cp.clickText("main", "Run payouts now")
+	cp.wait("the batch settled", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('settled')`)
+	pp.wait("the payout with its transaction", `document.querySelector('.tx')`)
 
 	// Every tab of every role: drawn without script errors, fits a phone, screenshots.
 	for _, c := range []struct {
