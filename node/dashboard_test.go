@@ -297,6 +297,20 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the ended job shows exit %q, cost %q", exit, cost)
 	}
 
+	// A job by model: the renter names a model, not an offer; the node places it on the
+	// best offer of that model and the job's page says which provider took it and why.
+	rp.tab("run")
+	rp.set("main form input[placeholder^='peer ID']", "")
+	rp.set("main form input[placeholder='H100-80GB']", declaredModel(second))
+	rp.set("main form input[placeholder='/path/to/image.tar']", busyboxArchive(t))
+	rp.set("main form input[placeholder='python train.py']", "echo placed by model")
+	rp.set("main form input[type=number][step=any]", "0.05")
+	rp.clickText("form", "Start the job")
+	rp.wait("the placed job's output", `location.hash === '#jobs' && document.querySelector('#job-log') && document.querySelector('#job-log').innerText.includes('placed by model')`)
+	if got := rp.text("#job-placement"); !strings.Contains(got, second.ID().String()+" took the job") {
+		t.Fatalf("the placed job's page says %q, not that %s took it", got, second.ID())
+	}
+
 	// The provider's Payments tab: the job's earnings, live; then, once the coordinator ran
 	// a payout batch from its Payouts tab, the payout with its transaction.
 	pp.tab("payments")

@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -323,6 +325,40 @@ func TestDevnetEndToEnd(t *testing.T) {
 	}
 	p1, p2 := names["provider-1"], names["provider-2"]
 
+	// The devnet printed each node's dashboard link; a link opens a browser session once,
+	// and `gpunex dashboard` gives a new one.
+	openLink := func(link string) int {
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Get(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusSeeOther && (len(resp.Cookies()) != 1 || !resp.Cookies()[0].HttpOnly) {
+			t.Fatalf("dashboard session cookie: %v", resp.Cookies())
+		}
+		return resp.StatusCode
+	}
+	devOut.mu.Lock()
+	printed := strings.Join(devOut.lines, "\n")
+	devOut.mu.Unlock()
+	for _, n := range f.Nodes {
+		m := regexp.MustCompile(`(?m)^\s+` + n.Name + `\s+(` + regexp.QuoteMeta(n.API) + `/login\?code=[0-9a-f]+)$`).FindStringSubmatch(printed)
+		if m == nil {
+			t.Fatalf("the devnet printed no dashboard link for %s:\n%s", n.Name, printed)
+		}
+		if n.Name == "renter-1" {
+			if code := openLink(m[1]); code != http.StatusSeeOther {
+				t.Fatalf("the renter's dashboard link: %d", code)
+			}
+			if code := openLink(m[1]); code != http.StatusUnauthorized {
+				t.Fatalf("the renter's dashboard link opened twice: %d", code)
+			}
+		}
+	}
+	if link := strings.TrimSpace(mustRun(t, "dashboard", "--home", renter)); !strings.HasPrefix(link, names["renter-1"].API+"/login?code=") || openLink(link) != http.StatusSeeOther {
+		t.Fatalf("gpunex dashboard printed %q", link)
+	}
+
 	// Money: the renter deposited test USDC and its demo job was charged from the escrow
 	// hold; a payout batch paid provider-1 on the local Solana runtime; the auditor passes
 	// the batch and fails an altered copy.
@@ -603,13 +639,34 @@ func TestDevnetEndToEnd(t *testing.T) {
 		t.Fatalf("bench show: %s", out)
 	}
 
-	// A job through the CLI: output streamed, the job's exit code returned, cost shown,
-	// output fetched.
-	offerID := p1.PeerID + "/H100-80GB"
-	out, errOut, code := gpunex(t, "job", "run", "--home", renter, "--offer", offerID, "--gpus", "1", "--max-hours", "0.1",
-		"--image-archive", filepath.Join(dir, "busybox.tar"), "--", "sh", "-c", "echo streamed line; echo result > /output/r.txt; exit 7")
-	if code != 7 || !strings.Contains(out, "streamed line") || !strings.Contains(errOut, "cost ") {
-		t.Fatalf("job run: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	// A job through the CLI, from a job file, placed by model: output streamed, the job's
+	// exit code returned, cost shown, output fetched into the folder the file names. The
+	// command line overrides the file (its model, one of its variables).
+	jobDir := filepath.Join(dir, "job")
+	os.Mkdir(jobDir, 0o755)
+	os.WriteFile(filepath.Join(jobDir, "job.toml"), []byte(`# paths are relative to this file's folder
+image_archive = "../busybox.tar"
+command = ["sh", "-c", "echo streamed line $WHO $WHAT; echo result > /output/r.txt; exit 7"]
+env = { WHO = "file", WHAT = "file" }
+gpus = 1
+hours = 0.1
+model = "A100-80GB"
+tries = 2
+output = "out"
+`), 0o644)
+	out, errOut, code := gpunex(t, "job", "run", "--home", renter, "-f", filepath.Join(jobDir, "job.toml"), "--model", "H100-80GB", "--env", "WHAT=flag")
+	if code != 7 || !strings.Contains(out, "streamed line file flag") || !strings.Contains(errOut, "cost ") ||
+		!strings.Contains(errOut, "placement: 1 offer(s) match model H100-80GB, 1 GPU(s) or more\n") ||
+		!strings.Contains(errOut, "  "+p1.PeerID+" took the job: ranked 1st of 1 by merit ") ||
+		!strings.Contains(errOut, "1 files of its /output written to "+filepath.Join(jobDir, "out")) {
+		t.Fatalf("job run -f: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(jobDir, "out", "r.txt")); err != nil || string(b) != "result\n" {
+		t.Fatalf("output fetched by job run -f: %q %v", b, err)
+	}
+	if _, errOut, code := gpunex(t, "job", "run", "--home", renter, "-f", filepath.Join(jobDir, "job.toml"), "--model", "B200-192GB"); code == 0 ||
+		!strings.Contains(errOut, "not found: no live, certified offer matches model B200-192GB, 1 GPU(s) or more") {
+		t.Fatalf("a model nobody offers: exit %d, %s", code, errOut)
 	}
 	var jobs []api.JobView
 	json.Unmarshal([]byte(mustRun(t, "job", "list", "--json", "--home", renter)), &jobs)
@@ -621,6 +678,7 @@ func TestDevnetEndToEnd(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(fetched, "r.txt")); err != nil || string(b) != "result\n" {
 		t.Fatalf("fetched output: %q %v", b, err)
 	}
+	offerID := p1.PeerID + "/H100-80GB"
 	if _, errOut, code := gpunex(t, "job", "run", "--home", renter, "--offer", offerID, "--gpus", "9", "--max-hours", "0.1",
 		"--image-archive", filepath.Join(dir, "busybox.tar"), "--", "true"); code == 0 || !strings.Contains(errOut, "offered") {
 		t.Fatalf("too many GPUs: exit %d, %s", code, errOut)

@@ -22,15 +22,29 @@ func jobCommand() *cobra.Command {
 	var req api.JobRequest
 	var hours float64
 	var detach bool
+	var file, output string
 	run := &cobra.Command{
-		Use:   "run (--provider PEER | --offer ID) --gpus N --max-hours H [--max-price P] (--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--detach] -- CMD ARGS...",
+		Use: "run (--provider PEER | --offer ID | --model M [--region R] [--tier T] [--tries N]) --gpus N --max-hours H [--max-price P] " +
+			"(--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--output DIR] [--detach] [-f JOB.toml] -- CMD ARGS...",
 		Short: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code",
+		Long: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code.\n\n" +
+			"With --model and no provider or offer, the job goes to the best offer by merit (as `gpunex offers search`\n" +
+			"orders them) among those of that model matching --region, --tier, --egress, --max-price and --gpus; an\n" +
+			"offer whose provider refuses or does not answer passes it to the next, --tries offers at most.\n" +
+			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Args = args
+			if file != "" {
+				f, err := readJobFile(file)
+				if err != nil {
+					return err
+				}
+				f.fill(cmd, &req, &hours, &output)
+			}
 			if hours <= 0 || math.IsNaN(hours) || hours > 24*30 {
-				return errors.New("--max-hours: a positive number of hours, at most 720")
+				return errors.New("--max-hours (hours in a job file): a positive number of hours, at most 720")
 			}
 			req.MaxSeconds = int64(math.Ceil(hours * 3600))
-			req.Args = args
 			if req.ImageArchive != "" {
 				abs, err := filepath.Abs(req.ImageArchive)
 				if err != nil {
@@ -47,10 +61,20 @@ func jobCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if pl := v.Placement; pl != nil {
+				fmt.Fprintf(errOut, "placement: %d offer(s) match %s\n", pl.Matched, pl.Search)
+				for _, a := range pl.Attempts[:len(pl.Attempts)-1] {
+					fmt.Fprintf(errOut, "  passed over %s, %s: %s: %s\n", a.Offer, a.Why, a.Outcome, a.Error)
+				}
+				fmt.Fprintf(errOut, "  %s\n", pl.Chosen)
+			}
 			fmt.Fprintf(errOut, "job %s started on %s: %d x %s at %s USDC/GPU-hour, until %s\n", v.ID, v.Peer, v.GPUs, v.Model, v.PriceUSDC,
 				v.EndsAt.Local().Format(time.DateTime))
 			printPath(cmd, cl, v.Peer)
 			if detach {
+				if output != "" {
+					fmt.Fprintf(errOut, "its output is not fetched with --detach: gpunex job fetch %s %s, once it ended\n", v.ID, output)
+				}
 				fmt.Fprintln(out, v.ID)
 				return nil
 			}
@@ -66,6 +90,16 @@ func jobCommand() *cobra.Command {
 			if v.Disputed {
 				fmt.Fprintf(errOut, "the provider's receipt was disputed: %s (the coordinator decides; %d s were countersigned as the job ran)\n", v.Error, v.MeteredSeconds)
 			}
+			if output != "" {
+				n, err := fetchOutput(cmd, cl, v.ID, output)
+				if err != nil && v.ExitCode == 0 {
+					return fmt.Errorf("fetching the job's output: %w (again: gpunex job fetch %s %s)", err, v.ID, output)
+				} else if err != nil {
+					fmt.Fprintf(errOut, "fetching the job's output: %v (again: gpunex job fetch %s %s)\n", err, v.ID, output)
+				} else {
+					fmt.Fprintf(errOut, "%d files of its /output written to %s\n", n, output)
+				}
+			}
 			if v.ExitCode != 0 {
 				code := v.ExitCode
 				if code < 0 || code > 255 {
@@ -77,17 +111,22 @@ func jobCommand() *cobra.Command {
 		},
 	}
 	f := run.Flags()
+	f.StringVarP(&file, "file", "f", "", "read the job from a TOML file (docs/api.md, \"Job files\"); flags override it")
 	f.StringVar(&req.Provider, "provider", "", "provider peer ID")
-	f.StringVar(&req.Offer, "offer", "", "offer ID (<peer ID>/<MODEL>), as `gpunex offers search` shows")
+	f.StringVar(&req.Offer, "offer", "", "offer ID (<peer ID>/<MODEL>), as 'gpunex offers search' shows")
+	f.StringVar(&req.Model, "model", "", "GPU model: without --provider or --offer, run on the best offer of it that takes the job")
+	f.StringVar(&req.Region, "region", "", "with --model: only offers in this region")
+	f.StringVar(&req.Tier, "tier", "", "with --model: only offers certified at this tier (community or enterprise)")
+	f.IntVar(&req.Tries, "tries", 0, fmt.Sprintf("with --model: how many offers to propose the job to at most, best first (default %d, at most %d)", api.DefaultTries, api.MaxTries))
 	f.IntVar(&req.GPUs, "gpus", 1, "how many GPUs")
-	f.Float64Var(&hours, "max-hours", 0, "longest the job may run, in hours (the lease ends then)")
+	f.Float64Var(&hours, "max-hours", 0, "longest the job may run, in hours (the lease ends then); required, here or as hours in a job file")
 	f.StringVar(&req.MaxPrice, "max-price", "", "most USDC per GPU-hour you pay (default: the offer's price)")
 	f.StringVar(&req.Image, "image", "", "image reference the provider pulls")
 	f.StringVar(&req.ImageArchive, "image-archive", "", "OCI image archive streamed to the provider")
 	f.StringArrayVar(&req.Env, "env", nil, "K=V environment variable (repeatable)")
 	f.BoolVar(&req.Egress, "egress", false, "let the job reach the network")
+	f.StringVarP(&output, "output", "o", "", "when the job ends, download what it wrote to /output into this folder")
 	f.BoolVar(&detach, "detach", false, "print the job ID and return once the job started")
-	run.MarkFlagRequired("max-hours")
 
 	var asJSON bool
 	list := &cobra.Command{
@@ -179,9 +218,7 @@ func jobCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(cl.FetchOutput(cmd.Context(), args[0], pw)) }()
-			n, err := untar(pr, args[1])
+			n, err := fetchOutput(cmd, cl, args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -191,6 +228,15 @@ func jobCommand() *cobra.Command {
 	}
 	c.AddCommand(run, list, status, logs, cancel, fetch)
 	return c
+}
+
+// fetchOutput downloads what a job wrote to /output into dir and says how many files it
+// wrote.
+func fetchOutput(cmd *cobra.Command, cl *api.Client, id, dir string) (int, error) {
+	pr, pw := io.Pipe()
+	defer pr.Close() // a fetch still writing when untar stops ends
+	go func() { pw.CloseWithError(cl.FetchOutput(cmd.Context(), id, pw)) }()
+	return untar(pr, dir)
 }
 
 // untar extracts regular files and folders into dir, on this machine: every path is

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpunex/gpunex/node/api"
 
-	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
 
 	"github.com/gpunex/gpunex/protocol"
@@ -74,22 +73,7 @@ func supportedModels(models *protocol.ModelCatalogue) string {
 
 func readApplicationFile(path string) (applicationFile, error) {
 	var f applicationFile
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return f, err
-	}
-	md, err := toml.Decode(string(b), &f)
-	if err != nil {
-		return f, fmt.Errorf("%s: %w", path, err)
-	}
-	if undec := md.Undecoded(); len(undec) > 0 {
-		keys := make([]string, len(undec))
-		for i, k := range undec {
-			keys[i] = k.String()
-		}
-		return f, fmt.Errorf("%s: unknown fields: %s (see gpunex apply --template)", path, strings.Join(keys, ", "))
-	}
-	return f, nil
+	return f, decodeTOMLFile(path, &f, "see gpunex apply --template")
 }
 
 func (f applicationFile) form() protocol.Application {

@@ -313,6 +313,16 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	say("devnet ready: %s", jsonPath)
+	say("dashboards (each link opens once, within 5 minutes; a new one: gpunex dashboard --home HOME):")
+	for _, p := range procs {
+		cl, err := api.NewClient(config.Home{Dir: p.Home})
+		if err != nil {
+			continue
+		}
+		if link, err := cl.DashboardLink(ctx); err == nil {
+			say("     %-12s %s", p.Name, link.URL)
+		}
+	}
 	say("try: gpunex offers search --home %s", renter.Home)
 	say("     gpunex offer set-price --home %s --model %s --usdc 1.99", filepath.Join(dir, "provider-1"), devnetGPUs[0].Model)
 	if demo != "" {
@@ -421,7 +431,7 @@ func devnetStanding(ctx context.Context, renter *api.Client, provider string) st
 	if rows, err := renter.Search(ctx, url.Values{}); err == nil {
 		for i, r := range rows {
 			if r.Provider == provider {
-				parts = append(parts, fmt.Sprintf("ranked %s of %d offers", ordinal(i+1), len(rows)))
+				parts = append(parts, fmt.Sprintf("ranked %s of %d offers", api.Ordinal(i+1), len(rows)))
 				break
 			}
 		}
@@ -430,20 +440,6 @@ func devnetStanding(ctx context.Context, renter *api.Client, provider string) st
 		return "no score or offer seen yet"
 	}
 	return strings.Join(parts, ", ")
-}
-
-func ordinal(n int) string {
-	suffix := "th"
-	switch {
-	case n%100 >= 11 && n%100 <= 13:
-	case n%10 == 1:
-		suffix = "st"
-	case n%10 == 2:
-		suffix = "nd"
-	case n%10 == 3:
-		suffix = "rd"
-	}
-	return fmt.Sprintf("%d%s", n, suffix)
 }
 
 // devnetSeconds prints a duration as seconds: "60s" rather than "1m0s".

@@ -605,6 +605,9 @@
   // ---- jobs (every role) ----
 
   let openJob = null;
+  // placements keeps how each job placed by model from this page found its provider (the
+  // answer of POST /v1/jobs; the node does not keep it).
+  const placements = {};
 
   PAGES.jobs = async (main) => {
     const list = h('div');
@@ -637,7 +640,12 @@
       const rows = [['job', h('code', {}, j.id)], ['state', h('span', { class: 'badge ' + j.state, id: 'job-state' }, t('state_' + j.state))],
         ['provider', h('code', {}, short(j.peer))], ['gpus', `${j.gpus} × ${j.model}`], ['price', usdc(j.price_usdc_per_gpu_hour)],
         ['started', when(j.started_at)], ['ends', when(j.ends_at)]];
-      if (j.placement) rows.push(['placement', j.placement]);
+      const pl = placements[id];
+      if (pl) {
+        rows.push(['placement', h('span', { id: 'job-placement' }, pl.chosen)]);
+        const passed = (pl.attempts || []).filter((a) => a.outcome !== 'accepted');
+        if (passed.length) rows.push(['passed_over', passed.map((a) => `${a.offer} (${t('outcome_' + a.outcome)}: ${a.error || ''})`).join('; ')]);
+      }
       if (j.state === 'ended') {
         rows.push(['exit', h('span', { id: 'job-exit' }, `${j.exit_code} ${j.exit_reason || ''}`)], ['seconds', String(j.seconds)],
           ['cost', h('span', { id: 'job-cost' }, usdc(j.cost_usdc))]);
@@ -742,6 +750,7 @@
             max_price_usdc: f.max.value.replace(',', '.') || undefined, egress: f.egress.checked,
           };
           const j = await api('POST', '/v1/jobs', req);
+          if (j.placement) placements[j.id] = j.placement;
           openJob = j.id;
           location.hash = '#jobs';
         });

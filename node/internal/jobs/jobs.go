@@ -32,9 +32,9 @@ var ErrRefused = errors.New("proposal refused")
 // viewJob is a job as the API shows it; now is when a running job's seconds and cost are
 // counted to.
 func viewJob(j ledger.Job, now time.Time) api.JobView {
-	v := api.JobView{ID: j.ID, Side: j.Side, Peer: j.Peer, State: j.State, Error: j.Error, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt,
+	v := api.JobView{JobStatus: protocol.JobStatus{ID: j.ID, Side: j.Side, Peer: j.Peer, State: j.State, Error: j.Error, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt,
 		ExitCode: j.ExitCode, ExitReason: j.ExitReason, GPUUUIDs: j.GPUs, Receipt: j.Receipt, Countersign: len(j.ReceiptCountersig) > 0,
-		MeteredSeconds: j.CheckpointSeconds, Disputed: len(j.Dispute) > 0}
+		MeteredSeconds: j.CheckpointSeconds, Disputed: len(j.Dispute) > 0}}
 	if p, err := openProposal(j.Proposal); err == nil {
 		v.Model, v.GPUs = p.Model, p.GPUs
 		v.Image = p.Image.Ref
@@ -130,6 +130,6 @@ func decodeJSONStrict(b []byte, v any) error {
 
 // wireStatus is a job's view as the job streams carry it.
 func wireStatus(v api.JobView) *protocol.JobStatus {
-	st := protocol.JobStatus(v)
+	st := v.JobStatus
 	return &st
 }

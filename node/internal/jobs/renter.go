@@ -88,22 +88,33 @@ func NewRenter(d RenterDeps) *Renter {
 	return &Renter{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, offers: d.Offers, escrow: d.Escrow, interval: interval}
 }
 
-// ProposeJob negotiates a job with a provider and, once both sides signed the lease and the
-// image is delivered, returns the started job.
-func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobView, err error) {
+// ProposeJob negotiates a job and, once both sides signed the lease and the image is
+// delivered, returns the started job. A request naming a provider or an offer goes there;
+// one naming a model only is placed on the best offer that takes it (place).
+func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (api.JobView, error) {
+	if req.Provider == "" && req.Offer == "" {
+		if req.Model == "" {
+			return api.JobView{}, api.Invalid(errors.New("name a provider, an offer or a model"))
+		}
+		return r.place(ctx, req)
+	}
+	if req.Region != "" || req.Tier != "" || req.Tries != 0 {
+		return api.JobView{}, api.Invalid(errors.New("region, tier and tries choose among the offers of a model: give them with a model and no provider or offer"))
+	}
 	var provider peer.ID
-	var model string
-	switch {
-	case req.Offer != "":
-		if provider, model, err = protocol.ParseOfferID(req.Offer); err != nil {
+	var err error
+	model := protocol.NormalizeModel(req.Model)
+	if req.Offer != "" {
+		var offered string
+		if provider, offered, err = protocol.ParseOfferID(req.Offer); err != nil {
 			return api.JobView{}, api.Invalid(err)
 		}
-	case req.Provider != "":
-		if provider, err = peer.Decode(req.Provider); err != nil {
-			return api.JobView{}, api.Invalid(fmt.Errorf("provider %q: not a peer ID", req.Provider))
+		if model != "" && model != offered {
+			return api.JobView{}, api.Invalid(fmt.Errorf("offer %s is for %s, not %s", req.Offer, offered, model))
 		}
-	default:
-		return api.JobView{}, api.Invalid(errors.New("name a provider or an offer"))
+		model = offered
+	} else if provider, err = peer.Decode(req.Provider); err != nil {
+		return api.JobView{}, api.Invalid(fmt.Errorf("provider %q: not a peer ID", req.Provider))
 	}
 	so, _ := r.offers.Get(provider)
 	if so == nil || !live(so, r.clock.Now()) {
@@ -115,6 +126,81 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 			return api.JobView{}, fmt.Errorf("%w: no live, certified offer from %s", api.ErrNotFound, provider)
 		}
 	}
+	img, err := openArchive(req.ImageArchive)
+	if err != nil {
+		return api.JobView{}, err
+	}
+	defer img.Close()
+	v, _, err := r.propose(ctx, req, so, model, img)
+	return v, err
+}
+
+// archive is a job's image archive, opened and hashed once however many providers are
+// proposed the job.
+type archive struct {
+	f      *os.File
+	sha256 string
+	size   int64
+}
+
+// openArchive opens and hashes the image archive at path; nil when path is empty.
+func openArchive(path string) (*archive, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, api.Invalid(fmt.Errorf("image archive: %w", err))
+	}
+	a := &archive{f: f}
+	if a.sha256, a.size, err = fileSHA256(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *archive) Close() {
+	if a != nil {
+		a.f.Close()
+	}
+}
+
+// proposal is the unsigned proposal of req to provider, for model at price at most, under
+// a new job ID.
+func (r *Renter) proposal(req api.JobRequest, provider peer.ID, model string, price protocol.MicroUSDC, img *archive) protocol.Proposal {
+	var id [8]byte
+	rand.Read(id[:])
+	p := protocol.Proposal{
+		Version: protocol.JobVersion, Job: hex.EncodeToString(id[:]), Renter: r.peer.ID.String(), Provider: provider.String(),
+		IssuedAt: r.clock.Now().UTC(), Model: model, GPUs: req.GPUs, MaxSeconds: req.MaxSeconds, MaxPrice: price,
+		Image: protocol.Image{Ref: req.Image}, Args: req.Args, Env: req.Env, Egress: req.Egress,
+	}
+	if img != nil {
+		p.Image.ArchiveSHA256, p.Image.ArchiveSize = img.sha256, img.size
+	}
+	return p
+}
+
+// seal signs a proposal and checks it as its provider will: a proposal that does not hold
+// is the renter's mistake (ErrInvalid).
+func (r *Renter) seal(p protocol.Proposal) ([]byte, error) {
+	praw, err := protocol.Seal(protocol.KindProposal, p, r.peer.Key)
+	if err != nil {
+		return nil, api.Invalid(err)
+	}
+	if _, err := protocol.CheckProposal(praw, r.clock.Now()); err != nil {
+		return nil, api.Invalid(err)
+	}
+	return praw, nil
+}
+
+// propose negotiates req with the provider of the live offer so, for model, and once both
+// sides signed the lease and the image is delivered, returns the started job. leased says
+// the lease was signed: a failure after it is kept in the ledger as a failed job, one
+// before it leaves nothing behind.
+func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.SignedOffer, model string, img *archive) (_ api.JobView, leased bool, err error) {
+	provider := so.Signer
 	var item *protocol.OfferGPUs
 	for i, g := range so.Offer.GPUs {
 		if g.Model == model || (model == "" && len(so.Offer.GPUs) == 1) {
@@ -122,34 +208,18 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 		}
 	}
 	if item == nil {
-		return api.JobView{}, api.Invalid(fmt.Errorf("provider %s offers several models or not %q: name the offer (--offer %s/MODEL)", provider, model, provider))
+		return api.JobView{}, false, api.Invalid(fmt.Errorf("provider %s offers several models or not %q: name the offer (--offer %s/MODEL)", provider, model, provider))
 	}
 	if req.Egress && so.Offer.Egress == "" {
-		return api.JobView{}, api.Invalid(fmt.Errorf("provider %s gives jobs no network: drop --egress, or pick an offer with egress (gpunex offers search --egress)", provider))
+		return api.JobView{}, false, api.Invalid(fmt.Errorf("provider %s gives jobs no network: drop --egress, or pick an offer with egress (gpunex offers search --egress)", provider))
 	}
 	maxPrice := item.PricePerGPUHour
 	if req.MaxPrice != "" {
 		if maxPrice, err = protocol.ParseUSDC(req.MaxPrice); err != nil {
-			return api.JobView{}, api.Invalid(fmt.Errorf("max price: %w", err))
+			return api.JobView{}, false, api.Invalid(fmt.Errorf("max price: %w", err))
 		}
 	}
-	var id [8]byte
-	rand.Read(id[:])
-	p := protocol.Proposal{
-		Version: protocol.JobVersion, Job: hex.EncodeToString(id[:]), Renter: r.peer.ID.String(), Provider: provider.String(),
-		IssuedAt: r.clock.Now().UTC(), Model: item.Model, GPUs: req.GPUs, MaxSeconds: req.MaxSeconds, MaxPrice: maxPrice,
-		Image: protocol.Image{Ref: req.Image}, Args: req.Args, Env: req.Env, Egress: req.Egress,
-	}
-	var archive *os.File
-	if req.ImageArchive != "" {
-		if archive, err = os.Open(req.ImageArchive); err != nil {
-			return api.JobView{}, api.Invalid(fmt.Errorf("image archive: %w", err))
-		}
-		defer archive.Close()
-		if p.Image.ArchiveSHA256, p.Image.ArchiveSize, err = fileSHA256(archive); err != nil {
-			return api.JobView{}, err
-		}
-	}
+	p := r.proposal(req, provider, item.Model, maxPrice, img)
 	// The escrow hold: the coordinator that certified the provider (the provider trusts
 	// it) sets the job's maximum cost aside from this renter's account there. A renter
 	// without an account or funds there proposes without one; a provider requiring escrow
@@ -170,12 +240,9 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 			}
 		}()
 	}
-	praw, err := protocol.Seal(protocol.KindProposal, p, r.peer.Key)
+	praw, err := r.seal(p)
 	if err != nil {
-		return api.JobView{}, api.Invalid(err)
-	}
-	if _, err := protocol.CheckProposal(praw, r.clock.Now()); err != nil {
-		return api.JobView{}, api.Invalid(err)
+		return api.JobView{}, false, err
 	}
 
 	if len(so.Offer.Addrs) > 0 {
@@ -185,41 +252,44 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 			}
 		}
 	}
-	if err := r.peer.Reach(ctx, provider); err != nil {
-		return api.JobView{}, err
+	// A provider that does not answer within a step's time is given up on.
+	dctx, cancel := context.WithTimeout(ctx, jobStepTimeout)
+	defer cancel()
+	if err := r.peer.Reach(dctx, provider); err != nil {
+		return api.JobView{}, false, err
 	}
-	s, err := r.peer.OpenStream(ctx, provider, protocol.JobProtocol)
+	s, err := r.peer.OpenStream(dctx, provider, protocol.JobProtocol)
 	if err != nil {
-		return api.JobView{}, fmt.Errorf("reach provider %s: %w", provider, err)
+		return api.JobView{}, false, fmt.Errorf("reach provider %s: %w", provider, err)
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(jobStepTimeout))
 	in := bufio.NewReader(s)
 	if err := sendMsg(s, protocol.JobMsg{Type: "propose", Record: praw}); err != nil {
-		return api.JobView{}, err
+		return api.JobView{}, false, err
 	}
 	m, err := readMsg(in)
 	if err != nil {
-		return api.JobView{}, fmt.Errorf("provider's answer: %w", err)
+		return api.JobView{}, false, fmt.Errorf("provider's answer: %w", err)
 	}
 	// A refusal is a conflict with the provider's state or policy (409), and wraps ErrRefused.
 	switch m.Type {
 	case "accept":
 	case "counter":
-		return api.JobView{}, api.Conflict(fmt.Errorf("%w: the provider counters at %s USDC per GPU-hour (%s); propose again with that maximum price", ErrRefused, m.Price, m.Reason))
+		return api.JobView{}, false, api.Conflict(fmt.Errorf("%w: the provider counters at %s USDC per GPU-hour (%s); propose again with that maximum price", ErrRefused, m.Price, m.Reason))
 	case "reject":
 		reason := strings.TrimPrefix(m.Reason, ErrRefused.Error()+": ")
 		if holdErr != nil && strings.Contains(reason, "escrow") {
 			reason += " (no hold was given: " + holdErr.Error() + ")"
 		}
-		return api.JobView{}, api.Conflict(fmt.Errorf("%w: %s", ErrRefused, reason))
+		return api.JobView{}, false, api.Conflict(fmt.Errorf("%w: %s", ErrRefused, reason))
 	default:
-		return api.JobView{}, fmt.Errorf("provider answered %q: %s", m.Type, m.Reason)
+		return api.JobView{}, false, fmt.Errorf("provider answered %q: %s", m.Type, m.Reason)
 	}
 	accepted := m
 	l, err := protocol.CheckLease(m.Record, praw, &p)
 	if err != nil {
-		return api.JobView{}, fmt.Errorf("the provider's lease does not hold: %w", err)
+		return api.JobView{}, false, fmt.Errorf("the provider's lease does not hold: %w", err)
 	}
 	leaseRaw := m.Record
 	cs, err := protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{
@@ -227,31 +297,31 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 		Signer: r.peer.ID.String(), SignedAt: r.clock.Now().UTC(),
 	}, r.peer.Key)
 	if err != nil {
-		return api.JobView{}, err
+		return api.JobView{}, true, err
 	}
 	now := r.clock.Now()
 	if err := r.ledger.CreateJob(ledger.Job{
 		ID: p.Job, Side: "renter", Peer: provider.String(), State: ledger.JobLeased, CreatedAt: now, UpdatedAt: now,
 		Proposal: praw, Lease: leaseRaw, LeaseCountersig: cs,
 	}); err != nil {
-		return api.JobView{}, err
+		return api.JobView{}, true, err
 	}
-	fail := func(err error) (api.JobView, error) {
+	fail := func(err error) (api.JobView, bool, error) {
 		r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
 			j.State, j.Error, j.UpdatedAt = ledger.JobFailed, err.Error(), r.clock.Now()
 			return nil
 		})
-		return api.JobView{}, err
+		return api.JobView{}, true, err
 	}
 	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: cs}); err != nil {
 		return fail(err)
 	}
-	if archive != nil && !accepted.ImageCached {
+	if img != nil && !accepted.ImageCached {
 		s.SetDeadline(time.Now().Add(jobStepTimeout + time.Duration(p.Image.ArchiveSize>>20)*time.Second))
-		if _, err := archive.Seek(0, io.SeekStart); err != nil {
+		if _, err := img.f.Seek(0, io.SeekStart); err != nil {
 			return fail(err)
 		}
-		if _, err := io.Copy(s, archive); err != nil {
+		if _, err := io.Copy(s, img.f); err != nil {
 			return fail(fmt.Errorf("send image archive: %w", err))
 		}
 	}
@@ -271,10 +341,10 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (_ api.JobV
 		return nil
 	})
 	if err != nil {
-		return api.JobView{}, err
+		return api.JobView{}, true, err
 	}
 	r.log.Info("job started", "job", p.Job, "provider", provider, "price_usdc", l.Price, "ends_at", l.EndsAt)
-	return viewJob(j, r.clock.Now()), nil
+	return viewJob(j, r.clock.Now()), true, nil
 }
 
 // live says whether an offer is unexpired, not withdrawn and certified at now (as the
@@ -685,7 +755,7 @@ func (r *Renter) CancelJob(ctx context.Context, id string) (api.JobView, error) 
 		return viewJob(j, r.clock.Now()), errors.New(m.Reason)
 	}
 	if m.Status != nil {
-		v := api.JobView(*m.Status)
+		v := api.JobView{JobStatus: *m.Status}
 		v.State, v.Side, v.Peer = "stopping", "renter", j.Peer
 		return v, nil
 	}
