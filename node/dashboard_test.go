@@ -242,6 +242,18 @@ func TestDashboardInBrowser(t *testing.T) {
 	pp.set("input[data-model]", "2.75")
 	pp.clickText(".card", "Apply")
 	pp.wait("the price applied", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('announced')`)
+	// Maintenance planned from the same tab, in an hour for an hour (the browser's local
+	// time), is announced in the offer.
+	pp.eval(`(() => { const pad = (n) => String(n).padStart(2, '0');
+		const f = (d) => d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + 'T' + pad(d.getHours()) + ':' + pad(d.getMinutes());
+		const at = document.querySelectorAll('main input[type=datetime-local]');
+		at[0].value = f(new Date(Date.now() + 3600e3)); at[1].value = f(new Date(Date.now() + 7200e3)); })()`, nil)
+	pp.set("#maintenance-note", "new fans")
+	pp.clickText(".card", "Plan maintenance")
+	pp.wait("the maintenance planned", `document.querySelector('#maintenance-list').innerText.includes('new fans')`)
+	if ws := prov.publisher.Current().Offer.Maintenance; len(ws) != 1 || ws[0].From.Before(time.Now().Add(50*time.Minute)) || ws[0].To.Sub(ws[0].From) < 59*time.Minute {
+		t.Fatalf("the maintenance planned in the dashboard is announced as %+v", ws)
+	}
 	rp.tab("offers")
 	offer := offerOf(prov)
 	for deadline := time.Now().Add(20 * time.Second); ; {

@@ -23,7 +23,7 @@ func TestCatalogue(t *testing.T) {
 		t.Fatal(err)
 	}
 	same := []string{"version", "uuid", "cuda", "notifications", "message", "transaction", "date", "total", "commission",
-		"contact", "id", "placement", "note", "fp32", "fp16", "verdict", "sort_perf", "perf", "gpu", "gpus_count", "net", "image"}
+		"contact", "id", "placement", "note", "fp32", "fp16", "verdict", "sort_perf", "perf", "gpu", "gpus_count", "net", "image", "maintenance"}
 	for key, en := range cat["en"] {
 		fr := cat["fr"][key]
 		switch {

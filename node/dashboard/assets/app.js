@@ -172,7 +172,7 @@
   function table(heads, rows, empty) {
     if (!rows.length) return h('p', { class: 'empty', i18n: empty || 'none' });
     return h('div', { class: 'scroll' }, h('table', {},
-      h('thead', {}, h('tr', {}, heads.map((k) => h('th', { scope: 'col', i18n: k })))),
+      h('thead', {}, h('tr', {}, heads.map((k) => h('th', { scope: 'col', i18n: k || null })))),
       h('tbody', {}, rows.map((r) => h('tr', {}, r.map((c) => h('td', {}, c)))))));
   }
 
@@ -522,13 +522,43 @@
         ['next_change', when(a && a.next_change)]]),
       field('timezone', tz), field('weekly_windows', windows, 'windows_hint'), save);
     };
+    // Maintenance: a window (from, to) or a recurring rule, announced in the offer; the
+    // form stays as typed while the list refreshes.
+    const mList = h('div', { id: 'maintenance-list' });
+    const mFrom = h('input', { type: 'datetime-local' });
+    const mTo = h('input', { type: 'datetime-local' });
+    const mRule = h('input', { placeholder: 'first sunday 02:00 2h Europe/Paris', autocomplete: 'off' });
+    const mNote = h('input', { id: 'maintenance-note', autocomplete: 'off' });
+    const mAdd = button('plan_maintenance', () => busy(mAdd, out, async () => {
+      const body = { note: mNote.value };
+      if (mRule.value.trim()) body.rule = mRule.value.trim();
+      else {
+        body.from = new Date(mFrom.value).toISOString();
+        body.to = new Date(mTo.value).toISOString();
+      }
+      await api('POST', '/v1/provider/maintenance', body);
+      say(out, okBox('maintenance_planned'));
+      drawMaintenance();
+    }));
+    fill(maint, mList, h('div', { class: 'filters' }, field('from', mFrom), field('to', mTo), field('or_rule', mRule, 'rule_hint'), field('note', mNote), mAdd));
+    const drawMaintenance = async () => {
+      const m = await maybe('/v1/provider/maintenance');
+      const planned = ((m && m.planned) || []).map((w) => {
+        const remove = button('remove', () => busy(remove, out, async () => {
+          await api('DELETE', '/v1/provider/maintenance/' + encodeURIComponent(w.id));
+          drawMaintenance();
+        }), 'danger');
+        return [w.rule || `${when(w.from)} → ${when(w.to)}`, w.note || '', remove];
+      });
+      fill(mList, h('h3', { i18n: 'planned' }), table(['when', 'note', ''], planned),
+        h('h3', { i18n: 'announced' }), table(['from', 'to', 'note'], ((m && m.announced) || []).map((w) => [when(w.from), when(w.to), w.note || ''])));
+    };
     return async () => {
       if (!drawn) {
         drawn = true;
         await Promise.all([draw(), drawAvailability()]);
       }
-      const m = await maybe('/v1/provider/maintenance');
-      fill(maint, table(['from', 'to', 'note'], ((m && m.announced) || []).map((w) => [when(w.from), when(w.to), w.note || ''])));
+      await drawMaintenance();
     };
   };
 
@@ -646,9 +676,11 @@
         const passed = (pl.attempts || []).filter((a) => a.outcome !== 'accepted');
         if (passed.length) rows.push(['passed_over', passed.map((a) => `${a.offer} (${t('outcome_' + a.outcome)}: ${a.error || ''})`).join('; ')]);
       }
+      if (j.metered_seconds) rows.push(['metered', t('metered_seconds', { seconds: j.metered_seconds })]);
       if (j.state === 'ended') {
         rows.push(['exit', h('span', { id: 'job-exit' }, `${j.exit_code} ${j.exit_reason || ''}`)], ['seconds', String(j.seconds)],
-          ['cost', h('span', { id: 'job-cost' }, usdc(j.cost_usdc))]);
+          ['cost', h('span', { id: 'job-cost' }, usdc(j.cost_usdc))],
+          ['receipt', t(j.receipt_countersigned ? 'receipt_both' : j.receipt ? 'receipt_provider' : 'receipt_none')]);
         if (j.disputed) rows.push(['disputed', j.error || t('yes')]);
       }
       if (j.error && !j.disputed) rows.push(['error', j.error]);
@@ -851,15 +883,18 @@
     const out = h('div');
     main.append(out, list);
     return async () => {
-      const scores = (await maybe('/v1/scores')) || [];
-      fill(list, table(['provider', 'score', 'uptime', 'completion', 'consistency', 'trend', 'issued', ''],
+      const [scores0, approved] = await Promise.all([maybe('/v1/scores'), maybe('/v1/coordinator/applications?status=approved')]);
+      const scores = (scores0 || []).filter((s) => s.coordinator === status.peer_id);
+      const tierOf = {};
+      for (const a of approved || []) tierOf[a.provider] = a.tier;
+      fill(list, table(['provider', 'tier', 'score', 'uptime', 'completion', 'consistency', 'trend', 'issued', ''],
         scores.map((s) => {
           const reason = h('input', { 'aria-label': t('revoke_reason'), placeholder: t('revoke_reason'), size: 12 });
           const revoke = button('revoke', () => busy(revoke, out, async () => {
             await api('POST', '/v1/coordinator/revoke', { provider: s.provider, reason: reason.value, actor: localStorage.getItem('gpunex-actor') || 'dashboard' });
             say(out, okBox('revoked', { provider: short(s.provider) }));
           }), 'danger');
-          return [h('code', { title: s.provider }, short(s.provider)), String(s.score), pct(s.uptime), pct(s.completion), pct(s.benchmark_consistency),
+          return [h('code', { title: s.provider }, short(s.provider)), tierOf[s.provider] ? t('tier_' + tierOf[s.provider]) : '–', String(s.score), pct(s.uptime), pct(s.completion), pct(s.benchmark_consistency),
             String(s.trend || 0), when(s.issued_at), h('span', { class: 'inline' }, reason, revoke)];
         })));
     };
