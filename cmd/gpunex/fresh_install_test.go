@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +100,21 @@ func TestFreshDebianInstall(t *testing.T) {
 	applied := time.Since(began)
 	t.Logf("fresh Debian 12 to a provider running as a systemd service: %s (apt-get downloads included); to its application at the coordinator: %s (target: under 5 minutes)",
 		installed.Round(100*time.Millisecond), applied.Round(100*time.Millisecond))
+
+	// The installer names the dashboard; its login link, asked from the installed node,
+	// opens a session (the machine shares this one's network).
+	if !strings.Contains(out, "dashboard: gpunex dashboard --home /var/lib/gpunex") {
+		t.Errorf("the installer does not name the dashboard:\n%s", tail(out, 2000))
+	}
+	link, err := in("", "gpunex", "dashboard", "--home", "/var/lib/gpunex")
+	if err != nil || !strings.Contains(link, "/login?code=") {
+		t.Fatalf("gpunex dashboard on the installed node: %v %s", err, link)
+	}
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Get(strings.TrimSpace(link))
+	if err != nil || resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("the installed node's dashboard link: %v %v", resp, err)
+	}
+	resp.Body.Close()
 
 	mustRun(t, "coordinator", "applications", "approve", id, "--as", "alice", "--home", coord)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
