@@ -90,6 +90,9 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.routeDashboard(mux)
 	a.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		dashboard.SecurityHeaders(w.Header())
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			w.Header().Set("Cache-Control", "no-store") // nothing of the API in a browser's cache
+		}
 		mux.ServeHTTP(w, r)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go a.srv.Serve(ln)

@@ -75,6 +75,18 @@
     return new Intl.DateTimeFormat(lang, { dateStyle: 'short' }).format(d);
   }
 
+  // link makes a link to a page outside the node (a payout's explorer page) only for an
+  // http(s) address; anything else is shown as text.
+  function link(href, text, cls) {
+    let ok = false;
+    try {
+      ok = ['https:', 'http:'].includes(new URL(href).protocol);
+    } catch (e) {
+      ok = false;
+    }
+    return ok ? h('a', { href, rel: 'noopener noreferrer', target: '_blank', class: cls }, text) : h('code', { class: cls }, text);
+  }
+
   function short(id) {
     return id && id.length > 16 ? id.slice(0, 6) + '…' + id.slice(-6) : id || '–';
   }
@@ -602,7 +614,7 @@
             r.paid ? t('paid') : t('pending')]))),
         card('payouts', table(['batch', 'date', 'amount', 'method', 'state', 'transaction'],
           (e.payouts || []).map((p) => [h('code', {}, short(p.batch)), when(p.issued_at), usdc(p.amount_usdc), p.method, p.paid ? t('paid') : p.state,
-            p.transaction ? (p.explorer ? h('a', { href: p.explorer, rel: 'noopener noreferrer', target: '_blank', class: 'tx' }, short(p.transaction)) : h('code', { class: 'tx' }, short(p.transaction))) : '–']))),
+            p.transaction ? link(p.explorer, short(p.transaction), 'tx') : '–']))),
         (e.unreachable || []).length ? h('p', { class: 'warn' }, t('coordinators_unreachable') + ': ' + e.unreachable.join(', ')) : null);
     };
     period.addEventListener('change', draw);
@@ -932,7 +944,7 @@
       ['fees', num(b.fees_lamports, 0) + ' lamports']]),
     table(['provider', 'method', 'amount', 'receipts', 'transaction'], (b.payouts || []).map((p) => [h('code', { title: p.provider }, short(p.provider)), p.method,
       usdc(p.amount_usdc), String(p.receipts),
-      p.transaction ? (p.explorer ? h('a', { href: p.explorer, rel: 'noopener noreferrer', target: '_blank' }, short(p.transaction)) : h('code', {}, short(p.transaction))) : '–'])),
+      p.transaction ? link(p.explorer, short(p.transaction), 'tx') : '–'])),
     h('p', { class: 'inline' }, bank, (b.payouts || []).some((p) => p.method === 'bank' && !p.paid) ? confirm : null), out));
   }
 
