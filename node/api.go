@@ -124,8 +124,8 @@ func (a *APIServer) route(mux *http.ServeMux, pattern string, h func(*http.Reque
 	})
 }
 
-// authorized checks the bearer token, or else a dashboard session (with its CSRF token on
-// changes), answering 401 when neither is there and 403 when a session's request is refused.
+// authorized checks the bearer token, or else a dashboard session (its cookie and its key),
+// answering 401 when neither is there and 403 when a session's request is refused.
 func (a *APIServer) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		if subtle.ConstantTimeCompare([]byte(auth), []byte(a.token)) == 1 {

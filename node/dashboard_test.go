@@ -56,17 +56,21 @@ func serveDashboard(t testing.TB, n *Node) (base string, link func() string) {
 var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // TestDashboardSessions: the dashboard is behind a session that only a one-time link
-// opens; the session stands for the API token on GET, but a change needs the CSRF token the
-// page carries, and a request naming another host (DNS rebinding) is refused. Pages carry a
-// strict CSP.
+// opens. The link's redirect gives the page the session's key in its fragment; every API
+// request needs the key besides the cookie, so the cookie alone (which browsers hand to any
+// port of 127.0.0.1) opens nothing, and another site cannot forge a request. A request
+// naming another host (DNS rebinding) is refused. Pages carry a strict CSP.
 func TestDashboardSessions(t *testing.T) {
 	tn := newTestNet(t)
 	prov := tn.add(providerConfig(0), nil)
 	base, link := serveDashboard(t, prov)
-	get := func(path string, cookie *http.Cookie, host string) *http.Response {
-		req, _ := http.NewRequest("GET", base+path, nil)
+	call := func(method, path string, cookie *http.Cookie, key, host, body string) *http.Response {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		if cookie != nil {
 			req.AddCookie(cookie)
+		}
+		if key != "" {
+			req.Header.Set(dashboard.KeyHeader, key)
 		}
 		if host != "" {
 			req.Host = host
@@ -78,25 +82,30 @@ func TestDashboardSessions(t *testing.T) {
 		t.Cleanup(func() { resp.Body.Close() })
 		return resp
 	}
+	get := func(path string, cookie *http.Cookie, key, host string) *http.Response {
+		return call("GET", path, cookie, key, host, "")
+	}
 
 	// No session: the pages send to the login page, the API answers 401.
-	if r := get("/ui/", nil, ""); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/login" {
+	if r := get("/ui/", nil, "", ""); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/login" {
 		t.Fatalf("/ui/ without a session: %d %q", r.StatusCode, r.Header.Get("Location"))
 	}
-	if r := get("/v1/status", nil, ""); r.StatusCode != http.StatusUnauthorized {
+	if r := get("/v1/status", nil, "", ""); r.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("API without a session: %d", r.StatusCode)
 	}
-	login := get("/login", nil, "")
+	login := get("/login", nil, "", "")
 	if body, _ := io.ReadAll(login.Body); login.StatusCode != 200 || !strings.Contains(string(body), "gpunex dashboard") {
 		t.Fatalf("login page: %d %s", login.StatusCode, body)
 	}
 
-	// The link opens a session once.
+	// The link opens a session once, and hands the page its key in the fragment.
 	url := link()
-	r := get(strings.TrimPrefix(url, base), nil, "")
-	if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/ui/" {
+	r := get(strings.TrimPrefix(url, base), nil, "", "")
+	m := regexp.MustCompile(`^/ui/#key=([0-9a-f]{64})$`).FindStringSubmatch(r.Header.Get("Location"))
+	if r.StatusCode != http.StatusSeeOther || m == nil {
 		t.Fatalf("opening the link: %d %q", r.StatusCode, r.Header.Get("Location"))
 	}
+	key := m[1]
 	var cookie *http.Cookie
 	for _, c := range r.Cookies() {
 		if strings.HasPrefix(c.Name, "gpunex_session_") {
@@ -106,72 +115,56 @@ func TestDashboardSessions(t *testing.T) {
 	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("session cookie: %+v", cookie)
 	}
-	if r := get(strings.TrimPrefix(url, base), nil, ""); r.StatusCode != http.StatusUnauthorized || len(r.Cookies()) != 0 {
+	if r := get(strings.TrimPrefix(url, base), nil, "", ""); r.StatusCode != http.StatusUnauthorized || len(r.Cookies()) != 0 {
 		t.Fatalf("the link opened a second session: %d", r.StatusCode)
 	}
 
-	// The page, with its CSRF token and policy.
-	page := get("/ui/", cookie, "")
+	// The page, with its policy, and without the key.
+	page := get("/ui/", cookie, "", "")
 	body, _ := io.ReadAll(page.Body)
-	m := regexp.MustCompile(`name="csrf-token" content="([0-9a-f]{64})"`).FindSubmatch(body)
-	if page.StatusCode != 200 || m == nil {
+	if page.StatusCode != 200 || !strings.Contains(string(body), "/ui/assets/app.js") || strings.Contains(string(body), key) {
 		t.Fatalf("dashboard page: %d %s", page.StatusCode, body)
 	}
-	csrf := string(m[1])
 	if csp := page.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") || strings.Contains(csp, "unsafe-inline") {
 		t.Fatalf("CSP: %q", csp)
 	}
-	if r := get("/v1/status", cookie, ""); r.StatusCode != 200 {
-		t.Fatalf("API with a session: %d", r.StatusCode)
+	if r := get("/v1/status", cookie, key, ""); r.StatusCode != 200 || r.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("API with a session: %d, Cache-Control %q", r.StatusCode, r.Header.Get("Cache-Control"))
+	}
+	// The cookie alone, as a program on another port of this machine would have it.
+	if r := get("/v1/status", cookie, "", ""); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("API with the cookie and no key: %d", r.StatusCode)
 	}
 	// DNS rebinding: the browser names the attacker's host.
-	if r := get("/v1/status", cookie, "attacker.example:8080"); r.StatusCode != http.StatusForbidden {
+	if r := get("/v1/status", cookie, key, "attacker.example:8080"); r.StatusCode != http.StatusForbidden {
 		t.Fatalf("API with a session, for another host: %d", r.StatusCode)
 	}
-	if r := get("/ui/", cookie, "attacker.example"); r.StatusCode != http.StatusSeeOther {
+	if r := get("/ui/", cookie, "", "attacker.example"); r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("page for another host: %d", r.StatusCode)
 	}
 
-	// A change without the CSRF token fails and changes nothing; with it, it works.
+	// A change without the key, or with a wrong one, fails and changes nothing; with it, it
+	// works.
 	model := prov.publisher.Current().Offer.GPUs[0].Model
 	before := prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour
-	post := func(token string) int {
-		req, _ := http.NewRequest("POST", base+"/v1/provider/price", strings.NewReader(fmt.Sprintf(`{"model":%q,"usdc":"4.44"}`, model)))
-		req.AddCookie(cookie)
-		if token != "" {
-			req.Header.Set(dashboard.CSRFHeader, token)
+	price := fmt.Sprintf(`{"model":%q,"usdc":"4.44"}`, model)
+	for _, k := range []string{"", strings.Repeat("0", 64)} {
+		if r := call("POST", "/v1/provider/price", cookie, k, "", price); r.StatusCode != http.StatusForbidden || prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour != before {
+			t.Fatalf("POST with key %q: %d, price %s", k, r.StatusCode, prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
 	}
-	if code := post(""); code != http.StatusForbidden || prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour != before {
-		t.Fatalf("POST without the CSRF token: %d, price %s", code, prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour)
-	}
-	if code := post(strings.Repeat("0", 64)); code != http.StatusForbidden {
-		t.Fatalf("POST with a wrong CSRF token: %d", code)
-	}
-	if code := post(csrf); code != 200 || prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour != 4_440_000 {
-		t.Fatalf("POST with the CSRF token: %d", code)
+	if r := call("POST", "/v1/provider/price", cookie, key, "", price); r.StatusCode != 200 || prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour != 4_440_000 {
+		t.Fatalf("POST with the key: %d", r.StatusCode)
 	}
 	// A session cannot make login links: only the token can.
-	req, _ := http.NewRequest("POST", base+"/v1/dashboard/link", nil)
-	req.AddCookie(cookie)
-	req.Header.Set(dashboard.CSRFHeader, csrf)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("a session asked for a login link: %v %v", resp.StatusCode, err)
+	if r := call("POST", "/v1/dashboard/link", cookie, key, "", ""); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("a session asked for a login link: %d", r.StatusCode)
 	}
 	// Signing out ends the session.
-	req, _ = http.NewRequest("POST", base+"/logout", nil)
-	req.AddCookie(cookie)
-	req.Header.Set(dashboard.CSRFHeader, csrf)
-	if resp, err := noRedirects.Do(req); err != nil || resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("sign out: %v %v", resp, err)
+	if r := call("POST", "/logout", cookie, key, "", ""); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", r.StatusCode)
 	}
-	if r := get("/v1/status", cookie, ""); r.StatusCode != http.StatusUnauthorized {
+	if r := get("/v1/status", cookie, key, ""); r.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("API after signing out: %d", r.StatusCode)
 	}
 }

@@ -4,11 +4,13 @@
 // may, through a session cookie that a one-time login link opens.
 //
 // What it guards against (docs/dashboard.md): another web site driving the node from the
-// user's browser (the cookie is SameSite=Strict, every change needs the session's CSRF
-// token in a header, and requests naming another host are refused, which stops DNS
-// rebinding), script injection through what peers publish (a strict Content-Security-Policy:
-// no inline script, nothing from outside the node; the pages write peer data as text), and
-// a leaked link (it opens one session once, within five minutes).
+// user's browser (the cookie is SameSite=Strict, and every API request also needs the
+// session's key in a header, which only this origin's script holds; requests naming another
+// host are refused, which stops DNS rebinding), a program on another local port that gets
+// the cookie (browsers do not keep cookies apart by port; the cookie alone opens nothing),
+// script injection through what peers publish (a strict Content-Security-Policy: no inline
+// script, nothing from outside the node; the pages write peer data as text), and a leaked
+// link (it opens one session once, within five minutes).
 package dashboard
 
 import (
@@ -35,8 +37,10 @@ const (
 	LinkTTL = 5 * time.Minute
 	// SessionTTL is how long a browser session lasts.
 	SessionTTL = 12 * time.Hour
-	// CSRFHeader carries the session's CSRF token on every request that changes something.
-	CSRFHeader = "X-CSRF-Token"
+	// KeyHeader carries the session's key on every API request of the dashboard. The key
+	// reaches the page once, in the fragment of the login redirect (never sent to a
+	// server), and the page keeps it in its origin's storage.
+	KeyHeader = "X-Session-Key"
 	// maxSessions bounds the sessions kept: the oldest is dropped past it.
 	maxSessions = 64
 )
@@ -47,7 +51,7 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 type session struct {
-	csrf    string
+	key     string
 	expires time.Time
 }
 
@@ -110,7 +114,7 @@ func (s *Server) takeLink(code string) bool {
 }
 
 func (s *Server) newSession() (id string, sess session) {
-	id, sess = randomHex(32), session{csrf: randomHex(32), expires: s.now().Add(SessionTTL)}
+	id, sess = randomHex(32), session{key: randomHex(32), expires: s.now().Add(SessionTTL)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.sessions) >= maxSessions {
@@ -143,9 +147,9 @@ func (s *Server) session(r *http.Request) (session, bool) {
 }
 
 // Authorize says whether an API request comes from a dashboard session: a live session
-// cookie, a request to this machine by a loopback name, and, for anything but GET and
-// HEAD, the session's CSRF token in the X-CSRF-Token header. why explains a refusal of a
-// request that carried the cookie.
+// cookie, a request to this machine by a loopback name, and the session's key in the
+// X-Session-Key header (the cookie alone is not enough: another program on this machine
+// may have it). why explains a refusal of a request that carried the cookie.
 func (s *Server) Authorize(r *http.Request) (ok bool, why string) {
 	sess, live := s.session(r)
 	switch {
@@ -153,9 +157,8 @@ func (s *Server) Authorize(r *http.Request) (ok bool, why string) {
 		return false, ""
 	case !loopbackHost(r.Host):
 		return false, "the dashboard answers only on a loopback address"
-	case r.Method != http.MethodGet && r.Method != http.MethodHead &&
-		subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(sess.csrf)) != 1:
-		return false, "missing or wrong CSRF token: reload the dashboard"
+	case subtle.ConstantTimeCompare([]byte(r.Header.Get(KeyHeader)), []byte(sess.key)) != 1:
+		return false, "missing or wrong session key: open a new link (gpunex dashboard)"
 	}
 	return true, ""
 }
@@ -206,10 +209,10 @@ func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	code := r.URL.Query().Get("code")
 	if code != "" && s.takeLink(code) {
-		id, _ := s.newSession()
+		id, sess := s.newSession()
 		http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: id, Path: "/", HttpOnly: true,
 			SameSite: http.SameSiteStrictMode, MaxAge: int(SessionTTL / time.Second)})
-		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+		http.Redirect(w, r, "/ui/#key="+sess.key, http.StatusSeeOther)
 		return
 	}
 	status := http.StatusOK
@@ -241,13 +244,12 @@ func (s *Server) serveLogout(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
 	SecurityHeaders(w.Header())
 	w.Header().Set("Cache-Control", "no-store")
-	sess, live := s.session(r)
-	if !live || !loopbackHost(r.Host) {
+	if _, live := s.session(r); !live || !loopbackHost(r.Host) {
 		http.Redirect(w, r, "/login", http.StatusSeeOther)
 		return
 	}
 	var b bytes.Buffer
-	if err := s.index.Execute(&b, map[string]string{"CSRF": sess.csrf}); err != nil {
+	if err := s.index.Execute(&b, nil); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

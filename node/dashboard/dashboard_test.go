@@ -109,8 +109,9 @@ func TestLinks(t *testing.T) {
 	cookie := r.Cookies()[0]
 	req := httptest.NewRequest("GET", "http://127.0.0.1:8787/v1/status", nil)
 	req.AddCookie(cookie)
-	if ok, _ := s.Authorize(req); !ok {
-		t.Fatal("the session is refused")
+	req.Header.Set(KeyHeader, strings.TrimPrefix(r.Header.Get("Location"), "/ui/#key="))
+	if ok, why := s.Authorize(req); !ok {
+		t.Fatalf("the session is refused: %s", why)
 	}
 	now = now.Add(SessionTTL + time.Second)
 	if ok, _ := s.Authorize(req); ok {

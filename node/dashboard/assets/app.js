@@ -3,7 +3,15 @@
 'use strict';
 
 (function () {
-  const csrf = document.querySelector('meta[name="csrf-token"]').getAttribute('content');
+  // The session's key: it comes once in the fragment of the login redirect (never sent to a
+  // server) and stays in this origin's storage, which no other port or site can read. Every
+  // API request carries it; the session cookie alone opens nothing.
+  const fromLink = location.hash.match(/^#key=([0-9a-f]{64})$/);
+  if (fromLink) {
+    localStorage.setItem('gpunex-session-key', fromLink[1]);
+    history.replaceState(null, '', location.pathname);
+  }
+  const key = localStorage.getItem('gpunex-session-key') || '';
   let M = { en: {} };
   let lang = 'en';
   let status = null;
@@ -101,16 +109,15 @@
   }
 
   async function api(method, path, body) {
-    const opts = { method, headers: {}, credentials: 'same-origin' };
-    if (method !== 'GET') opts.headers['X-CSRF-Token'] = csrf;
+    const opts = { method, headers: { 'X-Session-Key': key }, credentials: 'same-origin' };
     if (body !== undefined) {
       opts.headers['Content-Type'] = 'application/json';
       opts.body = JSON.stringify(body);
     }
     const r = await fetch(path, opts);
-    if (r.status === 401) {
+    if (r.status === 401 || r.status === 403 && !key) {
       location.href = '/login';
-      throw new APIError(401, t('session_ended'));
+      throw new APIError(r.status, t('session_ended'));
     }
     const text = await r.text();
     let v = null;
@@ -135,8 +142,7 @@
 
   // stream reads a streamed answer (logs, benchmark progress) chunk by chunk.
   async function stream(method, path, onText, signal) {
-    const opts = { method, headers: {}, credentials: 'same-origin', signal };
-    if (method !== 'GET') opts.headers['X-CSRF-Token'] = csrf;
+    const opts = { method, headers: { 'X-Session-Key': key }, credentials: 'same-origin', signal };
     const r = await fetch(path, opts);
     if (!r.ok) {
       const text = await r.text();
@@ -230,6 +236,16 @@
     }
   }
 
+  // saveFile hands a blob to the browser as a download.
+  function saveFile(blob, name) {
+    const url = URL.createObjectURL(blob);
+    const a = h('a', { href: url, download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
   // ---- charts (SVG drawn from the node's own data) ----
 
   function barChart(points, fmt, labelKey) {
@@ -315,17 +331,36 @@
     }
   }
 
-  function listen() {
-    const es = new EventSource('/v1/events');
-    es.addEventListener('status', (ev) => {
-      status = JSON.parse(ev.data);
-      renderHeader();
-      runRefresh();
-    });
-    es.onerror = () => {
+  // listen follows the node's server-sent events (read with fetch, which carries the
+  // session key, unlike EventSource), and connects again after a loss.
+  async function listen() {
+    for (;;) {
+      let buf = '';
+      try {
+        await stream('GET', '/v1/events', (text) => {
+          buf += text;
+          let end;
+          while ((end = buf.indexOf('\n\n')) >= 0) {
+            const ev = buf.slice(0, end);
+            buf = buf.slice(end + 2);
+            const data = ev.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+            if (ev.startsWith('event: status') && data) {
+              status = JSON.parse(data);
+              renderHeader();
+              runRefresh();
+            }
+          }
+        });
+      } catch (e) {
+        if (e.code === 401 || e.code === 403) {
+          location.href = '/login';
+          return;
+        }
+      }
       const state = document.getElementById('state');
       fill(state, h('span', { class: 'dot offline', 'aria-hidden': 'true' }), t('offline'));
-    };
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+    }
   }
 
   // ---- provider pages ----
@@ -586,10 +621,7 @@
       for (const r of last.history || []) {
         lines.push([r.job, r.ended_at, r.model, r.gpus, r.seconds, r.charge_usdc, r.commission_usdc, r.net_usdc, r.paid, r.batch || ''].join(','));
       }
-      const a = h('a', { href: URL.createObjectURL(new Blob([lines.join('\n') + '\n'], { type: 'text/csv' })), download: 'gpunex-earnings.csv' });
-      document.body.append(a);
-      a.click();
-      a.remove();
+      saveFile(new Blob([lines.join('\n') + '\n'], { type: 'text/csv' }), 'gpunex-earnings.csv');
     });
     const form = h('div', { class: 'inline' }, field('period', period), field('group_by', by), csv);
     main.append(form, body);
@@ -704,7 +736,14 @@
         }), 'danger');
         acts.push(cancel);
       }
-      if (j.side === 'renter' && j.state === 'ended') acts.push(h('a', { href: `/v1/jobs/${id}/output`, download: `${id}-output.tar`, class: 'button', i18n: 'fetch_output' }));
+      if (j.side === 'renter' && j.state === 'ended') {
+        const get = button('fetch_output', () => busy(get, out, async () => {
+          const r = await fetch(`/v1/jobs/${id}/output`, { headers: { 'X-Session-Key': key }, credentials: 'same-origin' });
+          if (!r.ok) throw new APIError(r.status, (await r.text()) || r.statusText);
+          saveFile(await r.blob(), `${id}-output.tar`);
+        }));
+        acts.push(get);
+      }
       fill(head, facts(rows), h('p', { class: 'inline' }, acts));
       return j;
     };
@@ -1006,7 +1045,8 @@
       show();
     });
     document.getElementById('logout').addEventListener('click', async () => {
-      await fetch('/logout', { method: 'POST', headers: { 'X-CSRF-Token': csrf }, credentials: 'same-origin' });
+      await fetch('/logout', { method: 'POST', headers: { 'X-Session-Key': key }, credentials: 'same-origin' });
+      localStorage.removeItem('gpunex-session-key');
       location.href = '/login';
     });
     translateStatic();
