@@ -36,6 +36,9 @@ type APIServer struct {
 	srv     *http.Server
 	ln      net.Listener
 	dash    *dashboard.Server
+	// stop ends every request's context when the API closes: followed logs and the
+	// dashboard's event streams would otherwise hold the shutdown.
+	stop context.CancelFunc
 }
 
 // ServeAPI starts the local API on listen (a loopback host:port) and returns once it
@@ -88,7 +91,9 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.routeMoney(mux)
 	a.routeBench(mux)
 	a.routeDashboard(mux)
-	a.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	base, stop := context.WithCancel(context.Background())
+	a.stop = stop
+	a.srv = &http.Server{BaseContext: func(net.Listener) context.Context { return base }, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		dashboard.SecurityHeaders(w.Header())
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
 			w.Header().Set("Cache-Control", "no-store") // nothing of the API in a browser's cache
@@ -103,7 +108,10 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 func (a *APIServer) Addr() string { return a.ln.Addr().String() }
 
 // Close stops the API.
-func (a *APIServer) Close(ctx context.Context) error { return a.srv.Shutdown(ctx) }
+func (a *APIServer) Close(ctx context.Context) error {
+	a.stop()
+	return a.srv.Shutdown(ctx)
+}
 
 func (a *APIServer) route(mux *http.ServeMux, pattern string, h func(*http.Request) (any, error)) {
 	route := pattern[strings.IndexByte(pattern, ' ')+1:]

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
@@ -18,7 +19,9 @@ func (a *APIServer) routeDashboard(mux *http.ServeMux) {
 	// A one-time login link: only a holder of the API token may have one (a session
 	// cannot mint more).
 	a.route(mux, "POST /v1/dashboard/link", func(r *http.Request) (any, error) {
-		if r.Header.Get("Authorization") == "" {
+		// authorized() let the request through with the token (a Bearer header must have
+		// matched) or with a session; only the first may make a link.
+		if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
 			return nil, fmt.Errorf("%w: login links are made with the API token (gpunex dashboard)", api.ErrForbidden)
 		}
 		return api.DashboardLink{URL: "http://" + a.Addr() + a.dash.NewLink()}, nil

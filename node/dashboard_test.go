@@ -156,10 +156,42 @@ func TestDashboardSessions(t *testing.T) {
 	if r := call("POST", "/v1/provider/price", cookie, key, "", price); r.StatusCode != 200 || prov.publisher.Current().Offer.GPUs[0].PricePerGPUHour != 4_440_000 {
 		t.Fatalf("POST with the key: %d", r.StatusCode)
 	}
-	// A session cannot make login links: only the token can.
+	// A session cannot make login links: only the token can, not even with another
+	// Authorization header beside the session.
 	if r := call("POST", "/v1/dashboard/link", cookie, key, "", ""); r.StatusCode != http.StatusForbidden {
 		t.Fatalf("a session asked for a login link: %d", r.StatusCode)
 	}
+	req, _ := http.NewRequest("POST", base+"/v1/dashboard/link", nil)
+	req.AddCookie(cookie)
+	req.Header.Set(dashboard.KeyHeader, key)
+	req.Header.Set("Authorization", "x")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a session with an Authorization header asked for a login link: %v %v", resp, err)
+	}
+	// The API closes at once with an event stream open: the stream does not hold the
+	// node's shutdown.
+	srv, err := prov.ServeAPI("127.0.0.1:0", "other-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := http.Get("http://" + srv.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events.Body.Close()
+	req, _ = http.NewRequest("GET", "http://"+srv.Addr()+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer other-token")
+	events, err = http.DefaultClient.Do(req)
+	if err != nil || events.StatusCode != 200 {
+		t.Fatalf("events: %v %v", events, err)
+	}
+	defer events.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Close(ctx); err != nil {
+		t.Fatalf("closing the API with an event stream open: %v", err)
+	}
+
 	// Signing out ends the session.
 	if r := call("POST", "/logout", cookie, key, "", ""); r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign out: %d", r.StatusCode)

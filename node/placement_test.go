@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
@@ -33,6 +34,7 @@ func TestJobPlacedByModel(t *testing.T) {
 		cfg := providerConfig(0)
 		cfg.Provider.GPUs[0].Count, cfg.Provider.GPUs[0].PriceUSDC, cfg.Provider.Region = gpus, price, region
 		cfg.Jobs.MemoryMBPerGPU, cfg.Jobs.ScratchMB, cfg.Jobs.Pids = 64, 16, 64
+		cfg.Jobs.RequireEscrow = true
 		return tn.addWith(cfg, d)
 	}
 	busy := provider("1.00", "eu-west", 1, Deps{Sandbox: testRuntime(t), JobsDir: t.TempDir()})
@@ -52,6 +54,13 @@ func TestJobPlacedByModel(t *testing.T) {
 		return all && len(rows) == 3 && rows[0].Provider == busy.ID().String() && rows[1].Provider == mute.ID().String() &&
 			rows[2].Provider == free.ID().String(), strings.Join(got, ", ")
 	})
+	// Every provider requires an escrow hold. The renter's account covers the job that
+	// keeps the busy provider's GPU, and the free provider's job, and half of another hold
+	// on the busy provider: a try that is refused must give its hold back before the next
+	// one asks for its own, and a provider that cannot be reached gets none.
+	busyHold := protocol.HoldAmount(1_000_000, 1, 60)
+	freeHold := protocol.HoldAmount(3_000_000, 1, 60)
+	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "deposit", Renter: renter.ID().String(), Amount: busyHold + freeHold + busyHold/2})
 	archive := busyboxArchive(t)
 	ctx := context.Background()
 	// The best offer's only GPU is leased.
@@ -94,6 +103,10 @@ func TestJobPlacedByModel(t *testing.T) {
 	if want := free.ID().String() + " took the job: ranked 3rd of 3 by merit"; !strings.HasPrefix(pl.Chosen, want) ||
 		!strings.HasSuffix(pl.Chosen, "price 3.00 USDC per GPU-hour = 2.00 x the market), tier "+pl.Attempts[2].Tier+", region eu-west; 2 offer(s) ranked above it did not take it") {
 		t.Fatalf("chosen: %q, want %q...", pl.Chosen, want)
+	}
+	// The refused tries' holds came back; the two running jobs' are held.
+	if bal, err := renter.wallet.Balance(ctx, ""); err != nil || bal.Held != busyHold+freeHold {
+		t.Fatalf("the renter's account after the placement: %+v %v (want %s held)", bal, err, busyHold+freeHold)
 	}
 	var out bytes.Buffer
 	if final, err := renter.renter.JobLogs(ctx, v.ID, true, &out); err != nil || final.ExitCode != 0 || out.String() != "placed\n" {

@@ -94,9 +94,13 @@ func runNode(h config.Home, level string) error {
 	<-ctx.Done()
 	log.Info("shutting down")
 	h.RemoveAPIAddr()
+	// The API and the node each get their own time to stop: a slow API client must not
+	// eat the node's time to withdraw its offer and send its reports.
+	actx, cancelAPI := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelAPI()
+	srv.Close(actx)
 	sctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	srv.Close(sctx)
 	if err := n.Close(sctx); err != nil {
 		log.Warn("shutdown incomplete", "err", err)
 	}

@@ -39,7 +39,9 @@ type Escrow interface {
 	// RequestHold asks the coordinator to set the proposal's maximum cost aside and
 	// returns the signed hold.
 	RequestHold(ctx context.Context, p protocol.Proposal, coordinator peer.ID) ([]byte, error)
-	// ReleaseAfterFailure asks for a failed proposal's hold back.
+	// ReleaseHold asks for a job's hold back now, once.
+	ReleaseHold(ctx context.Context, job, coordinator string) (api.BalanceView, error)
+	// ReleaseAfterFailure asks for a failed proposal's hold back, a few times.
 	ReleaseAfterFailure(job string, coordinator peer.ID)
 	// Dispute sends the job's signed dispute of its receipt to the coordinator holding
 	// its escrow.
@@ -220,31 +222,6 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 		}
 	}
 	p := r.proposal(req, provider, item.Model, maxPrice, img)
-	// The escrow hold: the coordinator that certified the provider (the provider trusts
-	// it) sets the job's maximum cost aside from this renter's account there. A renter
-	// without an account or funds there proposes without one; a provider requiring escrow
-	// says so.
-	var holdErr error
-	var holder peer.ID
-	if so.Cert != nil {
-		holder = so.Cert.Signer
-	}
-	p.Hold, holdErr = r.escrow.RequestHold(ctx, p, holder)
-	if holdErr != nil {
-		r.log.Info("job proposed without an escrow hold", "job", p.Job, "coordinator", holder, "why", holdErr)
-	} else {
-		// A job that does not run gives its hold back: the provider confirms it never ran.
-		defer func() {
-			if err != nil {
-				go r.escrow.ReleaseAfterFailure(p.Job, holder)
-			}
-		}()
-	}
-	praw, err := r.seal(p)
-	if err != nil {
-		return api.JobView{}, false, err
-	}
-
 	if len(so.Offer.Addrs) > 0 {
 		if ai, err := peer.AddrInfosFromP2pAddrs(multiaddrs(so.Offer.Addrs)...); err == nil {
 			for _, a := range ai {
@@ -265,6 +242,43 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(jobStepTimeout))
 	in := bufio.NewReader(s)
+
+	// The escrow hold, once the provider answers: the coordinator that certified the
+	// provider (the provider trusts it) sets the job's maximum cost aside from this
+	// renter's account there. A renter without an account or funds there proposes without
+	// one; a provider requiring escrow says so. A provider that cannot be reached never
+	// makes this renter's funds wait for it.
+	var holdErr error
+	var holder peer.ID
+	if so.Cert != nil {
+		holder = so.Cert.Signer
+	}
+	p.Hold, holdErr = r.escrow.RequestHold(ctx, p, holder)
+	if holdErr != nil {
+		r.log.Info("job proposed without an escrow hold", "job", p.Job, "coordinator", holder, "why", holdErr)
+	} else {
+		// A job that does not run gives its hold back: the provider confirms it never ran.
+		// A refused proposal's hold comes back before this returns, so that the next offer
+		// of a placement finds the funds; a job that failed after its lease is retried
+		// later (its provider may still be marking the failure).
+		defer func() {
+			if err == nil {
+				return
+			}
+			if !leased {
+				rctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				if _, rerr := r.escrow.ReleaseHold(rctx, p.Job, holder.String()); rerr == nil {
+					return
+				}
+			}
+			go r.escrow.ReleaseAfterFailure(p.Job, holder)
+		}()
+	}
+	praw, err := r.seal(p)
+	if err != nil {
+		return api.JobView{}, false, err
+	}
 	if err := sendMsg(s, protocol.JobMsg{Type: "propose", Record: praw}); err != nil {
 		return api.JobView{}, false, err
 	}

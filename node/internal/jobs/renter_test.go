@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
@@ -23,6 +24,9 @@ func (d *disputes) RequestHold(context.Context, protocol.Proposal, peer.ID) ([]b
 	return nil, nil
 }
 func (d *disputes) ReleaseAfterFailure(string, peer.ID) {}
+func (d *disputes) ReleaseHold(context.Context, string, string) (api.BalanceView, error) {
+	return api.BalanceView{}, nil
+}
 func (d *disputes) Dispute(_ context.Context, j ledger.Job) error {
 	d.sent = append(d.sent, j)
 	return nil
