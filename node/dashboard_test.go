@@ -324,7 +324,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	rp.tab("run")
 	rp.set("main form input[placeholder^='peer ID']", offer)
 	rp.set("main form input[placeholder='/path/to/image.tar']", busyboxArchive(t))
-	rp.set("main form input[placeholder='python train.py']", `sh -c "echo hello from the dashboard; sleep 1; exit 3"`)
+	rp.set("main form input[placeholder='python train.py']", `sh -c "echo hello from the dashboard; sleep 3; exit 3"`)
 	rp.set("main form input[type=number][step=any]", "0.05")
 	rp.clickText("form", "Start the job")
 	rp.wait("the job's page", `location.hash === '#jobs' && document.querySelector('#job-log')`)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -241,7 +242,8 @@ func fetchOutput(cmd *cobra.Command, cl *api.Client, id, dir string) (int, error
 
 // untar extracts regular files and folders into dir, on this machine: every path is
 // resolved inside dir (os.Root), so neither "..", an absolute name nor a link already in
-// dir leads out of it. Links, devices and other entries are skipped.
+// dir leads out of it, and no file already there is written over. Links, devices and
+// other entries are skipped.
 func untar(r io.Reader, dir string) (int, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
@@ -274,7 +276,12 @@ func untar(r io.Reader, dir string) (int, error) {
 			if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 				return n, err
 			}
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			// Never over a file already there: a provider's output (or a job file shared
+			// by someone else naming a folder such as ~) cannot replace this machine's files.
+			f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
+			if errors.Is(err, fs.ErrExist) {
+				return n, fmt.Errorf("%s is already in %s: a job's output never replaces a file; fetch it into a new folder", name, dir)
+			}
 			if err != nil {
 				return n, err
 			}

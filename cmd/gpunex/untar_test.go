@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
 // TestUntarStaysInFolder: a provider's output archive cannot write outside the folder the
-// renter gave, by ".." or through a link already there; ordinary files land.
+// renter gave, by ".." or through a link already there, nor over a file already in it;
+// ordinary files land.
 func TestUntarStaysInFolder(t *testing.T) {
 	outside := t.TempDir()
 	dir := t.TempDir()
@@ -37,5 +39,13 @@ func TestUntarStaysInFolder(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "sub", "result.txt")); err != nil || string(b) != "hi" {
 		t.Fatalf("control: %q %v", b, err)
+	}
+	// A file already there (a .bashrc, when the folder named is a home) is not replaced.
+	os.WriteFile(filepath.Join(dir, ".bashrc"), []byte("mine"), 0o644)
+	if _, err := untar(archive(".bashrc"), dir); err == nil || !strings.Contains(err.Error(), "never replaces a file") {
+		t.Fatalf("an entry over an existing file: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, ".bashrc")); string(b) != "mine" {
+		t.Fatalf("the existing file now holds %q", b)
 	}
 }

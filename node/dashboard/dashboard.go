@@ -272,8 +272,8 @@ func (s *Server) serveAsset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", ct)
-	// The assets change with the binary only; the page names them by version.
-	w.Header().Set("Cache-Control", "private, max-age=3600")
+	// Checked again at each load: the assets change with the binary, under the same names.
+	w.Header().Set("Cache-Control", "no-cache")
 	w.Write(b)
 }
 

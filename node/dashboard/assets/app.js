@@ -11,7 +11,8 @@
     localStorage.setItem('gpunex-session-key', fromLink[1]);
     history.replaceState(null, '', location.pathname);
   }
-  const key = localStorage.getItem('gpunex-session-key') || '';
+  // The key is read at each request: a link opened in another tab replaces it.
+  const sessionKey = () => localStorage.getItem('gpunex-session-key') || '';
   let M = { en: {} };
   let lang = 'en';
   let status = null;
@@ -109,13 +110,13 @@
   }
 
   async function api(method, path, body) {
-    const opts = { method, headers: { 'X-Session-Key': key }, credentials: 'same-origin' };
+    const opts = { method, headers: { 'X-Session-Key': sessionKey() }, credentials: 'same-origin' };
     if (body !== undefined) {
       opts.headers['Content-Type'] = 'application/json';
       opts.body = JSON.stringify(body);
     }
     const r = await fetch(path, opts);
-    if (r.status === 401 || r.status === 403 && !key) {
+    if (r.status === 401 || r.status === 403 && !sessionKey()) {
       location.href = '/login';
       throw new APIError(r.status, t('session_ended'));
     }
@@ -142,7 +143,7 @@
 
   // stream reads a streamed answer (logs, benchmark progress) chunk by chunk.
   async function stream(method, path, onText, signal) {
-    const opts = { method, headers: { 'X-Session-Key': key }, credentials: 'same-origin', signal };
+    const opts = { method, headers: { 'X-Session-Key': sessionKey() }, credentials: 'same-origin', signal };
     const r = await fetch(path, opts);
     if (!r.ok) {
       const text = await r.text();
@@ -303,31 +304,53 @@
       h('a', { href: '#' + name, id: 'tab-' + name, 'aria-current': name === tab ? 'page' : null, i18n: 'tab_' + name })))));
   }
 
+  // show draws the tab the address names. A newer call wins over one still drawing: its
+  // generation is the only one whose refresh is kept. An address that names no tab (the
+  // skip link's #main) leaves the tab drawn as it is.
+  let generation = 0;
   async function show() {
     const names = TABS[status.role] || [];
     const want = location.hash.slice(1);
+    if (tab && !names.includes(want) && want !== '') return;
+    const mine = ++generation;
     tab = names.includes(want) ? want : names[0];
     renderTabs();
     const main = document.getElementById('main');
     fill(main, h('h1', { i18n: 'tab_' + tab }));
     refresh = null;
+    let r = null;
     try {
-      refresh = (await PAGES[tab](main)) || null;
+      r = (await PAGES[tab](main)) || null;
     } catch (e) {
+      console.error(e);
       main.append(errorBox(e));
     }
+    if (mine !== generation) return;
+    refresh = r;
+    refreshing = false;
     if (refresh) await runRefresh();
   }
 
+  // runRefresh brings the open tab's data up to date; an error shows on the page (and in
+  // the console, where the browser tests look).
+  let refreshBox = null;
   async function runRefresh() {
     if (!refresh || refreshing) return;
+    const mine = generation;
     refreshing = true;
     try {
       await refresh();
+      if (refreshBox) refreshBox.remove();
+      refreshBox = null;
     } catch (e) {
-      console.warn(e);
+      console.error(e);
+      if (mine === generation) {
+        if (refreshBox) refreshBox.remove();
+        refreshBox = errorBox(e);
+        document.getElementById('main').append(refreshBox);
+      }
     } finally {
-      refreshing = false;
+      if (mine === generation) refreshing = false;
     }
   }
 
@@ -417,6 +440,7 @@
       applicationForm(box, out);
       return null;
     }
+    let answer = null;
     return async () => {
       const a = (await maybe('/v1/apply')) || app;
       const rows = [['status', h('span', { class: 'badge ' + a.status }, t('status_' + a.status))],
@@ -426,15 +450,19 @@
       if (a.message) rows.push(['message', a.message]);
       if (a.last_error) rows.push(['last_error', a.last_error]);
       const parts = [card('your_application', facts(rows))];
-      if (a.status === 'info-requested' && !box.querySelector('textarea:focus')) {
-        const answer = h('textarea', { rows: 4, required: true });
-        const send = button('send_answer', () => busy(send, out, async () => {
-          await api('POST', '/v1/apply/answer', { message: answer.value });
-          say(out, okBox('answer_sent'));
-        }));
-        parts.push(card('answer_question', field('your_answer', answer), send));
+      if (a.status === 'info-requested') {
+        // One answer box for the page's life: what is typed stays through refreshes.
+        if (!answer) {
+          const text = h('textarea', { rows: 4, required: true });
+          const send = button('send_answer', () => busy(send, out, async () => {
+            await api('POST', '/v1/apply/answer', { message: text.value });
+            say(out, okBox('answer_sent'));
+          }));
+          answer = card('answer_question', field('your_answer', text), send);
+        }
+        parts.push(answer);
       }
-      if (!box.querySelector('textarea:focus')) fill(box, ...parts);
+      fill(box, ...parts);
     };
   };
 
@@ -519,11 +547,15 @@
       if (a.host_below) parts.push(h('p', { class: 'warn' }, t('delisted_why') + ': ' + a.host_below));
       if (a.gpus.some((g) => g.below)) parts.push(h('p', { i18n: 'delisted_check' }));
       if (b.enterprise_below) parts.push(h('p', { class: 'warn' }, t('enterprise_below') + ': ' + b.enterprise_below));
+      // The link as the coordinator measured it is what counts; the provider's own
+      // figures when there is no such receipt.
+      const net = b.network_receipt || a.network || {};
       parts.push(card('storage_network', facts([
         ['storage_read', num(a.storage && a.storage.seq_read_mbps, 0) + ' MB/s'],
         ['storage_write', num(a.storage && a.storage.seq_write_mbps, 0) + ' MB/s'],
-        ['network_up', num(a.network && a.network.up_mbps, 0) + ' Mbit/s'],
-        ['network_down', num(a.network && a.network.down_mbps, 0) + ' Mbit/s'],
+        ['network_up', num(net.up_mbps, 0) + ' Mbit/s'],
+        ['network_down', num(net.down_mbps, 0) + ' Mbit/s'],
+        ['measured_by', t(b.network_receipt ? 'by_coordinator' : 'by_provider')],
       ])));
       fill(figures, ...parts);
     };
@@ -651,7 +683,13 @@
     };
     period.addEventListener('change', draw);
     by.addEventListener('change', draw);
-    return draw;
+    // Earnings come from every coordinator the provider trusts: asked at most every 10 s.
+    let drawnAt = 0;
+    return async () => {
+      if (Date.now() - drawnAt < 10000) return;
+      drawnAt = Date.now();
+      await draw();
+    };
   };
 
   PAGES.performance = async (main) => {
@@ -729,7 +767,7 @@
       }
       if (j.error && !j.disputed) rows.push(['error', j.error]);
       const acts = [];
-      if (j.side === 'renter' && (j.state === 'running' || j.state === 'starting')) {
+      if (j.side === 'renter' && (j.state === 'running' || j.state === 'leased')) {
         const cancel = button('cancel', () => busy(cancel, out, async () => {
           await api('POST', `/v1/jobs/${id}/cancel`);
           refreshJob();
@@ -738,7 +776,7 @@
       }
       if (j.side === 'renter' && j.state === 'ended') {
         const get = button('fetch_output', () => busy(get, out, async () => {
-          const r = await fetch(`/v1/jobs/${id}/output`, { headers: { 'X-Session-Key': key }, credentials: 'same-origin' });
+          const r = await fetch(`/v1/jobs/${encodeURIComponent(id)}/output`, { headers: { 'X-Session-Key': sessionKey() }, credentials: 'same-origin' });
           if (!r.ok) throw new APIError(r.status, (await r.text()) || r.statusText);
           saveFile(await r.blob(), `${id}-output.tar`);
         }));
@@ -799,7 +837,9 @@
     main.append(h('form', { class: 'filters', onsubmit: (ev) => { ev.preventDefault(); busy(search, out, draw); } },
       field('model', f.model), field('region', f.region), field('tier', f.tier), field('max_price', f.max), field('egress_only', f.egress),
       field('sort_by', f.sort), search), out, results);
-    return draw;
+    // Searched once now and on each submit: a search asks the network, not just the node.
+    await draw();
+    return null;
   };
 
   PAGES.run = async (main) => {
@@ -826,7 +866,8 @@
           say(out, h('p', { i18n: 'negotiating' }));
           const req = {
             offer: f.offer.value.trim() || undefined, model: f.offer.value.trim() ? undefined : f.model.value.trim() || undefined,
-            region: f.region.value.trim() || undefined, tier: f.tier.value || undefined,
+            region: f.offer.value.trim() ? undefined : f.region.value.trim() || undefined,
+            tier: f.offer.value.trim() ? undefined : f.tier.value || undefined,
             image: f.image.value.trim() || undefined, image_archive: f.archive.value.trim() || undefined,
             args: splitArgs(f.command.value), env: f.env.value.split('\n').map((s) => s.trim()).filter(Boolean),
             gpus: Number(f.gpus.value), max_seconds: Math.ceil(Number(f.hours.value) * 3600),
@@ -920,6 +961,11 @@
         ['contact', app.name ? `${app.name} <${app.email || ''}>` + (app.company ? ', ' + app.company : '') : '–'], ['gpus', gpus || '–'],
         ['location', [loc.city, loc.country, loc.region].filter(Boolean).join(', ') || '–'],
         ['commitment_months', String(app.commitment_months || 0)], ['ups', app.ups ? t('yes') : t('no')],
+        ['detected', (app.detected || []).map((g) => `${g.count} × ${g.model}` + (g.simulated ? ' (' + t('simulated') + ')' : '')).join(', ') || '–'],
+        ['differences', (app.differences || []).join('; ') || t('none_found')],
+        ['case_by_case', (a.case_by_case || []).join('; ') || '–'],
+        ['link_gaps', (a.link_gaps || []).join('; ') || '–'],
+        ['applicant_answer', app.answer || '–'],
         ['proposed_tier', a.proposed_tier ? t('tier_' + a.proposed_tier) : '–'], ['tier_reasons', (a.tier_reasons || []).join('; ') || '–'],
         ['measured_link', a.measured_link ? `${num(a.measured_link.up_mbps, 0)} / ${num(a.measured_link.down_mbps, 0)} Mbit/s, ${num(a.measured_link.rtt_ms, 0)} ms` : '–']]),
       h('h3', { i18n: 'audit_trail' }),
@@ -933,14 +979,18 @@
     const list = h('div');
     const out = h('div');
     main.append(out, list);
+    // One reason field per provider for the page's life, and no redraw while one is being
+    // typed in: what is typed stays.
+    const reasons = {};
     return async () => {
+      if (list.contains(document.activeElement) && document.activeElement.tagName === 'INPUT') return;
       const [scores0, approved] = await Promise.all([maybe('/v1/scores'), maybe('/v1/coordinator/applications?status=approved')]);
       const scores = (scores0 || []).filter((s) => s.coordinator === status.peer_id);
       const tierOf = {};
       for (const a of approved || []) tierOf[a.provider] = a.tier;
       fill(list, table(['provider', 'tier', 'score', 'uptime', 'completion', 'consistency', 'trend', 'issued', ''],
         scores.map((s) => {
-          const reason = h('input', { 'aria-label': t('revoke_reason'), placeholder: t('revoke_reason'), size: 12 });
+          const reason = reasons[s.provider] || (reasons[s.provider] = h('input', { 'aria-label': t('revoke_reason'), placeholder: t('revoke_reason'), size: 12 }));
           const revoke = button('revoke', () => busy(revoke, out, async () => {
             await api('POST', '/v1/coordinator/revoke', { provider: s.provider, reason: reason.value, actor: localStorage.getItem('gpunex-actor') || 'dashboard' });
             say(out, okBox('revoked', { provider: short(s.provider) }));
@@ -971,8 +1021,9 @@
 
   function batchDetail(box, b) {
     const out = h('div');
+    const reference = h('input', { autocomplete: 'off', size: 16 });
     const confirm = button('confirm_bank', () => busy(confirm, out, async () => {
-      await api('POST', `/v1/payouts/${encodeURIComponent(b.batch_id)}/confirm`, {});
+      await api('POST', `/v1/payouts/${encodeURIComponent(b.batch_id)}/confirm`, { reference: reference.value });
       say(out, okBox('confirmed'));
     }));
     const bank = button('bank_file', () => busy(bank, out, async () => {
@@ -984,7 +1035,7 @@
     table(['provider', 'method', 'amount', 'receipts', 'transaction'], (b.payouts || []).map((p) => [h('code', { title: p.provider }, short(p.provider)), p.method,
       usdc(p.amount_usdc), String(p.receipts),
       p.transaction ? link(p.explorer, short(p.transaction), 'tx') : '–'])),
-    h('p', { class: 'inline' }, bank, (b.payouts || []).some((p) => p.method === 'bank' && !p.paid) ? confirm : null), out));
+    h('div', { class: 'inline' }, bank, (b.payouts || []).some((p) => p.method === 'bank' && !p.paid) ? [field('bank_reference', reference), confirm] : null), out));
   }
 
   PAGES.market = async (main) => {
@@ -1008,7 +1059,7 @@
         ds.map((d) => {
           const decide = (side) => {
             const b = button('for_' + side, () => busy(b, out, async () => {
-              await api('POST', `/v1/disputes/${d.job}/resolve`, { for: side });
+              await api('POST', `/v1/disputes/${encodeURIComponent(d.job)}/resolve`, { for: side });
               say(out, okBox('decision_recorded'));
               runRefresh();
             }));
@@ -1045,7 +1096,7 @@
       show();
     });
     document.getElementById('logout').addEventListener('click', async () => {
-      await fetch('/logout', { method: 'POST', headers: { 'X-Session-Key': key }, credentials: 'same-origin' });
+      await fetch('/logout', { method: 'POST', headers: { 'X-Session-Key': sessionKey() }, credentials: 'same-origin' });
       localStorage.removeItem('gpunex-session-key');
       location.href = '/login';
     });
