@@ -161,4 +161,8 @@ case "$role" in
   renter) say "next: deposit and rent: gpunex wallet init --home $HOME_DIR, then gpunex offers search --home $HOME_DIR" ;;
   coordinator) say "next: set [settlement] in $HOME_DIR/config.toml, restart ($SYSTEMCTL restart $unit), then review applications: gpunex coordinator applications list --home $HOME_DIR" ;;
 esac
-say "dashboard: gpunex dashboard --home $HOME_DIR prints a one-time login link to this node's web dashboard (from another machine: ssh -L PORT:127.0.0.1:PORT, PORT from the link)"
+if link=$("$GPUNEX" dashboard --home "$HOME_DIR" 2>/dev/null); then
+  say "dashboard: $link (opens once, within 5 minutes; a new link: gpunex dashboard --home $HOME_DIR; from another machine: ssh -L PORT:127.0.0.1:PORT, PORT from the link)"
+else
+  say "dashboard: gpunex dashboard --home $HOME_DIR prints a one-time login link to this node's web dashboard once it runs"
+fi

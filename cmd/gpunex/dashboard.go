@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"html"
+	"os"
 	"os/exec"
 	"runtime"
 
@@ -38,14 +40,25 @@ func dashboardCommand() *cobra.Command {
 	return c
 }
 
-// openBrowser hands a URL to the desktop's browser.
+// openBrowser hands a login link to the desktop's browser through a page only this user
+// can read, which forwards to it: on a command line, any user of the machine could read
+// the link (/proc/PID/cmdline) and open the session first.
 func openBrowser(url string) error {
+	f, err := os.CreateTemp("", "gpunex-dashboard-*.html")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "<!doctype html><meta http-equiv=\"refresh\" content=\"0;url=%s\"><title>gpunex</title>\n", html.EscapeString(url)); err != nil {
+		return err
+	}
+	page := f.Name() // CreateTemp makes it 0600
 	switch runtime.GOOS {
 	case "darwin":
-		return exec.Command("open", url).Start()
+		return exec.Command("open", page).Start()
 	case "windows":
-		return exec.Command("rundll32", "url.dll,FileProtocolHandler", url).Start()
+		return exec.Command("rundll32", "url.dll,FileProtocolHandler", page).Start()
 	default:
-		return exec.Command("xdg-open", url).Start()
+		return exec.Command("xdg-open", page).Start()
 	}
 }
