@@ -207,9 +207,12 @@ func TestDashboardSessions(t *testing.T) {
 // queue puts the new provider's offer there; a job started from the renter's page streams
 // its output and ends with its exit code and cost; the provider's Payments tab shows what
 // it earned, then, after the coordinator ran a payout batch from its Payouts tab (on a local
-// Solana runtime), the payout with its transaction. No page asks for anything outside the node or reports a script error or CSP
-// violation, and the pages fit a phone's width. With GPUNEX_DASHBOARD_SHOTS=DIR, each tab
-// is saved as DIR/ROLE-TAB.png (make screenshots writes docs/dashboard/).
+// Solana runtime), the payout with its transaction; a provider revoked from the
+// coordinator's Providers tab leaves the Offers tab; an applicant's markup shows as text on
+// the coordinator's page. No page asks for anything outside the node or reports a script
+// error or CSP violation, and the pages fit a phone's width. With
+// GPUNEX_DASHBOARD_SHOTS=DIR, each tab is saved as DIR/ROLE-TAB.png (make screenshots
+// writes docs/dashboard/).
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("containerd and chromium")
@@ -294,8 +297,12 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// A second provider applies; the coordinator approves it in its queue; its offer
 	// reaches the renter's Offers tab.
+	// Its applicant writes markup into the form: the coordinator's page shows it as text.
 	second := provider(1)
-	app2, err := second.applicant.Submit(applicationForm(second.cfg, false, 1))
+	form := applicationForm(second.cfg, false, 1)
+	hostile := `<img src="/ui/assets/pwned.png" onerror="document.body.dataset.pwned='yes'">`
+	form.Name, form.Company = hostile, hostile
+	app2, err := second.applicant.Submit(form)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +311,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	cp.wait("the application in the queue", fmt.Sprintf(`[...document.querySelectorAll('#application-queue code')].some(e => e.innerText === %q)`, app2.ID))
 	cp.eval(fmt.Sprintf(`[...document.querySelectorAll('#application-queue tr')].find(r => r.innerText.includes(%q)).querySelector('button').click()`, app2.ID), nil)
 	cp.wait("the application's details", `document.querySelector('.decision select')`)
+	var injected struct {
+		Images int    `json:"images"`
+		Pwned  string `json:"pwned"`
+		Shown  bool   `json:"shown"`
+	}
+	cp.eval(fmt.Sprintf(`({images: document.querySelectorAll('main img').length, pwned: document.body.dataset.pwned || '',
+		shown: document.querySelector('main').innerText.includes(%q)})`, hostile), &injected)
+	if injected.Images != 0 || injected.Pwned != "" || !injected.Shown {
+		t.Fatalf("an applicant's markup on the coordinator's page: %+v", injected)
+	}
 	cp.set(".decision input", "alice")
 	cp.clickText(".decision", "Record the decision")
 	cp.wait("the decision recorded", `document.querySelector('p.ok')`)
@@ -360,6 +377,25 @@ func TestDashboardInBrowser(t *testing.T) {
 	cp.clickText("main", "Run payouts now")
 	cp.wait("the batch settled", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('settled')`)
 	pp.wait("the payout with its transaction", `document.querySelector('.tx')`)
+
+	// The coordinator revokes the second provider from its Providers tab; its offer leaves
+	// the renter's Offers tab.
+	cp.tab("providers")
+	row := fmt.Sprintf(`[...document.querySelectorAll('main tr')].find(r => r.querySelector('code') && r.querySelector('code').title === %q)`, second.ID().String())
+	cp.wait("the second provider's score", row)
+	cp.eval(fmt.Sprintf(`(() => { const r = %s; r.querySelector('input').value = 'failed audit'; r.querySelector('button').click(); })()`, row), nil)
+	cp.wait("the revocation", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('revoked')`)
+	rp.tab("offers")
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		rp.clickText("form", "Search")
+		rp.wait("search results", `document.querySelector('#offer-results table, #offer-results p')`)
+		if rp.text(fmt.Sprintf(`[data-offer="%s"]`, offerOf(second))) == "" && rp.text(fmt.Sprintf(`[data-offer="%s"]`, offer)) != "" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the revoked provider's offer is still in the renter's Offers tab:\n%s", rp.text("#offer-results"))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 
 	// Every tab of every role: drawn without script errors, fits a phone, screenshots.
 	for _, c := range []struct {
