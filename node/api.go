@@ -51,7 +51,7 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API listen: %w", err)
 	}
-	a := &APIServer{n: n, token: token, started: time.Now(), ln: ln, dash: dashboard.New(ln.Addr().String())}
+	a := &APIServer{n: n, token: token, started: time.Now(), ln: ln, dash: dashboard.New(ln.Addr().String(), n.dashboardStore())}
 	mux := http.NewServeMux()
 	a.dash.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{}))

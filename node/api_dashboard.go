@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -57,4 +58,13 @@ func (a *APIServer) routeDashboard(mux *http.ServeMux) {
 		}
 		return a.n.gpus.views(), nil
 	})
+}
+
+// dashboardStore is the file the dashboard keeps its sessions in, in the node's home (""
+// for a node without one: sessions in memory only).
+func (n *Node) dashboardStore() string {
+	if n.home == "" {
+		return ""
+	}
+	return filepath.Join(n.home, "dashboard-sessions.json")
 }

@@ -60,7 +60,9 @@ type Deps struct {
 // Node is a running gpunex daemon.
 type Node struct {
 	// gpus reads a provider's GPUs for its metrics and dashboard (nil on other roles).
-	gpus    *gpuCollector
+	gpus *gpuCollector
+	// home is the node's home folder ("" for a node built without one, in tests).
+	home    string
 	cfg     config.Config
 	log     *slog.Logger
 	clock   clock.Clock
@@ -232,6 +234,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 		n.peer.KeepJoined(runCtx, boot, n.clock, n.log, p2p.Joined{Sync: n.syncJoined, Announce: n.announce})
 	})
 	n.goLoop(func() { n.flushLoop(runCtx) })
+	n.home = d.Home
 	alertsDir := d.DataDir
 	if alertsDir == "" {
 		alertsDir = d.Home

@@ -16,7 +16,7 @@ func dashboardCommand() *cobra.Command {
 		Use:   "dashboard [--open]",
 		Short: "Print a one-time login link to this node's web dashboard (or open it in the browser)",
 		Long: "Asks the running node for a login link to its dashboard, served on its local API address. " +
-			"The link opens one browser session, once, within 5 minutes; the session lasts 12 hours.",
+			"The link opens one browser session, once, within 5 minutes; the session lasts 30 days, across the node's restarts.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := client(cmd)

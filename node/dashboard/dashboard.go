@@ -16,13 +16,16 @@ package dashboard
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"html/template"
 	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"path"
 	"strings"
 	"sync"
@@ -35,8 +38,9 @@ var assets embed.FS
 const (
 	// LinkTTL is how long a login link may wait to be opened.
 	LinkTTL = 5 * time.Minute
-	// SessionTTL is how long a browser session lasts.
-	SessionTTL = 12 * time.Hour
+	// SessionTTL is how long a browser session lasts: a provider opens the installer's link
+	// once and follows its node for a month, across the node's restarts.
+	SessionTTL = 30 * 24 * time.Hour
 	// KeyHeader carries the session's key on every API request of the dashboard. The key
 	// reaches the page once, in the fragment of the login redirect (never sent to a
 	// server), and the page keeps it in its origin's storage.
@@ -51,34 +55,71 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 type session struct {
-	key     string
-	expires time.Time
+	Key     string    `json:"key"`
+	Expires time.Time `json:"expires"`
 }
 
 // Server holds the login links and sessions of one node's dashboard.
 type Server struct {
 	now    func() time.Time
 	cookie string // per listener port: several nodes on one machine keep their own sessions
+	// store is the file the sessions are kept in across restarts ("": memory only).
+	store string
 
 	mu       sync.Mutex
 	links    map[string]time.Time // link code → expiry
-	sessions map[string]session
+	sessions map[string]session   // by the SHA-256 of the cookie's value
 
 	index *template.Template
 	login *template.Template
 	files fs.FS
 }
 
-// New returns the dashboard of the node whose API listens on addr (host:port).
-func New(addr string) *Server {
+// New returns the dashboard of the node whose API listens on addr (host:port). Its
+// sessions are kept in the file store (mode 0600; "" keeps them in memory only), so that a
+// restart of the node does not sign its browsers out.
+func New(addr, store string) *Server {
 	_, port, _ := net.SplitHostPort(addr)
 	files, _ := fs.Sub(assets, "assets")
-	return &Server{
-		now: time.Now, cookie: "gpunex_session_" + port,
+	s := &Server{
+		now: time.Now, cookie: "gpunex_session_" + port, store: store,
 		links: map[string]time.Time{}, sessions: map[string]session{},
 		index: template.Must(template.ParseFS(files, "index.html")),
 		login: template.Must(template.ParseFS(files, "login.html")),
 		files: files,
+	}
+	if store != "" {
+		if b, err := os.ReadFile(store); err == nil {
+			json.Unmarshal(b, &s.sessions) // a damaged file signs the browsers out, no more
+		}
+		for id, sess := range s.sessions {
+			if s.now().After(sess.Expires) || len(sess.Key) != 64 {
+				delete(s.sessions, id)
+			}
+		}
+	}
+	return s
+}
+
+// cookieID is what the sessions are kept by: a hash of the cookie, so that the file does
+// not hold the cookies themselves.
+func cookieID(value string) string {
+	h := sha256.Sum256([]byte(value))
+	return hex.EncodeToString(h[:])
+}
+
+// save writes the sessions to the store; the caller holds mu.
+func (s *Server) save() {
+	if s.store == "" {
+		return
+	}
+	b, err := json.Marshal(s.sessions)
+	if err != nil {
+		return
+	}
+	tmp := s.store + ".tmp"
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		os.Rename(tmp, s.store)
 	}
 }
 
@@ -114,19 +155,20 @@ func (s *Server) takeLink(code string) bool {
 }
 
 func (s *Server) newSession() (id string, sess session) {
-	id, sess = randomHex(32), session{key: randomHex(32), expires: s.now().Add(SessionTTL)}
+	id, sess = randomHex(32), session{Key: randomHex(32), Expires: s.now().Add(SessionTTL)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.sessions) >= maxSessions {
 		var oldest string
 		for k, v := range s.sessions {
-			if oldest == "" || v.expires.Before(s.sessions[oldest].expires) {
+			if oldest == "" || v.Expires.Before(s.sessions[oldest].Expires) {
 				oldest = k
 			}
 		}
 		delete(s.sessions, oldest)
 	}
-	s.sessions[id] = sess
+	s.sessions[cookieID(id)] = sess
+	s.save()
 	return id, sess
 }
 
@@ -138,9 +180,11 @@ func (s *Server) session(r *http.Request) (session, bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[c.Value]
-	if ok && s.now().After(sess.expires) {
-		delete(s.sessions, c.Value)
+	id := cookieID(c.Value)
+	sess, ok := s.sessions[id]
+	if ok && s.now().After(sess.Expires) {
+		delete(s.sessions, id)
+		s.save()
 		return session{}, false
 	}
 	return sess, ok
@@ -157,7 +201,7 @@ func (s *Server) Authorize(r *http.Request) (ok bool, why string) {
 		return false, ""
 	case !loopbackHost(r.Host):
 		return false, "the dashboard answers only on a loopback address"
-	case subtle.ConstantTimeCompare([]byte(r.Header.Get(KeyHeader)), []byte(sess.key)) != 1:
+	case subtle.ConstantTimeCompare([]byte(r.Header.Get(KeyHeader)), []byte(sess.Key)) != 1:
 		return false, "missing or wrong session key: open a new link (gpunex dashboard)"
 	}
 	return true, ""
@@ -212,7 +256,7 @@ func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 		id, sess := s.newSession()
 		http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: id, Path: "/", HttpOnly: true,
 			SameSite: http.SameSiteStrictMode, MaxAge: int(SessionTTL / time.Second)})
-		http.Redirect(w, r, "/ui/#key="+sess.key, http.StatusSeeOther)
+		http.Redirect(w, r, "/ui/#key="+sess.Key, http.StatusSeeOther)
 		return
 	}
 	status := http.StatusOK
@@ -235,7 +279,8 @@ func (s *Server) serveLogout(w http.ResponseWriter, r *http.Request) {
 	}
 	c, _ := r.Cookie(s.cookie)
 	s.mu.Lock()
-	delete(s.sessions, c.Value)
+	delete(s.sessions, cookieID(c.Value))
+	s.save()
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)

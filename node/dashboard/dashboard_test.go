@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -87,7 +89,7 @@ func TestBundleSize(t *testing.T) {
 // maxSessions the oldest goes.
 func TestLinks(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-	s := New("127.0.0.1:8787")
+	s := New("127.0.0.1:8787", "")
 	s.now = func() time.Time { return now }
 	mux := http.NewServeMux()
 	s.Register(mux)
@@ -122,5 +124,45 @@ func TestLinks(t *testing.T) {
 	}
 	if len(s.sessions) != maxSessions {
 		t.Fatalf("%d sessions kept, at most %d", len(s.sessions), maxSessions)
+	}
+}
+
+// TestSessionsSurviveRestart: a browser signed in stays signed in when the node restarts
+// (its sessions are in a file only the node's user reads, which holds no cookie); signing
+// out removes the session from the file too.
+func TestSessionsSurviveRestart(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "dashboard-sessions.json")
+	s := New("127.0.0.1:8787", store)
+	mux := http.NewServeMux()
+	s.Register(mux)
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:8787"+s.NewLink(), nil))
+	cookie, key := w.Result().Cookies()[0], strings.TrimPrefix(w.Result().Header.Get("Location"), "/ui/#key=")
+	signedIn := func(s *Server) bool {
+		req := httptest.NewRequest("GET", "http://127.0.0.1:8787/v1/status", nil)
+		req.AddCookie(cookie)
+		req.Header.Set(KeyHeader, key)
+		ok, _ := s.Authorize(req)
+		return ok
+	}
+	st, err := os.Stat(store)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the sessions' file: %v %v", st, err)
+	}
+	if b, _ := os.ReadFile(store); strings.Contains(string(b), cookie.Value) {
+		t.Fatal("the sessions' file holds the cookie")
+	}
+	restarted := New("127.0.0.1:8787", store)
+	if !signedIn(restarted) {
+		t.Fatal("the session did not survive the restart")
+	}
+	mux = http.NewServeMux()
+	restarted.Register(mux)
+	req := httptest.NewRequest("POST", "http://127.0.0.1:8787/logout", nil)
+	req.AddCookie(cookie)
+	req.Header.Set(KeyHeader, key)
+	mux.ServeHTTP(httptest.NewRecorder(), req)
+	if signedIn(New("127.0.0.1:8787", store)) {
+		t.Fatal("a session signed out came back after a restart")
 	}
 }
