@@ -397,6 +397,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 
+	// The provider reads the output of the job it ran on its own Jobs tab.
+	pp.tab("jobs")
+	pp.wait("the provider's jobs", `document.querySelector('main table a')`)
+	pp.eval(`document.querySelector('main table a').click()`, nil)
+	pp.wait("the job's output on the provider's page", `document.querySelector('#job-log') && document.querySelector('#job-log').innerText.includes('hello from the dashboard')`)
+
 	// The provider runs its benchmarks from the Benchmarks tab: the progress streams in and
 	// the new attestation is drawn.
 	before := prov.bench.Latest().Seq

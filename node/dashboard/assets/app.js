@@ -785,11 +785,7 @@
       fill(head, facts(rows), h('p', { class: 'inline' }, acts));
       return j;
     };
-    refreshJob().then((j) => {
-      if (j.side !== 'renter') {
-        log.textContent = t('logs_renter_only');
-        return null;
-      }
+    refreshJob().then(() => {
       return stream('GET', `/v1/jobs/${id}/logs?follow=1`, (s) => {
         log.textContent += s;
         log.scrollTop = log.scrollHeight;

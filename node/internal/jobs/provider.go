@@ -1140,13 +1140,36 @@ func (r *Runner) HandleControl(s network.Stream) {
 // streamLogs sends the job's log from the start, following it until the job ends when
 // follow is set, then an end frame with the job's status (and receipt).
 func (r *Runner) streamLogs(s network.Stream, id string, follow bool) {
+	j, err := r.followLog(context.Background(), id, follow, func(b []byte) error {
+		return sendMsg(s, protocol.JobMsg{Type: "log", Data: b})
+	})
+	if err != nil {
+		return
+	}
+	sendMsg(s, protocol.JobMsg{Type: "end", Status: wireStatus(viewJob(j, r.clock.Now())), Record: j.Receipt})
+}
+
+// Logs writes the log of a job this provider runs to w, following it until the job ends
+// when follow is set: the provider's operator reads it on the dashboard (the file is in
+// the job's folder on this machine anyway).
+func (r *Runner) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
+	_, err := r.followLog(ctx, id, follow, func(b []byte) error {
+		_, err := w.Write(b)
+		return err
+	})
+	return err
+}
+
+// followLog hands a job's log to write piece by piece, from its start, and, when follow is
+// set, as it grows until the job ends; it returns the job as it stands then.
+func (r *Runner) followLog(ctx context.Context, id string, follow bool, write func([]byte) error) (ledger.Job, error) {
 	path := filepath.Join(r.jobDir(id), "log")
 	var off int64
 	buf := make([]byte, 16<<10) // base64 in a JSON frame: well under maxJobFrame
 	for {
 		j, err := r.ledger.GetJob(id)
 		if err != nil {
-			return
+			return j, err
 		}
 		ended := j.State == ledger.JobEnded || j.State == ledger.JobFailed
 		if f, err := os.Open(path); err == nil {
@@ -1155,9 +1178,9 @@ func (r *Runner) streamLogs(s network.Stream, id string, follow bool) {
 				n, rerr := f.Read(buf)
 				if n > 0 {
 					off += int64(n)
-					if err := sendMsg(s, protocol.JobMsg{Type: "log", Data: buf[:n]}); err != nil {
+					if err := write(buf[:n]); err != nil {
 						f.Close()
-						return
+						return j, err
 					}
 				}
 				if rerr != nil {
@@ -1167,11 +1190,13 @@ func (r *Runner) streamLogs(s network.Stream, id string, follow bool) {
 			f.Close()
 		}
 		if ended || !follow {
-			v := viewJob(j, r.clock.Now())
-			sendMsg(s, protocol.JobMsg{Type: "end", Status: wireStatus(v), Record: j.Receipt})
-			return
+			return j, nil
 		}
-		<-r.clock.After(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return j, ctx.Err()
+		case <-r.clock.After(100 * time.Millisecond):
+		}
 	}
 }
 
