@@ -47,15 +47,7 @@ func TestTwoCoordinators(t *testing.T) {
 		cfg.Trust.Coordinators = []string{coord.ID().String()}
 		cfg.P2P.Bootstrap = both
 		p := tn.addNode(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()}, false)
-		own, err := p.applicant.Submit(applicationForm(cfg, true, 12))
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitStatus(t, p, protocol.StatusPending)
-		if _, err := coord.coord.Decide(own.ID, api.Decision{Action: "approve", Actor: "alice"}); err != nil {
-			t.Fatal(err)
-		}
-		waitStatus(t, p, protocol.StatusApproved)
+		applyApproved(t, coord, p)
 		return p
 	}
 	pa, pb := provider(0, a), provider(1, b)

@@ -239,15 +239,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		return tn.addNode(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()}, false)
 	}
 	prov := provider(0)
-	own, err := prov.applicant.Submit(applicationForm(prov.cfg, true, 12))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, prov, protocol.StatusPending)
-	if _, err := coord.coord.Decide(own.ID, api.Decision{Action: "approve", Actor: "alice"}); err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, prov, protocol.StatusApproved)
+	applyApproved(t, coord, prov)
 	renter := tn.add(testConfig(config.RoleRenter), nil)
 	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "deposit", Renter: renter.ID().String(), Amount: 10_000_000})
 	eventually(t, 20*time.Second, "the renter sees the provider", func() (bool, string) {

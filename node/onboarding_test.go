@@ -50,6 +50,22 @@ func applicationForm(cfg config.Config, ups bool, months int) protocol.Applicati
 	return protocol.Application{Name: "Ada Lovelace", Email: "ada@example.org", GPUs: gpus, UPS: ups, CommitmentMonths: months}
 }
 
+// applyApproved has provider p apply to coord with the test form (UPS, 12 months) and coord
+// approve it, as alice, through the real application flow; it returns once p holds its
+// certificate.
+func applyApproved(t *testing.T, coord, p *Node) {
+	t.Helper()
+	own, err := p.applicant.Submit(applicationForm(p.cfg, true, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, p, protocol.StatusPending)
+	if _, err := coord.coord.Decide(own.ID, api.Decision{Action: "approve", Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, p, protocol.StatusApproved)
+}
+
 func ownStatus(n *Node) string {
 	own, err := n.ledger.GetOwnApplication()
 	if err != nil {
