@@ -14,7 +14,6 @@
 package dashboard
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -70,7 +69,7 @@ type Server struct {
 	links    map[string]time.Time // link code → expiry
 	sessions map[string]session   // by the SHA-256 of the cookie's value
 
-	index *template.Template
+	index []byte // the page holds no secret and no per-session data: the same bytes for all
 	login *template.Template
 	files fs.FS
 }
@@ -84,7 +83,7 @@ func New(addr, store string) *Server {
 	s := &Server{
 		now: time.Now, cookie: "gpunex_session_" + port, store: store,
 		links: map[string]time.Time{}, sessions: map[string]session{},
-		index: template.Must(template.ParseFS(files, "index.html")),
+		index: must(fs.ReadFile(files, "index.html")),
 		login: template.Must(template.ParseFS(files, "login.html")),
 		files: files,
 	}
@@ -293,13 +292,16 @@ func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/login", http.StatusSeeOther)
 		return
 	}
-	var b bytes.Buffer
-	if err := s.index.Execute(&b, nil); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Write(b.Bytes())
+	w.Write(s.index)
+}
+
+// must returns an embedded asset, which is there by construction.
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 var contentTypes = map[string]string{
