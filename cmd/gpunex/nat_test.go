@@ -232,10 +232,12 @@ func TestNATTraversal(t *testing.T) {
 
 	// The renter is private too and takes no slot: it only dials out. (That the relay refuses
 	// a stranger's reservation is p2p's TestRelaySlotsForCertifiedOnly.)
-	var rst api.Status
-	json.Unmarshal([]byte(mustNS(t, renter.ns, "status", "--json", "--home", renter.home)), &rst)
-	if rst.Reachability != "private" || rst.Relayed {
-		t.Fatalf("renter: reachability %q, relayed %v", rst.Reachability, rst.Relayed)
+	// Its AutoNAT verdict comes on its own schedule, which may be later than the providers'.
+	for deadline, rst := time.Now().Add(60*time.Second), (api.Status{}); rst.Reachability != "private"; time.Sleep(500 * time.Millisecond) {
+		json.Unmarshal([]byte(mustNS(t, renter.ns, "status", "--json", "--home", renter.home)), &rst)
+		if rst.Relayed || rst.Reachability == "public" || time.Now().After(deadline) {
+			t.Fatalf("renter: reachability %q, relayed %v", rst.Reachability, rst.Relayed)
+		}
 	}
 
 	// The doctor says so too.
