@@ -885,6 +885,32 @@ func (l *Ledger) NextPayoutSettingsSeq(now time.Time) (uint64, error) {
 	return l.nextSeq("provider/payout-settings-seq", now)
 }
 
+const keyOwnPayoutSettings = "provider/payout-settings"
+
+// SetOwnPayoutSettings keeps the payout settings a provider chose from its dashboard, which
+// replace [payout] of its config.toml; nil removes them, and config.toml is in force again.
+func (l *Ledger) SetOwnPayoutSettings(s *protocol.PayoutSettings) error {
+	return l.db.Update(func(txn *badger.Txn) error {
+		if s == nil {
+			return txn.Delete([]byte(keyOwnPayoutSettings))
+		}
+		return putJSON(txn, keyOwnPayoutSettings, s)
+	})
+}
+
+// OwnPayoutSettings returns the settings SetOwnPayoutSettings kept, or ErrNotFound.
+func (l *Ledger) OwnPayoutSettings() (*protocol.PayoutSettings, error) {
+	raw, err := l.getRaw(keyOwnPayoutSettings)
+	if err != nil {
+		return nil, err
+	}
+	var s protocol.PayoutSettings
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("ledger: own payout settings: %w", err)
+	}
+	return &s, nil
+}
+
 const prefixOwnDeposit = "wallet/deposit/"
 
 // OwnDeposit is a deposit this node sent, recorded before it is sent so that a crash

@@ -89,6 +89,7 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.routeModels(mux)
 	a.routeJobs(mux)
 	a.routeMoney(mux)
+	a.routePayout(mux)
 	a.routeBench(mux)
 	a.routeDashboard(mux)
 	base, stop := context.WithCancel(context.Background())

@@ -52,6 +52,7 @@ func (a *APIServer) routeDashboard(mux *http.ServeMux) {
 			}
 		}
 	})
+	a.route(mux, "GET /v1/provider/history", a.history)
 	a.route(mux, "GET /v1/provider/gpus", func(r *http.Request) (any, error) {
 		if a.n.gpus == nil {
 			return nil, fmt.Errorf("%w: this node is a %s, not a provider", api.ErrWrongRole, a.n.cfg.Role)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,8 +241,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	prov := provider(0)
 	applyApproved(t, coord, prov)
-	renter := tn.add(testConfig(config.RoleRenter), nil)
-	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "deposit", Renter: renter.ID().String(), Amount: 10_000_000})
+	// The renter has USDC in its own Solana wallet, and deposits from its Wallet tab.
+	rcfg, renterWallet := e.renterConfig(t, 20_000_000)
+	renter := tn.add(rcfg, nil)
 	eventually(t, 20*time.Second, "the renter sees the provider", func() (bool, string) {
 		_, ok := providersIn(search(t, renter, api.SearchFilter{}))[prov.ID().String()]
 		return ok, ""
@@ -256,10 +258,18 @@ func TestDashboardInBrowser(t *testing.T) {
 	rp.open(strings.TrimPrefix(rentLink(), rentBase))
 	cp.open(strings.TrimPrefix(coordLink(), coordBase))
 
+	rp.tab("wallet")
+	rp.set("main .card input", "10")
+	rp.clickText("main", "Deposit")
+	rp.wait("the deposit credited", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('credited')`)
+	if a, _ := coord.ledger.GetAccount(renter.ID().String()); a.Deposited != 10_000_000 || e.usdc(t, renterWallet) != 10_000_000 {
+		t.Fatalf("after a deposit of 10 USDC from the Wallet tab: account %+v, wallet %d", a, e.usdc(t, renterWallet))
+	}
+
 	// The provider changes its price in the Pricing tab; the renter's Offers tab shows it.
 	pp.tab("pricing")
 	pp.wait("the price field", `document.querySelector('input[data-model]')`)
-	pp.set("input[data-model]", "2.75")
+	pp.set("input[data-model]", "36")
 	pp.clickText(".card", "Apply")
 	pp.wait("the price applied", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('announced')`)
 	// Maintenance planned from the same tab, in an hour for an hour (the browser's local
@@ -279,10 +289,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		rp.clickText("form", "Search")
 		rp.wait("search results", `document.querySelector('#offer-results table, #offer-results p')`)
-		if got := rp.text(fmt.Sprintf(`[data-offer="%s"]`, offer)); strings.Contains(got, "2.75") {
+		if got := rp.text(fmt.Sprintf(`[data-offer="%s"]`, offer)); strings.Contains(got, "36.00") {
 			break
 		} else if time.Now().After(deadline) {
-			t.Fatalf("the renter's Offers tab shows %q for %s, not the new price 2.75", got, offer)
+			t.Fatalf("the renter's Offers tab shows %q for %s, not the new price 36.00", got, offer)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -370,6 +380,53 @@ func TestDashboardInBrowser(t *testing.T) {
 	cp.wait("the batch settled", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('settled')`)
 	pp.wait("the payout with its transaction", `document.querySelector('.tx')`)
 
+	// The provider switches to bank transfers in its payout settings (typed with spaces);
+	// the coordinator holds them. The next job's earnings go into a bank batch, whose file
+	// the coordinator reads and whose transfer it confirms with the bank's reference; the
+	// provider sees it paid.
+	pp.set("#payout-method", "bank")
+	pp.set("#payout-holder", "Ada GPU SARL")
+	pp.set("#payout-iban", "FR14 2004 1010 0505 0001 3M02 606")
+	pp.set("#payout-bic", "PSSTFRPPPAR")
+	pp.clickText("#payout-settings", "Save payout settings")
+	pp.wait("the payout settings saved", `document.querySelector('#payout-now').innerText.includes('FR1420041010050500013M02606')`)
+	eventually(t, 10*time.Second, "the coordinator holds the bank details", func() (bool, string) {
+		s, _ := coord.ledger.GetPayoutSettings(prov.ID().String())
+		return s.IBAN == "FR1420041010050500013M02606", s.Method
+	})
+	pp.wait("the settings delivered", `document.querySelector('#payout-deliveries').innerText.includes('since')`)
+	j, err := renter.renter.ProposeJob(context.Background(), api.JobRequest{Offer: offer, GPUs: 1, MaxSeconds: 60, ImageArchive: busyboxArchive(t), Args: []string{"sh", "-c", "sleep 3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final, err := renter.renter.JobLogs(context.Background(), j.ID, true, io.Discard); err != nil || final.State != "ended" {
+		t.Fatalf("the second job: %+v %v", final, err)
+	}
+	eventually(t, 15*time.Second, "the second job's earning at the coordinator", func() (bool, string) {
+		h, _ := coord.ledger.GetHold(j.ID)
+		return h.State == ledger.HoldCharged, h.State
+	})
+	cp.tab("payouts")
+	cp.clickText("main", "Run payouts now")
+	cp.wait("the bank batch", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('settling')`)
+	cp.eval(`[...document.querySelectorAll('#batches tr')].find(r => r.innerText.includes('settling')).querySelector('button').click()`, nil)
+	cp.clickText("main", "Bank transfer file")
+	cp.wait("the bank file", `document.querySelector('main pre.log') && document.querySelector('main pre.log').innerText.includes('FR1420041010050500013M02606')`)
+	cp.set("main input[autocomplete=off]", "BANK-REF-77")
+	cp.clickText("main", "Confirm the bank transfers")
+	cp.wait("the transfers confirmed", `[...document.querySelectorAll('p.ok')].some(e => e.innerText.includes('confirmed'))`)
+	bs, _ := coord.ledger.Batches()
+	last := slices.MaxFunc(bs, func(a, b ledger.Batch) int { return strings.Compare(a.Batch, b.Batch) })
+	i := slices.IndexFunc(last.Payouts, func(p protocol.Payout) bool { return p.Provider == prov.ID().String() })
+	if last.State != protocol.BatchSettled || i < 0 || last.Payouts[i].Method != protocol.PayoutBank || !last.Payouts[i].Paid || last.Payouts[i].Amount < 10_000 {
+		t.Fatalf("the bank batch after its confirmation: %+v", last)
+	}
+	pp.wait("the bank payout paid on the provider's page", `[...document.querySelectorAll('main tr')].some(r => r.innerText.includes('bank') && r.innerText.includes('paid'))`)
+
+	// The coordinator's Providers tab names each provider's certificate and its expiry.
+	cp.tab("providers")
+	cp.wait("the certificates", fmt.Sprintf(`[...document.querySelectorAll('main tr')].some(r => r.querySelector('code') && r.querySelector('code').title === %q && /#[0-9]+ · Expires/.test(r.innerText))`, prov.ID().String()))
+
 	// The coordinator revokes the second provider from its Providers tab; its offer leaves
 	// the renter's Offers tab.
 	cp.tab("providers")
@@ -392,7 +449,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The provider reads the output of the job it ran on its own Jobs tab.
 	pp.tab("jobs")
 	pp.wait("the provider's jobs", `document.querySelector('main table a')`)
-	pp.eval(`document.querySelector('main table a').click()`, nil)
+	pp.eval(`[...document.querySelectorAll('main table tr')].find(r => /\t3 exited/.test(r.innerText)).querySelector('a').click()`, nil)
 	pp.wait("the job's output on the provider's page", `document.querySelector('#job-log') && document.querySelector('#job-log').innerText.includes('hello from the dashboard')`)
 
 	// The provider runs its benchmarks from the Benchmarks tab: the progress streams in and
@@ -404,6 +461,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	if after := prov.bench.Latest(); after == nil || after.Seq <= before {
 		t.Fatalf("the run from the dashboard made no new attestation: %d, then %+v", before, after)
 	}
+	// Both runs are in the history chart, one point each for its GPU.
+	pp.wait("the benchmark history", `document.querySelectorAll('#bench-history circle').length >= 2`)
+
+	// The Performance tab draws the score over time and the week's hours: the coordinator
+	// probes every 200 ms, so the current hour is declared and answered.
+	pp.tab("performance")
+	pp.wait("the score history", `document.querySelectorAll('#score-history polyline').length >= 2`)
+	pp.wait("the week", `/^[1-9][0-9]* of [0-9]+ declared hours answered/.test(document.querySelector('#uptime-week').innerText) && document.querySelector('rect.hour.answered')`)
 
 	// Every tab of every role: drawn without script errors, fits a phone, screenshots.
 	for _, c := range []struct {

@@ -302,7 +302,8 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.peer.Handle(protocol.OfferProtocol, n.publisher.HandleOfferStream)
 	n.peer.Handle(protocol.NotifyProtocol, n.applicant.HandleNotify)
 	n.peer.Handle(protocol.BenchChallengeProtocol, n.bench.HandleBenchChallenge)
-	n.peer.Handle(protocol.UptimeProtocol, reliability.UptimeHandler(n.peer, n.clock, protocol.NewTrust(trusted...)))
+	n.peer.Handle(protocol.UptimeProtocol, reliability.UptimeHandler(n.peer, n.clock, protocol.NewTrust(trusted...), n.probeAnswered))
+	n.keepHistory()
 	n.goLoop(func() { n.publisher.Run(runCtx) })
 	n.goLoop(func() { n.publisher.FollowLoop(runCtx) })
 	// New addresses (a relay reservation behind NAT) go into the offer at once.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -94,5 +95,49 @@ func TestMaintenanceExcusesProbes(t *testing.T) {
 		if strings.Contains(e, "missed probe") {
 			t.Fatalf("a probe inside the maintenance window counted: %v", st.Events)
 		}
+	}
+}
+
+// TestProviderHistory: what a provider's charts draw is what happened to it: the scores
+// its coordinator signed, its benchmark runs, and the probes it answered in the hours its
+// availability declares.
+func TestProviderHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	tn, prov, _ := scoredNet(t)
+	cl := apiClient(t, prov)
+	if _, err := prov.bench.Run(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	var h api.HistoryView
+	eventually(t, 15*time.Second, "the provider's history holds scores, a benchmark run and answered probes", func() (bool, string) {
+		h = api.HistoryView{}
+		if err := cl.Do(context.Background(), "GET", "/v1/provider/history?days=7", nil, &h); err != nil {
+			return false, err.Error()
+		}
+		return len(h.Scores) >= 2 && len(h.Bench) >= 1 && h.Week.Answered >= 1, fmt.Sprintf("%d scores, %d runs, week %d/%d", len(h.Scores), len(h.Bench), h.Week.Answered, h.Week.Declared)
+	})
+	var first api.ScorePoint
+	json.Unmarshal(h.Scores[0].Value, &first)
+	if first.Coordinator != tn.boot.ID().String() || first.Score < 1 || first.Uptime <= 0 {
+		t.Fatalf("first score point: %+v", first)
+	}
+	var run api.BenchPoint
+	json.Unmarshal(h.Bench[len(h.Bench)-1].Value, &run)
+	if len(run.GPUs) == 0 || run.GPUs[0].PerfScore == 0 || run.UpMbps <= 0 {
+		t.Fatalf("benchmark point: %+v", run)
+	}
+	last := h.Week.Hours[len(h.Week.Hours)-1]
+	if len(h.Week.Hours) != 168 || !last.Declared || last.Probes < 1 || h.Week.Timezone == "" {
+		t.Fatalf("week: %d hours, current %+v, tz %q", len(h.Week.Hours), last, h.Week.Timezone)
+	}
+	// Declared hours before the node existed were not answered: they show as missed.
+	if h.Week.Declared <= h.Week.Answered {
+		t.Fatalf("week: %d declared hours, %d answered; the hours before the node started are missed", h.Week.Declared, h.Week.Answered)
+	}
+	var bad map[string]any
+	if err := cl.Do(context.Background(), "GET", "/v1/provider/history?days=900", nil, &bad); err == nil || !strings.Contains(err.Error(), "1 to 180") {
+		t.Fatalf("days=900: %v", err)
 	}
 }

@@ -76,6 +76,20 @@ func (e *chainEnv) fund(t testing.TB, owner chain.PublicKey, micro uint64) {
 	}
 }
 
+// renterConfig is a renter whose own Solana wallet holds micro USDC (and SOL for fees).
+func (e *chainEnv) renterConfig(t testing.TB, micro uint64) (config.Config, chain.PublicKey) {
+	t.Helper()
+	w, _ := chain.NewKeypair()
+	path := filepath.Join(e.dir, "renter-"+w.PublicKey().String()+".json")
+	if err := chain.WriteKeypair(path, w); err != nil {
+		t.Fatal(err)
+	}
+	e.fund(t, w.PublicKey(), micro)
+	c := testConfig(config.RoleRenter)
+	c.Wallet = config.WalletConfig{RPC: e.rt.URL, Keypair: path}
+	return c, w.PublicKey()
+}
+
 func (e *chainEnv) usdc(t testing.TB, owner chain.PublicKey) uint64 {
 	t.Helper()
 	b, err := e.c.TokenBalance(context.Background(), owner, e.mint)
@@ -114,11 +128,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 	pcfg.Payout = config.PayoutConfig{Method: protocol.PayoutUSDC, Schedule: protocol.PayoutWeekly, SolanaAddress: provWallet.PublicKey().String()}
 	prov := tn.addWith(pcfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
 
-	renterWallet, _ := chain.NewKeypair()
-	chain.WriteKeypair(filepath.Join(e.dir, "renter.json"), renterWallet)
-	e.fund(t, renterWallet.PublicKey(), 100_000_000)
-	rcfg := testConfig(config.RoleRenter)
-	rcfg.Wallet = config.WalletConfig{RPC: e.rt.URL, Keypair: filepath.Join(e.dir, "renter.json")}
+	rcfg, renterWallet := e.renterConfig(t, 100_000_000)
 	renter := tn.add(rcfg, nil)
 	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
 		_, ok := searchHas(t, renter, prov.ID())
@@ -139,7 +149,7 @@ func TestMoneyEndToEnd(t *testing.T) {
 	if !dep.Credited || dep.Balance == nil || dep.Balance.Available != 100_000_000 {
 		t.Fatalf("deposit: %+v", dep)
 	}
-	if e.usdc(t, renterWallet.PublicKey()) != 0 || e.usdc(t, e.treasury.PublicKey()) != 100_000_000 {
+	if e.usdc(t, renterWallet) != 0 || e.usdc(t, e.treasury.PublicKey()) != 100_000_000 {
 		t.Fatal("the deposit did not move the USDC to the treasury")
 	}
 	// A second claim of the same transaction credits nothing more.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -145,6 +146,90 @@ type BenchView struct {
 	Raw             []byte `json:"raw"`
 }
 
+// BenchPoint is one benchmark run as the provider's history keeps it (GET
+// /v1/provider/history): each GPU's figures and verdict, and the host's.
+type BenchPoint struct {
+	GPUs         []protocol.GPUBenchmark `json:"gpus"`
+	StorageWrite float64                 `json:"storage_write_mbps"`
+	StorageRead  float64                 `json:"storage_read_mbps"`
+	UpMbps       float64                 `json:"up_mbps"`   // as the coordinator measured it
+	DownMbps     float64                 `json:"down_mbps"` // as the coordinator measured it
+	HostBelow    string                  `json:"host_below,omitempty"`
+}
+
+// ScorePoint is one score record the provider was given, as its history keeps it.
+type ScorePoint struct {
+	Coordinator string   `json:"coordinator"`
+	Score       int      `json:"score"`
+	Uptime      float64  `json:"uptime"`
+	Completion  float64  `json:"completion"`
+	Consistency float64  `json:"benchmark_consistency"`
+	Why         []string `json:"why,omitempty"`
+}
+
+// HistoryView is the answer of GET /v1/provider/history: what the provider's charts draw.
+type HistoryView struct {
+	From   time.Time     `json:"from"`
+	Scores []HistoryItem `json:"scores"` // ScorePoint values
+	Bench  []HistoryItem `json:"bench"`  // BenchPoint values
+	// Week is the last 7 days hour by hour, in the provider's time zone: the hours its
+	// availability declared (less its maintenance) against the uptime probes it answered.
+	Week UptimeWeek `json:"week"`
+}
+
+// HistoryItem is one point of a history series.
+type HistoryItem struct {
+	At    time.Time       `json:"at"`
+	Value json.RawMessage `json:"value"`
+}
+
+// UptimeWeek compares the declared schedule with the probes answered over 7 days.
+type UptimeWeek struct {
+	Timezone string       `json:"timezone"`
+	Hours    []UptimeHour `json:"hours"` // oldest first, the current hour last
+	// Declared is the number of past hours the schedule declared; Answered those of them in
+	// which the provider answered at least one of its coordinators' probes.
+	Declared int `json:"declared_hours"`
+	Answered int `json:"answered_hours"`
+}
+
+// UptimeHour is one hour of the week.
+type UptimeHour struct {
+	Start    time.Time `json:"start"`
+	Declared bool      `json:"declared"` // inside the declared availability, outside maintenance
+	Probes   int       `json:"probes"`   // probes answered
+}
+
+// PayoutSettingsView is the answer of GET and PUT /v1/provider/payout: how the provider
+// is paid and whether its coordinators have the settings.
+type PayoutSettingsView struct {
+	// Settings are nil when none are set: earnings then wait at the coordinator.
+	Settings *protocol.PayoutSettings `json:"settings"`
+	// FromConfig is true when they are [payout] of config.toml, false when they were chosen
+	// from the dashboard (DELETE /v1/provider/payout goes back to config.toml).
+	FromConfig bool             `json:"from_config"`
+	Deliveries []PayoutDelivery `json:"deliveries"`
+}
+
+// PayoutRequest is the body of PUT /v1/provider/payout. Spaces in the IBAN and BIC are
+// dropped and letters made capitals.
+type PayoutRequest struct {
+	Method        string `json:"method"`   // usdc or bank
+	Schedule      string `json:"schedule"` // weekly or monthly
+	SolanaAddress string `json:"solana_address,omitempty"`
+	AccountName   string `json:"account_name,omitempty"`
+	IBAN          string `json:"iban,omitempty"`
+	BIC           string `json:"bic,omitempty"`
+}
+
+// PayoutDelivery is where the latest signed settings stand with one trusted coordinator.
+type PayoutDelivery struct {
+	Coordinator string     `json:"coordinator"`
+	Seq         uint64     `json:"seq,omitempty"` // of the settings being delivered
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+	Error       string     `json:"error,omitempty"` // why the last try failed
+}
+
 // Decision is a reviewer's decision on an application.
 type Decision struct {
 	Action  string `json:"action"` // approve, reject, request-info
@@ -185,6 +270,10 @@ type ApplicationView struct {
 	Application  *protocol.Application `json:"application,omitempty"`
 	Certificate  []byte                `json:"certificate,omitempty"`
 	Events       []Event               `json:"events,omitempty"`
+	// The serial and expiry of the latest certificate issued on the application (renewals
+	// replace it), in the list too.
+	CertificateSerial  uint64    `json:"certificate_serial,omitempty"`
+	CertificateExpires time.Time `json:"certificate_expires,omitzero"`
 }
 
 // EarningsQuery selects what `gpunex earnings` shows.

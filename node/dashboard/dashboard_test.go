@@ -25,7 +25,8 @@ func TestCatalogue(t *testing.T) {
 		t.Fatal(err)
 	}
 	same := []string{"version", "uuid", "cuda", "notifications", "message", "transaction", "date", "total", "commission",
-		"contact", "id", "placement", "note", "fp32", "fp16", "verdict", "sort_perf", "perf", "gpu", "gpus_count", "net", "image", "maintenance"}
+		"contact", "id", "placement", "note", "fp32", "fp16", "verdict", "sort_perf", "perf", "gpu", "gpus_count", "net", "image", "maintenance",
+		"iban", "bic", "set_in_config"}
 	for key, en := range cat["en"] {
 		fr := cat["fr"][key]
 		switch {

@@ -284,6 +284,92 @@
     return svg;
   }
 
+  function svgEl(tag, attrs, text) {
+    const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  // lineChart draws series of points ({at: Date, value}) over time on a scale from 0 to
+  // top, one line each, with a legend when there are several.
+  function lineChart(series, top, fmt, labelKey) {
+    const all = series.flatMap((s) => s.points);
+    if (!all.length) return h('p', { class: 'empty', i18n: 'no_history' });
+    const W = 640;
+    const H = 180;
+    const pad = 44;
+    const svg = svgEl('svg', { viewBox: `0 0 ${W} ${H + 40}`, role: 'img', 'aria-label': t(labelKey), class: 'chart' });
+    let t0 = Math.min(...all.map((p) => p.at.getTime()));
+    let t1 = Math.max(...all.map((p) => p.at.getTime()));
+    if (t1 === t0) {
+      t0 -= 3600000;
+      t1 += 3600000;
+    }
+    const x = (ms) => pad + ((ms - t0) / (t1 - t0)) * (W - pad - 8);
+    const y = (v) => 8 + (1 - Math.min(Math.max(v, 0), top) / top) * (H - 16);
+    for (const v of [0, top / 2, top]) {
+      svg.append(svgEl('line', { x1: pad, x2: W - 8, y1: y(v), y2: y(v), class: 'grid' }));
+      svg.append(svgEl('text', { x: pad - 6, y: y(v) + 4, 'text-anchor': 'end' }, fmt(v)));
+    }
+    svg.append(svgEl('text', { x: pad, y: H + 12 }, day(new Date(t0))));
+    svg.append(svgEl('text', { x: W - 8, y: H + 12, 'text-anchor': 'end' }, day(new Date(t1))));
+    series.forEach((s, i) => {
+      const cls = 'series' + (i % 4);
+      const pts = s.points.map((p) => `${x(p.at.getTime()).toFixed(1)},${y(p.value).toFixed(1)}`).join(' ');
+      svg.append(svgEl('polyline', { points: pts, class: cls }));
+      for (const p of s.points) {
+        const c = svgEl('circle', { cx: x(p.at.getTime()).toFixed(1), cy: y(p.value).toFixed(1), r: 3, class: cls });
+        c.append(svgEl('title', {}, `${s.label} · ${when(p.at.toISOString())}: ${fmt(p.value)}`));
+        svg.append(c);
+      }
+      if (series.length > 1) svg.append(svgEl('text', { x: pad + i * 150, y: H + 32, class: cls }, '● ' + s.label));
+    });
+    return svg;
+  }
+
+  // weekGrid draws 7 days of 24 hours in the provider's time zone: each hour declared
+  // available and answered, declared and missed, or not declared.
+  function weekGrid(week) {
+    let tz = week.timezone;
+    try {
+      new Intl.DateTimeFormat(lang, { timeZone: tz });
+    } catch (e) {
+      tz = undefined;
+    }
+    const dayOf = new Intl.DateTimeFormat(lang, { timeZone: tz, weekday: 'short', day: 'numeric' });
+    const hourOf = new Intl.DateTimeFormat('en-GB', { timeZone: tz, hour: '2-digit', hourCycle: 'h23' });
+    const rows = [];
+    const byDay = new Map();
+    for (const hr of week.hours) {
+      const at = new Date(hr.start);
+      const d = dayOf.format(at);
+      if (!byDay.has(d)) {
+        byDay.set(d, []);
+        rows.push(d);
+      }
+      byDay.get(d).push({ hour: Number(hourOf.format(at)), hr, at });
+    }
+    const now = Date.now();
+    const cell = 14;
+    const left = 70;
+    const svg = svgEl('svg', { viewBox: `0 0 ${left + 24 * cell + 4} ${rows.length * cell + 24}`, role: 'img', class: 'chart week',
+      'aria-label': t('uptime_week_summary', { answered: week.answered_hours, declared: week.declared_hours }) });
+    for (const hh of [0, 6, 12, 18]) svg.append(svgEl('text', { x: left + hh * cell, y: 10 }, String(hh).padStart(2, '0') + ':00'));
+    rows.forEach((d, r) => {
+      svg.append(svgEl('text', { x: left - 6, y: 14 + r * cell + cell - 4, 'text-anchor': 'end' }, d));
+      for (const { hour, hr, at } of byDay.get(d)) {
+        const past = at.getTime() + 3600000 <= now;
+        const state = hr.probes > 0 ? 'answered' : hr.declared ? (past ? 'missed' : 'open') : 'off';
+        const rect = svgEl('rect', { x: left + hour * cell, y: 14 + r * cell, width: cell - 2, height: cell - 2, class: 'hour ' + state });
+        rect.append(svgEl('title', {}, `${when(hr.start)}: ${t('hour_' + state)}${hr.probes ? ' (' + t('probes_answered', { n: hr.probes }) + ')' : ''}`));
+        svg.append(rect);
+      }
+    });
+    const legend = h('p', { class: 'legend' }, ['answered', 'missed', 'off'].map((s) => h('span', { class: 'key ' + s }, t('hour_' + s))));
+    return h('div', {}, svg, legend);
+  }
+
   // ---- the frame: header, tabs, live updates ----
 
   function renderHeader() {
@@ -523,6 +609,7 @@
       progress.textContent = '';
       await stream('POST', '/v1/bench/run', (s) => { progress.textContent += s; });
       say(out, okBox('bench_done'));
+      historyAt = 0;
       await runRefresh();
     }));
     main.append(h('p', {}, run), out, progress, figures);
@@ -545,6 +632,24 @@
             g.below ? h('span', { class: 'badge bad' }, t('below') + ': ' + g.below) : h('span', { class: 'badge good', i18n: 'passes' })];
         })));
       if (a.host_below) parts.push(h('p', { class: 'warn' }, t('delisted_why') + ': ' + a.host_below));
+      // Each GPU's performance score run after run, and the host's figures.
+      const hist = await providerHistory();
+      const perGPU = new Map();
+      for (const it of hist.bench || []) {
+        for (const g of it.value.gpus || []) {
+          const k = g.model + ' ' + short(g.uuid);
+          if (!perGPU.has(k)) perGPU.set(k, []);
+          perGPU.get(k).push({ at: new Date(it.at), value: g.perf_score });
+        }
+      }
+      parts.push(card('bench_history', h('div', { id: 'bench-history' }, lineChart([...perGPU].map(([label, pts]) => ({ label, points: pts })), 100, (v) => num(v, 0), 'bench_history')),
+        table(['measured', 'passing', 'storage_write', 'network_up', 'network_down'], (hist.bench || []).slice(-10).reverse().map((it) => {
+          const v = it.value;
+          const ok = (v.gpus || []).filter((g) => !g.below).length;
+          return [when(it.at), `${ok} / ${(v.gpus || []).length}` + (v.host_below ? ' · ' + v.host_below : ''), num(v.storage_write_mbps, 0) + ' MB/s',
+            num(v.up_mbps, 0) + ' Mbit/s', num(v.down_mbps, 0) + ' Mbit/s'];
+        }))));
+
       if (a.gpus.some((g) => g.below)) parts.push(h('p', { i18n: 'delisted_check' }));
       if (b.enterprise_below) parts.push(h('p', { class: 'warn' }, t('enterprise_below') + ': ' + b.enterprise_below));
       // The link as the coordinator measured it is what counts; the provider's own
@@ -656,7 +761,55 @@
       saveFile(new Blob([lines.join('\n') + '\n'], { type: 'text/csv' }), 'gpunex-earnings.csv');
     });
     const form = h('div', { class: 'inline' }, field('period', period), field('group_by', by), csv);
-    main.append(form, body);
+    // How the provider is paid: the form is drawn once (and after a save), so that what is
+    // typed stays; where the coordinators stand is redrawn with the rest.
+    const payout = h('div', { id: 'payout-settings' });
+    const payoutOut = h('div');
+    const deliveries = h('div', { id: 'payout-deliveries' });
+    main.append(form, body, card('payout_settings', payout, payoutOut, h('h3', { i18n: 'payout_deliveries' }), deliveries));
+    const drawDeliveries = (v) => fill(deliveries, table(['coordinator', 'state', 'error'], (v.deliveries || []).map((d) => [
+      h('code', { title: d.coordinator }, short(d.coordinator)),
+      d.delivered_at ? t('delivered_at', { when: when(d.delivered_at) }) : t('not_delivered'), d.error || '']), 'no_payout_settings'));
+    const drawPayout = async () => {
+      const v = await api('GET', '/v1/provider/payout');
+      const s = v.settings || {};
+      const method = h('select', { id: 'payout-method' }, ['usdc', 'bank'].map((m) => h('option', { value: m, i18n: 'method_' + m })));
+      method.value = s.method || 'usdc';
+      const schedule = h('select', {}, ['weekly', 'monthly'].map((m) => h('option', { value: m, i18n: 'schedule_' + m })));
+      schedule.value = s.schedule || 'weekly';
+      const addr = h('input', { id: 'payout-address', value: s.solana_address || '', size: 44, autocomplete: 'off', spellcheck: 'false' });
+      const holder = h('input', { id: 'payout-holder', value: s.account_name || '', autocomplete: 'name' });
+      const iban = h('input', { id: 'payout-iban', value: s.iban || '', size: 34, autocomplete: 'off', spellcheck: 'false' });
+      const bic = h('input', { id: 'payout-bic', value: s.bic || '', size: 11, autocomplete: 'off', spellcheck: 'false' });
+      const usdcFields = h('div', {}, field('solana_address', addr));
+      const bankFields = h('div', {}, field('account_name', holder), field('iban', iban, 'iban_hint'), field('bic', bic));
+      const sync = () => {
+        usdcFields.hidden = method.value !== 'usdc';
+        bankFields.hidden = method.value !== 'bank';
+      };
+      method.addEventListener('change', sync);
+      sync();
+      const save = button('save_payout', () => busy(save, payoutOut, async () => {
+        const req = { method: method.value, schedule: schedule.value };
+        if (method.value === 'bank') Object.assign(req, { account_name: holder.value, iban: iban.value, bic: bic.value });
+        else req.solana_address = addr.value;
+        const nv = await api('PUT', '/v1/provider/payout', req);
+        say(payoutOut, okBox('payout_saved'));
+        drawDeliveries(nv);
+        await drawPayout();
+      }));
+      const reset = v.from_config ? null : button('payout_from_config', () => busy(reset, payoutOut, async () => {
+        const nv = await api('DELETE', '/v1/provider/payout');
+        say(payoutOut, okBox('payout_reset'));
+        drawDeliveries(nv);
+        await drawPayout();
+      }), 'danger');
+      const now = v.settings ? `${t('method_' + s.method)}, ${t('schedule_' + s.schedule)}: ${s.method === 'bank' ? s.account_name + ' · ' + s.iban : s.solana_address}` : t('no_payout_settings');
+      fill(payout, facts([['paid_to', h('span', { id: 'payout-now' }, now)], ['set_in', t(v.from_config ? 'set_in_config' : 'set_in_dashboard')]]),
+        h('div', { class: 'filters' }, field('method', method), field('schedule', schedule)), usdcFields, bankFields, h('p', { class: 'inline' }, save, reset));
+      drawDeliveries(v);
+    };
+    drawPayout().catch((e) => say(payoutOut, errorBox(e)));
     const draw = async () => {
       const e = await api('GET', `/v1/earnings?period=${period.value}&by=${by.value}`);
       last = e;
@@ -688,15 +841,28 @@
     return async () => {
       if (Date.now() - drawnAt < 10000) return;
       drawnAt = Date.now();
-      await draw();
+      await Promise.all([draw(), api('GET', '/v1/provider/payout').then(drawDeliveries)]);
     };
   };
+
+  // history reads the provider's own history (scores, benchmark runs, the week's probes)
+  // at most every 10 s: the Benchmarks and Performance tabs share it.
+  let historyAt = 0;
+  let historyLast = null;
+  async function providerHistory() {
+    if (!historyLast || Date.now() - historyAt > 10000) {
+      historyLast = await api('GET', '/v1/provider/history?days=30');
+      historyAt = Date.now();
+    }
+    return historyLast;
+  }
+  const points = (items, f) => items.map((it) => ({ at: new Date(it.at), value: f(it.value) }));
 
   PAGES.performance = async (main) => {
     const body = h('div');
     main.append(body);
     return async () => {
-      const [scores, jobs] = await Promise.all([maybe('/v1/scores?provider=' + encodeURIComponent(status.peer_id)), maybe('/v1/jobs')]);
+      const [scores, jobs, hist] = await Promise.all([maybe('/v1/scores?provider=' + encodeURIComponent(status.peer_id)), maybe('/v1/jobs'), providerHistory()]);
       const parts = [];
       for (const s of scores || []) {
         parts.push(card('score', h('p', { class: 'big' }, String(s.score), h('small', {}, ' ' + (s.trend > 0 ? '▲ +' : s.trend < 0 ? '▼ ' : '') + (s.trend || ''))),
@@ -707,6 +873,23 @@
           (s.why || []).length ? h('div', {}, h('h3', { i18n: 'why' }), h('ul', {}, s.why.map((w) => h('li', {}, w)))) : null));
       }
       if (!parts.length) parts.push(h('p', { class: 'empty', i18n: 'no_score' }));
+      // The trend: the score and its uptime over 30 days, one pair of lines per coordinator.
+      const byCoord = new Map();
+      for (const it of hist.scores || []) {
+        if (!byCoord.has(it.value.coordinator)) byCoord.set(it.value.coordinator, []);
+        byCoord.get(it.value.coordinator).push(it);
+      }
+      const series = [];
+      for (const [c, items] of byCoord) {
+        const who = byCoord.size > 1 ? ' ' + short(c) : '';
+        series.push({ label: t('score') + who, points: points(items, (v) => v.score) });
+        series.push({ label: t('uptime') + ' %' + who, points: points(items, (v) => v.uptime * 100) });
+      }
+      parts.push(card('score_history', h('div', { id: 'score-history' }, lineChart(series, 100, (v) => num(v, 0), 'score_history'))));
+      const w = hist.week;
+      parts.push(card('uptime_week', h('p', { id: 'uptime-week' }, t('uptime_week_summary', { answered: w.answered_hours, declared: w.declared_hours }),
+        w.declared_hours ? ' (' + pct(w.answered_hours / w.declared_hours) + ')' : ''),
+      weekGrid(w), h('small', {}, t('uptime_week_hint', { tz: w.timezone }))));
       const mine = (jobs || []).filter((j) => j.side === 'provider' && j.state === 'ended');
       const done = mine.filter((j) => j.exit_code === 0).length;
       parts.push(card('jobs_done', facts([['completed', String(done)], ['failed', String(mine.length - done)]])));
@@ -983,15 +1166,26 @@
       const [scores0, approved] = await Promise.all([maybe('/v1/scores'), maybe('/v1/coordinator/applications?status=approved')]);
       const scores = (scores0 || []).filter((s) => s.coordinator === status.peer_id);
       const tierOf = {};
-      for (const a of approved || []) tierOf[a.provider] = a.tier;
-      fill(list, table(['provider', 'tier', 'score', 'uptime', 'completion', 'consistency', 'trend', 'issued', ''],
+      const certOf = {};
+      for (const a of approved || []) {
+        tierOf[a.provider] = a.tier;
+        certOf[a.provider] = a;
+      }
+      // A certificate within a week of its expiry is marked: its renewal is due.
+      const cert = (p) => {
+        const a = certOf[p];
+        if (!a || !a.certificate_expires) return '–';
+        const soon = new Date(a.certificate_expires).getTime() - Date.now() < 7 * 86400000;
+        return h('span', { class: soon ? 'badge bad' : '' }, `#${a.certificate_serial} · ${t('expires')} ${when(a.certificate_expires)}`);
+      };
+      fill(list, table(['provider', 'tier', 'certificate', 'score', 'uptime', 'completion', 'consistency', 'trend', 'issued', ''],
         scores.map((s) => {
           const reason = reasons[s.provider] || (reasons[s.provider] = h('input', { 'aria-label': t('revoke_reason'), placeholder: t('revoke_reason'), size: 12 }));
           const revoke = button('revoke', () => busy(revoke, out, async () => {
             await api('POST', '/v1/coordinator/revoke', { provider: s.provider, reason: reason.value, actor: localStorage.getItem('gpunex-actor') || 'dashboard' });
             say(out, okBox('revoked', { provider: short(s.provider) }));
           }), 'danger');
-          return [h('code', { title: s.provider }, short(s.provider)), tierOf[s.provider] ? t('tier_' + tierOf[s.provider]) : '–', String(s.score), pct(s.uptime), pct(s.completion), pct(s.benchmark_consistency),
+          return [h('code', { title: s.provider }, short(s.provider)), tierOf[s.provider] ? t('tier_' + tierOf[s.provider]) : '–', cert(s.provider), String(s.score), pct(s.uptime), pct(s.completion), pct(s.benchmark_consistency),
             String(s.trend || 0), when(s.issued_at), h('span', { class: 'inline' }, reason, revoke)];
         })));
     };

@@ -41,12 +41,19 @@ type Wallet struct {
 	// settlement answers locally what is asked of this node as a coordinator (nil on other
 	// roles).
 	settlement *Settlement
+
+	// payoutPoke restarts the delivery of the payout settings after they change;
+	// deliveries says where the latest ones stand with each trusted coordinator.
+	payoutPoke chan struct{}
+	payoutMu   sync.Mutex
+	deliveries map[peer.ID]api.PayoutDelivery
 }
 
 // NewWallet returns a node's wallet; settlement is the node's own when it is a coordinator.
 func NewWallet(d Deps, settlement *Settlement) *Wallet {
 	return &Wallet{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
-		cfg: d.Config, home: d.Home, settlement: settlement}
+		cfg: d.Config, home: d.Home, settlement: settlement, payoutPoke: make(chan struct{}, 1),
+		deliveries: map[peer.ID]api.PayoutDelivery{}}
 }
 
 // Info returns a coordinator's treasury facts ("": the home coordinator).
@@ -375,35 +382,121 @@ func (w *Wallet) InitWallet() (string, error) {
 	return k.PublicKey().String(), nil
 }
 
-// PayoutSettingsLoop signs the provider's [payout] settings and delivers them to the
-// coordinator, retrying until it acknowledges them.
+// PayoutSettings returns the provider's payout settings in force: those chosen from the
+// dashboard (SetPayoutSettings) or else [payout] of config.toml; nil when there are none.
+func (w *Wallet) PayoutSettings() (ps *protocol.PayoutSettings, fromConfig bool, err error) {
+	ps, err = w.ledger.OwnPayoutSettings()
+	if errors.Is(err, ledger.ErrNotFound) {
+		return w.cfg.Payout.Settings(), true, nil
+	}
+	return ps, false, err
+}
+
+// SetPayoutSettings keeps new payout settings (nil: back to config.toml's) and delivers
+// them, signed, to every trusted coordinator: the next payout goes where they say.
+func (w *Wallet) SetPayoutSettings(ps *protocol.PayoutSettings) error {
+	if ps != nil {
+		ps.Provider, ps.Seq, ps.IssuedAt = "", 0, time.Time{}
+		if err := ps.Validate(); err != nil {
+			return err
+		}
+	}
+	if err := w.ledger.SetOwnPayoutSettings(ps); err != nil {
+		return err
+	}
+	select {
+	case w.payoutPoke <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// PayoutSettingsView describes the payout settings in force and where their delivery stands.
+func (w *Wallet) PayoutSettingsView() (api.PayoutSettingsView, error) {
+	ps, fromConfig, err := w.PayoutSettings()
+	if err != nil {
+		return api.PayoutSettingsView{}, err
+	}
+	v := api.PayoutSettingsView{Settings: ps, FromConfig: fromConfig, Deliveries: []api.PayoutDelivery{}}
+	ids, _ := w.cfg.TrustedCoordinators()
+	w.payoutMu.Lock()
+	defer w.payoutMu.Unlock()
+	for _, c := range ids {
+		d, ok := w.deliveries[c]
+		if !ok {
+			d = api.PayoutDelivery{Coordinator: c.String()}
+		}
+		v.Deliveries = append(v.Deliveries, d)
+	}
+	return v, nil
+}
+
+// PayoutSettingsLoop signs the provider's payout settings and delivers them to every
+// trusted coordinator, retrying until each acknowledges them, and again whenever they
+// change.
 func (w *Wallet) PayoutSettingsLoop(ctx context.Context) {
-	ps := w.cfg.Payout.Settings()
-	if ps == nil {
-		return
+	for {
+		if !w.deliverPayoutSettings(ctx) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.payoutPoke:
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// deliverPayoutSettings signs the settings in force and delivers them; it reports true
+// when new settings interrupted it.
+func (w *Wallet) deliverPayoutSettings(ctx context.Context) (poked bool) {
+	ps, _, err := w.PayoutSettings()
+	if err != nil || ps == nil {
+		if err != nil {
+			w.log.Warn("payout settings not sent", "err", err)
+		}
+		return false
 	}
 	ps.Provider, ps.IssuedAt = w.id.String(), w.clock.Now().UTC()
 	seq, err := w.ledger.NextPayoutSettingsSeq(ps.IssuedAt)
 	if err != nil {
 		w.log.Warn("payout settings not sent", "err", err)
-		return
+		return false
 	}
 	ps.Seq = seq
 	raw, err := protocol.Seal(protocol.KindPayoutSettings, ps, w.peer.Key)
 	if err != nil {
 		w.log.Warn("payout settings not sent", "err", err)
-		return
+		return false
 	}
 	// Every trusted coordinator gets them: a job is charged, and its earning paid, by the
 	// coordinator that held the renter's money for it (reportTarget).
 	ids, err := w.cfg.TrustedCoordinators()
 	if err != nil || len(ids) == 0 {
-		return
+		return false
 	}
+	w.payoutMu.Lock()
+	for _, c := range ids {
+		w.deliveries[c] = api.PayoutDelivery{Coordinator: c.String(), Seq: seq}
+	}
+	w.payoutMu.Unlock()
 	left := slices.Clone(ids)
 	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
 		left = slices.DeleteFunc(left, func(c peer.ID) bool {
-			if _, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "settings", Settings: raw}); err != nil {
+			_, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "settings", Settings: raw})
+			w.payoutMu.Lock()
+			d := w.deliveries[c]
+			if err != nil {
+				d.Error = err.Error()
+			} else {
+				at := w.clock.Now().UTC()
+				d.Error, d.DeliveredAt = "", &at
+			}
+			w.deliveries[c] = d
+			w.payoutMu.Unlock()
+			if err != nil {
 				w.log.Debug("payout settings not delivered yet", "coordinator", c, "err", err)
 				return false
 			}
@@ -411,11 +504,13 @@ func (w *Wallet) PayoutSettingsLoop(ctx context.Context) {
 			return true
 		})
 		if len(left) == 0 {
-			return
+			return false
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
+		case <-w.payoutPoke:
+			return true
 		case <-w.clock.After(delay):
 		}
 	}

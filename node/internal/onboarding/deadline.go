@@ -103,6 +103,11 @@ func (c *Coordinator) decisionDue(a ledger.Application) time.Time {
 func (c *Coordinator) View(a ledger.Application, full bool) api.ApplicationView {
 	v := ViewApplication(a, full)
 	c.withMeasurement(&v, a.Raw)
+	if len(a.Certificate) > 0 {
+		if cert, err := protocol.OpenCertificate(a.Certificate, c.trust); err == nil {
+			v.CertificateSerial, v.CertificateExpires = cert.Serial, cert.ExpiresAt
+		}
+	}
 	if due := c.decisionDue(a); !due.IsZero() {
 		now := c.clock.Now()
 		v.DecisionDue = due

@@ -37,11 +37,12 @@ import (
 
 // UptimeHandler answers a trusted coordinator's probe with a signed uptime proof: the handler
 // of protocol.UptimeProtocol on a provider.
-func UptimeHandler(pr *p2p.Peer, clk clock.Clock, trust protocol.Trust) network.StreamHandler {
-	return func(s network.Stream) { handleUptime(pr, clk, trust, s) }
+// answered, when not nil, is called after each proof sent.
+func UptimeHandler(pr *p2p.Peer, clk clock.Clock, trust protocol.Trust, answered func()) network.StreamHandler {
+	return func(s network.Stream) { handleUptime(pr, clk, trust, answered, s) }
 }
 
-func handleUptime(pr *p2p.Peer, clk clock.Clock, trust protocol.Trust, s network.Stream) {
+func handleUptime(pr *p2p.Peer, clk clock.Clock, trust protocol.Trust, answered func(), s network.Stream) {
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	remote := s.Conn().RemotePeer()
@@ -57,7 +58,9 @@ func handleUptime(pr *p2p.Peer, clk clock.Clock, trust protocol.Trust, s network
 		s.Reset()
 		return
 	}
-	protocol.WriteFrame(s, raw)
+	if protocol.WriteFrame(s, raw) == nil && answered != nil {
+		answered()
+	}
 }
 
 // probe asks a provider for an uptime proof.
@@ -300,6 +303,7 @@ type Book struct {
 
 	mu     sync.Mutex
 	scores map[scoreKey]*protocol.SignedScore
+	onTake func(*protocol.SignedScore)
 }
 
 // scoreKey is a provider and the coordinator that scored it.
@@ -320,13 +324,25 @@ func (b *Book) Take(raw []byte, source string) error {
 	p, _ := peer.Decode(s.Provider)
 	k := scoreKey{p, s.Signer}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if cur := b.scores[k]; cur != nil && cur.Seq >= s.Seq {
+		b.mu.Unlock()
 		return fmt.Errorf("%w: score seq %d, have %d", protocol.ErrReplay, s.Seq, cur.Seq)
 	}
 	b.scores[k] = s
+	onTake := b.onTake
+	b.mu.Unlock()
 	b.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindScore), source).Inc()
+	if onTake != nil {
+		onTake(s)
+	}
 	return nil
+}
+
+// OnTake calls f with each score record the book takes (a provider keeps its own).
+func (b *Book) OnTake(f func(*protocol.SignedScore)) {
+	b.mu.Lock()
+	b.onTake = f
+	b.mu.Unlock()
 }
 
 // Validate is the scores topic validator: a stale, early (clock skew) or foreign-coordinator
