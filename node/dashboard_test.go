@@ -595,3 +595,46 @@ func BenchmarkDashboardLoad(b *testing.B) {
 	b.ReportMetric(float64(percentile(total, 0.95).Milliseconds()), "load-p95-ms")
 	b.ReportMetric(float64(bytes)/1000, "assets-KB")
 }
+
+// TestDashboardDisputesInBrowser: a renter disputes a greedy provider's receipt; the
+// coordinator's Disputes tab shows what the receipt claims, what the renter says and the
+// floor the checkpoints prove; deciding for the renter from the page, with a note, charges
+// the renter's figure and signs the decision with the note.
+func TestDashboardDisputesInBrowser(t *testing.T) {
+	chromiumPath(t)
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, coord, prov)
+	j := greedyReceipt(t, coord, prov, renter, "00000000000000e1", 90)
+	if err := disputeReceipt(t, renter, prov, &j, 100, "the job ended after 100 s"); err != nil {
+		t.Fatal(err)
+	}
+
+	base, link := serveDashboard(t, coord)
+	cp := newBrowser(t, "en-US", 1280, 1000).page(t, base)
+	cp.open(strings.TrimPrefix(link(), base))
+	cp.tab("disputes")
+	row := `[...document.querySelectorAll('main tr')].find(r => r.innerText.includes('00000000000000e1'))`
+	cp.wait("the dispute", row)
+	var shown string
+	cp.eval(row+`.innerText`, &shown)
+	for _, want := range []string{"open", "3.00\u00a0USDC", "0.10\u00a0USDC", "0.09\u00a0USDC", "the job ended after 100 s"} {
+		if !strings.Contains(shown, want) {
+			t.Fatalf("the dispute's row lacks %q:\n%s", want, shown)
+		}
+	}
+	cp.eval(`(() => { const r = `+row+`; const n = r.querySelector('input'); n.focus(); n.value = 'the logs agree with the renter';
+		[...r.querySelectorAll('button')].find(b => b.innerText === 'For the renter').click(); })()`, nil)
+	cp.wait("the decision recorded", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('Decision recorded')`)
+	if h, _ := coord.ledger.GetHold(j.ID); h.State != ledger.HoldCharged || h.Rule != protocol.RuleDecision || h.Charge != 100_000 {
+		t.Fatalf("the hold after a decision for the renter from the page: %+v", h)
+	}
+	if d, err := coord.settlement.Dispute(j.ID); err != nil || !strings.Contains(string(d.Decision), "the logs agree with the renter") {
+		t.Fatalf("the signed decision lacks the note: %v %s", err, d.Decision)
+	}
+	cp.wait("the row decided", row+` && /decided/.test(`+row+`.innerText) && `+row+`.innerText.includes('0.10')`)
+	cp.checkClean()
+}

@@ -961,32 +961,9 @@ func TestUncountersignedReceipts(t *testing.T) {
 	renter := tn.add(testConfig(config.RoleRenter), nil)
 	ctx := context.Background()
 	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
-	const price, gpus = 3_600_000, 1 // 1,000 micro-USDC a second
+	const price, gpus = greedyPrice, 1
 	waitCertified(t, coord, prov)
-	greedy := func(job string, cpSeconds int64) ledger.Job {
-		resp, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
-			Amount: 4_000_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j := signedJob(t, prov.peer.Key, renter.peer.Key, job, price, gpus, 3000) // it ran 100 s at most
-		j.ReceiptCountersig = nil
-		l, _, _ := protocol.OpenLease(j.Lease)
-		cp := protocol.Checkpoint{Version: 1, Job: job, Lease: protocol.RecordSHA256(j.Lease), Provider: prov.ID().String(), Renter: renter.ID().String(),
-			Seconds: cpSeconds, Amount: protocol.Cost(price, gpus, cpSeconds), At: l.IssuedAt.Add(time.Duration(cpSeconds) * time.Second)}
-		j.Checkpoint, _ = protocol.Seal(protocol.KindCheckpoint, cp, prov.peer.Key)
-		j.CheckpointCountersig, _ = protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindCheckpoint,
-			SHA256: protocol.RecordSHA256(j.Checkpoint), Job: job, Signer: renter.ID().String(), SignedAt: cp.At}, renter.peer.Key)
-		j.Proposal, _ = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
-			Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: gpus, MaxSeconds: 3600, MaxPrice: price,
-			Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
-		eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
-			prov.wallet.ReportJob(ctx, j)
-			h, _ := coord.ledger.GetHold(job)
-			return h.State == ledger.HoldPending, h.State
-		})
-		return j
-	}
+	greedy := func(job string, cpSeconds int64) ledger.Job { return greedyReceipt(t, coord, prov, renter, job, cpSeconds) }
 
 	// No dispute: after the window, the checkpoint (60 s) plus one interval (60 s).
 	greedy("00000000000000d1", 60)
@@ -1011,8 +988,7 @@ func TestUncountersignedReceipts(t *testing.T) {
 	if err := stranger.wallet.Dispute(ctx, forged); err == nil {
 		t.Fatal("a stranger disputed another renter's job")
 	}
-	j.Dispute, _ = protocol.Seal(protocol.KindDispute, d, renter.peer.Key)
-	if err := renter.wallet.Dispute(ctx, j); err != nil {
+	if err := disputeReceipt(t, renter, prov, &j, 100, "the job ended after 100 s"); err != nil {
 		t.Fatal(err)
 	}
 	if es, _ := coord.ledger.ChargeDue(later); len(es) != 0 {
@@ -1039,6 +1015,52 @@ func TestUncountersignedReceipts(t *testing.T) {
 	if a.Charged != 220_000 || a.Available+a.Held+a.Charged != a.Deposited {
 		t.Fatalf("the renter paid %s for two jobs that ran about 100 s each: %+v", a.Charged, a)
 	}
+}
+
+// greedyPrice is the price of greedyReceipt's jobs: 1,000 micro-USDC a second on one GPU.
+const greedyPrice = 3_600_000
+
+// greedyReceipt makes the records of a job of renter on prov whose receipt claims 3,000 s
+// while the renter countersigned a checkpoint at cpSeconds, held by coord, and has prov
+// report it: the receipt waits at the coordinator, pending, not countersigned.
+func greedyReceipt(t *testing.T, coord, prov, renter *Node, job string, cpSeconds int64) ledger.Job {
+	t.Helper()
+	ctx := context.Background()
+	const price, gpus = greedyPrice, 1
+	resp, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
+		Amount: 4_000_000, ExpiresAt: time.Now().Add(48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := signedJob(t, prov.peer.Key, renter.peer.Key, job, price, gpus, 3000) // it ran 100 s at most
+	j.ReceiptCountersig = nil
+	l, _, _ := protocol.OpenLease(j.Lease)
+	cp := protocol.Checkpoint{Version: 1, Job: job, Lease: protocol.RecordSHA256(j.Lease), Provider: prov.ID().String(), Renter: renter.ID().String(),
+		Seconds: cpSeconds, Amount: protocol.Cost(price, gpus, cpSeconds), At: l.IssuedAt.Add(time.Duration(cpSeconds) * time.Second)}
+	j.Checkpoint, _ = protocol.Seal(protocol.KindCheckpoint, cp, prov.peer.Key)
+	j.CheckpointCountersig, _ = protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindCheckpoint,
+		SHA256: protocol.RecordSHA256(j.Checkpoint), Job: job, Signer: renter.ID().String(), SignedAt: cp.At}, renter.peer.Key)
+	j.Proposal, _ = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
+		Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: gpus, MaxSeconds: 3600, MaxPrice: price,
+		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
+	eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
+		prov.wallet.ReportJob(ctx, j)
+		h, _ := coord.ledger.GetHold(job)
+		return h.State == ledger.HoldPending, h.State
+	})
+	return j
+}
+
+// disputeReceipt has the renter of a greedyReceipt job dispute it: it says the job ran
+// seconds.
+func disputeReceipt(t *testing.T, renter, prov *Node, j *ledger.Job, seconds int64, reason string) error {
+	t.Helper()
+	rec, _, _ := protocol.OpenReceipt(j.Receipt)
+	d := protocol.Dispute{Version: 1, Job: j.ID, Receipt: protocol.RecordSHA256(j.Receipt), Renter: renter.ID().String(), Provider: prov.ID().String(),
+		ObservedStart: rec.StartedAt, ObservedEnd: rec.StartedAt.Add(time.Duration(seconds) * time.Second), Seconds: seconds, Amount: protocol.Cost(greedyPrice, 1, seconds),
+		Reason: reason, SignedAt: time.Now().UTC()}
+	j.Dispute, _ = protocol.Seal(protocol.KindDispute, d, renter.peer.Key)
+	return renter.wallet.Dispute(context.Background(), *j)
 }
 
 // TestPayoutGriefing: a provider that closes its token account after its batch is planned
