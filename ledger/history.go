@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"strconv"
 	"time"
 
@@ -11,10 +13,10 @@ import (
 )
 
 // A provider's own history, drawn as charts on its dashboard: the scores it was given, the
-// benchmarks it ran, the uptime probes it answered hour by hour. Each series is keyed by
-// time, so that reading from a date and dropping what is older than the series keeps are
-// scans in key order; adding a point drops the expired ones, so a series never grows past
-// its retention.
+// benchmarks it ran, the uptime probes it answered by quarter of an hour. Each series is
+// keyed by time, so that reading from a date and dropping what is older than the series
+// keeps are scans in key order; adding a point drops the expired ones (and the oldest past
+// MaxHistoryPoints), so a series never grows past its retention.
 
 const prefixHistory = "history/"
 
@@ -22,7 +24,7 @@ const prefixHistory = "history/"
 const (
 	HistoryScores = "scores" // the score records it was given (protocol.ScoreRecord)
 	HistoryBench  = "bench"  // a summary of each benchmark run (api.BenchPoint)
-	HistoryProbes = "probes" // uptime probes answered, counted per hour (an integer)
+	HistoryProbes = "probes" // uptime probes answered, counted per quarter of an hour (an integer)
 )
 
 // HistoryPoint is one point of a series.
@@ -31,16 +33,30 @@ type HistoryPoint struct {
 	Value json.RawMessage `json:"value"`
 }
 
-// historyKey orders a series' points by time: the hexadecimal of a positive UnixNano has
-// a fixed width, so key order is time order.
+// historyKey orders a series' points by time: the hexadecimal of a UnixNano has a fixed
+// width, so key order is time order. Times outside what UnixNano holds (1678 to 2262) are
+// clamped to its ends.
 func historyKey(series string, at time.Time) string {
-	return fmt.Sprintf("%s%s/%016x", prefixHistory, series, uint64(max(at.UnixNano(), 0)))
+	ns := uint64(0)
+	switch {
+	case at.Before(time.Unix(0, 0)):
+	case at.After(time.Unix(0, math.MaxInt64)):
+		ns = math.MaxInt64
+	default:
+		ns = uint64(at.UnixNano())
+	}
+	return fmt.Sprintf("%s%s/%016x", prefixHistory, series, ns)
 }
 
+// MaxHistoryPoints is the most points a series keeps: past it the oldest go, whatever
+// their age, so that no sender of records can make a series grow without bound. (Tests
+// lower it.)
+var MaxHistoryPoints = 5000
+
 // AddHistory stores a point of a series at a time (replacing one at the same time) and
-// drops the points older than keep before it.
+// drops the points older than keep before it, and the oldest past MaxHistoryPoints.
 func (l *Ledger) AddHistory(series string, at time.Time, v any, keep time.Duration) error {
-	return l.db.Update(func(txn *badger.Txn) error {
+	return l.updateSeries(series, func(txn *badger.Txn) error {
 		if err := dropHistory(txn, series, at.Add(-keep)); err != nil {
 			return err
 		}
@@ -48,10 +64,10 @@ func (l *Ledger) AddHistory(series string, at time.Time, v any, keep time.Durati
 	})
 }
 
-// CountHistory adds one to the count of a series at a time (the start of an hour, say)
-// and drops the points older than keep before it.
+// CountHistory adds one to the count of a series at a time (the start of a quarter of an
+// hour, say) and drops the points older than keep before it.
 func (l *Ledger) CountHistory(series string, at time.Time, keep time.Duration) error {
-	return l.db.Update(func(txn *badger.Txn) error {
+	return l.updateSeries(series, func(txn *badger.Txn) error {
 		if err := dropHistory(txn, series, at.Add(-keep)); err != nil {
 			return err
 		}
@@ -70,17 +86,40 @@ func (l *Ledger) CountHistory(series string, at time.Time, keep time.Duration) e
 	})
 }
 
-// dropHistory deletes a series' points before a time.
+// updateSeries runs f in a transaction; writes to one series take turns (keyLocks), and
+// one that still conflicts with another transaction is tried again.
+func (l *Ledger) updateSeries(series string, f func(txn *badger.Txn) error) error {
+	h := fnv.New32a()
+	h.Write([]byte(prefixHistory + series))
+	lock := &l.keyLocks[h.Sum32()%uint32(len(l.keyLocks))]
+	lock.Lock()
+	defer lock.Unlock()
+	var err error
+	for range conflictRetries {
+		if err = l.db.Update(f); !errors.Is(err, badger.ErrConflict) {
+			break
+		}
+	}
+	return err
+}
+
+// dropHistory deletes a series' points before a time, and the oldest of those left while
+// there are MaxHistoryPoints or more (room for the one being added).
 func dropHistory(txn *badger.Txn, series string, before time.Time) error {
 	prefix := prefixHistory + series + "/"
 	end := historyKey(series, before)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
-	var old [][]byte
-	for it.Rewind(); it.Valid() && string(it.Item().Key()) < end; it.Next() {
-		old = append(old, it.Item().KeyCopy(nil))
+	var keys [][]byte
+	for it.Rewind(); it.Valid(); it.Next() {
+		keys = append(keys, it.Item().KeyCopy(nil))
 	}
 	it.Close()
-	for _, k := range old {
+	drop := 0
+	for drop < len(keys) && string(keys[drop]) < end {
+		drop++
+	}
+	drop = max(drop, len(keys)-MaxHistoryPoints+1)
+	for _, k := range keys[:max(drop, 0)] {
 		if err := txn.Delete(k); err != nil {
 			return err
 		}

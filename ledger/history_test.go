@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 )
@@ -53,5 +54,46 @@ func TestHistory(t *testing.T) {
 	// Series do not mix.
 	if b, _ := l.History(HistoryBench, time.Time{}); len(b) != 0 {
 		t.Fatalf("bench series holds %d points", len(b))
+	}
+}
+
+// Probes answered at once are all counted; a point dated outside what a UnixNano holds
+// drops nothing; a series holds at most MaxHistoryPoints, the newest.
+func TestHistoryLimits(t *testing.T) {
+	l := openTemp(t, t.TempDir())
+	defer l.Close()
+	quarter := time.Date(2026, 12, 1, 10, 15, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if err := l.CountHistory(HistoryProbes, quarter, 35*24*time.Hour); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if pts, _ := l.History(HistoryProbes, time.Time{}); len(pts) != 1 || string(pts[0].Value) != "200" {
+		t.Fatalf("200 probes counted at once: %+v", pts)
+	}
+
+	day := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	l.AddHistory(HistoryScores, day, 80, 180*24*time.Hour)
+	l.AddHistory(HistoryScores, time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), 1, 180*24*time.Hour)
+	if pts, _ := l.History(HistoryScores, day); len(pts) != 1 || string(pts[0].Value) != "80" {
+		t.Fatalf("after a point dated year 1000: %+v", pts)
+	}
+
+	defer func(n int) { MaxHistoryPoints = n }(MaxHistoryPoints)
+	MaxHistoryPoints = 10
+	for i := range 25 {
+		l.AddHistory(HistoryBench, day.Add(time.Duration(i)*time.Minute), i, 180*24*time.Hour)
+	}
+	pts, _ := l.History(HistoryBench, time.Time{})
+	if len(pts) != 10 || string(pts[0].Value) != "15" || string(pts[9].Value) != "24" {
+		t.Fatalf("25 points in a series that keeps 10: %d, from %s to %s", len(pts), pts[0].Value, pts[len(pts)-1].Value)
 	}
 }

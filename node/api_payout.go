@@ -62,6 +62,11 @@ func (a *APIServer) routePayout(mux *http.ServeMux) {
 		if a.n.cfg.Payout.Settings() == nil {
 			return nil, api.Invalid(errors.New("config.toml has no [payout] to go back to: change the settings instead of removing them"))
 		}
+		if _, fromConfig, err := a.n.wallet.PayoutSettings(); err != nil {
+			return nil, err
+		} else if fromConfig {
+			return nil, api.Invalid(errors.New("no payout settings were chosen from the dashboard: those of config.toml are in force"))
+		}
 		if err := a.n.wallet.SetPayoutSettings(nil); err != nil {
 			return nil, err
 		}

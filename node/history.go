@@ -14,10 +14,14 @@ import (
 
 // A provider's own history, for the charts of its dashboard (ledger/history.go): the score
 // records its coordinators give it, its benchmark runs (kept by the benchmark runner) and
-// the uptime probes it answers, counted per hour.
+// the uptime probes it answers, counted by quarter of an hour (so that hours can be told
+// in any time zone, those a quarter or half an hour off UTC included).
 
-// probesKeep is how long the hourly probe counts are kept.
-const probesKeep = 35 * 24 * time.Hour
+// probesKeep is how long the probe counts are kept; probeBucket what they are counted by.
+const (
+	probesKeep  = 35 * 24 * time.Hour
+	probeBucket = 15 * time.Minute
+)
 
 // keepHistory makes a provider keep its own score records as they arrive.
 func (n *Node) keepHistory() {
@@ -28,16 +32,17 @@ func (n *Node) keepHistory() {
 		}
 		p := api.ScorePoint{Coordinator: s.Coordinator, Score: s.Score, Uptime: s.Uptime, Completion: s.Completion,
 			Consistency: s.Consistency, Why: s.Why}
-		// Keyed by the record's own time: the same record again (after a restart) replaces itself.
-		if err := n.ledger.AddHistory(ledger.HistoryScores, s.IssuedAt, p, benchmarks.HistoryKeep); err != nil {
+		// Kept at the time it arrived, not the time it claims: a record dated long ago or far
+		// ahead would otherwise drop the points after it or outlive the series' retention.
+		if err := n.ledger.AddHistory(ledger.HistoryScores, n.clock.Now().UTC(), p, benchmarks.HistoryKeep); err != nil {
 			n.log.Warn("score not kept in the history", "err", err)
 		}
 	})
 }
 
-// probeAnswered counts an uptime proof sent in the current hour.
+// probeAnswered counts an uptime proof sent in the current quarter of an hour.
 func (n *Node) probeAnswered() {
-	if err := n.ledger.CountHistory(ledger.HistoryProbes, n.clock.Now().UTC().Truncate(time.Hour), probesKeep); err != nil {
+	if err := n.ledger.CountHistory(ledger.HistoryProbes, n.clock.Now().UTC().Truncate(probeBucket), probesKeep); err != nil {
 		n.log.Warn("probe not counted in the history", "err", err)
 	}
 }
@@ -75,29 +80,38 @@ func (a *APIServer) history(r *http.Request) (any, error) {
 	return v, nil
 }
 
-// uptimeWeek sets the last 168 hours of the availability in force (less the maintenance
-// planned) against the probes answered in each. The schedule is today's: hours declared
-// under an earlier schedule are judged by this one.
+// uptimeWeek sets the last 168 hours of the provider's time zone (the availability's)
+// against the availability in force (less the maintenance planned) and the probes answered
+// in each. The schedule is today's: hours declared under an earlier schedule are judged by
+// this one.
 func (a *APIServer) uptimeWeek(now time.Time) (api.UptimeWeek, error) {
 	sched, _, err := a.n.publisher.Availability()
 	if err != nil {
 		return api.UptimeWeek{}, err
 	}
-	first := now.Truncate(time.Hour).Add(-167 * time.Hour)
+	loc, err := time.LoadLocation(sched.Timezone())
+	if err != nil {
+		loc = time.UTC
+	}
+	// The start of the current hour there, then 167 hours back: a zone's hours are whole
+	// hours of absolute time apart, whatever its offset from UTC.
+	local := now.In(loc)
+	first := time.Date(local.Year(), local.Month(), local.Day(), local.Hour(), 0, 0, 0, loc).Add(-167 * time.Hour)
 	pts, err := a.n.ledger.History(ledger.HistoryProbes, first)
 	if err != nil {
 		return api.UptimeWeek{}, err
 	}
-	probes := map[int64]int{}
+	probes := map[int64]int{} // by the hour's index from first
 	for _, p := range pts {
 		c, _ := strconv.Atoi(string(p.Value))
-		probes[p.At.Unix()] = c
+		probes[int64(p.At.Sub(first)/time.Hour)] += c
 	}
 	maint := a.n.publisher.MaintenanceWindows(first)
 	w := api.UptimeWeek{Timezone: sched.Timezone(), Hours: make([]api.UptimeHour, 0, 168)}
-	for h := first; !h.After(now); h = h.Add(time.Hour) {
+	for i := int64(0); i < 168; i++ {
+		h := first.Add(time.Duration(i) * time.Hour)
 		mid := h.Add(30 * time.Minute)
-		hour := api.UptimeHour{Start: h, Declared: sched.Open(mid) && !protocol.InMaintenance(maint, mid), Probes: probes[h.Unix()]}
+		hour := api.UptimeHour{Start: h.UTC(), Declared: sched.Open(mid) && !protocol.InMaintenance(maint, mid), Probes: probes[i]}
 		// The current hour is not over: it counts once it is answered.
 		if hour.Declared && (h.Add(time.Hour).Before(now) || hour.Probes > 0) {
 			w.Declared++

@@ -178,6 +178,9 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 	}
 	trust := protocol.NewTrust(trusted...)
 	n.scores = reliability.NewBook(n.clock, n.metrics, trust)
+	if cfg.Role == config.RoleProvider {
+		n.keepHistory()
+	}
 	n.catalogue = offers.New(offers.Deps{Peer: n.peer, Book: n.book, Trust: n.trust, Metrics: n.metrics,
 		Log: n.log.With("subsystem", "offers"), Clock: n.clock, Offers: cfg.Offers, Bootstrap: boot, Scores: n.scores})
 	moneyDeps := money.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "money"),
@@ -303,7 +306,6 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.peer.Handle(protocol.NotifyProtocol, n.applicant.HandleNotify)
 	n.peer.Handle(protocol.BenchChallengeProtocol, n.bench.HandleBenchChallenge)
 	n.peer.Handle(protocol.UptimeProtocol, reliability.UptimeHandler(n.peer, n.clock, protocol.NewTrust(trusted...), n.probeAnswered))
-	n.keepHistory()
 	n.goLoop(func() { n.publisher.Run(runCtx) })
 	n.goLoop(func() { n.publisher.FollowLoop(runCtx) })
 	// New addresses (a relay reservation behind NAT) go into the offer at once.

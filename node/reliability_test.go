@@ -136,6 +136,23 @@ func TestProviderHistory(t *testing.T) {
 	if h.Week.Declared <= h.Week.Answered {
 		t.Fatalf("week: %d declared hours, %d answered; the hours before the node started are missed", h.Week.Declared, h.Week.Answered)
 	}
+	// A provider half an hour off UTC gets its own hours: each starts on its zone's hour
+	// (minute 30 in UTC), and the probes of the current one are counted in it.
+	var av api.AvailabilityView
+	if err := cl.Do(context.Background(), "PUT", "/v1/provider/availability", api.Availability{Timezone: "Asia/Kolkata", Windows: []string{"24/7"}}, &av); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the week in Kolkata's hours", func() (bool, string) {
+		h = api.HistoryView{}
+		cl.Do(context.Background(), "GET", "/v1/provider/history?days=1", nil, &h)
+		last := h.Week.Hours[len(h.Week.Hours)-1]
+		for _, hr := range h.Week.Hours {
+			if hr.Start.UTC().Minute() != 30 {
+				return false, fmt.Sprintf("an hour starts at %s", hr.Start)
+			}
+		}
+		return h.Week.Timezone == "Asia/Kolkata" && last.Declared && last.Probes > 0, fmt.Sprintf("%s, current %+v", h.Week.Timezone, last)
+	})
 	var bad map[string]any
 	if err := cl.Do(context.Background(), "GET", "/v1/provider/history?days=900", nil, &bad); err == nil || !strings.Contains(err.Error(), "1 to 180") {
 		t.Fatalf("days=900: %v", err)

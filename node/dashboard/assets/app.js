@@ -339,6 +339,7 @@
     }
     const dayOf = new Intl.DateTimeFormat(lang, { timeZone: tz, weekday: 'short', day: 'numeric' });
     const hourOf = new Intl.DateTimeFormat('en-GB', { timeZone: tz, hour: '2-digit', hourCycle: 'h23' });
+    const whenThere = new Intl.DateTimeFormat(lang, { timeZone: tz, dateStyle: 'medium', timeStyle: 'short' });
     const rows = [];
     const byDay = new Map();
     for (const hr of week.hours) {
@@ -348,7 +349,10 @@
         byDay.set(d, []);
         rows.push(d);
       }
-      byDay.get(d).push({ hour: Number(hourOf.format(at)), hr, at });
+      // The night clocks go back repeats an hour: its second one shares the first's cell.
+      const hour = Number(hourOf.format(at));
+      const cells = byDay.get(d);
+      if (!cells.some((c) => c.hour === hour)) cells.push({ hour, hr, at });
     }
     const now = Date.now();
     const cell = 14;
@@ -362,7 +366,7 @@
         const past = at.getTime() + 3600000 <= now;
         const state = hr.probes > 0 ? 'answered' : hr.declared ? (past ? 'missed' : 'open') : 'off';
         const rect = svgEl('rect', { x: left + hour * cell, y: 14 + r * cell, width: cell - 2, height: cell - 2, class: 'hour ' + state });
-        rect.append(svgEl('title', {}, `${when(hr.start)}: ${t('hour_' + state)}${hr.probes ? ' (' + t('probes_answered', { n: hr.probes }) + ')' : ''}`));
+        rect.append(svgEl('title', {}, `${whenThere.format(at)}: ${t('hour_' + state)}${hr.probes ? ' (' + t('probes_answered', { n: hr.probes }) + ')' : ''}`));
         svg.append(rect);
       }
     });

@@ -404,6 +404,12 @@ func (w *Wallet) SetPayoutSettings(ps *protocol.PayoutSettings) error {
 	if err := w.ledger.SetOwnPayoutSettings(ps); err != nil {
 		return err
 	}
+	// Until the loop signs and delivers them, no coordinator has these settings.
+	w.payoutMu.Lock()
+	for c := range w.deliveries {
+		w.deliveries[c] = api.PayoutDelivery{Coordinator: c.String()}
+	}
+	w.payoutMu.Unlock()
 	select {
 	case w.payoutPoke <- struct{}{}:
 	default:
