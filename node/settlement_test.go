@@ -963,7 +963,9 @@ func TestUncountersignedReceipts(t *testing.T) {
 	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	const price, gpus = greedyPrice, 1
 	waitCertified(t, coord, prov)
-	greedy := func(job string, cpSeconds int64) ledger.Job { return greedyReceipt(t, coord, prov, renter, job, cpSeconds) }
+	greedy := func(job string, cpSeconds int64) ledger.Job {
+		return greedyReceipt(t, coord, prov, renter, job, cpSeconds)
+	}
 
 	// No dispute: after the window, the checkpoint (60 s) plus one interval (60 s).
 	greedy("00000000000000d1", 60)
