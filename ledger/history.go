@@ -150,3 +150,23 @@ func (l *Ledger) History(series string, since time.Time) ([]HistoryPoint, error)
 	})
 	return out, err
 }
+
+// HistoryStart returns the time of a series' oldest point, or ok false when it has none.
+func (l *Ledger) HistoryStart(series string) (at time.Time, ok bool, err error) {
+	prefix := prefixHistory + series + "/"
+	err = l.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+		defer it.Close()
+		it.Rewind()
+		if !it.Valid() {
+			return nil
+		}
+		ns, err := strconv.ParseUint(string(it.Item().Key()[len(prefix):]), 16, 64)
+		if err != nil {
+			return fmt.Errorf("ledger: history key %q: %w", it.Item().Key(), err)
+		}
+		at, ok = time.Unix(0, int64(ns)).UTC(), true
+		return nil
+	})
+	return at, ok, err
+}

@@ -42,6 +42,12 @@ func TestHistory(t *testing.T) {
 	if len(pts) != 2 || got[0] != 82 || got[1] != 79 || !pts[0].At.Equal(day.Add(24*time.Hour)) {
 		t.Fatalf("scores from the second day: %v at %v", got, pts)
 	}
+	if at, ok, err := l.HistoryStart(HistoryProbes); err != nil || !ok || !at.Equal(hour) {
+		t.Fatalf("the first probe: %v %v %v", at, ok, err)
+	}
+	if _, ok, _ := l.HistoryStart(HistoryBench); ok {
+		t.Fatal("an empty series has a start")
+	}
 	probes, _ := l.History(HistoryProbes, time.Time{})
 	if len(probes) != 2 || string(probes[0].Value) != "3" || string(probes[1].Value) != "1" || !probes[0].At.Equal(hour) {
 		t.Fatalf("probes per hour: %+v", probes)

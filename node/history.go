@@ -106,14 +106,24 @@ func (a *APIServer) uptimeWeek(now time.Time) (api.UptimeWeek, error) {
 		c, _ := strconv.Atoi(string(p.Value))
 		probes[int64(p.At.Sub(first)/time.Hour)] += c
 	}
+	// Hours before the first probe this node ever answered (kept 35 days) are not counted:
+	// the node was not installed yet, or not yet certified, and nobody probed it.
+	since, probed, err := a.n.ledger.HistoryStart(ledger.HistoryProbes)
+	if err != nil {
+		return api.UptimeWeek{}, err
+	}
 	maint := a.n.publisher.MaintenanceWindows(first)
 	w := api.UptimeWeek{Timezone: sched.Timezone(), Hours: make([]api.UptimeHour, 0, 168)}
+	if probed {
+		w.Since = &since
+	}
 	for i := int64(0); i < 168; i++ {
 		h := first.Add(time.Duration(i) * time.Hour)
 		mid := h.Add(30 * time.Minute)
 		hour := api.UptimeHour{Start: h.UTC(), Declared: sched.Open(mid) && !protocol.InMaintenance(maint, mid), Probes: probes[i]}
+		counted := probed && h.Add(time.Hour).After(since)
 		// The current hour is not over: it counts once it is answered.
-		if hour.Declared && (h.Add(time.Hour).Before(now) || hour.Probes > 0) {
+		if counted && hour.Declared && (h.Add(time.Hour).Before(now) || hour.Probes > 0) {
 			w.Declared++
 			if hour.Probes > 0 {
 				w.Answered++

@@ -287,6 +287,8 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 	type series struct {
 		lat   []time.Duration
 		worst float64
+		// slow counts the searches over a second, by the phase that took most of it.
+		slowSync, slowDHT, slowOther int
 	}
 	results := map[string]*series{}
 	filters := []api.SearchFilter{{Model: model}, {}}
@@ -311,6 +313,16 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 						results[k] = &series{worst: 1}
 					}
 					results[k].lat = append(results[k].lat, took)
+					if took > time.Second {
+						switch {
+						case st.Sync > took/2:
+							results[k].slowSync++
+						case st.DHT > took/2:
+							results[k].slowDHT++
+						default:
+							results[k].slowOther++
+						}
+					}
 					results[k].worst = min(results[k].worst, float64(len(rows))/float64(max(want[f.Model], 1)))
 				}
 			}
@@ -326,8 +338,8 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 			if f.Model != "" {
 				what = fmt.Sprintf("one model (%d offers)", want[f.Model])
 			}
-			report.add("search %s, %s: p50 %s, p95 %s, max %s over %d searches; the worst found %.1f%%", mode, what,
-				pct(r.lat, 0.5), pct(r.lat, 0.95), pct(r.lat, 1), len(r.lat), 100*r.worst)
+			report.add("search %s, %s: p50 %s, p95 %s, max %s over %d searches; the worst found %.1f%%; over 1 s: %d (%d in the sync, %d in the DHT, %d elsewhere)", mode, what,
+				pct(r.lat, 0.5), pct(r.lat, 0.95), pct(r.lat, 1), len(r.lat), 100*r.worst, r.slowSync+r.slowDHT+r.slowOther, r.slowSync, r.slowDHT, r.slowOther)
 		}
 	}
 }

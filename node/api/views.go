@@ -187,8 +187,11 @@ type HistoryItem struct {
 type UptimeWeek struct {
 	Timezone string       `json:"timezone"`
 	Hours    []UptimeHour `json:"hours"` // oldest first, the current hour last
-	// Declared is the number of past hours the schedule declared; Answered those of them in
-	// which the provider answered at least one of its coordinators' probes.
+	// Since is when the provider answered its first probe on record (nil: none yet): the
+	// hours before it are not counted.
+	Since *time.Time `json:"since,omitempty"`
+	// Declared is the number of past hours since then that the schedule declared; Answered
+	// those of them in which the provider answered at least one of its coordinators' probes.
 	Declared int `json:"declared_hours"`
 	Answered int `json:"answered_hours"`
 }

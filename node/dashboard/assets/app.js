@@ -364,13 +364,14 @@
       svg.append(svgEl('text', { x: left - 6, y: 14 + r * cell + cell - 4, 'text-anchor': 'end' }, d));
       for (const { hour, hr, at } of byDay.get(d)) {
         const past = at.getTime() + 3600000 <= now;
-        const state = hr.probes > 0 ? 'answered' : hr.declared ? (past ? 'missed' : 'open') : 'off';
+        const before = !week.since || at.getTime() + 3600000 <= new Date(week.since).getTime();
+        const state = hr.probes > 0 ? 'answered' : before ? 'before' : hr.declared ? (past ? 'missed' : 'open') : 'off';
         const rect = svgEl('rect', { x: left + hour * cell, y: 14 + r * cell, width: cell - 2, height: cell - 2, class: 'hour ' + state });
         rect.append(svgEl('title', {}, `${whenThere.format(at)}: ${t('hour_' + state)}${hr.probes ? ' (' + t('probes_answered', { n: hr.probes }) + ')' : ''}`));
         svg.append(rect);
       }
     });
-    const legend = h('p', { class: 'legend' }, ['answered', 'missed', 'off'].map((s) => h('span', { class: 'key ' + s }, t('hour_' + s))));
+    const legend = h('p', { class: 'legend' }, ['answered', 'missed', 'off', 'before'].map((s) => h('span', { class: 'key ' + s }, t('hour_' + s))));
     return h('div', {}, svg, legend);
   }
 
