@@ -204,6 +204,18 @@ func TestJobRefusals(t *testing.T) {
 	if !errors.Is(err, jobs.ErrRefused) || !strings.Contains(err.Error(), "counters at") {
 		t.Fatalf("under the price: %v", err)
 	}
+	// A job naming a file that is not an image (as a job file from someone else might: a
+	// key) is refused on the renter's side, before the provider hears of it.
+	key := filepath.Join(t.TempDir(), "id_ed25519")
+	os.WriteFile(key, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600)
+	before, _ := prov.ledger.Jobs()
+	_, err = renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: key, Args: []string{"true"}})
+	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "not an image archive") {
+		t.Fatalf("a key file as the image archive: %v", err)
+	}
+	if after, _ := prov.ledger.Jobs(); len(after) != len(before) {
+		t.Fatalf("the provider heard of a job whose archive is a key file: %d jobs, then %d", len(before), len(after))
+	}
 	// A renter that sends other bytes than the archive it proposed.
 	if err := proposeWithWrongArchive(ctx, renter, prov, archive); err == nil || !strings.Contains(err.Error(), "does not match") {
 		t.Fatalf("wrong archive: %v", err)

@@ -254,3 +254,44 @@ func gzipLayer(raw []byte) ([]byte, error) {
 func digestOf(b []byte) digest.Digest { return digest.FromBytes(b) }
 
 func blobPath(d digest.Digest) string { return "blobs/" + d.Algorithm().String() + "/" + d.Encoded() }
+
+// CheckImageArchive reads the file names of a tar archive (gzip-compressed or not) and
+// says whether it holds an image as ImportImage takes it: an OCI layout (index.json) or a
+// `docker save` archive (manifest.json) at its top. A renter's node checks its image
+// archive before sending it to a provider, so that a job file naming some other file (a
+// key, a document) does not send that file away.
+func CheckImageArchive(r io.Reader) error {
+	var magic [2]byte
+	n, _ := io.ReadFull(r, magic[:])
+	if s, ok := r.(io.Seeker); ok {
+		// Seekable (a file): back to its start, and tar skips file contents by seeking, so
+		// that only the headers are read.
+		if _, err := s.Seek(-int64(n), io.SeekCurrent); err != nil {
+			return err
+		}
+	} else {
+		r = io.MultiReader(bytes.NewReader(magic[:n]), r)
+	}
+	if n == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return fmt.Errorf("not an image archive: %w", err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return errors.New("not an image archive: a tar from `docker save` or an OCI layout (index.json) is expected, and this one holds neither manifest.json nor index.json")
+		}
+		if err != nil {
+			return fmt.Errorf("not an image archive (a tar from `docker save` or an OCI layout is expected): %w", err)
+		}
+		switch strings.TrimPrefix(h.Name, "./") {
+		case "index.json", "manifest.json":
+			return nil
+		}
+	}
+}

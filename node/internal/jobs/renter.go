@@ -24,6 +24,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 // Offers are the offers a renter knows and finds (the offers subsystem's catalogue).
@@ -153,6 +154,16 @@ func openArchive(path string) (*archive, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, api.Invalid(fmt.Errorf("image archive: %w", err))
+	}
+	// Only an image goes to a provider: a job file naming another file (a key) is refused
+	// before anything is sent.
+	if err := sandbox.CheckImageArchive(f); err != nil {
+		f.Close()
+		return nil, api.Invalid(fmt.Errorf("image archive %s: %w", path, err))
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
 	}
 	a := &archive{f: f}
 	if a.sha256, a.size, err = fileSHA256(f); err != nil {
