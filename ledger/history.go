@@ -57,7 +57,7 @@ var MaxHistoryPoints = 5000
 // drops the points older than keep before it, and the oldest past MaxHistoryPoints.
 func (l *Ledger) AddHistory(series string, at time.Time, v any, keep time.Duration) error {
 	return l.updateSeries(series, func(txn *badger.Txn) error {
-		if err := dropHistory(txn, series, at.Add(-keep)); err != nil {
+		if err := dropHistory(txn, series, at.Add(-keep), historyKey(series, at)); err != nil {
 			return err
 		}
 		return putJSON(txn, historyKey(series, at), v)
@@ -68,10 +68,10 @@ func (l *Ledger) AddHistory(series string, at time.Time, v any, keep time.Durati
 // hour, say) and drops the points older than keep before it.
 func (l *Ledger) CountHistory(series string, at time.Time, keep time.Duration) error {
 	return l.updateSeries(series, func(txn *badger.Txn) error {
-		if err := dropHistory(txn, series, at.Add(-keep)); err != nil {
+		key := historyKey(series, at)
+		if err := dropHistory(txn, series, at.Add(-keep), key); err != nil {
 			return err
 		}
-		key := historyKey(series, at)
 		n := 0
 		item, err := txn.Get([]byte(key))
 		switch {
@@ -104,22 +104,27 @@ func (l *Ledger) updateSeries(series string, f func(txn *badger.Txn) error) erro
 }
 
 // dropHistory deletes a series' points before a time, and the oldest of those left while
-// there are MaxHistoryPoints or more (room for the one being added).
-func dropHistory(txn *badger.Txn, series string, before time.Time) error {
+// they and the point about to be written at key would be more than MaxHistoryPoints.
+func dropHistory(txn *badger.Txn, series string, before time.Time, key string) error {
 	prefix := prefixHistory + series + "/"
 	end := historyKey(series, before)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 	var keys [][]byte
+	room := 1 // the point written after, unless it replaces one
 	for it.Rewind(); it.Valid(); it.Next() {
-		keys = append(keys, it.Item().KeyCopy(nil))
+		if k := it.Item().KeyCopy(nil); string(k) == key {
+			room = 0
+		} else {
+			keys = append(keys, k)
+		}
 	}
 	it.Close()
 	drop := 0
 	for drop < len(keys) && string(keys[drop]) < end {
 		drop++
 	}
-	drop = max(drop, len(keys)-MaxHistoryPoints+1)
-	for _, k := range keys[:max(drop, 0)] {
+	drop = min(max(drop, len(keys)+room-max(MaxHistoryPoints, 1)), len(keys))
+	for _, k := range keys[:drop] {
 		if err := txn.Delete(k); err != nil {
 			return err
 		}

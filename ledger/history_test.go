@@ -102,4 +102,9 @@ func TestHistoryLimits(t *testing.T) {
 	if len(pts) != 10 || string(pts[0].Value) != "15" || string(pts[9].Value) != "24" {
 		t.Fatalf("25 points in a series that keeps 10: %d, from %s to %s", len(pts), pts[0].Value, pts[len(pts)-1].Value)
 	}
+	// Replacing the newest point of a full series drops none of the others.
+	l.AddHistory(HistoryBench, day.Add(24*time.Minute), 99, 180*24*time.Hour)
+	if pts, _ := l.History(HistoryBench, time.Time{}); len(pts) != 10 || string(pts[0].Value) != "15" || string(pts[9].Value) != "99" {
+		t.Fatalf("after replacing the newest of 10 points: %d, from %s to %s", len(pts), pts[0].Value, pts[len(pts)-1].Value)
+	}
 }

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -26,11 +28,29 @@ const (
 // keepHistory makes a provider keep its own score records as they arrive.
 func (n *Node) keepHistory() {
 	self := n.peer.ID.String()
+	// The latest sequence kept from each coordinator: after a restart, the records received
+	// again are not kept twice.
+	var mu sync.Mutex
+	kept := map[string]uint64{}
+	if pts, err := n.ledger.History(ledger.HistoryScores, n.clock.Now().Add(-protocol.ScoreTTL)); err == nil {
+		for _, pt := range pts {
+			var p api.ScorePoint
+			if json.Unmarshal(pt.Value, &p) == nil {
+				kept[p.Coordinator] = max(kept[p.Coordinator], p.Seq)
+			}
+		}
+	}
 	n.scores.OnTake(func(s *protocol.SignedScore) {
 		if s.Provider != self {
 			return
 		}
-		p := api.ScorePoint{Coordinator: s.Coordinator, Score: s.Score, Uptime: s.Uptime, Completion: s.Completion,
+		mu.Lock()
+		defer mu.Unlock()
+		if s.Seq <= kept[s.Coordinator] {
+			return
+		}
+		kept[s.Coordinator] = s.Seq
+		p := api.ScorePoint{Coordinator: s.Coordinator, Seq: s.Seq, Score: s.Score, Uptime: s.Uptime, Completion: s.Completion,
 			Consistency: s.Consistency, Why: s.Why}
 		// Kept at the time it arrived, not the time it claims: a record dated long ago or far
 		// ahead would otherwise drop the points after it or outlive the series' retention.
@@ -95,8 +115,10 @@ func (a *APIServer) uptimeWeek(now time.Time) (api.UptimeWeek, error) {
 	}
 	// The start of the current hour there, then 167 hours back: a zone's hours are whole
 	// hours of absolute time apart, whatever its offset from UTC.
+	// (Taken from the instant itself, not rebuilt from the wall clock, which names two
+	// instants in the hour repeated when clocks go back.)
 	local := now.In(loc)
-	first := time.Date(local.Year(), local.Month(), local.Day(), local.Hour(), 0, 0, 0, loc).Add(-167 * time.Hour)
+	first := now.Truncate(time.Minute).Add(-time.Duration(local.Minute()) * time.Minute).Add(-167 * time.Hour)
 	pts, err := a.n.ledger.History(ledger.HistoryProbes, first)
 	if err != nil {
 		return api.UptimeWeek{}, err

@@ -12,6 +12,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -255,43 +257,79 @@ func digestOf(b []byte) digest.Digest { return digest.FromBytes(b) }
 
 func blobPath(d digest.Digest) string { return "blobs/" + d.Algorithm().String() + "/" + d.Encoded() }
 
-// CheckImageArchive reads the file names of a tar archive (gzip-compressed or not) and
-// says whether it holds an image as ImportImage takes it: an OCI layout (index.json) or a
-// `docker save` archive (manifest.json) at its top. A renter's node checks its image
-// archive before sending it to a provider, so that a job file naming some other file (a
-// key, a document) does not send that file away.
+// CheckImageArchive reads a tar archive and says whether it is an image as ImportImage
+// takes it, and nothing else: an OCI layout (oci-layout and an index.json naming
+// manifests) or a `docker save` archive (a manifest.json naming a config and layers), in
+// which every entry is one such archives hold (blobs/ALG/HEX, ID/layer.tar, ID.json,
+// repositories). A renter's node checks its image archive before sending it to a provider,
+// so that a job file naming some other file (a key, a backup that happens to hold a
+// manifest.json) does not send that file away. Compressed archives are refused: the
+// provider imports a plain tar.
 func CheckImageArchive(r io.Reader) error {
-	var magic [2]byte
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("not an image archive (a plain tar from `docker save` or an OCI layout is expected): "+format, args...)
+	}
+	var magic [4]byte
 	n, _ := io.ReadFull(r, magic[:])
 	if s, ok := r.(io.Seeker); ok {
-		// Seekable (a file): back to its start, and tar skips file contents by seeking, so
-		// that only the headers are read.
+		// Seekable (a file): back to its start; tar then skips file contents by seeking.
 		if _, err := s.Seek(-int64(n), io.SeekCurrent); err != nil {
 			return err
 		}
 	} else {
 		r = io.MultiReader(bytes.NewReader(magic[:n]), r)
 	}
-	if n == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(r)
-		if err != nil {
-			return fmt.Errorf("not an image archive: %w", err)
-		}
-		defer zr.Close()
-		r = zr
+	switch {
+	case n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		return fail("it is gzip-compressed; decompress it first")
+	case n == 4 && magic == [4]byte{0x28, 0xb5, 0x2f, 0xfd}:
+		return fail("it is zstd-compressed; decompress it first")
 	}
+	var layout, index, manifest bool
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return errors.New("not an image archive: a tar from `docker save` or an OCI layout (index.json) is expected, and this one holds neither manifest.json nor index.json")
+			break
 		}
 		if err != nil {
-			return fmt.Errorf("not an image archive (a tar from `docker save` or an OCI layout is expected): %w", err)
+			return fail("%v", err)
 		}
-		switch strings.TrimPrefix(h.Name, "./") {
-		case "index.json", "manifest.json":
-			return nil
+		name := strings.TrimSuffix(path.Clean(strings.TrimPrefix(h.Name, "./")), "/")
+		if h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeSymlink {
+			return fail("%q is not a file or a folder", h.Name)
+		}
+		switch {
+		case name == "oci-layout":
+			layout = true
+		case name == "index.json":
+			var ix struct {
+				SchemaVersion int               `json:"schemaVersion"`
+				Manifests     []json.RawMessage `json:"manifests"`
+			}
+			if json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&ix) != nil || ix.SchemaVersion != 2 || len(ix.Manifests) == 0 {
+				return fail("its index.json names no manifest")
+			}
+			index = true
+		case name == "manifest.json":
+			var ms []struct {
+				Config string
+				Layers []string
+			}
+			if json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&ms) != nil || len(ms) == 0 || ms[0].Config == "" {
+				return fail("its manifest.json is not a docker image manifest")
+			}
+			manifest = true
+		case !imageEntry.MatchString(name):
+			return fail("it holds %q, which no image archive holds", h.Name)
 		}
 	}
+	if !(layout && index) && !manifest {
+		return fail("it holds neither an OCI layout (oci-layout and index.json) nor a docker manifest.json")
+	}
+	return nil
 }
+
+// imageEntry matches the other entries an image archive holds: OCI blobs, and docker's
+// layer folders, configs and repositories file.
+var imageEntry = regexp.MustCompile(`^(\.|repositories|blobs(/sha(256|384|512)(/[0-9a-f]{64,128})?)?|[0-9a-f]{64}(\.json)?|[0-9a-f]{64}/(layer\.tar|json|VERSION))$`)

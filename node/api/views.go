@@ -160,6 +160,7 @@ type BenchPoint struct {
 // ScorePoint is one score record the provider was given, as its history keeps it.
 type ScorePoint struct {
 	Coordinator string   `json:"coordinator"`
+	Seq         uint64   `json:"seq"`
 	Score       int      `json:"score"`
 	Uptime      float64  `json:"uptime"`
 	Completion  float64  `json:"completion"`

@@ -352,7 +352,9 @@
       // The night clocks go back repeats an hour: its second one shares the first's cell.
       const hour = Number(hourOf.format(at));
       const cells = byDay.get(d);
-      if (!cells.some((c) => c.hour === hour)) cells.push({ hour, hr, at });
+      const same = cells.find((c) => c.hour === hour);
+      if (same) same.hr = { ...same.hr, probes: same.hr.probes + hr.probes, declared: same.hr.declared || hr.declared };
+      else cells.push({ hour, hr, at });
     }
     const now = Date.now();
     const cell = 14;

@@ -490,17 +490,29 @@ func (w *Wallet) deliverPayoutSettings(ctx context.Context) (poked bool) {
 	w.payoutMu.Unlock()
 	left := slices.Clone(ids)
 	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		changed := false
 		left = slices.DeleteFunc(left, func(c peer.ID) bool {
+			// New settings while these are delivered: stop, and deliver those instead.
+			select {
+			case <-w.payoutPoke:
+				changed = true
+			default:
+			}
+			if changed {
+				return false
+			}
 			_, err := w.walletCallTo(ctx, c, protocol.WalletRequest{Op: "settings", Settings: raw})
 			w.payoutMu.Lock()
-			d := w.deliveries[c]
-			if err != nil {
-				d.Error = err.Error()
-			} else {
-				at := w.clock.Now().UTC()
-				d.Error, d.DeliveredAt = "", &at
+			// An entry reset for newer settings (SetPayoutSettings) is not these settings'.
+			if d := w.deliveries[c]; d.Seq == seq {
+				if err != nil {
+					d.Error = err.Error()
+				} else {
+					at := w.clock.Now().UTC()
+					d.Error, d.DeliveredAt = "", &at
+				}
+				w.deliveries[c] = d
 			}
-			w.deliveries[c] = d
 			w.payoutMu.Unlock()
 			if err != nil {
 				w.log.Debug("payout settings not delivered yet", "coordinator", c, "err", err)
@@ -509,6 +521,9 @@ func (w *Wallet) deliverPayoutSettings(ctx context.Context) (poked bool) {
 			w.log.Info("payout settings delivered to the coordinator", "coordinator", c, "method", ps.Method, "schedule", ps.Schedule)
 			return true
 		})
+		if changed {
+			return true
+		}
 		if len(left) == 0 {
 			return false
 		}
