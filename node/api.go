@@ -96,8 +96,12 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	a.stop = stop
 	a.srv = &http.Server{BaseContext: func(net.Listener) context.Context { return base }, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		dashboard.SecurityHeaders(w.Header())
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
+		if strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/download/") {
 			w.Header().Set("Cache-Control", "no-store") // nothing of the API in a browser's cache
+		}
+		if strings.HasPrefix(r.URL.Path, "/download/") {
+			a.serveDownload(w, r, mux)
+			return
 		}
 		mux.ServeHTTP(w, r)
 	}), ReadHeaderTimeout: 5 * time.Second}
@@ -136,6 +140,9 @@ func (a *APIServer) route(mux *http.ServeMux, pattern string, h func(*http.Reque
 // authorized checks the bearer token, or else a dashboard session (its cookie and its key),
 // answering 401 when neither is there and 403 when a session's request is refused.
 func (a *APIServer) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if ticketed, _ := r.Context().Value(ticketKey{}).(bool); ticketed {
+		return true // serveDownload spent a ticket of a live session for this very path
+	}
 	if auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		if subtle.ConstantTimeCompare([]byte(auth), []byte(a.token)) == 1 {
 			return true

@@ -1,10 +1,12 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -12,6 +14,27 @@ import (
 )
 
 // Routes of the local API made for the dashboard (docs/api.md, docs/dashboard.md).
+
+// downloadable is the API paths a download ticket may stand for.
+var downloadable = regexp.MustCompile(`^/v1/jobs/[0-9a-f]{16}/output$`)
+
+// serveDownload follows a download ticket: the API path it stands for is served as if the
+// session had asked for it with its key, as an attachment.
+func (a *APIServer) serveDownload(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	path, ok := a.dash.TakeTicket(r, strings.TrimPrefix(r.URL.Path, "/download/"))
+	if !ok || r.Method != http.MethodGet {
+		http.Error(w, "this download link was used, has expired, or belongs to another session: ask for the download again", http.StatusForbidden)
+		return
+	}
+	r2 := r.Clone(context.WithValue(r.Context(), ticketKey{}, true))
+	r2.URL.Path, r2.URL.RawPath, r2.RequestURI = path, "", path
+	parts := strings.Split(path, "/")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", parts[3]+"-output.tar"))
+	mux.ServeHTTP(w, r2)
+}
+
+// ticketKey marks a request a download ticket authorized.
+type ticketKey struct{}
 
 // eventInterval is how often GET /v1/events sends the node's status.
 const eventInterval = 2 * time.Second
@@ -26,6 +49,22 @@ func (a *APIServer) routeDashboard(mux *http.ServeMux) {
 			return nil, fmt.Errorf("%w: login links are made with the API token (gpunex dashboard)", api.ErrForbidden)
 		}
 		return api.DashboardLink{URL: "http://" + a.Addr() + a.dash.NewLink()}, nil
+	})
+	// A one-time download ticket for a session (dashboard.NewTicket): the browser then
+	// follows /download/TICKET and saves the answer to disk as it arrives.
+	a.route(mux, "POST /v1/dashboard/download", func(r *http.Request) (any, error) {
+		var req api.DownloadRequest
+		if err := decodeBody(r, 4096, &req); err != nil {
+			return nil, err
+		}
+		if !downloadable.MatchString(req.Path) {
+			return nil, api.Invalid(fmt.Errorf("path %q: only a job's output (/v1/jobs/ID/output) is downloaded this way", req.Path))
+		}
+		url, err := a.dash.NewTicket(r, req.Path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", api.ErrForbidden, err)
+		}
+		return api.DashboardLink{URL: url}, nil
 	})
 	// Server-sent events: the node's status now and every eventInterval, so that pages
 	// follow the node without reloading.

@@ -1,18 +1,21 @@
 package node
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -193,6 +196,33 @@ func TestDashboardSessions(t *testing.T) {
 		t.Fatalf("closing the API with an event stream open: %v", err)
 	}
 
+	// A download ticket: asked for with the key, for a job's output only; followed once,
+	// with the session's cookie, as an attachment.
+	if r := call("POST", "/v1/dashboard/download", cookie, key, "", `{"path":"/v1/status"}`); r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a ticket for /v1/status: %d", r.StatusCode)
+	}
+	if r := call("POST", "/v1/dashboard/download", cookie, "", "", `{"path":"/v1/jobs/0123456789abcdef/output"}`); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("a ticket asked without the key: %d", r.StatusCode)
+	}
+	r = call("POST", "/v1/dashboard/download", cookie, key, "", `{"path":"/v1/jobs/0123456789abcdef/output"}`)
+	var tk api.DashboardLink
+	if err := json.NewDecoder(r.Body).Decode(&tk); err != nil || r.StatusCode != 200 || !strings.HasPrefix(tk.URL, "/download/") {
+		t.Fatalf("a ticket for a job's output: %d %+v %v", r.StatusCode, tk, err)
+	}
+	if r := get(tk.URL, nil, "", ""); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("a ticket followed without the cookie: %d", r.StatusCode)
+	}
+	if r := get(tk.URL, cookie, "", "attacker.example"); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("a ticket followed for another host: %d", r.StatusCode)
+	}
+	// (No such job: the output route answers, not the gate.)
+	if r := get(tk.URL, cookie, "", ""); r.StatusCode == http.StatusForbidden || r.StatusCode == http.StatusUnauthorized || !strings.HasPrefix(r.Header.Get("Content-Disposition"), "attachment") {
+		t.Fatalf("a ticket followed with the cookie: %d, %q", r.StatusCode, r.Header.Get("Content-Disposition"))
+	}
+	if r := get(tk.URL, cookie, "", ""); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("a ticket followed twice: %d", r.StatusCode)
+	}
+
 	// Signing out ends the session.
 	if r := call("POST", "/logout", cookie, key, "", ""); r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign out: %d", r.StatusCode)
@@ -343,7 +373,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	rp.tab("run")
 	rp.set("main form input[placeholder^='peer ID']", offer)
 	rp.set("main form input[placeholder='/path/to/image.tar']", busyboxArchive(t))
-	rp.set("main form input[placeholder='python train.py']", `sh -c "echo hello from the dashboard; sleep 3; exit 3"`)
+	rp.set("main form input[placeholder='python train.py']", `sh -c "echo hello from the dashboard; echo 42 > /output/result.txt; sleep 3; exit 3"`)
 	rp.set("main form input[type=number][step=any]", "0.05")
 	rp.clickText("form", "Start the job")
 	rp.wait("the job's page", `location.hash === '#jobs' && document.querySelector('#job-log')`)
@@ -352,6 +382,32 @@ func TestDashboardInBrowser(t *testing.T) {
 	if exit, cost := rp.text("#job-exit"), rp.text("#job-cost"); !strings.HasPrefix(exit, "3") || !regexp.MustCompile(`^[0-9.]*[1-9][0-9.]*\x{a0}USDC$`).MatchString(cost) {
 		t.Fatalf("the ended job shows exit %q, cost %q", exit, cost)
 	}
+	// "Download the output": the browser saves the job's /output as a tar, through a
+	// one-time ticket (the page does not hold the file).
+	downloads := t.TempDir()
+	if _, err := chromedp.Call(rp.ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads}); err != nil {
+		t.Fatal(err)
+	}
+	rp.clickText("main", "Download the output")
+	eventually(t, 20*time.Second, "the output saved by the browser", func() (bool, string) {
+		files, _ := filepath.Glob(filepath.Join(downloads, "*-output.tar"))
+		if len(files) != 1 {
+			return false, fmt.Sprint(files)
+		}
+		f, err := os.Open(files[0])
+		if err != nil {
+			return false, err.Error()
+		}
+		defer f.Close()
+		tr := tar.NewReader(f)
+		for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+			if strings.TrimPrefix(h.Name, "./") == "result.txt" {
+				b, _ := io.ReadAll(tr)
+				return string(b) == "42\n", fmt.Sprintf("result.txt holds %q", b)
+			}
+		}
+		return false, "no result.txt in " + files[0]
+	})
 
 	// A job by model: the renter names a model, not an offer; the node places it on the
 	// best offer of that model and the job's page says which provider took it and why.
@@ -409,6 +465,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	cp.tab("payouts")
 	cp.clickText("main", "Run payouts now")
 	cp.wait("the bank batch", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('settling')`)
+	cp.wait("the bank batch in the list", `[...document.querySelectorAll('#batches tr')].some(r => r.innerText.includes('settling'))`)
 	cp.eval(`[...document.querySelectorAll('#batches tr')].find(r => r.innerText.includes('settling')).querySelector('button').click()`, nil)
 	cp.clickText("main", "Bank transfer file")
 	cp.wait("the bank file", `document.querySelector('main pre.log') && document.querySelector('main pre.log').innerText.includes('FR1420041010050500013M02606')`)

@@ -204,6 +204,12 @@ type UptimeHour struct {
 	Probes   int       `json:"probes"`   // probes answered
 }
 
+// DownloadRequest is the body of POST /v1/dashboard/download: the API path to download
+// (a job's output).
+type DownloadRequest struct {
+	Path string `json:"path"`
+}
+
 // PayoutSettingsView is the answer of GET and PUT /v1/provider/payout: how the provider
 // is paid and whether its coordinators have the settings.
 type PayoutSettingsView struct {

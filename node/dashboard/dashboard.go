@@ -20,6 +20,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"html/template"
 	"io/fs"
 	"net"
@@ -68,6 +69,7 @@ type Server struct {
 	mu       sync.Mutex
 	links    map[string]time.Time // link code → expiry
 	sessions map[string]session   // by the SHA-256 of the cookie's value
+	tickets  map[string]ticket    // download ticket → what it opens
 
 	index []byte // the page holds no secret and no per-session data: the same bytes for all
 	login *template.Template
@@ -82,7 +84,7 @@ func New(addr, store string) *Server {
 	files, _ := fs.Sub(assets, "assets")
 	s := &Server{
 		now: time.Now, cookie: "gpunex_session_" + port, store: store,
-		links: map[string]time.Time{}, sessions: map[string]session{},
+		links: map[string]time.Time{}, sessions: map[string]session{}, tickets: map[string]ticket{},
 		index: must(fs.ReadFile(files, "index.html")),
 		login: template.Must(template.ParseFS(files, "login.html")),
 		files: files,
@@ -151,6 +153,68 @@ func (s *Server) takeLink(code string) bool {
 	exp, ok := s.links[code]
 	delete(s.links, code)
 	return ok && !s.now().After(exp)
+}
+
+// Downloads. A link the browser follows cannot carry the session's key in a header, and a
+// page that fetches a large answer (a job's output) to save it holds all of it in memory.
+// So the page asks for a one-time ticket (an API call, with its key) naming the API path to
+// download, then follows /download/TICKET: the browser writes the answer to disk as it
+// arrives. Following a ticket needs the session's cookie, from a loopback host name, within
+// TicketTTL, once.
+
+// TicketTTL is how long a download ticket may wait to be followed.
+const TicketTTL = time.Minute
+
+// maxTickets bounds the tickets waiting: past it, new ones are refused until some expire.
+const maxTickets = 64
+
+type ticket struct {
+	path    string
+	session string // the cookie hash of the session that asked
+	expires time.Time
+}
+
+// NewTicket returns a one-time download path standing for the API path, for the session
+// of the request r (which Authorize passed).
+func (s *Server) NewTicket(r *http.Request, path string) (string, error) {
+	c, err := r.Cookie(s.cookie)
+	if err != nil {
+		return "", errors.New("download tickets are for dashboard sessions")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for k, t := range s.tickets {
+		if now.After(t.expires) {
+			delete(s.tickets, k)
+		}
+	}
+	if len(s.tickets) >= maxTickets {
+		return "", errors.New("too many downloads waiting: follow or let expire those asked for")
+	}
+	code := randomHex(32)
+	s.tickets[code] = ticket{path: path, session: cookieID(c.Value), expires: now.Add(TicketTTL)}
+	return "/download/" + code, nil
+}
+
+// TakeTicket spends a download ticket: the API path it stands for, when the request
+// carries the live session that asked for it, by a loopback host name, in time.
+func (s *Server) TakeTicket(r *http.Request, code string) (string, bool) {
+	c, err := r.Cookie(s.cookie)
+	if err != nil || !loopbackHost(r.Host) {
+		return "", false
+	}
+	if _, live := s.session(r); !live {
+		return "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tickets[code]
+	delete(s.tickets, code)
+	if !ok || s.now().After(t.expires) || subtle.ConstantTimeCompare([]byte(t.session), []byte(cookieID(c.Value))) != 1 {
+		return "", false
+	}
+	return t.path, true
 }
 
 func (s *Server) newSession() (id string, sess session) {

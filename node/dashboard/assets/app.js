@@ -965,10 +965,14 @@
         acts.push(cancel);
       }
       if (j.side === 'renter' && j.state === 'ended') {
+        // Through a one-time ticket: the browser saves the output to disk as it arrives,
+        // however large, instead of this page holding it.
         const get = button('fetch_output', () => busy(get, out, async () => {
-          const r = await fetch(`/v1/jobs/${encodeURIComponent(id)}/output`, { headers: { 'X-Session-Key': sessionKey() }, credentials: 'same-origin' });
-          if (!r.ok) throw new APIError(r.status, (await r.text()) || r.statusText);
-          saveFile(await r.blob(), `${id}-output.tar`);
+          const tk = await api('POST', '/v1/dashboard/download', { path: `/v1/jobs/${encodeURIComponent(id)}/output` });
+          const a = h('a', { href: tk.url, download: `${id}-output.tar` });
+          document.body.append(a);
+          a.click();
+          a.remove();
         }));
         acts.push(get);
       }
