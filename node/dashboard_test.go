@@ -609,6 +609,30 @@ func TestDashboardInFrench(t *testing.T) {
 		}
 		p.checkClean()
 	}
+	// The score's "why" events, which coordinators write in English, read in French.
+	now := time.Now()
+	raw, err = protocol.Seal(protocol.KindScore, protocol.ScoreRecord{Version: protocol.ScoreVersion, Coordinator: tn.boot.ID().String(),
+		Provider: prov.ID().String(), Seq: 1, IssuedAt: now, ExpiresAt: now.Add(protocol.ScoreTTL), Score: 71, Uptime: 0.9, Completion: 0.8,
+		Consistency: 0.9, HalfLifeSecs: 3600, Why: []string{protocol.WhyMissedProbe(time.Date(2026, 11, 30, 14, 5, 0, 0, time.UTC)),
+			protocol.WhySlowerGPU("GPU-1234", 90), protocol.WhyInterrupted("0123456789abcdef", "containerd stopped")}}, tn.boot.peer.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prov.scores.Take(raw, "test"); err != nil {
+		t.Fatal(err)
+	}
+	pbase, plink := serveDashboard(t, prov)
+	pp := b.page(t, pbase)
+	pp.open(strings.TrimPrefix(plink(), pbase))
+	pp.tab("performance")
+	pp.wait("the why events", `document.querySelector('#score-why')`)
+	why := pp.text("#score-why")
+	for _, want := range []string{"sonde manquée lun. 14:05 UTC", "GPU GPU-1234 à 90 % de son premier benchmark", "tâche 0123456789abcdef interrompue : containerd stopped"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the why events in French lack %q:\n%s", want, why)
+		}
+	}
+
 	// French formats: a price of 1 USDC reads "1,00 USDC" on the renter's Offers tab.
 	base, link := serveDashboard(t, renter)
 	p := b.page(t, base)

@@ -46,12 +46,15 @@ func TestProviderFollowsSchedule(t *testing.T) {
 	// offer comes, a timer set just after the test moved the clock is due one republish
 	// interval later, and moving the clock by that much (which crosses no window boundary
 	// here) lets it fire.
+	// Only an offer built at or after the clock's last move counts: one built just before
+	// (a publish already under way) says what held then.
 	var lastSeq uint64
 	next := func(what string) (withdrawn string, gpus int) {
 		t.Helper()
+		moved := fake.Now()
 		deadline := time.Now().Add(5 * time.Second)
 		for i := 1; time.Now().Before(deadline); i++ {
-			if so := n.publisher.Current(); so != nil && so.Offer.Seq > lastSeq {
+			if so := n.publisher.Current(); so != nil && so.Offer.Seq > lastSeq && !so.Offer.IssuedAt.Before(moved) {
 				lastSeq = so.Offer.Seq
 				return so.Offer.Withdrawn, len(so.Offer.GPUs)
 			}

@@ -172,6 +172,29 @@ type ScoreRecord struct {
 	HalfLifeSecs int64     `json:"half_life_s"`
 }
 
+// The events a score record's Why names, in the words coordinators write them (English;
+// the dashboard translates these forms).
+
+// WhyMissedProbe is an uptime probe the provider did not answer inside its availability.
+func WhyMissedProbe(at time.Time) string {
+	return "missed probe " + at.UTC().Format("Mon 15:04 UTC")
+}
+
+// WhySlowerGPU is a GPU benchmarked under 95% of its first run.
+func WhySlowerGPU(uuid string, percent int) string {
+	return fmt.Sprintf("GPU %s at %d%% of its first benchmark", uuid, percent)
+}
+
+// WhyAbandoned is a job whose provider sent no receipt by its hold's expiry.
+func WhyAbandoned(job string, seconds int64) string {
+	return fmt.Sprintf("job %s abandoned: no receipt by its hold's expiry; its renter's countersigned usage shows %d s run", job, seconds)
+}
+
+// WhyInterrupted is a job whose receipt says the provider's side interrupted it.
+func WhyInterrupted(job, reason string) string {
+	return fmt.Sprintf("job %s interrupted: %s", job, reason)
+}
+
 // SignedScore is a score record that passed the checks.
 type SignedScore struct {
 	ScoreRecord

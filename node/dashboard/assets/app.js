@@ -100,6 +100,31 @@
     return id && id.length > 16 ? id.slice(0, 6) + '…' + id.slice(-6) : id || '–';
   }
 
+  // nodeText writes a text the node wrote in the page's language when it has a known form
+  // (a score's "why" events, protocol.Why*); other texts stay as the node wrote them.
+  const NODE_TEXTS = [
+    [/^missed probe (Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d\d:\d\d) UTC$/, 'why_missed_probe',
+      (m) => ({ day: weekday(m[1]), time: m[2] })],
+    [/^GPU (\S+) at (\d+)% of its first benchmark$/, 'why_slower_gpu', (m) => ({ gpu: m[1], percent: m[2] })],
+    [/^job ([0-9a-f]{16}) abandoned: no receipt by its hold's expiry; its renter's countersigned usage shows (\d+) s run$/, 'why_abandoned',
+      (m) => ({ job: m[1], seconds: m[2] })],
+    [/^job ([0-9a-f]{16}) interrupted: (.*)$/, 'why_interrupted', (m) => ({ job: m[1], reason: m[2] })],
+  ];
+
+  function nodeText(s) {
+    for (const [re, key, vars] of NODE_TEXTS) {
+      const m = re.exec(s);
+      if (m) return t(key, vars(m));
+    }
+    return s;
+  }
+
+  // weekday names an English day abbreviation in the page's language.
+  function weekday(abbr) {
+    const i = ['Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat', 'Sun'].indexOf(abbr);
+    return new Intl.DateTimeFormat(lang, { weekday: 'short', timeZone: 'UTC' }).format(new Date(Date.UTC(2024, 0, 1 + i)));
+  }
+
   // ---- the API ----
 
   class APIError extends Error {
@@ -877,7 +902,7 @@
             ['coordinator', h('code', {}, short(s.coordinator))], ['issued', when(s.issued_at)]]),
           barChart([{ label: t('uptime'), value: s.uptime * 100 }, { label: t('completion'), value: s.completion * 100 }, { label: t('consistency'), value: s.benchmark_consistency * 100 }],
             (v) => num(v, 1) + ' %', 'score_components'),
-          (s.why || []).length ? h('div', {}, h('h3', { i18n: 'why' }), h('ul', {}, s.why.map((w) => h('li', {}, w)))) : null));
+          (s.why || []).length ? h('div', {}, h('h3', { i18n: 'why' }), h('ul', { id: 'score-why' }, s.why.map((w) => h('li', {}, nodeText(w))))) : null));
       }
       if (!parts.length) parts.push(h('p', { class: 'empty', i18n: 'no_score' }));
       // The trend: the score and its uptime over 30 days, one pair of lines per coordinator.

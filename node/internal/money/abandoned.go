@@ -113,7 +113,7 @@ func (s *Settlement) ReleaseExpired() (int, error) {
 			at = l.EndsAt
 		}
 		s.ledger.UpdateReliability(h.Provider, func(rs *ledger.ReliabilityState) error {
-			rs.AddEvent(fmt.Sprintf("job %s abandoned: no receipt by its hold's expiry; its renter's countersigned usage shows %d s run", h.Job, a.Seconds))
+			rs.AddEvent(protocol.WhyAbandoned(h.Job, a.Seconds))
 			rs.Reliability.Completion.Add(at, 0, halfLife)
 			return nil
 		})

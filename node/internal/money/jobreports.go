@@ -116,7 +116,7 @@ func (st *Settlement) HandleJobReport(s network.Stream) {
 			good := 1.0
 			if fault {
 				good = 0
-				rs.AddEvent(fmt.Sprintf("job %s interrupted: %s", rec.Job, rec.Reason))
+				rs.AddEvent(protocol.WhyInterrupted(rec.Job, rec.Reason))
 			}
 			rs.Reliability.Completion.Add(at, good, halfLife)
 			return nil

@@ -212,7 +212,7 @@ func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 			good := 1.0
 			if err != nil {
 				good = 0
-				s.AddEvent(fmt.Sprintf("missed probe %s", now.UTC().Format("Mon 15:04 UTC")))
+				s.AddEvent(protocol.WhyMissedProbe(now))
 			}
 			s.Reliability.Uptime.Add(now, good, halfLife)
 		}
@@ -229,7 +229,7 @@ func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 				}
 				ratio := math.Min(1, float64(g.PerfScore)/float64(first))
 				if ratio < 0.95 {
-					s.AddEvent(fmt.Sprintf("GPU %s at %d%% of its first benchmark", g.UUID, int(ratio*100)))
+					s.AddEvent(protocol.WhySlowerGPU(g.UUID, int(ratio*100)))
 				}
 				s.Reliability.Consistency.Add(now, ratio, halfLife)
 			}
