@@ -21,8 +21,12 @@ var downloadable = regexp.MustCompile(`^/v1/jobs/[0-9a-f]{16}/output$`)
 // serveDownload follows a download ticket: the API path it stands for is served as if the
 // session had asked for it with its key, as an attachment.
 func (a *APIServer) serveDownload(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "a download is a GET", http.StatusMethodNotAllowed)
+		return
+	}
 	path, ok := a.dash.TakeTicket(r, strings.TrimPrefix(r.URL.Path, "/download/"))
-	if !ok || r.Method != http.MethodGet {
+	if !ok {
 		http.Error(w, "this download link was used, has expired, or belongs to another session: ask for the download again", http.StatusForbidden)
 		return
 	}
