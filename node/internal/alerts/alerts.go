@@ -2,8 +2,10 @@
 // config.toml), what needs them: a GPU delisted, relisted or lost, the host delisted, the
 // certificate expiring or revoked, the score under a level, a payout sent, the disk filling
 // up. An event is told once, as it happens; a condition once when it starts and once when
-// it ends, never again in between, even across restarts (the ledger keeps which are
-// firing). docs/operations.md, "Alerts".
+// it ends, never again in between, even across restarts (the ledger keeps which states were
+// told). A change the operator could not be told (the mail server or the webhook failed) is
+// told again at the next check: the ledger records a state only once it was delivered.
+// docs/operations.md, "Alerts".
 package alerts
 
 import (
@@ -56,6 +58,9 @@ type Alerter struct {
 
 	mu         sync.Mutex
 	conditions []Condition
+	// sending holds the conditions whose change is being delivered: a check meanwhile
+	// does not send it a second time.
+	sending map[string]bool
 }
 
 // New returns the alerter of a node; the channels' secret files are read now.
@@ -65,7 +70,7 @@ func New(d Deps) (*Alerter, error) {
 		return nil, err
 	}
 	return &Alerter{ledger: d.Ledger, clock: d.Clock, log: d.Log, cfg: d.Config, node: d.Node,
-		out: notify.New(nc, d.Log.With("subsystem", "alerts"), d.Clock)}, nil
+		out: notify.New(nc, d.Log.With("subsystem", "alerts"), d.Clock), sending: map[string]bool{}}, nil
 }
 
 // event is a webhook's JSON event.
@@ -77,10 +82,14 @@ type event struct {
 	At      time.Time `json:"at"`
 }
 
-// send delivers one message in the background (a slow mail server holds up nothing).
-func (a *Alerter) send(key, state, subject, body string) {
+// send delivers one message in the background (a slow mail server holds up nothing), then
+// calls after (when not nil) with whether every channel took it.
+func (a *Alerter) send(key, state, subject, body string, after func(delivered bool)) {
 	cfg := a.cfg()
 	if cfg.Email == "" && cfg.WebhookURL == "" {
+		if after != nil {
+			after(false)
+		}
 		return
 	}
 	n := notify.Notice{To: cfg.Email, Subject: "gpunex: " + subject, Body: fmt.Sprintf("%s\n\n%s\n\n-- \n%s", subject, body, a.node),
@@ -90,8 +99,12 @@ func (a *Alerter) send(key, state, subject, body string) {
 		defer a.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := a.out.Send(ctx, n); err != nil {
-			a.log.Warn("alert not delivered", "alert", key, "subject", subject, "err", err)
+		err := a.out.Send(ctx, n)
+		if err != nil {
+			a.log.Warn("alert not delivered: told again at the next check", "alert", key, "subject", subject, "err", err)
+		}
+		if after != nil {
+			after(err == nil)
 		}
 	}()
 }
@@ -99,7 +112,7 @@ func (a *Alerter) send(key, state, subject, body string) {
 // Event tells the operator of something that happened once (a GPU delisted, a payout
 // sent): its source calls it once per occurrence.
 func (a *Alerter) Event(key, subject, body string) {
-	a.send(key, "event", subject, body)
+	a.send(key, "event", subject, body, nil)
 }
 
 // Watch adds a condition to the checks.
@@ -110,7 +123,9 @@ func (a *Alerter) Watch(c Condition) {
 }
 
 // Check checks every condition now, and tells the operator of those that started or ended
-// since the last check.
+// since the last change told. The new state is recorded once the message is delivered, so a
+// failed delivery is tried again at the next check; if both channels are set and only one
+// failed, the next check sends on both again (told at least once, not exactly once).
 func (a *Alerter) Check() {
 	if cfg := a.cfg(); cfg.Email == "" && cfg.WebhookURL == "" {
 		return // nobody to tell: nothing is checked (a payout check asks the coordinator)
@@ -124,18 +139,42 @@ func (a *Alerter) Check() {
 		if !ok {
 			continue
 		}
-		was, err := a.ledger.SetAlertFiring(c.Key, firing)
+		told, err := a.ledger.AlertFiring(c.Key)
 		if err != nil {
-			a.log.Warn("alert state not stored", "alert", c.Key, "err", err)
+			a.log.Warn("alert state not read", "alert", c.Key, "err", err)
 			continue
 		}
-		switch {
-		case firing && !was:
-			a.send(c.Key, "firing", subject, body)
-		case !firing && was:
-			a.send(c.Key, "resolved", c.Resolved, "Resolved: "+c.Resolved+".")
+		if firing == told || !a.startSending(c.Key) {
+			continue
+		}
+		key := c.Key
+		after := func(delivered bool) {
+			if delivered {
+				if _, err := a.ledger.SetAlertFiring(key, firing); err != nil {
+					a.log.Warn("alert state not stored", "alert", key, "err", err)
+				}
+			}
+			a.mu.Lock()
+			delete(a.sending, key)
+			a.mu.Unlock()
+		}
+		if firing {
+			a.send(key, "firing", subject, body, after)
+		} else {
+			a.send(key, "resolved", c.Resolved, "Resolved: "+c.Resolved+".", after)
 		}
 	}
+}
+
+// startSending marks a condition's change as being delivered; false if it already is.
+func (a *Alerter) startSending(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sending[key] {
+		return false
+	}
+	a.sending[key] = true
+	return true
 }
 
 // Loop checks the conditions every CheckEvery until ctx ends, then waits for the messages
