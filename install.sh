@@ -2,12 +2,14 @@
 # gpunex installer for Debian and Ubuntu hosts: the package, what the role needs, the node's
 # home, the service, and the doctor's check. docs/operations.md, "Install".
 #
-#   sudo ./install.sh --role provider [--package gpunex_X_amd64.deb] [--bootstrap ADDR] [--region R] [--listen ADDRS] [--yes]
+#   sudo ./install.sh --role provider --package gpunex_X_amd64.deb [--sha256 HEX] [--bootstrap ADDR] [--region R] [--listen ADDRS] [--yes]
 #   sudo ./install.sh --role provider --dry-run     # say what would change, change nothing
 #   sudo ./install.sh --uninstall                    # stop and remove the service and the package (the home stays)
 #
 # It says what it will change before it changes anything, and is safe to run again: what is
-# in place already is left as it is. Commands can be replaced for tests: APT_GET, DPKG,
+# in place already is left as it is. The package is the one named by --package, never one
+# found in the current folder, and it must not be writable by others than its owner; with
+# --sha256 its digest is checked before it is installed. Commands can be replaced for tests: APT_GET, DPKG,
 # SYSTEMCTL, GPUNEX (the installed binary), and ROOT (a throwaway root the files live under).
 set -eu
 
@@ -18,18 +20,19 @@ SYSTEMCTL="${SYSTEMCTL:-systemctl}"
 GPUNEX="${GPUNEX:-$ROOT/usr/bin/gpunex}"
 HOME_DIR="$ROOT/var/lib/gpunex"
 
-role="" package="" bootstrap="" region="" listen="" yes=0 dry=0 uninstall=0
+role="" package="" sha256="" bootstrap="" region="" listen="" yes=0 dry=0 uninstall=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --role) role="$2"; shift 2 ;;
     --package) package="$2"; shift 2 ;;
+    --sha256) sha256="$2"; shift 2 ;;
     --bootstrap) bootstrap="$2"; shift 2 ;;
     --region) region="$2"; shift 2 ;;
     --listen) listen="$2"; shift 2 ;;
     --yes|-y) yes=1; shift ;;
     --dry-run) dry=1; shift ;;
     --uninstall) uninstall=1; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,10 +70,17 @@ if [ "$role" = provider ]; then
   [ -n "$need_pkgs" ] && add "install$need_pkgs (apt-get): jobs run through them"
 fi
 if [ ! -x "$GPUNEX" ]; then
-  if [ -z "$package" ]; then
-    package=$(ls -t gpunex_*_"$(dpkg --print-architecture 2>/dev/null || echo amd64)".deb 2>/dev/null | head -1 || true)
+  # Never a package found in the current folder: in a shared folder, another user could
+  # have put a newer one there, and it would be installed as root.
+  [ -n "$package" ] || die "gpunex is not installed and no package was given: --package gpunex_VERSION_ARCH.deb"
+  [ -f "$package" ] || die "--package $package: no such file"
+  case "$(stat -c %A "$package")" in
+    ?????w????|????????w?) die "--package $package is writable by users other than its owner: anyone of them could have changed it; copy it to a folder only you can write, chmod go-w it, and check its digest (--sha256)" ;;
+  esac
+  if [ -n "$sha256" ]; then
+    got=$(sha256sum "$package" | cut -d' ' -f1)
+    [ "$got" = "$sha256" ] || die "--package $package has SHA-256 $got, not the $sha256 given: not installed"
   fi
-  [ -n "$package" ] && [ -f "$package" ] || die "gpunex is not installed and no package was given: --package gpunex_VERSION_ARCH.deb"
   add "install the package $package"
 fi
 if [ ! -f "$HOME_DIR/identity.key" ]; then
@@ -161,7 +171,11 @@ case "$role" in
   renter) say "next: deposit and rent: gpunex wallet init --home $HOME_DIR, then gpunex offers search --home $HOME_DIR" ;;
   coordinator) say "next: set [settlement] in $HOME_DIR/config.toml, restart ($SYSTEMCTL restart $unit), then review applications: gpunex coordinator applications list --home $HOME_DIR" ;;
 esac
-if link=$("$GPUNEX" dashboard --home "$HOME_DIR" 2>/dev/null); then
+# The login link opens the node's dashboard: it goes to a terminal only, never to a log
+# (cloud-init, CI) that others may read.
+if [ ! -t 1 ]; then
+  say "dashboard: run gpunex dashboard --home $HOME_DIR in a terminal for a one-time login link (not printed here: this output is not a terminal, and may be kept in a log)"
+elif link=$("$GPUNEX" dashboard --home "$HOME_DIR" 2>/dev/null); then
   say "dashboard: $link (opens once, within 5 minutes; a new link: gpunex dashboard --home $HOME_DIR; from another machine: ssh -L PORT:127.0.0.1:PORT, PORT from the link)"
 else
   say "dashboard: gpunex dashboard --home $HOME_DIR prints a one-time login link to this node's web dashboard once it runs"

@@ -160,3 +160,56 @@ func builtArtifact(t *testing.T, env, target, what string) string {
 	}
 	return path
 }
+
+// TestInstallerRefusesUnsafePackages: the installer installs only the package it is given,
+// never the newest .deb of the folder it runs in (another user may have put one in a shared
+// folder), refuses a package others could have changed, and checks --sha256 when given.
+// Each refusal happens before anything is installed.
+func TestInstallerRefusesUnsafePackages(t *testing.T) {
+	root, shared := t.TempDir(), t.TempDir()
+	planted := filepath.Join(shared, "gpunex_9.9.9_amd64.deb")
+	if err := os.WriteFile(planted, []byte("not a real package"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	install := func(args ...string) (string, error) {
+		cmd := exec.Command("sh", append([]string{filepath.Join(mustAbs(t, "../.."), "install.sh"), "--role", "renter", "--dry-run"}, args...)...)
+		cmd.Dir = shared
+		cmd.Env = append(os.Environ(), "ROOT="+root, "SYSTEMCTL=false", "DPKG=false", "APT_GET=false")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := install(); err == nil || !strings.Contains(out, "no package was given: --package") || strings.Contains(out, planted) {
+		t.Fatalf("without --package, in a folder holding a .deb: %v\n%s", err, out)
+	}
+	if err := os.Chmod(planted, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := install("--package", planted); err == nil || !strings.Contains(out, "writable by users other than its owner") {
+		t.Fatalf("a world-writable package: %v\n%s", err, out)
+	}
+	os.Chmod(planted, 0o664)
+	if out, err := install("--package", planted); err == nil || !strings.Contains(out, "writable by users other than its owner") {
+		t.Fatalf("a group-writable package: %v\n%s", err, out)
+	}
+	os.Chmod(planted, 0o644)
+	if out, err := install("--package", planted, "--sha256", strings.Repeat("0", 64)); err == nil || !strings.Contains(out, "not installed") {
+		t.Fatalf("a package whose digest differs from --sha256: %v\n%s", err, out)
+	}
+	// The same package with its own digest passes the checks (the dry run then stops).
+	sum, err := exec.Command("sha256sum", planted).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := install("--package", planted, "--sha256", strings.Fields(string(sum))[0]); err != nil || !strings.Contains(out, "install the package "+planted) {
+		t.Fatalf("a package with the right digest: %v\n%s", err, out)
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
