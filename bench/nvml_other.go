@@ -2,7 +2,10 @@
 
 package bench
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // NVML is the NVIDIA probe; this build (not Linux, or without cgo) has none: it serves
 // renters, auditors and coordinators, and providers with simulated GPUs.
@@ -21,3 +24,6 @@ func (n *NVML) Close() error { return nil }
 
 // GPUs implements Probe.
 func (n *NVML) GPUs() ([]GPUInfo, error) { return nil, ErrNoDriver }
+
+// WatchXIDs implements XIDWatcher: this build has no NVML.
+func (n *NVML) WatchXIDs(ctx context.Context, found func(XID)) error { return ErrNoDriver }

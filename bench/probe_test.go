@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -55,8 +57,67 @@ func probeSuite(t *testing.T, p Probe) {
 			minors[g.DeviceMinor] = true
 		}
 	}
+	// Every probe reports Xid errors as they happen, and a watch ends with its context.
+	w, ok := p.(XIDWatcher)
+	if !ok {
+		t.Fatalf("%s probe does not watch Xid errors", p.Kind())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	watched := make(chan error, 1)
+	go func() { watched <- w.WatchXIDs(ctx, func(XID) {}) }()
+	select {
+	case err := <-watched:
+		if err != nil {
+			t.Fatalf("watching Xid errors: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an Xid watch did not end with its context")
+	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSimulatedXIDs: an Xid error injected into a simulated GPU reaches the watchers of the
+// probe that has that GPU, and no other; fatal and application errors are told apart.
+func TestSimulatedXIDs(t *testing.T) {
+	p := NewSimulated("12D3KooWTest", []SimulatedGPU{{Model: "H100-80GB"}, {Model: "H100-80GB"}})
+	other := NewSimulated("12D3KooWOther", []SimulatedGPU{{Model: "H100-80GB"}})
+	gpus, _ := p.GPUs()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got, otherGot := make(chan XID, 4), make(chan XID, 4)
+	go p.WatchXIDs(ctx, func(x XID) { got <- x })
+	go other.WatchXIDs(ctx, func(x XID) { otherGot <- x })
+	// The watches register themselves; inject until the first one is seen.
+	deadline := time.Now().Add(5 * time.Second)
+	var x XID
+	for x.Code == 0 {
+		InjectXID(gpus[1].UUID, 79)
+		select {
+		case x = <-got:
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("the injected Xid error never reached the watch")
+			}
+		}
+	}
+	if x.UUID != gpus[1].UUID || x.Code != 79 {
+		t.Fatalf("watched %+v", x)
+	}
+	select {
+	case y := <-otherGot:
+		t.Fatalf("another node's probe saw this GPU's Xid error: %+v", y)
+	default:
+	}
+	if fatal, what := FatalXID(79); !fatal || !strings.Contains(what, "fallen off the bus") {
+		t.Fatalf("Xid 79: fatal %v, %q", fatal, what)
+	}
+	for _, app := range []uint64{13, 31, 43, 45} {
+		if fatal, _ := FatalXID(app); fatal {
+			t.Fatalf("Xid %d (the application's own fault) counted as the GPU's", app)
+		}
 	}
 }
 
