@@ -27,6 +27,11 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) (err error) {
 	if err != nil {
 		return err
 	}
+	// The container's snapshot and spec are made from the record as read here (img),
+	// never from the name again: what is checked here is what the job runs.
+	if got := img.Target().Digest.String(); spec.ImageDigest != "" && got != spec.ImageDigest {
+		return fmt.Errorf("job %s: %w: %s is %s now, not %s: import or pull it again", spec.ID, ErrImageChanged, spec.Image, got, spec.ImageDigest)
+	}
 	cfg, err := c.imageConfig(ctx, img)
 	if err != nil {
 		return err
