@@ -16,7 +16,15 @@ import (
 const (
 	logCheckEvery    = 200 * time.Millisecond
 	outputCheckEvery = time.Second
+	// outputWalkShare: the next walk of /output waits at least this many times as long as
+	// the last one took, so that walking a large tree takes a tenth of a CPU at most.
+	outputWalkShare = 10
 )
+
+// minEntryBytes is what each file, folder or link in /output counts at least: one block,
+// what most file systems allocate for a small file, and a bound on the inodes a job
+// takes: at most ScratchBytes/4096 entries (an empty file allocates no block at all).
+const minEntryBytes = 4096
 
 type monitor struct{ cancel context.CancelFunc }
 
@@ -91,7 +99,7 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 	ticker := time.NewTicker(logCheckEvery)
 	defer ticker.Stop()
 	tick := ticker.C
-	lastOutputCheck := time.Now()
+	nextOutputCheck := time.Now().Add(outputCheckEvery)
 	for {
 		select {
 		case <-ctx.Done():
@@ -109,11 +117,13 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 			}
 		case <-tick:
 			reason := ""
-			if outDir != "" && outMax > 0 && time.Since(lastOutputCheck) >= outputCheckEvery {
-				lastOutputCheck = time.Now()
-				if used := diskUsage(outDir, outMax); used > outMax {
+			if outDir != "" && outMax > 0 && time.Now().After(nextOutputCheck) {
+				began := time.Now()
+				used, entries := diskUsage(outDir, outMax)
+				nextOutputCheck = time.Now().Add(max(outputCheckEvery, outputWalkShare*time.Since(began)))
+				if used > outMax {
 					reason = ReasonOutputLimit
-					c.log.Info("killing a job whose output is over its limit", "job", id, "bytes", used, "limit", outMax)
+					c.log.Info("killing a job whose output is over its limit", "job", id, "bytes", used, "entries", entries, "limit", outMax)
 				}
 			}
 			if logPath != "" {
@@ -146,21 +156,23 @@ func (c *Containerd) monitor(ctx context.Context, id string) error {
 	}
 }
 
-// diskUsage returns the disk space the files below dir use, counting up to just past
-// limit. Symbolic links are not followed.
-func diskUsage(dir string, limit int64) int64 {
-	var used int64
+// diskUsage returns the disk space the files below dir use, each file, folder or link
+// counted at least minEntryBytes, and how many there are, counting up to just past limit.
+// Symbolic links are not followed.
+func diskUsage(dir string, limit int64) (used, entries int64) {
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
+		entries++
+		size := int64(minEntryBytes)
 		if info, err := d.Info(); err == nil {
-			used += allocated(info)
+			size = max(size, allocated(info))
 		}
-		if used > limit {
+		if used += size; used > limit {
 			return filepath.SkipAll
 		}
 		return nil
 	})
-	return used
+	return used, entries
 }
