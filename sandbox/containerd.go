@@ -108,7 +108,7 @@ type Containerd struct {
 	// nsPool holds namespaces ready for the next jobs with egress (jobns.go).
 	nsPool   chan jobNamespaces
 	nsRefill sync.Mutex
-	pid      int // this process (os.Getpid), in the names of the namespaces it makes
+	self     processID // this process, in the names of the namespaces it makes
 	gpus     *gpuDevices
 	// userns is whether jobs get user namespaces; usernsOff says why not.
 	userns    bool
@@ -200,7 +200,7 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	}
 	c := &Containerd{
 		client: cl, opts: o, log: o.Logger, devDir: "/dev", net: jn, gpus: newGPUDevices(o.CDISpecDirs),
-		nsPool: make(chan jobNamespaces, namespacePoolSize), pid: os.Getpid(), monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{}, uidBases: map[uint32]string{},
+		nsPool: make(chan jobNamespaces, namespacePoolSize), self: thisProcess(), monitors: map[string]*monitor{}, configs: map[string]ocispec.Image{}, unpacked: map[string]bool{}, uidBases: map[uint32]string{},
 	}
 	c.userns, c.usernsOff = usernsSupport()
 	if o.NoUserNamespaces {
