@@ -592,3 +592,34 @@ func TestFirewallWatch(t *testing.T) {
 		}
 	}
 }
+
+// TestFirewallWatchUnreadChange: a change is reported to the very next check, even when
+// the check comes right after it (a firewall reload just before a job with egress starts):
+// the rules' check is never skipped on a change whose notification is still unread.
+func TestFirewallWatchUnreadChange(t *testing.T) {
+	needContainerd(t)
+	w, err := watchFirewall()
+	if err != nil {
+		t.Skipf("no nf_tables notifications here (%v): the rules are checked before every job", err)
+	}
+	defer w.close()
+	w.takeChanged()
+	chain := fmt.Sprintf("GPUNEX-UNREAD-%d", os.Getpid()%100000)
+	defer iptables("-t", "filter", "-X", chain)
+	missed := 0
+	for i := range 40 {
+		op := "-N"
+		if i%2 == 1 {
+			op = "-X"
+		}
+		if err := iptables("-t", "filter", op, chain); err != nil {
+			t.Fatal(err)
+		}
+		if !w.takeChanged() {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d of 40 changes were not reported to the check right after them", missed)
+	}
+}
