@@ -208,6 +208,11 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	}
 	if !c.userns {
 		c.log.Warn("jobs run without user namespaces: a process escaping its container would be the host's uid 65534", "why", c.usernsOff)
+	} else if _, err := CheckStateTraversable(ctx, o.Address); errors.Is(err, ErrStateNotTraversable) {
+		cl.Close() // refused here rather than every job failing with runc's "permission denied"
+		return nil, err
+	} else if err != nil {
+		c.log.Warn("cannot tell whether jobs in user namespaces can reach containerd's state: if every job fails with \"permission denied\", run gpunex doctor", "err", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(namespaces.WithNamespace(context.Background(), o.Namespace))
 	if jn.opts.Policy != EgressDeny {
