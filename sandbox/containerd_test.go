@@ -275,6 +275,14 @@ func TestDaemonStopLeavesNoProcess(t *testing.T) {
 	if err := rt.Start(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
+	// The job goes with the daemon, never removed: free its user-namespace range.
+	if ctr, err := rt.client.LoadContainer(rt.ns(ctx), spec.ID); err == nil {
+		if labels, err := ctr.Labels(rt.ns(ctx)); err == nil {
+			if base, ok := parseUIDBase(labels); ok {
+				defer unclaimUserns(base)
+			}
+		}
+	}
 	rt.Close()
 	if len(shimPIDs(d.Address())) == 0 {
 		t.Fatal("no shim found for a running job: the check below would prove nothing")

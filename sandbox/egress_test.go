@@ -122,14 +122,18 @@ func egressRuntime(t *testing.T, policy string, subnet string, mbps int64) (*Con
 	needContainerd(t)
 	rt, ref := testRuntime(t)
 	name := fmt.Sprintf("t%d%s", os.Getpid()%100000, strings.ReplaceAll(subnet[strings.Index(subnet, ".")+1:strings.LastIndex(subnet, ".")], ".", ""))
-	c := newInstanceWith(t, rt.Namespace(), ContainerdOptions{
-		Network: NetworkOptions{Policy: policy, Name: name, Subnet: subnet, EgressMbps: mbps, DNS: []string{"192.0.2.53"}}})
-	t.Cleanup(func() {
+	var c *Containerd
+	t.Cleanup(func() { // after the runtime's Close (cleanups run last first), which takes its pool down
+		if c == nil {
+			return
+		}
 		if err := c.net.Uninstall(); err != nil {
 			t.Errorf("remove the test network's rules: %v", err)
 		}
 		os.RemoveAll(filepath.Join("/var/lib/cni/networks", name))
 	})
+	c = newInstanceWith(t, rt.Namespace(), ContainerdOptions{
+		Network: NetworkOptions{Policy: policy, Name: name, Subnet: subnet, EgressMbps: mbps, DNS: []string{"192.0.2.53"}}})
 	return c, ref
 }
 
@@ -444,7 +448,7 @@ func TestEgressNamespacesLeftBehind(t *testing.T) {
 			t.Fatal("no namespaces were made ahead after a job with egress")
 		}
 	}
-	rt.nsRefill.Lock() // the refill has ended: nothing else reads rt.pid
+	rt.nsRefill.Lock() // the refill has ended: nothing else reads rt.self
 	pooled := <-rt.nsPool
 	rt.nsPool <- pooled
 	addresses := func() []string {
@@ -467,9 +471,10 @@ func TestEgressNamespacesLeftBehind(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	rt.pid = dead.Process.Pid
+	me := rt.self
+	rt.self = processID{boot: me.boot, pid: dead.Process.Pid, start: me.start + 1}
 	left, err := rt.makeNamespaces(ctx)
-	rt.pid = os.Getpid()
+	rt.self = me
 	rt.nsRefill.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -501,6 +506,65 @@ func TestEgressNamespacesLeftBehind(t *testing.T) {
 	}
 }
 
+// TestNamespaceLeftoversRecognised: what an ended node process left is taken down when
+// the node starts again, also where its pid alone cannot tell: a process that had this
+// pid before (pid reuse; a node that is always pid 1 in its container), a process of an
+// earlier boot (a run folder that outlived a reboot), and a user namespace left pinned
+// without its network namespace (a take-down that stopped half-way). The namespaces this
+// process made stay (the control).
+func TestNamespaceLeftoversRecognised(t *testing.T) {
+	rt, _ := egressRuntime(t, EgressPublicOnly, "10.231.78.0/24", 0)
+	if !rt.userns {
+		t.Skip("skipping: no user namespaces here")
+	}
+	ctx := rt.ns(context.Background())
+	if err := rt.net.install(); err != nil {
+		t.Fatal(err)
+	}
+	me := rt.self
+	makeAs := func(p processID) jobNamespaces {
+		t.Helper()
+		rt.self = p
+		ns, err := rt.makeNamespaces(ctx)
+		rt.self = me
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	claim := func(ns jobNamespaces) string {
+		return filepath.Join(usernsClaimDir, strconv.FormatUint(uint64(ns.base), 10))
+	}
+	reused := makeAs(processID{boot: me.boot, pid: me.pid, start: me.start / 2})
+	earlierBoot := makeAs(processID{boot: "0badb007", pid: me.pid, start: me.start})
+	halfDown := makeAs(processID{boot: me.boot, pid: me.pid, start: me.start/2 + 1})
+	if err := rt.net.detach(ctx, halfDown.net); err != nil {
+		t.Fatal(err)
+	}
+	own := makeAs(me)
+	t.Cleanup(func() { rt.dropNamespaces(context.Background(), own, filepath.Base(own.net)) })
+	for _, ns := range []jobNamespaces{reused, earlierBoot, halfDown, own} {
+		if !exists(ns.user) || !exists(claim(ns)) {
+			t.Fatalf("made ahead: user namespace pin %s or range claim missing", ns.user)
+		}
+	}
+
+	newInstanceWith(t, rt.Namespace(), ContainerdOptions{Network: rt.net.opts}) // the node starts again
+	for what, ns := range map[string]jobNamespaces{"a process that had this pid": reused, "a process of an earlier boot": earlierBoot, "a half take-down": halfDown} {
+		for _, p := range []string{ns.net, ns.user, claim(ns)} {
+			if exists(p) {
+				t.Errorf("%s left by %s is still there after a restart", p, what)
+			}
+		}
+	}
+	for _, p := range []string{own.net, own.user, claim(own)} {
+		if !exists(p) {
+			t.Errorf("a restart took down %s, which this process holds", p)
+		}
+	}
+}
+
 // TestFirewallWatch: a change to any iptables table is noticed (the jobs' rules are then
 // checked before the next job with egress), and nothing is reported when nothing changed.
 func TestFirewallWatch(t *testing.T) {
@@ -526,5 +590,36 @@ func TestFirewallWatch(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a new iptables chain went unnoticed")
 		}
+	}
+}
+
+// TestFirewallWatchUnreadChange: a change is reported to the very next check, even when
+// the check comes right after it (a firewall reload just before a job with egress starts):
+// the rules' check is never skipped on a change whose notification is still unread.
+func TestFirewallWatchUnreadChange(t *testing.T) {
+	needContainerd(t)
+	w, err := watchFirewall()
+	if err != nil {
+		t.Skipf("no nf_tables notifications here (%v): the rules are checked before every job", err)
+	}
+	defer w.close()
+	w.takeChanged()
+	chain := fmt.Sprintf("GPUNEX-UNREAD-%d", os.Getpid()%100000)
+	defer iptables("-t", "filter", "-X", chain)
+	missed := 0
+	for i := range 40 {
+		op := "-N"
+		if i%2 == 1 {
+			op = "-X"
+		}
+		if err := iptables("-t", "filter", op, chain); err != nil {
+			t.Fatal(err)
+		}
+		if !w.takeChanged() {
+			missed++
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d of 40 changes were not reported to the check right after them", missed)
 	}
 }

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -14,8 +13,12 @@ import (
 // listens to nf_tables' change notifications, which iptables-nft and nft send for every
 // change to any table. With it, the jobs' rules are checked (one iptables-save) only
 // after something changed the firewall, instead of before every job with egress.
+//
+// The notifications are read when asked (takeChanged), not by a goroutine as they come:
+// the kernel queues them on the socket before the change's own command returns, so a
+// change made just before a check is always seen by it, never left unread in the queue.
 type firewallWatch struct {
-	sock    *os.File
+	fd      int
 	changed atomic.Bool
 	broken  atomic.Bool // the notifications stopped: every takeChanged is true
 }
@@ -38,33 +41,40 @@ func watchFirewall() (*firewallWatch, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	w := &firewallWatch{sock: os.NewFile(uintptr(fd), "nftables-notifications")}
+	w := &firewallWatch{fd: fd}
 	w.changed.Store(true)
-	go w.read()
 	return w, nil
 }
 
-func (w *firewallWatch) read() {
+// drain reads every notification queued: any (or notifications lost, ENOBUFS) means the
+// firewall may have changed.
+func (w *firewallWatch) drain() {
 	buf := make([]byte, 64<<10)
-	for {
-		_, err := w.sock.Read(buf)
-		if errors.Is(err, os.ErrClosed) {
+	for !w.broken.Load() {
+		n, _, err := unix.Recvfrom(w.fd, buf, unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN:
 			return
-		}
-		// A notification, or notifications lost (ENOBUFS): either way the firewall may
-		// have changed.
-		w.changed.Store(true)
-		if err != nil && !errors.Is(err, unix.ENOBUFS) {
+		case err == unix.EINTR:
+		case err == unix.ENOBUFS || (err == nil && n > 0):
+			w.changed.Store(true)
+		default: // the socket failed (or was closed): check before every job from now on
 			w.broken.Store(true)
-			return
 		}
 	}
 }
 
 // takeChanged tells whether the firewall changed since the previous call (or the start).
-func (w *firewallWatch) takeChanged() bool { return w.changed.Swap(false) || w.broken.Load() }
+// Its caller serialises the calls (jobNetwork.mu).
+func (w *firewallWatch) takeChanged() bool {
+	w.drain()
+	return w.changed.Swap(false) || w.broken.Load()
+}
 
 // markChanged makes the next takeChanged true (a check that could not finish).
 func (w *firewallWatch) markChanged() { w.changed.Store(true) }
 
-func (w *firewallWatch) close() { w.sock.Close() }
+func (w *firewallWatch) close() {
+	unix.Close(w.fd)
+	w.fd = -1 // (a later read fails instead of reading a file that reused the number)
+}

@@ -249,9 +249,11 @@ func (c *Containerd) PruneImages(ctx context.Context, maxBytes int64) ([]string,
 	var all []held
 	var total int64
 	for _, img := range imgs {
-		size, err := c.ImageSize(ctx, img.Name)
+		size, err := c.unpackedSize(ctx, client.NewImage(c.client, img))
 		if err != nil {
-			size = 0 // not unpacked: its content is small next to the snapshots
+			// Not unpacked (a pull or an unpack that failed half-way): its content takes
+			// the disk instead, up to a whole image of layers.
+			size = c.contentSize(ctx, img.Target)
 		}
 		used := img.CreatedAt
 		if t, err := time.Parse(time.RFC3339Nano, img.Labels[labelLastUsed]); err == nil {

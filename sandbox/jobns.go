@@ -54,7 +54,7 @@ func (c *Containerd) makeNamespaces(ctx context.Context) (ns jobNamespaces, err 
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return ns, err
 	}
-	key := fmt.Sprintf("%s%d-%s", namespaceOwnerPrefix(c.opts.Namespace, c.opts.Owner), c.pid, hex.EncodeToString(rnd[:]))
+	key := fmt.Sprintf("%s%s-%s", namespaceOwnerPrefix(c.opts.Namespace, c.opts.Owner), c.self, hex.EncodeToString(rnd[:]))
 	if c.userns {
 		if ns.base, err = c.reserveUserns(key); err != nil {
 			return ns, err
@@ -134,7 +134,10 @@ func (c *Containerd) refillNamespaces() {
 // dropNamespaces takes a job's namespaces down and frees their range (holder: whom the
 // range was reserved for).
 func (c *Containerd) dropNamespaces(ctx context.Context, ns jobNamespaces, holder string) error {
-	err := c.net.detach(ctx, ns.net)
+	var err error
+	if ns.net != "" { // (a user namespace left alone has none)
+		err = c.net.detach(ctx, ns.net)
+	}
 	if ns.user != "" {
 		if uerr := unpinNetns(ns.user); uerr != nil && !errors.Is(uerr, os.ErrNotExist) {
 			err = errors.Join(err, uerr)
@@ -157,50 +160,148 @@ func (c *Containerd) drainNamespaces(ctx context.Context) error {
 	}
 }
 
-// removeNamespaceLeftovers takes down the namespaces that a killed process of this node
-// (same containerd namespace and owner) made and that no job joined.
+// removeNamespaceLeftovers takes down the namespaces that an ended process of this node
+// (same containerd namespace and owner) made and that no job joined: pairs made ahead, and
+// user namespaces left pinned alone by a take-down that stopped half-way. Whether their
+// maker ended is told by its processID, not its pid alone: a pid is reused, and a node in
+// a container is pid 1 at every start.
 func (c *Containerd) removeNamespaceLeftovers(ctx context.Context) error {
-	ctrs, err := c.client.Containers(ctx)
+	inUse, err := c.pinsInUse(ctx)
 	if err != nil {
 		return err
 	}
-	inUse := map[string]bool{}
-	for _, ctr := range ctrs {
-		if labels, err := ctr.Labels(ctx); err == nil && labels[labelNetns] != "" {
-			inUse[labels[labelNetns]] = true
-		}
-	}
 	dir := filepath.Join(c.net.opts.RunDir, "netns")
 	entries, _ := os.ReadDir(dir)
+	names := map[string]bool{}
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
 	prefix := namespaceOwnerPrefix(c.opts.Namespace, c.opts.Owner)
 	var errs []error
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), prefix)
-		pin := filepath.Join(dir, e.Name())
-		if !ok || strings.HasSuffix(rest, ".user") || inUse[pin] {
-			continue
-		}
-		// rest is PID-RANDOM[-BASE]
-		f := strings.Split(rest, "-")
-		pid, err := strconv.Atoi(f[0])
-		if err != nil || pid == c.pid || processAlive(pid) {
-			continue
+		netName, userOnly := strings.CutSuffix(e.Name(), ".user")
+		rest, ok := strings.CutPrefix(netName, prefix)
+		pin := filepath.Join(dir, netName)
+		if !ok || (userOnly && names[netName]) || inUse[pin] || inUse[pin+".user"] || !c.makerEnded(rest) {
+			continue // not ours, taken down with its network namespace, or in use
 		}
 		ns := jobNamespaces{net: pin}
-		if len(f) == 3 {
+		if userOnly {
+			ns = jobNamespaces{user: pin + ".user"}
+		}
+		// rest is PROCESS-RANDOM[-BASE]
+		if f := strings.Split(rest, "-"); len(f) == 3 {
 			if b, err := strconv.ParseUint(f[2], 10, 32); err == nil {
 				ns.user, ns.base = pin+".user", uint32(b)
 				c.mu.Lock()
 				if _, used := c.uidBases[ns.base]; !used {
-					c.uidBases[ns.base] = e.Name()
+					c.uidBases[ns.base] = netName
 				}
 				c.mu.Unlock()
 			}
 		}
-		c.log.Info("taking down namespaces made ahead by a node process that ended", "pin", pin)
-		errs = append(errs, c.dropNamespaces(ctx, ns, e.Name()))
+		c.log.Info("taking down namespaces made ahead by a node process that ended", "pin", e.Name())
+		errs = append(errs, c.dropNamespaces(ctx, ns, netName))
 	}
 	return errors.Join(errs...)
+}
+
+// pinsInUse are the namespace pins the containers of the namespace name, whatever their
+// owner: read in one list, so that a failed read never passes for "no job uses it".
+func (c *Containerd) pinsInUse(ctx context.Context) (map[string]bool, error) {
+	ctrs, err := c.client.ContainerService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the jobs' containers: %w", err)
+	}
+	inUse := map[string]bool{}
+	for _, ctr := range ctrs {
+		for _, k := range []string{labelNetns, labelUserns} {
+			if v := ctr.Labels[k]; v != "" {
+				inUse[v] = true
+			}
+		}
+	}
+	return inUse, nil
+}
+
+// makerEnded tells whether the process that made a pin has ended; rest is the pin's name
+// after the owner's prefix, PROCESS-RANDOM[-BASE].
+func (c *Containerd) makerEnded(rest string) bool {
+	first, _, _ := strings.Cut(rest, "-")
+	if p, ok := parseProcessID(first); ok {
+		return p != c.self && !p.running(c.self.boot)
+	}
+	// Named by a version before processID, by the pid alone.
+	pid, err := strconv.Atoi(first)
+	return err == nil && (pid == c.self.pid || !processAlive(pid))
+}
+
+// processID names a process of a node on this host across pid reuse and reboots: the
+// boot it runs in, its pid and its start time. The pins of the namespaces a process makes
+// carry it, so that the next process of the node knows whether their maker still runs.
+type processID struct {
+	boot  string // the first 8 hex digits of /proc/sys/kernel/random/boot_id
+	pid   int
+	start uint64 // field 22 of /proc/PID/stat: clock ticks after boot
+}
+
+func (p processID) String() string { return fmt.Sprintf("b%s.%d.%d", p.boot, p.pid, p.start) }
+
+// parseProcessID reads what String wrote.
+func parseProcessID(s string) (processID, bool) {
+	rest, ok := strings.CutPrefix(s, "b")
+	f := strings.Split(rest, ".")
+	if !ok || len(f) != 3 {
+		return processID{}, false
+	}
+	pid, err := strconv.Atoi(f[1])
+	start, serr := strconv.ParseUint(f[2], 10, 64)
+	if err != nil || serr != nil || pid <= 0 {
+		return processID{}, false
+	}
+	return processID{boot: f[0], pid: pid, start: start}, true
+}
+
+// thisProcess is the running process's processID.
+func thisProcess() processID {
+	pid := os.Getpid()
+	start, _ := processStart(pid)
+	return processID{boot: bootID(), pid: pid, start: start}
+}
+
+// bootID names the host's current boot (the kernel makes a random one at each boot).
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id := strings.ReplaceAll(strings.TrimSpace(string(b)), "-", "")
+	if err != nil || len(id) < 8 {
+		return "00000000"
+	}
+	return id[:8]
+}
+
+// running tells whether the process p names still runs: it is of this boot, and the
+// process with its pid started when it did.
+func (p processID) running(boot string) bool {
+	if p.boot != boot {
+		return false
+	}
+	start, err := processStart(p.pid)
+	return err == nil && start == p.start
+}
+
+// processStart reads when a process started: field 22 of /proc/PID/stat, after the
+// command's name in parentheses (which may hold spaces and parentheses itself).
+func processStart(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat is unreadable", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
 }
 
 // withNamespacePaths makes the job join its pinned namespaces.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,4 +109,27 @@ func processAlive(pid int) bool {
 // containerd, is killed when the thread that started it ends.)
 func setThreadPriority(nice int) error {
 	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
+}
+
+// socketPeerPID returns the process listening on a Unix socket (SO_PEERCRED of a connection
+// to it).
+func socketPeerPID(address string) (int, error) {
+	conn, err := net.Dial("unix", address)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	cerr := raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cerr != nil {
+		return 0, cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return int(cred.Pid), nil
 }

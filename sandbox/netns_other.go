@@ -15,4 +15,6 @@ func holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string
 
 func processAlive(pid int) bool { return true }
 
+func socketPeerPID(address string) (int, error) { return 0, errNoNetns }
+
 func setThreadPriority(nice int) error { return nil }

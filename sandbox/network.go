@@ -51,9 +51,13 @@ var DefaultCNIPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
 // Addresses a job never reaches, whatever the policy: "this" network, loopback, link-local
 // (169.254.169.254, the cloud metadata endpoint, is in it), multicast, reserved and
-// broadcast. The host's own addresses are refused by the input rule, and other jobs by
-// the rule refusing every new connection into the jobs' subnet.
-var alwaysBlocked = []string{"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"}
+// broadcast, and the cloud host agents outside the link-local range: Azure's WireServer
+// (168.63.129.16, a public address; it hands out the VM's goal state and extension
+// settings) and Alibaba Cloud's metadata service (100.100.100.200, in the CGNAT range that
+// EgressAllow opens). The host's own addresses are refused by the input rule, and other jobs
+// by the rule refusing every new connection into the jobs' subnet.
+var alwaysBlocked = []string{"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+	"168.63.129.16/32", "100.100.100.200/32"}
 
 // Private ranges a job reaches only under EgressAllow: RFC 1918 and carrier-grade NAT
 // (RFC 6598), where a provider's own network usually is.
@@ -63,14 +67,18 @@ var privateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "1
 type NetworkOptions struct {
 	Policy string // EgressDeny (the default), EgressPublicOnly or EgressAllow
 	// Name names the CNI network, its address allocations (/var/lib/cni/networks/<Name>)
-	// and its iptables chains: nodes on one host that share it must share Subnet and
-	// Policy too. DefaultNetworkName.
+	// and its iptables chains: nodes on one host that share it must share Subnet,
+	// Policy and Blocked too. DefaultNetworkName.
 	Name   string
 	Subnet string // the jobs' addresses, an IPv4 prefix (DefaultNetworkSubnet)
 	// EgressMbps caps each job's traffic, in each direction, in megabits per second
 	// (the bandwidth plugin); 0: no cap.
 	EgressMbps int64
 	DNS        []string // the job's nameservers (DefaultDNS)
+	// Blocked are more IPv4 addresses or networks ("192.0.2.10", "198.51.100.0/24") no job
+	// reaches under any policy, besides alwaysBlocked: a provider's own services at public
+	// addresses, a cloud's host agent not listed there.
+	Blocked    []string
 	PluginDirs []string // where the CNI plugins are (DefaultCNIPluginDirs)
 	// RunDir holds the pinned network namespaces of running jobs and their resolv.conf
 	// ("/run/gpunex"): what lives there does not outlive a reboot, as the namespaces do not.
@@ -113,41 +121,11 @@ func newJobNetwork(o NetworkOptions) (*jobNetwork, error) {
 }
 
 func makeJobNetwork(o NetworkOptions) (*jobNetwork, error) {
-	if o.Name == "" {
-		o.Name = DefaultNetworkName
+	n, err := prepareJobNetwork(o)
+	if err != nil || n.opts.Policy == EgressDeny {
+		return n, err
 	}
-	if o.Subnet == "" {
-		o.Subnet = DefaultNetworkSubnet
-	}
-	if len(o.DNS) == 0 {
-		o.DNS = DefaultDNS
-	}
-	if len(o.PluginDirs) == 0 {
-		o.PluginDirs = DefaultCNIPluginDirs
-	}
-	if o.RunDir == "" {
-		o.RunDir = "/run/gpunex"
-	}
-	if !networkNamePattern.MatchString(o.Name) {
-		return nil, fmt.Errorf("network name %q: use 1 to 15 characters of a-z, 0-9 and -", o.Name)
-	}
-	subnet, err := netip.ParsePrefix(o.Subnet)
-	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 || subnet.Masked() != subnet {
-		return nil, fmt.Errorf("jobs' subnet %q: give an IPv4 network such as %s (at most /28)", o.Subnet, DefaultNetworkSubnet)
-	}
-	for _, d := range o.DNS {
-		if _, err := netip.ParseAddr(d); err != nil {
-			return nil, fmt.Errorf("nameserver %q is not an IP address", d)
-		}
-	}
-	n := &jobNetwork{opts: o, subnet: subnet, resolv: filepath.Join(o.RunDir, "resolv-"+o.Name+".conf")}
-	if o.Policy == EgressDeny || o.Policy == "" {
-		n.opts.Policy = EgressDeny
-		return n, nil
-	}
-	if !ValidEgressPolicy(o.Policy) {
-		return nil, fmt.Errorf("egress policy %q: use %s, %s or %s", o.Policy, EgressDeny, EgressPublicOnly, EgressAllow)
-	}
+	o = n.opts
 	plugins := []string{"ptp", "host-local"}
 	if o.EgressMbps > 0 {
 		plugins = append(plugins, "bandwidth")
@@ -193,6 +171,60 @@ func makeJobNetwork(o NetworkOptions) (*jobNetwork, error) {
 	return n, nil
 }
 
+// prepareJobNetwork fills in the defaults of the options and checks them (the plugins and
+// iptables are makeJobNetwork's).
+func prepareJobNetwork(o NetworkOptions) (*jobNetwork, error) {
+	if o.Name == "" {
+		o.Name = DefaultNetworkName
+	}
+	if o.Subnet == "" {
+		o.Subnet = DefaultNetworkSubnet
+	}
+	if len(o.DNS) == 0 {
+		o.DNS = DefaultDNS
+	}
+	if len(o.PluginDirs) == 0 {
+		o.PluginDirs = DefaultCNIPluginDirs
+	}
+	if o.RunDir == "" {
+		o.RunDir = "/run/gpunex"
+	}
+	if !networkNamePattern.MatchString(o.Name) {
+		return nil, fmt.Errorf("network name %q: use 1 to 15 characters of a-z, 0-9 and -", o.Name)
+	}
+	subnet, err := netip.ParsePrefix(o.Subnet)
+	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 28 || subnet.Masked() != subnet {
+		return nil, fmt.Errorf("jobs' subnet %q: give an IPv4 network such as %s (at most /28)", o.Subnet, DefaultNetworkSubnet)
+	}
+	for _, d := range o.DNS {
+		if _, err := netip.ParseAddr(d); err != nil {
+			return nil, fmt.Errorf("nameserver %q is not an IP address", d)
+		}
+	}
+	blocked := make([]string, 0, len(o.Blocked))
+	for _, b := range o.Blocked {
+		p, err := netip.ParsePrefix(b)
+		if err != nil {
+			a, aerr := netip.ParseAddr(b)
+			p, err = netip.PrefixFrom(a, 32), aerr
+		}
+		if err != nil || !p.Addr().Is4() {
+			return nil, fmt.Errorf("blocked address %q: give an IPv4 address or network such as 192.0.2.10 or 198.51.100.0/24", b)
+		}
+		blocked = append(blocked, p.Masked().String())
+	}
+	o.Blocked = blocked
+	n := &jobNetwork{opts: o, subnet: subnet, resolv: filepath.Join(o.RunDir, "resolv-"+o.Name+".conf")}
+	if o.Policy == EgressDeny || o.Policy == "" {
+		n.opts.Policy = EgressDeny
+		return n, nil
+	}
+	if !ValidEgressPolicy(o.Policy) {
+		return nil, fmt.Errorf("egress policy %q: use %s, %s or %s", o.Policy, EgressDeny, EgressPublicOnly, EgressAllow)
+	}
+	return n, nil
+}
+
 // Rule is one iptables rule of the jobs' network: the table, the chain and the
 // arguments after "-A chain".
 type Rule struct {
@@ -218,8 +250,8 @@ func (n *jobNetwork) chains() (input, forward string) {
 //     connections the host opened pass;
 //   - forwarded to the jobs' subnet: only replies to connections a job opened; nothing
 //     new, so no job reaches another;
-//   - forwarded from the jobs' subnet: refused to alwaysBlocked, and to privateRanges
-//     unless the policy is EgressAllow; the rest is accepted, and masqueraded (NAT) on
+//   - forwarded from the jobs' subnet: refused to alwaysBlocked and the options' Blocked,
+//     and to privateRanges unless the policy is EgressAllow; the rest is accepted, and masqueraded (NAT) on
 //     its way out.
 //
 // Refusals answer "administratively prohibited", so a job fails at once instead of
@@ -236,9 +268,9 @@ func (n *jobNetwork) Rules() []Rule {
 		{"filter", fwd, []string{"-d", s, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"}},
 		{"filter", fwd, append([]string{"-d", s}, reject...)},
 	}
-	blocked := alwaysBlocked
+	blocked := append(slices.Clone(alwaysBlocked), n.opts.Blocked...)
 	if n.opts.Policy != EgressAllow {
-		blocked = append(append([]string{}, alwaysBlocked...), privateRanges...)
+		blocked = append(blocked, privateRanges...)
 	}
 	for _, b := range blocked {
 		rules = append(rules, Rule{"filter", fwd, append([]string{"-s", s, "-d", b}, reject...)})

@@ -25,11 +25,15 @@ type GPU struct {
 // not have: no host mounts besides its own output directory, no network unless Egress,
 // no GPU but its own.
 type Spec struct {
-	ID    string   // job ID: [a-z0-9-], at most 64 characters; names the container and snapshot
-	Image string   // image reference, already present (ImportImage or PullImage)
-	Args  []string // command and arguments; empty runs the image's entrypoint and cmd
-	Env   []string // K=V, added to the image's environment
-	GPUs  []GPU
+	ID    string // job ID: [a-z0-9-], at most 64 characters; names the container and snapshot
+	Image string // image reference, already present (ImportImage or PullImage)
+	// ImageDigest is the manifest digest ImportImage or PullImage returned for Image
+	// ("sha256:..."). When set, Start refuses (ErrImageChanged) a job whose image name
+	// resolves to other content by the time its container is made.
+	ImageDigest string
+	Args        []string // command and arguments; empty runs the image's entrypoint and cmd
+	Env         []string // K=V, added to the image's environment
+	GPUs        []GPU
 
 	Egress       bool          // network access through NAT, as the runtime's egress policy allows; without it the job has only its own loopback
 	MemoryBytes  int64         // hard memory limit (required)
@@ -85,6 +89,10 @@ var ErrEgressOff = errors.New("this provider gives jobs no network (jobs.egress 
 // ErrImageNotFound is returned by Start and ImageSize for an image that is not present:
 // import or pull it first.
 var ErrImageNotFound = errors.New("no such image in the sandbox runtime")
+
+// ErrImageChanged is returned by Start when the image Spec.Image names is no longer the
+// one Spec.ImageDigest says (its name was moved to other content): import or pull it again.
+var ErrImageChanged = errors.New("the job's image is not the one it was given")
 
 // Runtime runs sandboxed jobs. Implementations are safe for concurrent use.
 type Runtime interface {

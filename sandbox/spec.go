@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	godigest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -47,6 +48,11 @@ func (s *Spec) Validate() error {
 	}
 	if s.Image == "" {
 		bad("no image: set Spec.Image to a reference returned by ImportImage or PullImage")
+	}
+	if s.ImageDigest != "" {
+		if _, err := godigest.Parse(s.ImageDigest); err != nil {
+			bad("ImageDigest %q: give the digest ImportImage or PullImage returned (%v)", s.ImageDigest, err)
+		}
 	}
 	if s.MemoryBytes <= 0 {
 		bad("MemoryBytes must be > 0 (the job's hard memory limit)")

@@ -50,6 +50,7 @@ func RunSuite(t *testing.T, rt Runtime, image string, hooks SuiteHooks) {
 		t.Run("OutputRootfsIdentity", s.testOutputRootfsIdentity)
 		t.Run("ForbiddenCalls", s.testForbiddenCalls)
 		t.Run("OutputBounded", s.testOutputBounded)
+		t.Run("OutputEntriesBounded", s.testOutputEntriesBounded)
 		t.Run("ScratchBounded", s.testScratchBounded)
 		t.Run("Invalid", s.testInvalid)
 		t.Run("RemoveLeavesNothing", s.testRemoveLeavesNothing)
@@ -760,4 +761,20 @@ i=0; while :; do dd if=/dev/zero of=/output/f$i bs=1M count=1 2>/dev/null; i=$((
 	if total > 64*mib {
 		t.Errorf("/output reached %d bytes before the job was stopped", total)
 	}
+}
+
+// testOutputEntriesBounded: empty files and folders take inodes, not blocks. A job making
+// 100,000 of them under a 4 MiB /output is stopped for its output, well before it is done,
+// so that a job cannot use up the inodes of the provider's file system.
+func (s *suite) testOutputEntriesBounded(t *testing.T) {
+	t.Parallel()
+	spec := s.spec(t, "sh", "-c", `cd /output && for d in $(seq 1 100); do mkdir $d && (cd $d && seq 1 1000 | xargs touch); done; echo ALL-MADE`)
+	spec.ScratchBytes = 4 * mib
+	exit, log := s.run(t, s.rt, spec)
+	entries := 0
+	filepath.WalkDir(spec.OutputDir, func(string, os.DirEntry, error) error { entries++; return nil })
+	if exit.Reason != ReasonOutputLimit || strings.Contains(log, "ALL-MADE") {
+		t.Fatalf("a job making 100,000 empty files in a 4 MiB /output: %+v with %d entries, want reason %q; log:\n%s", exit, entries, ReasonOutputLimit, log)
+	}
+	t.Logf("/output held %d entries when the job was killed (limit %d MiB)", entries, spec.ScratchBytes/mib)
 }

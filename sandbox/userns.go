@@ -156,3 +156,28 @@ func (c *Containerd) prepareRootfs(ctx context.Context, ctr client.Container) er
 		return nil
 	})
 }
+
+// reserveUserns picks and holds a user-namespace range for a job.
+func (c *Containerd) reserveUserns(id string) (uint32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	used := make(map[uint32]bool, len(c.uidBases))
+	for b := range c.uidBases {
+		used[b] = true
+	}
+	base, err := pickUserns(id, used, func(b uint32) bool { return claimUserns(b, c.opts.Namespace+"/"+id) })
+	if err == nil {
+		c.uidBases[base] = id
+	}
+	return base, err
+}
+
+// releaseUserns frees a job's range.
+func (c *Containerd) releaseUserns(base uint32, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.uidBases[base] == id {
+		delete(c.uidBases, base)
+		unclaimUserns(base)
+	}
+}
