@@ -231,4 +231,3 @@ func (f *fakeChain) expire() {
 	defer f.mu.Unlock()
 	f.height += 1000
 }
-

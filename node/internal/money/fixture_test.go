@@ -171,7 +171,7 @@ func newCoordinator(t testing.TB, edit ...func(*config.Config)) *coordinator {
 		offers: &fakeOffers{}, providers: &fakeProviders{}, topic: &fakeTopic{},
 		metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 })}
 	c.deps = SettlementDeps{
-		Deps: Deps{Peer: &p2p.Peer{ID: me.id, Key: me.key}, Ledger: l, Clock: c.clock, Log: quiet(), Metrics: c.metrics, Config: cfg},
+		Deps:   Deps{Peer: &p2p.Peer{ID: me.id, Key: me.key}, Ledger: l, Clock: c.clock, Log: quiet(), Metrics: c.metrics, Config: cfg},
 		Offers: c.offers, Market: NewMarket(Deps{Clock: c.clock, Metrics: c.metrics, Ledger: l, Config: cfg}, []peer.ID{me.id}),
 		MarketTopic: c.topic, Chain: fc, Providers: c.providers,
 		PayoutSteps: func(step string) error { c.steps = append(c.steps, step); return nil },
@@ -225,7 +225,9 @@ func newProvider(t testing.TB) provider {
 }
 
 // ata is the provider's USDC token account.
-func (p provider) ata(c *coordinator) chain.PublicKey { return chain.ATA(p.wallet.PublicKey(), c.chain.mint) }
+func (p provider) ata(c *coordinator) chain.PublicKey {
+	return chain.ATA(p.wallet.PublicKey(), c.chain.mint)
+}
 
 // usdcProvider delivers a provider's signed payout settings (USDC to its wallet, on the
 // schedule) to the coordinator, as its node would.
