@@ -54,6 +54,16 @@ func TestBankPayouts(t *testing.T) {
 		t.Fatalf("with the bank payout unpaid the batch is %s, %d transactions", v.State, len(v.Transactions))
 	}
 
+	// Bank details stay with the coordinator: the audit bundle carries the USDC provider's
+	// settings only.
+	bundle, _, err := c.BundlePage(v.BatchID, 0, WalletPageBytes)
+	if err != nil || len(bundle.Settings) != 1 {
+		t.Fatalf("the bundle carries %d payout settings: %v", len(bundle.Settings), err)
+	}
+	if _, signer, _ := protocol.CheckPayoutSettings(bundle.Settings[0], c.clock.Now()); signer != usdc.id {
+		t.Fatalf("the bundle carries %s's settings", signer)
+	}
+
 	out, typ, err := c.BankExport(v.BatchID, "csv")
 	if err != nil || typ != "text/csv" {
 		t.Fatal(typ, err)

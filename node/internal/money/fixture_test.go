@@ -253,9 +253,10 @@ func (c *coordinator) settings(t testing.TB, p party, ps protocol.PayoutSettings
 
 var jobCounter int
 
-// earn books a job the renter "renter" paid for, charged from a countersigned receipt of
-// amount, so that the provider earns amount less the 10% commission.
-func (c *coordinator) earn(t testing.TB, p party, amount protocol.MicroUSDC) {
+// earn books a job the renter "renter" paid for, on one H100 for an hour, charged from a
+// countersigned receipt of amount, so that the provider earns amount less the 10%
+// commission. It returns the job's ID.
+func (c *coordinator) earn(t testing.TB, p party, amount protocol.MicroUSDC) string {
 	t.Helper()
 	jobCounter++
 	job := fmt.Sprintf("%016x", jobCounter)
@@ -273,6 +274,7 @@ func (c *coordinator) earn(t testing.TB, p party, amount protocol.MicroUSDC) {
 	if err != nil || out[0].Earning == nil {
 		t.Fatalf("earning not booked: %+v %v", out, err)
 	}
+	return job
 }
 
 // testNet is a mocknet where the coordinator serves its streams, and peers to call it from.

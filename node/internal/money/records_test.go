@@ -106,11 +106,13 @@ func (c *coordinator) deposit(t testing.TB, renter party, amount protocol.MicroU
 	}
 }
 
-// hold has the coordinator place the job's hold for its renter, the provider certified,
-// expiring in two hours.
+// hold has the coordinator place the job's hold for its renter, the provider certified
+// (with an offer of no GPU unless it has one), expiring in two hours.
 func (c *coordinator) hold(t testing.TB, j *job) []byte {
 	t.Helper()
-	c.offers.certify(j.provider.id, "eu-west")
+	if so, _ := c.offers.Get(j.provider.id); so == nil {
+		c.offers.certify(j.provider.id, "eu-west")
+	}
 	resp, err := c.Serve(context.Background(), j.renter.id, protocol.WalletRequest{Op: "hold", Job: j.id, Provider: j.provider.id.String(),
 		Amount: holdAmount, ExpiresAt: c.clock.Now().Add(2 * time.Hour)})
 	if err != nil {
