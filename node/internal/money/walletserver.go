@@ -71,6 +71,7 @@ type walletOp struct {
 	slowDown string
 }
 
+// newWalletServer completes w with its op table and its budgets.
 func newWalletServer(w *walletServer) *walletServer {
 	w.rate = p2p.NewSources(walletRequestsPerMinute, walletRequestsPerMinute, 4)
 	w.now = time.Now
