@@ -55,6 +55,9 @@ type Deps struct {
 	JobsDir string
 	// Home is the home folder; relative key file paths in the config are under it.
 	Home string
+	// PayoutSteps, tests only, is told each step of a coordinator's payout state machine
+	// (money.SettlementDeps.PayoutSteps): the kill -9 tests kill the process at one.
+	PayoutSteps func(step string) error
 }
 
 // Node is a running gpunex daemon.
@@ -213,7 +216,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 
 	if cfg.Role == config.RoleCoordinator {
 		if n.settlement, err = money.NewSettlement(money.SettlementDeps{Deps: moneyDeps, Offers: n.book,
-			Market: n.market, MarketTopic: marketTopic}); err != nil {
+			Market: n.market, MarketTopic: marketTopic, PayoutSteps: d.PayoutSteps}); err != nil {
 			return nil, err
 		}
 	}

@@ -326,11 +326,18 @@ func newPayoutFixture(t testing.TB, dataDir string, providers int) *payoutFixtur
 // startCoordinator starts a coordinator whose ledger is on disk in dataDir.
 func startCoordinator(t testing.TB, cfg config.Config, dataDir string) *Node {
 	t.Helper()
+	return startCoordinatorWith(t, cfg, dataDir, Deps{})
+}
+
+// startCoordinatorWith is startCoordinator with more of the node's Deps.
+func startCoordinatorWith(t testing.TB, cfg config.Config, dataDir string, d Deps) *Node {
+	t.Helper()
 	sk, err := loadOrCreateKey(filepath.Join(dataDir, "identity.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(context.Background(), cfg, sk, Deps{DataDir: filepath.Join(dataDir, "data"), Logger: quietLogger()})
+	d.DataDir, d.Logger = filepath.Join(dataDir, "data"), quietLogger()
+	n, err := New(context.Background(), cfg, sk, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,13 +590,23 @@ func TestPayoutSurvivesKill9(t *testing.T) {
 	f.paid(t, 1_800_000)
 }
 
-// payoutChild is the coordinator process TestPayoutSurvivesKill9 kills.
+// payoutChild is the coordinator process TestPayoutSurvivesKill9 kills: its payout state
+// machine's observer kills it with SIGKILL (no deferred function, no flush) at the step
+// GPUNEX_TEST_CRASH_AT names, from its start on (the resumption at start included).
 func payoutChild(t *testing.T) {
-	dir := os.Getenv("GPUNEX_PAYOUT_CHILD")
+	dir, crashAt := os.Getenv("GPUNEX_PAYOUT_CHILD"), os.Getenv("GPUNEX_TEST_CRASH_AT")
 	cfg := testConfig(config.RoleCoordinator)
 	cfg.Settlement.RPC, cfg.Settlement.Mint, cfg.Settlement.Cluster = os.Getenv("GPUNEX_CHILD_RPC"), os.Getenv("GPUNEX_CHILD_MINT"), os.Getenv("GPUNEX_CHILD_GENESIS")
 	cfg.Settlement.TreasuryKeypair, cfg.Settlement.MinPayoutUSDC = os.Getenv("GPUNEX_CHILD_TREASURY"), "0.01"
-	n := startCoordinator(t, cfg, dir)
+	n := startCoordinatorWith(t, cfg, dir, Deps{PayoutSteps: func(step string) error {
+		if step == crashAt {
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				p.Kill()
+			}
+			select {}
+		}
+		return nil
+	}})
 	_, err := n.settlement.RunPayouts(context.Background(), api.PayoutRunOptions{Now: true})
 	t.Fatalf("the run returned instead of being killed: %v", err)
 }

@@ -38,7 +38,7 @@ func (w *Wallet) ReportAbandoned(ctx context.Context, j ledger.Job) error {
 // renter of the job's hold, still held here; the lease is the hold's provider's, for that
 // job and renter, countersigned by the renter, and has ended; the checkpoint is of that
 // lease, countersigned by the renter, and counts some seconds.
-func (s *Settlement) takeAbandoned(remote peer.ID, req protocol.WalletRequest) error {
+func (s *holds) takeAbandoned(remote peer.ID, req protocol.WalletRequest) error {
 	now := s.clock.Now()
 	refuse := func(err error) error {
 		s.metrics.RecordsRejected.WithLabelValues("abandonment", "wallet", protocol.Reason(err)).Inc()
@@ -95,7 +95,7 @@ func (s *Settlement) takeAbandoned(remote peer.ID, req protocol.WalletRequest) e
 // ReleaseExpired returns the holds unused at their expiry to their renters, and counts
 // against its provider each job among them whose renter showed it ran (takeAbandoned). It
 // returns how many holds it released.
-func (s *Settlement) ReleaseExpired() (int, error) {
+func (s *holds) ReleaseExpired() (int, error) {
 	now := s.clock.Now()
 	released, err := s.ledger.ReleaseExpired(now)
 	for _, h := range released {
@@ -107,7 +107,7 @@ func (s *Settlement) ReleaseExpired() (int, error) {
 		if cerr != nil || !first {
 			continue
 		}
-		halfLife := s.cfg.Coordinator.HalfLife.Duration
+		halfLife := s.halfLife
 		at := now
 		if l, _, err := protocol.OpenLease(a.Lease); err == nil && at.After(l.EndsAt) {
 			at = l.EndsAt

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -16,11 +17,16 @@ import (
 // takes up to 16 MiB): a longer listing comes in pages.
 var WalletPageBytes = 8 << 20
 
+// auditBundles assembles the audit bundles of the coordinator's batches.
+type auditBundles struct {
+	ledger *ledger.Ledger
+}
+
 // BundlePage assembles part of a batch's audit bundle from the coordinator's ledger: the
 // batch and the USDC payout settings it relied on (first page only), then the records of its receipts
 // from index offset on, in the batch's order, about budget bytes of them (at least one).
 // more says receipts are left.
-func (s *Settlement) BundlePage(id string, offset, budget int) (*protocol.AuditBundle, bool, error) {
+func (s *auditBundles) BundlePage(id string, offset, budget int) (*protocol.AuditBundle, bool, error) {
 	l := s.ledger
 	b, err := l.GetBatch(id)
 	if err != nil {

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
-
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -18,8 +20,17 @@ import (
 // (ConfirmBankPayouts). Amounts are USDC paid at par in USD, two decimals: a payout whose
 // amount has sub-cent micro-USDC is refused rather than rounded.
 
+// bankFiles writes the files of bank-transfer payouts for the operator's bank.
+type bankFiles struct {
+	ledger *ledger.Ledger
+	clock  clock.Clock
+	// cfg's bank_account_name, bank_iban and bank_bic name the operator's account, the
+	// debtor of a pain.001 file.
+	cfg config.SettlementConfig
+}
+
 // BankExport renders a batch's unpaid bank payouts in a format: csv or pain001.
-func (s *Settlement) BankExport(id, format string) ([]byte, string, error) {
+func (s *bankFiles) BankExport(id, format string) ([]byte, string, error) {
 	b, err := s.ledger.GetBatch(id)
 	if err != nil {
 		return nil, "", fmt.Errorf("batch %s: %w", id, err)
@@ -59,7 +70,7 @@ func (s *Settlement) BankExport(id, format string) ([]byte, string, error) {
 		w.Flush()
 		return buf.Bytes(), "text/csv", w.Error()
 	case "pain001":
-		st := s.cfg.Settlement
+		st := s.cfg
 		if st.BankIBAN == "" || st.BankAccountName == "" {
 			return nil, "", errors.New("settlement.bank_account_name and settlement.bank_iban name the debtor of a pain.001 file: set them in config.toml")
 		}

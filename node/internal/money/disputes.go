@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"log/slog"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -28,9 +31,19 @@ func (w *Wallet) Dispute(ctx context.Context, j ledger.Job) error {
 	return err
 }
 
-// openDispute takes a renter's dispute on the coordinator: the receipt must be signed by
+// disputes takes the renters' disputes and the coordinator's decisions.
+type disputes struct {
+	id      peer.ID
+	key     crypto.PrivKey // signs the decisions
+	ledger  *ledger.Ledger
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *metrics.Metrics
+}
+
+// open takes a renter's dispute on the coordinator: the receipt must be signed by
 // the provider of the job's hold, and the dispute by its renter, the sender.
-func (s *Settlement) openDispute(remote peer.ID, req protocol.WalletRequest) error {
+func (s *disputes) open(remote peer.ID, req protocol.WalletRequest) error {
 	h, err := s.ledger.GetHold(req.Job)
 	if err != nil {
 		return fmt.Errorf("%w: job %s has no escrow hold here", api.ErrNotFound, req.Job)
@@ -71,12 +84,12 @@ func disputeView(d ledger.Dispute) api.DisputeView {
 }
 
 // Disputes lists the disputes, open ones only unless all is set.
-func (s *Settlement) Disputes(all bool) ([]api.DisputeView, error) {
+func (s *disputes) Disputes(all bool) ([]api.DisputeView, error) {
 	ds, err := s.ledger.Disputes(!all)
 	out := []api.DisputeView{}
 	for _, d := range ds {
 		v := disputeView(d)
-		if f, err := s.disputeFloor(d); err == nil {
+		if f, err := s.floor(d); err == nil {
 			v.FloorUSDC = f.String()
 		}
 		out = append(out, v)
@@ -85,21 +98,21 @@ func (s *Settlement) Disputes(all bool) ([]api.DisputeView, error) {
 }
 
 // Dispute returns one dispute.
-func (s *Settlement) Dispute(job string) (api.DisputeView, error) {
+func (s *disputes) Dispute(job string) (api.DisputeView, error) {
 	d, err := s.ledger.GetDispute(job)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return api.DisputeView{}, fmt.Errorf("%w: no dispute of job %s", api.ErrNotFound, job)
 	}
 	v := disputeView(d)
-	if f, err := s.disputeFloor(d); err == nil {
+	if f, err := s.floor(d); err == nil {
 		v.FloorUSDC = f.String()
 	}
 	return v, err
 }
 
-// disputeFloor is the least a decision may charge: what the renter's countersigned
+// floor is the least a decision may charge: what the renter's countersigned
 // checkpoints prove (0 while the provider has not reported the job).
-func (s *Settlement) disputeFloor(d ledger.Dispute) (protocol.MicroUSDC, error) {
+func (s *disputes) floor(d ledger.Dispute) (protocol.MicroUSDC, error) {
 	rep, err := s.ledger.GetJobReport(d.Job, d.Provider)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return 0, nil
@@ -117,14 +130,14 @@ func (s *Settlement) disputeFloor(d ledger.Dispute) (protocol.MicroUSDC, error) 
 // the receipt's amount; "renter": what the renter said, at least what its checkpoints
 // prove; or an amount in USDC between those), under a decision the coordinator signs and
 // publishes with the batch that pays it.
-func (s *Settlement) ResolveDispute(job string, req api.ResolveRequest) (api.DisputeView, error) {
+func (s *disputes) ResolveDispute(job string, req api.ResolveRequest) (api.DisputeView, error) {
 	d, err := s.ledger.GetDispute(job)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return api.DisputeView{}, fmt.Errorf("%w: no dispute of job %s", api.ErrNotFound, job)
 	} else if err != nil {
 		return api.DisputeView{}, err
 	}
-	floor, err := s.disputeFloor(d)
+	floor, err := s.floor(d)
 	if err != nil {
 		return api.DisputeView{}, err
 	}
@@ -154,7 +167,7 @@ func (s *Settlement) ResolveDispute(job string, req api.ResolveRequest) (api.Dis
 	if repErr == nil {
 		dec := protocol.Decision{Version: protocol.JobVersion, Coordinator: s.id.String(), Job: job, Receipt: protocol.RecordSHA256(rep.Receipt),
 			Amount: amount, Note: req.Note, DecidedAt: s.clock.Now().UTC()}
-		if decision, err = protocol.Seal(protocol.KindDecision, dec, s.peer.Key); err != nil {
+		if decision, err = protocol.Seal(protocol.KindDecision, dec, s.key); err != nil {
 			return api.DisputeView{}, api.Invalid(err)
 		}
 	}
@@ -170,20 +183,4 @@ func (s *Settlement) ResolveDispute(job string, req api.ResolveRequest) (api.Dis
 		s.log.Info("dispute decided: hold returned to the renter", "job", job)
 	}
 	return disputeView(d), nil
-}
-
-// chargeDue charges the receipts whose dispute window has passed (the checkpoint rule).
-func (s *Settlement) chargeDue() {
-	es, err := s.ledger.ChargeDue(s.clock.Now())
-	if err != nil {
-		s.log.Warn("charging receipts past their dispute window", "err", err)
-	}
-	for _, e := range es {
-		s.log.Info("job charged", "job", e.Job, "provider", e.Provider, "rule", e.Rule, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())
-	}
-}
-
-// dueCheck is how often receipts past their dispute window are looked for.
-func dueCheck(window time.Duration) time.Duration {
-	return min(max(window/8, time.Second), time.Minute)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
@@ -54,14 +55,37 @@ func (w *Wallet) Earnings(ctx context.Context, q api.EarningsQuery) (api.Earning
 	if q.By != "model" && q.By != "gpu" {
 		return api.EarningsView{}, api.Invalid(fmt.Errorf("by %q: use gpu or model", q.By))
 	}
-	// Each trusted coordinator keeps the earnings of the jobs whose holds it signed: all of
-	// them are asked; the first must answer.
+	a, unreachable, err := w.askEarnings(ctx, from, to)
+	if err != nil {
+		return api.EarningsView{}, err
+	}
+	v := api.EarningsView{From: from, To: to, By: q.By, Groups: []api.EarningsGroup{}, History: []api.EarningRow{}, Payouts: a.Payouts, Truncated: a.Truncated,
+		Unreachable: unreachable}
+	if v.Payouts == nil {
+		v.Payouts = []api.PayoutRow{}
+	}
+	for i, p := range v.Payouts {
+		if sig, err := chain.ParseSignature(p.Transaction); err == nil && p.Paid && p.Method == protocol.PayoutUSDC {
+			v.Payouts[i].Explorer = chain.ExplorerURL(sig, w.cfg.Wallet.RPC)
+		}
+	}
+	v.PaidUSDC = a.Paid.String()
+	w.groupEarnings(&v, a.Rows)
+	v.Total, v.TotalUSDC = int64(a.Net), a.Net.String()
+	v.ChargedUSDC, v.CommissionUSDC = a.Charge.String(), a.Commission.String()
+	v.Pending, v.PendingUSDC = int64(a.Pending), a.Pending.String()
+	return v, nil
+}
+
+// askEarnings asks every trusted coordinator for this provider's earnings of jobs that
+// ended within [from, to] and adds up the answers: each keeps the earnings of the jobs whose
+// holds it signed. The first must answer; the others that do not are named in unreachable.
+func (w *Wallet) askEarnings(ctx context.Context, from, to time.Time) (a *protocol.EarningsAnswer, unreachable []string, err error) {
 	ids, err := w.cfg.TrustedCoordinators()
 	if err != nil || len(ids) == 0 {
-		return api.EarningsView{}, errors.New("no coordinator in trust.coordinators")
+		return nil, nil, errors.New("no coordinator in trust.coordinators")
 	}
-	a := &protocol.EarningsAnswer{}
-	var unreachable []string
+	a = &protocol.EarningsAnswer{}
 	// In parallel, 15 s each: a coordinator that is down costs the wait once.
 	answers := make([]protocol.WalletResponse, len(ids))
 	errs := make([]error, len(ids))
@@ -83,7 +107,7 @@ func (w *Wallet) Earnings(ctx context.Context, q api.EarningsQuery) (api.Earning
 		}
 		if err != nil {
 			if i == 0 {
-				return api.EarningsView{}, fmt.Errorf("coordinator %s: %w", c, err)
+				return nil, nil, fmt.Errorf("coordinator %s: %w", c, err)
 			}
 			unreachable = append(unreachable, fmt.Sprintf("coordinator %s: %v", c, err))
 			continue
@@ -96,17 +120,12 @@ func (w *Wallet) Earnings(ctx context.Context, q api.EarningsQuery) (api.Earning
 	}
 	sort.SliceStable(a.Rows, func(i, k int) bool { return a.Rows[i].EndedAt.Before(a.Rows[k].EndedAt) })
 	sort.SliceStable(a.Payouts, func(i, k int) bool { return a.Payouts[i].IssuedAt.After(a.Payouts[k].IssuedAt) })
-	v := api.EarningsView{From: from, To: to, By: q.By, Groups: []api.EarningsGroup{}, History: []api.EarningRow{}, Payouts: a.Payouts, Truncated: a.Truncated,
-		Unreachable: unreachable}
-	if v.Payouts == nil {
-		v.Payouts = []api.PayoutRow{}
-	}
-	for i, p := range v.Payouts {
-		if sig, err := chain.ParseSignature(p.Transaction); err == nil && p.Paid && p.Method == protocol.PayoutUSDC {
-			v.Payouts[i].Explorer = chain.ExplorerURL(sig, w.cfg.Wallet.RPC)
-		}
-	}
-	v.PaidUSDC = a.Paid.String()
+	return a, unreachable, nil
+}
+
+// groupEarnings fills the view's history (newest first) and its groups, by model or by
+// GPU, from the earning rows.
+func (w *Wallet) groupEarnings(v *api.EarningsView, rows []protocol.EarningRow) {
 	gpusOf := map[string][]string{}
 	if jobs, err := w.ledger.Jobs(); err == nil {
 		for _, j := range jobs {
@@ -128,12 +147,12 @@ func (w *Wallet) Earnings(ctx context.Context, q api.EarningsQuery) (api.Earning
 			g.Jobs++
 		}
 	}
-	for _, row := range a.Rows {
+	for _, row := range rows {
 		e, isPaid := row.Earning, row.Paid
 		v.History = append(v.History, api.EarningRow{Job: e.Job, EndedAt: e.EndedAt, Model: e.Model, GPUs: e.GPUs, Seconds: e.Seconds,
 			ChargeUSDC: e.Charge.String(), CommissionUSDC: e.Commission.String(), NetUSDC: e.Net.String(), Net: int64(e.Net),
 			Batch: e.Batch, Paid: isPaid})
-		if q.By == "model" {
+		if v.By == "model" {
 			add(e.Model, int64(e.GPUs)*e.Seconds, e.Net, true)
 			continue
 		}
@@ -159,10 +178,6 @@ func (w *Wallet) Earnings(ctx context.Context, q api.EarningsQuery) (api.Earning
 	}
 	sort.Slice(v.Groups, func(i, k int) bool { return v.Groups[i].Key < v.Groups[k].Key })
 	slices.Reverse(v.History)
-	v.Total, v.TotalUSDC = int64(a.Net), a.Net.String()
-	v.ChargedUSDC, v.CommissionUSDC = a.Charge.String(), a.Commission.String()
-	v.Pending, v.PendingUSDC = int64(a.Pending), a.Pending.String()
-	return v, nil
 }
 
 // Bounds of a provider's earnings answer.
@@ -171,9 +186,14 @@ var (
 	maxPayoutRows  = 1000
 )
 
+// earningsAnswers answer the providers' earnings requests from the coordinator's book.
+type earningsAnswers struct {
+	ledger *ledger.Ledger
+}
+
 // EarningsOf answers a provider's earnings request for jobs that ended within [from, to]
 // (zero bounds are open).
-func (s *Settlement) EarningsOf(provider string, from, to time.Time) (*protocol.EarningsAnswer, error) {
+func (s *earningsAnswers) EarningsOf(provider string, from, to time.Time) (*protocol.EarningsAnswer, error) {
 	l := s.ledger
 	bs, err := l.Batches()
 	if err != nil {

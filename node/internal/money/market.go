@@ -3,6 +3,7 @@ package money
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -48,10 +50,30 @@ func NewMarket(d Deps, trusted []peer.ID) *Market {
 		role: d.Config.Role, provider: d.Config.Provider}
 }
 
-// computeMarket builds the statistics from the offers this coordinator sees and the job
+// marketStats computes, signs and publishes a coordinator's market statistics.
+type marketStats struct {
+	id     peer.ID
+	key    crypto.PrivKey // signs the statistics
+	ledger *ledger.Ledger
+	clock  clock.Clock
+	log    *slog.Logger
+	offers Offers
+	// cfg's market_window, market_interval and commission_bps shape the statistics.
+	cfg config.SettlementConfig
+	// market is the node's own book (it keeps the sequence); topic where statistics go.
+	market *Market
+	topic  Publisher
+}
+
+// Publisher sends a record to a gossip topic's peers (a *p2p.Topic).
+type Publisher interface {
+	Publish(ctx context.Context, data []byte) error
+}
+
+// compute builds the statistics from the offers this coordinator sees and the job
 // reports of the window.
-func (s *Settlement) computeMarket(now time.Time) (protocol.MarketStats, error) {
-	window := s.cfg.Settlement.MarketWindow.Duration
+func (s *marketStats) compute(now time.Time) (protocol.MarketStats, error) {
+	window := s.cfg.MarketWindow.Duration
 	type key struct{ model, region string }
 	type acc struct {
 		m         protocol.Market
@@ -104,8 +126,8 @@ func (s *Settlement) computeMarket(now time.Time) (protocol.MarketStats, error) 
 		a.leased = append(a.leased, l.Price)
 	}
 	st := protocol.MarketStats{Version: protocol.SettlementVersion, Coordinator: s.id.String(), IssuedAt: now.UTC(),
-		ExpiresAt: now.UTC().Add(3 * s.cfg.Settlement.MarketInterval.Duration), WindowSecs: int64(window / time.Second),
-		CommissionBPS: s.cfg.Settlement.CommissionBPS, Markets: []protocol.Market{}}
+		ExpiresAt: now.UTC().Add(3 * s.cfg.MarketInterval.Duration), WindowSecs: int64(window / time.Second),
+		CommissionBPS: s.cfg.CommissionBPS, Markets: []protocol.Market{}}
 	for _, a := range markets {
 		a.m.ListedProviders = len(a.providers)
 		a.m.MedianListPrice = protocol.Median(a.listed)
@@ -130,10 +152,10 @@ func (s *Settlement) computeMarket(now time.Time) (protocol.MarketStats, error) 
 	return st, nil
 }
 
-// publishMarket signs and gossips the current market statistics.
-func (s *Settlement) publishMarket(ctx context.Context) {
+// publish signs and gossips the current market statistics.
+func (s *marketStats) publish(ctx context.Context) {
 	now := s.clock.Now()
-	st, err := s.computeMarket(now)
+	st, err := s.compute(now)
 	if err != nil {
 		s.log.Warn("market statistics not computed", "err", err)
 		return
@@ -142,13 +164,13 @@ func (s *Settlement) publishMarket(ctx context.Context) {
 	s.market.seq = max(s.market.seq+1, uint64(now.UnixNano()))
 	st.Seq = s.market.seq
 	s.market.mu.Unlock()
-	raw, err := protocol.Seal(protocol.KindMarketStats, st, s.peer.Key)
+	raw, err := protocol.Seal(protocol.KindMarketStats, st, s.key)
 	if err != nil {
 		s.log.Warn("market statistics not signed", "err", err)
 		return
 	}
 	// Publishing runs the topic validator here too, which keeps the record.
-	if err := s.marketTopic.Publish(ctx, raw); err != nil && ctx.Err() == nil {
+	if err := s.topic.Publish(ctx, raw); err != nil && ctx.Err() == nil {
 		s.log.Debug("market statistics not published", "err", err)
 		s.market.take(raw, "self")
 	}

@@ -1,0 +1,168 @@
+package money
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Disputes and the coordinator's decisions (docs/settlement.md, "What a job is charged").
+
+// disputed is a reported job (30 minutes run, checkpoint at 20) the renter disputes,
+// saying it ran 25 minutes.
+func disputed(t *testing.T, d *jobDesk) *job {
+	t.Helper()
+	j := d.job(t, 1800, 1200)
+	d.net.report(t, d.provHost, j.report())
+	if _, err := d.Serve(context.Background(), d.renter.id, protocol.WalletRequest{Op: "dispute", Job: j.id,
+		Dispute: j.dispute(t, 1500, d.clock.Now()), Receipt: j.receipt}); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestDisputeHoldsTheCharge: a disputed receipt is not charged when the dispute window
+// ends; the coordinator's list shows what the receipt claims, what the renter says and
+// the floor its countersigned checkpoints prove.
+func TestDisputeHoldsTheCharge(t *testing.T) {
+	d := newJobDesk(t)
+	j := disputed(t, d)
+	d.clock.Advance(48 * time.Hour)
+	d.chargeDue()
+	if h := d.holdOf(t, j); h.State != ledger.HoldDisputed {
+		t.Fatalf("hold %s after the window", h.State)
+	}
+	ds, err := d.Disputes(false)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("open disputes: %+v %v", ds, err)
+	}
+	v := ds[0]
+	if v.Job != j.id || v.State != ledger.DisputeOpen || v.ClaimedUSDC != "3.60" || v.RenterSaysUSDC != "3.00" || v.FloorUSDC != "2.40" || v.Reason != "it stopped answering" {
+		t.Fatalf("dispute: %+v", v)
+	}
+	if one, err := d.Dispute(j.id); err != nil || one.FloorUSDC != "2.40" {
+		t.Fatalf("show: %+v %v", one, err)
+	}
+	if _, err := d.Dispute("00000000000000ff"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("show a job not disputed: %v", err)
+	}
+}
+
+// TestDisputeDecisions: the coordinator decides for the provider (the receipt), for the
+// renter (what it said, at least the floor) or an amount between the floor and the
+// receipt; it signs the decision, the hold is charged that amount, the rest returns to
+// the renter, and the decision is final.
+func TestDisputeDecisions(t *testing.T) {
+	for _, tc := range []struct {
+		req     api.ResolveRequest
+		seconds int64
+	}{
+		{api.ResolveRequest{For: "provider"}, 1800},
+		{api.ResolveRequest{For: "renter"}, 1500},
+		{api.ResolveRequest{USDC: "2.70", Note: "half of the disputed time"}, 1350},
+	} {
+		t.Run(tc.req.For+tc.req.USDC, func(t *testing.T) {
+			d := newJobDesk(t)
+			j := disputed(t, d)
+			v, err := d.ResolveDispute(j.id, tc.req)
+			want := protocol.Cost(testPrice, testGPUs, tc.seconds)
+			if err != nil || v.State != ledger.DisputeDecided || v.ChargedUSDC != want.String() {
+				t.Fatalf("decision: %+v %v", v, err)
+			}
+			dec, err := protocol.CheckDecision(v.Decision, j.receipt, &j.rec, d.id)
+			if err != nil || dec.Amount != want || dec.Note != tc.req.Note {
+				t.Fatalf("signed decision: %+v %v", dec, err)
+			}
+			h := d.holdOf(t, j)
+			if h.State != ledger.HoldCharged || h.Charge != want || h.Rule != protocol.RuleDecision {
+				t.Fatalf("hold: %+v", h)
+			}
+			if a := d.account(t, d.renter); a.Available != 100_000_000-want {
+				t.Fatalf("renter's available %d, want %d", a.Available, 100_000_000-want)
+			}
+			if es := d.earnings(t, d.provider); len(es) != 1 || es[0].Net != want-want/10 {
+				t.Fatalf("earnings %+v", es)
+			}
+			if _, err := d.ResolveDispute(j.id, api.ResolveRequest{For: "provider"}); !errors.Is(err, api.ErrConflict) {
+				t.Fatalf("decided twice: %v", err)
+			}
+			if open, _ := d.Disputes(false); len(open) != 0 {
+				t.Fatalf("%d disputes still open", len(open))
+			}
+		})
+	}
+}
+
+// TestDisputeDecisionBounds: an amount below the floor or above the receipt, or no
+// decision at all, is refused and changes nothing.
+func TestDisputeDecisionBounds(t *testing.T) {
+	d := newJobDesk(t)
+	j := disputed(t, d)
+	for _, req := range []api.ResolveRequest{{USDC: "2.39"}, {USDC: "3.61"}, {USDC: "abc"}, {}} {
+		if _, err := d.ResolveDispute(j.id, req); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("%+v: %v", req, err)
+		}
+	}
+	if _, err := d.ResolveDispute(j.id, api.ResolveRequest{USDC: "1.00"}); err == nil || !strings.Contains(err.Error(), "decide between 2.40 USDC") {
+		t.Fatalf("the refusal does not give the bounds: %v", err)
+	}
+	if h := d.holdOf(t, j); h.State != ledger.HoldDisputed {
+		t.Fatalf("a refused decision moved the hold to %s", h.State)
+	}
+}
+
+// TestDisputeBeforeTheReport: a renter may dispute before the provider reports; then only
+// a decision of 0 is possible, which returns the hold.
+func TestDisputeBeforeTheReport(t *testing.T) {
+	d := newJobDesk(t)
+	j := d.job(t, 1800, 1200)
+	if _, err := d.Serve(context.Background(), d.renter.id, protocol.WalletRequest{Op: "dispute", Job: j.id,
+		Dispute: j.dispute(t, 1500, d.clock.Now()), Receipt: j.receipt}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ResolveDispute(j.id, api.ResolveRequest{For: "provider"}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("for the provider before its report: %v", err)
+	}
+	if v, err := d.ResolveDispute(j.id, api.ResolveRequest{For: "renter"}); err != nil || v.ChargedUSDC != "0.00" {
+		t.Fatalf("for the renter: %+v %v", v, err)
+	}
+	if a := d.account(t, d.renter); a.Available != 100_000_000 || a.Held != 0 {
+		t.Fatalf("the renter's account: %+v", a)
+	}
+}
+
+// TestDisputeRefused: only the job's renter disputes, the receipt of the job's provider,
+// before the job is charged.
+func TestDisputeRefused(t *testing.T) {
+	d := newJobDesk(t)
+	j := d.job(t, 1800, 1200)
+	dispute := j.dispute(t, 1500, d.clock.Now())
+	ask := func(from party, job string, dispute, receipt []byte) error {
+		_, err := d.Serve(context.Background(), from.id, protocol.WalletRequest{Op: "dispute", Job: job, Dispute: dispute, Receipt: receipt})
+		return err
+	}
+	if err := ask(newParty(), j.id, dispute, j.receipt); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "not yours") {
+		t.Fatalf("a stranger's dispute: %v", err)
+	}
+	if err := ask(d.renter, "00000000000000ff", dispute, j.receipt); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a job not held here: %v", err)
+	}
+	other := newJob(t, newParty(), d.renter, j.l.IssuedAt, 1800, -1)
+	if err := ask(d.renter, j.id, dispute, other.receipt); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("another provider's receipt: %v", err)
+	}
+	if err := ask(d.renter, j.id, j.dispute(t, 1800, d.clock.Now()), j.receipt); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("a dispute stating the receipt's own seconds: %v", err)
+	}
+	j.countersignReceipt(t)
+	d.net.report(t, d.provHost, j.report())
+	if err := ask(d.renter, j.id, dispute, j.receipt); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "too late to dispute") {
+		t.Fatalf("a dispute after the charge: %v", err)
+	}
+}
