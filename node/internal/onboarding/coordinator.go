@@ -127,7 +127,7 @@ func (c *Coordinator) HandleApply(s network.Stream) {
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(applyTimeout))
 	var req protocol.ApplyRequest
-	resp := protocol.ApplyResponse{OK: true}
+	var resp protocol.ApplyResponse
 	if !c.rate.Allow(s.Conn().RemotePeer(), time.Now()) {
 		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
 		c.peer.Misbehaved(s.Conn().RemotePeer())
@@ -136,36 +136,41 @@ func (c *Coordinator) HandleApply(s network.Stream) {
 		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
 		resp = protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
 	} else {
-		switch req.Op {
-		case "submit":
-			if !c.submits.Take(s.Conn(), time.Now(), 1) {
-				c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
-				c.peer.Misbehaved(s.Conn().RemotePeer())
-				resp = protocol.ApplyResponse{Error: fmt.Sprintf("more than %d submissions an hour from this peer or its network: try again later", SubmitsPerHour), Reason: "rate_limited"}
-				break
-			}
-			a, err := c.Submit(req.Record)
-			if err != nil {
-				resp = protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
-			} else {
-				resp.Notification = a.Notification
-			}
-		case "status":
-			if a, ap, ok := c.latestOf(s.Conn().RemotePeer()); ok {
-				resp.Notification = a.Notification
-				if ap.ID != "" && ap.ID != a.ID {
-					resp.Renewal = ap.Notification
-				}
-			} else {
-				resp = protocol.ApplyResponse{Error: "no application from this peer", Reason: "not_found"}
-			}
-		default:
-			resp = protocol.ApplyResponse{Error: fmt.Sprintf("unknown op %q", req.Op), Reason: "malformed"}
-		}
+		resp = c.answer(s.Conn(), req)
 	}
 	if err := protocol.WriteJSONFrame(s, resp); err != nil {
 		s.Reset()
 	}
+}
+
+// answer serves one request that came over a connection.
+func (c *Coordinator) answer(conn network.Conn, req protocol.ApplyRequest) protocol.ApplyResponse {
+	resp := protocol.ApplyResponse{OK: true}
+	switch req.Op {
+	case "submit":
+		if !c.submits.Take(conn, time.Now(), 1) {
+			c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
+			c.peer.Misbehaved(conn.RemotePeer())
+			return protocol.ApplyResponse{Error: fmt.Sprintf("more than %d submissions an hour from this peer or its network: try again later", SubmitsPerHour), Reason: "rate_limited"}
+		}
+		a, err := c.Submit(req.Record)
+		if err != nil {
+			return protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
+		}
+		resp.Notification = a.Notification
+	case "status":
+		a, ap, ok := c.latestOf(conn.RemotePeer())
+		if !ok {
+			return protocol.ApplyResponse{Error: "no application from this peer", Reason: "not_found"}
+		}
+		resp.Notification = a.Notification
+		if ap.ID != "" && ap.ID != a.ID {
+			resp.Renewal = ap.Notification
+		}
+	default:
+		return protocol.ApplyResponse{Error: fmt.Sprintf("unknown op %q", req.Op), Reason: "malformed"}
+	}
+	return resp
 }
 
 // latestOf returns a provider's most recent application, and its most recent approved one
