@@ -210,3 +210,11 @@ func (a *testApplicant) sign(t testing.TB, f protocol.Application, now time.Time
 func (tc *testCoord) rejected(reason string) float64 {
 	return testutil.ToFloat64(tc.metrics.RecordsRejected.WithLabelValues("application", "stream", reason))
 }
+
+// ledgerProvider is the peer ID of an application's provider.
+func ledgerProvider(a ledger.Application) (peer.ID, error) { return peer.Decode(a.Provider) }
+
+func peerOf(sk crypto.PrivKey) peer.ID {
+	id, _ := peer.IDFromPrivateKey(sk)
+	return id
+}
