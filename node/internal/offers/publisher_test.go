@@ -222,6 +222,49 @@ func TestMaintenance(t *testing.T) {
 	}
 }
 
+// TestPublisherFollowsItsSchedule: a running publisher withdraws its offer when its
+// availability window closes and offers its GPUs again when it opens, without waiting for
+// the republish interval. Once Run has returned, nothing of the publisher touches the peer
+// any more, so that the peer can close (under -race, the gossip-peer watcher still running
+// after Run raced the topic's close).
+func TestPublisherFollowsItsSchedule(t *testing.T) {
+	w := newWorld(t)
+	p := newPublisher(t, w, []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 4}}, "mon-fri 08:00-20:00")
+	p.cfg.Republish.Duration = 6 * time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// until moves the clock 10 minutes at a time until the offer published satisfies ok.
+	until := func(what string, ok func(o protocol.Offer) bool) protocol.Offer {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if cur := p.Current(); cur != nil && ok(cur.Offer) {
+				return cur.Offer
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s at %s", what, w.clock.Now())
+			}
+			time.Sleep(10 * time.Millisecond) // the loop waits on the clock again
+			if cur := p.Current(); cur != nil && !ok(cur.Offer) {
+				w.clock.Advance(10 * time.Minute)
+			}
+		}
+	}
+	first := until("the first offer", func(o protocol.Offer) bool { return len(o.GPUs) == 1 })
+	closed := until("the withdrawal at 20:00", func(o protocol.Offer) bool { return o.Withdrawn != "" })
+	at := func(h int) time.Time { return time.Date(2026, 11, 30, h, 0, 0, 0, time.UTC) }
+	if !first.IssuedAt.Before(at(10)) || closed.IssuedAt.Before(at(20)) || !closed.IssuedAt.Before(at(20).Add(30*time.Minute)) ||
+		!strings.HasPrefix(closed.Withdrawn, "outside availability window") {
+		t.Fatalf("offered at %s, withdrawn at %s (%q)", first.IssuedAt, closed.IssuedAt, closed.Withdrawn)
+	}
+	back := until("the GPUs offered again on Tuesday", func(o protocol.Offer) bool { return o.Withdrawn == "" })
+	if tuesday := at(8).AddDate(0, 0, 1); back.IssuedAt.Before(tuesday) || !back.IssuedAt.Before(tuesday.Add(30*time.Minute)) {
+		t.Fatalf("offered again at %s", back.IssuedAt)
+	}
+}
+
 // TestTrustStore: a certificate's signature is checked once, but its expiry at every offer;
 // a revocation by a coordinator no longer trusted has no effect after a restart.
 func TestTrustStore(t *testing.T) {
