@@ -215,18 +215,25 @@ func TestApplicantRefusedOrWaiting(t *testing.T) {
 	}
 }
 
+// pendingApplicant is a provider that takes no pushed notification, whose application the
+// coordinator holds pending.
+func pendingApplicant(t *testing.T) (*testCoord, *testProvider, ledger.OwnApplication) {
+	t.Helper()
+	tc := newTestCoordinator(t, nil)
+	tc.peer.Handle(protocol.ApplyProtocol, tc.HandleApply)
+	tp := newTestProvider(t, tc, 0, false)
+	if _, err := tp.Submit(form()); err != nil {
+		t.Fatal(err)
+	}
+	own := tp.until(t, "pending", ApplyRetryMin, func(o ledger.OwnApplication) bool { return o.Status == protocol.StatusPending && o.NotificationSeq > 0 })
+	return tc, tp, own
+}
+
 // TestApplicantFollowsStatus: a provider that misses the coordinator's push learns the
 // decision from its next status request; once it holds a certificate near its expiry, it
 // asks every RenewAskEvery and takes the renewed certificate.
 func TestApplicantFollowsStatus(t *testing.T) {
-	tc := newTestCoordinator(t, nil)
-	tc.peer.Handle(protocol.ApplyProtocol, tc.HandleApply)
-	tp := newTestProvider(t, tc, 0, false)
-	own, err := tp.Submit(form())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp.until(t, "pending", ApplyRetryMin, status(protocol.StatusPending))
+	tc, tp, own := pendingApplicant(t)
 	tc.decide(t, own.ID, "approve", "")
 	time.Sleep(50 * time.Millisecond)
 	if o := tp.own(t); o.Status != protocol.StatusPending {
@@ -259,14 +266,7 @@ func TestApplicantFollowsStatus(t *testing.T) {
 // held only when issued later by the same coordinator for the same application; one from an
 // untrusted coordinator is refused.
 func TestApplicantNotifications(t *testing.T) {
-	tc := newTestCoordinator(t, nil)
-	tc.peer.Handle(protocol.ApplyProtocol, tc.HandleApply)
-	tp := newTestProvider(t, tc, 0, false)
-	own, err := tp.Submit(form())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp.until(t, "pending", ApplyRetryMin, status(protocol.StatusPending))
+	tc, tp, own := pendingApplicant(t)
 	pending, _ := tc.ledger.GetApplication(own.ID)
 	approved := tc.decide(t, own.ID, "approve", "")
 	if err := tp.TakeNotification(approved.Notification, "push"); err != nil {
