@@ -125,9 +125,13 @@ func (p *Publisher) Poke() {
 	}
 }
 
+// Run publishes until ctx ends, and returns once its helper loops (DHT announcements, the
+// gossip-peer watcher) have ended too: the node closes its peer after Run returns.
 func (p *Publisher) Run(ctx context.Context) {
-	go p.announceLoop(ctx)
-	go p.gossipPeersLoop(ctx)
+	var helpers sync.WaitGroup
+	defer helpers.Wait()
+	helpers.Go(func() { p.announceLoop(ctx) })
+	helpers.Go(func() { p.gossipPeersLoop(ctx) })
 	lastErr := ""
 	for {
 		if err := p.publish(ctx); err != nil && err.Error() != lastErr {

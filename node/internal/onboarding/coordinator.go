@@ -35,14 +35,35 @@ const (
 	// applicationsPerMinute is the most apply-stream requests served to one peer a minute.
 	applicationsPerMinute = 20
 	// SubmitsPerHour is how many submissions (new applications, updates, answers) one peer
-	// may make an hour, with as many at once; a network (IPv4 address, IPv6 /64) four
+	// may make an hour, with as many at once; a network (IPv4 address, IPv6 /48) four
 	// times that, so that rotating peer IDs buys nothing.
 	SubmitsPerHour = 10
 )
 
-// MaxOpenApplications caps the review queue: past it, new applications are refused until
-// reviewers catch up (updates and answers to open ones still go through).
-var MaxOpenApplications = 5000
+// The queue's limits (docs/protocols/onboarding.md, section 9): variables so that tests can
+// change them.
+var (
+	// MaxOpenApplications caps the review queue: past it, new applications are refused
+	// until reviewers catch up (updates and answers to open ones still go through).
+	MaxOpenApplications = 5000
+	// MaxOpenPerNetwork is how many open applications may have come from one network (an
+	// IPv4 address, an IPv6 /48): one stranger cannot take more places than that.
+	MaxOpenPerNetwork = 3
+	// NewApplicationsPerHour is how many applications that open a place in the queue the
+	// whole coordinator takes in an hour (as many at once), from every network together: a
+	// flood from many networks fills the queue no faster than reviewers see it. An
+	// applicant replacing its own open application does not count.
+	NewApplicationsPerHour = 30
+	// MailsPerHour is how many e-mails one applicant address gets an hour (as many at once).
+	MailsPerHour = 3
+	// SupersededKeptFor and RejectedKeptFor are how long an application stays in the queue
+	// once superseded by the provider's newer one, or rejected by a reviewer; then it is
+	// deleted with its audit trail. Both outlast protocol.MaxApplicationAge, so no record
+	// of a deleted application can be submitted again. Approved and revoked applications
+	// are kept: they are the history of the certificates issued.
+	SupersededKeptFor = 14 * 24 * time.Hour
+	RejectedKeptFor   = 90 * 24 * time.Hour
+)
 
 // Revocations are the revocations this node knows, and how it takes a new one in (its own
 // included): the offers package's trust store and catalogue.
@@ -93,13 +114,14 @@ type Coordinator struct {
 	mu  sync.Mutex // one submission or decision at a time
 	// rate limits apply-stream requests per peer (queue spam).
 	rate *p2p.PeerRate
-	// submits bounds submissions per peer and per network.
-	submits *p2p.Sources
-
-	// certSet is the providers Certified admits, built at certAt (nil: build it again).
-	certMu  sync.Mutex
-	certSet map[string]bool
-	certAt  time.Time
+	// submitPeers and submitNets bound submissions per peer and per network; intake, the
+	// new applications the queue takes an hour; mails, the e-mails to each address.
+	submitPeers *p2p.Budget[peer.ID]
+	submitNets  *p2p.Budget[string]
+	intake      *p2p.Budget[string]
+	mails       *p2p.Budget[string]
+	// queue indexes the applications in the ledger.
+	queue *queueIndex
 }
 
 // NewCoordinator returns a coordinator's onboarding, with the notice channels of its
@@ -116,10 +138,18 @@ func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
 	if d.Models == nil {
 		d.Models = protocol.FirstModels
 	}
+	queue, err := newQueueIndex(d.Ledger)
+	if err != nil {
+		return nil, fmt.Errorf("reading the application queue: %w", err)
+	}
 	return &Coordinator{cal: cal, models: d.Models, peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		cfg: d.Config, trust: d.Trust, revocations: d.Revocations, revTopic: d.RevocationsTopic,
 		out: notify.New(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute),
-		submits: p2p.NewSources(SubmitsPerHour/60.0, SubmitsPerHour, 4)}, nil
+		submitPeers: p2p.NewBudget[peer.ID](SubmitsPerHour/60.0, SubmitsPerHour),
+		submitNets:  p2p.NewBudget[string](4*SubmitsPerHour/60.0, 4*SubmitsPerHour),
+		intake:      p2p.NewBudget[string](float64(NewApplicationsPerHour)/60, float64(NewApplicationsPerHour)),
+		mails:       p2p.NewBudget[string](float64(MailsPerHour)/60, float64(MailsPerHour)),
+		queue:       queue}, nil
 }
 
 // HandleApply serves one request on the apply stream.
@@ -127,7 +157,7 @@ func (c *Coordinator) HandleApply(s network.Stream) {
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(applyTimeout))
 	var req protocol.ApplyRequest
-	resp := protocol.ApplyResponse{OK: true}
+	var resp protocol.ApplyResponse
 	if !c.rate.Allow(s.Conn().RemotePeer(), time.Now()) {
 		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
 		c.peer.Misbehaved(s.Conn().RemotePeer())
@@ -136,107 +166,99 @@ func (c *Coordinator) HandleApply(s network.Stream) {
 		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
 		resp = protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
 	} else {
-		switch req.Op {
-		case "submit":
-			if !c.submits.Take(s.Conn(), time.Now(), 1) {
-				c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
-				c.peer.Misbehaved(s.Conn().RemotePeer())
-				resp = protocol.ApplyResponse{Error: fmt.Sprintf("more than %d submissions an hour from this peer or its network: try again later", SubmitsPerHour), Reason: "rate_limited"}
-				break
-			}
-			a, err := c.Submit(req.Record)
-			if err != nil {
-				resp = protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
-			} else {
-				resp.Notification = a.Notification
-			}
-		case "status":
-			if a, ap, ok := c.latestOf(s.Conn().RemotePeer()); ok {
-				resp.Notification = a.Notification
-				if ap.ID != "" && ap.ID != a.ID {
-					resp.Renewal = ap.Notification
-				}
-			} else {
-				resp = protocol.ApplyResponse{Error: "no application from this peer", Reason: "not_found"}
-			}
-		default:
-			resp = protocol.ApplyResponse{Error: fmt.Sprintf("unknown op %q", req.Op), Reason: "malformed"}
-		}
+		resp = c.answer(s.Conn(), req)
 	}
 	if err := protocol.WriteJSONFrame(s, resp); err != nil {
 		s.Reset()
 	}
 }
 
+// answer serves one request that came over a connection.
+func (c *Coordinator) answer(conn network.Conn, req protocol.ApplyRequest) protocol.ApplyResponse {
+	resp := protocol.ApplyResponse{OK: true}
+	remote := conn.RemotePeer()
+	switch req.Op {
+	case "submit":
+		network, now := applicantNetwork(conn.RemoteMultiaddr()), c.clock.Now()
+		if !c.takeSubmission(remote, network, now, 1) {
+			c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "rate_limited").Inc()
+			c.peer.Misbehaved(remote)
+			return protocol.ApplyResponse{Error: fmt.Sprintf("more than %d submissions an hour from this peer or its network: try again later", SubmitsPerHour), Reason: "rate_limited"}
+		}
+		a, err := c.SubmitFrom(req.Record, network)
+		var busy *queueBusy
+		if errors.As(err, &busy) {
+			c.takeSubmission(remote, network, now, -1) // a try that found no room costs nothing
+		}
+		if err != nil {
+			return protocol.ApplyResponse{Error: err.Error(), Reason: protocol.Reason(err)}
+		}
+		resp.Notification = a.Notification
+	case "status":
+		a, ap, ok := c.latestOf(remote)
+		if !ok {
+			return protocol.ApplyResponse{Error: "no application from this peer", Reason: "not_found"}
+		}
+		resp.Notification = a.Notification
+		if ap.ID != "" && ap.ID != a.ID {
+			resp.Renewal = ap.Notification
+		}
+	default:
+		return protocol.ApplyResponse{Error: fmt.Sprintf("unknown op %q", req.Op), Reason: "malformed"}
+	}
+	return resp
+}
+
+// takeSubmission spends n of the submission budgets of a peer and its network (n < 0 gives
+// back); false, and nothing spent, when either is short. Loopback has no network budget.
+func (c *Coordinator) takeSubmission(p peer.ID, network string, now time.Time, n float64) bool {
+	if network != "" && !c.submitNets.Take(network, now, n) {
+		return false
+	}
+	if !c.submitPeers.Take(p, now, n) {
+		if network != "" {
+			c.submitNets.Take(network, now, -n)
+		}
+		return false
+	}
+	return true
+}
+
 // latestOf returns a provider's most recent application, and its most recent approved one
-// (zero when none), in one scan of the queue.
+// (zero when none).
 func (c *Coordinator) latestOf(p peer.ID) (latest, approved ledger.Application, found bool) {
-	apps, err := c.ledger.Applications()
+	s := c.queue.provider(p.String())
+	if s.latest == "" {
+		return latest, approved, false
+	}
+	latest, err := c.ledger.GetApplication(s.latest)
 	if err != nil {
 		return latest, approved, false
 	}
-	for _, a := range apps {
-		if a.Provider != p.String() {
-			continue
-		}
-		if !found || a.Seq > latest.Seq {
-			latest, found = a, true
-		}
-		if a.Status == protocol.StatusApproved && (approved.ID == "" || a.Seq > approved.Seq) {
-			approved = a
-		}
+	if s.approved != "" {
+		approved, _ = c.ledger.GetApplication(s.approved)
 	}
-	return latest, approved, found
+	return latest, approved, true
 }
 
 // Certified says whether the coordinator approved a provider and has not revoked it since:
 // such a provider may hold a slot in the coordinator's relay. libp2p asks at every
-// reservation, from anyone: the answer comes from a set of the certified providers, built
-// from one scan of the queue and built again at most every certifiedFor, or at once after a
-// decision or a revocation here.
+// reservation, from anyone: the answer comes from the queue's index, in memory.
 func (c *Coordinator) Certified(p peer.ID) bool {
-	c.certMu.Lock()
-	defer c.certMu.Unlock()
-	if now := time.Now(); c.certSet == nil || now.Sub(c.certAt) > certifiedFor {
-		set := map[string]bool{}
-		if apps, err := c.ledger.Applications(); err == nil {
-			latest := map[string]ledger.Application{}
-			for _, a := range apps {
-				if l, ok := latest[a.Provider]; !ok || a.Seq > l.Seq {
-					latest[a.Provider] = a
-				}
-				if a.Status == protocol.StatusApproved {
-					set[a.Provider] = true
-				}
-			}
-			for prov, l := range latest {
-				if l.Status == protocol.StatusRevoked {
-					delete(set, prov)
-				}
-			}
-		}
-		c.certSet, c.certAt = set, now
-	}
-	return c.certSet[p.String()]
-}
-
-// certifiedFor is how long Certified's set of providers is used before it is built again.
-const certifiedFor = 30 * time.Second
-
-// forgetCertified has Certified build its set again (a decision or a revocation changed it).
-func (c *Coordinator) forgetCertified() {
-	c.certMu.Lock()
-	c.certSet = nil
-	c.certMu.Unlock()
+	return c.queue.provider(p.String()).certified()
 }
 
 func isOpen(status string) bool {
 	return status == protocol.StatusPending || status == protocol.StatusInfoRequested
 }
 
-// Submit takes a signed application into the queue: a new one, an answer to a question, or
-// the same record again (a retry whose acknowledgement was lost).
-func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
+// Submit takes a signed application into the queue, as SubmitFrom does from no network.
+func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) { return c.SubmitFrom(raw, "") }
+
+// SubmitFrom takes a signed application that came from a network ("" for loopback or none)
+// into the queue: a new one, an answer to a question, or the same record again (a retry
+// whose acknowledgement was lost).
+func (c *Coordinator) SubmitFrom(raw []byte, network string) (ledger.Application, error) {
 	now := c.clock.Now()
 	app, err := protocol.CheckApplication(raw, now)
 	if err != nil {
@@ -245,47 +267,31 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	apps, err := c.ledger.Applications()
-	if err != nil {
-		return ledger.Application{}, err
-	}
-	var same *ledger.Application
-	var maxSeq uint64
-	var open []string
-	openAll := 0
-	for i := range apps {
-		a := &apps[i]
-		if a.ID == app.ID {
-			same = a
-		}
-		if isOpen(a.Status) {
-			openAll++
-		}
-		if a.Provider == app.Provider {
-			maxSeq = max(maxSeq, a.Seq)
-			if isOpen(a.Status) && a.ID != app.ID {
-				open = append(open, a.ID)
-			}
-		}
-	}
 	reject := func(err error) (ledger.Application, error) {
-		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", protocol.Reason(err)).Inc()
+		label := protocol.Reason(err)
+		var busy *queueBusy
+		if errors.As(err, &busy) {
+			label = busy.label
+		}
+		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", label).Inc()
 		return ledger.Application{}, err
 	}
 	actor := "provider " + app.Provider
 	proposed, why := protocol.ProposeTier(app)
-	if same != nil {
+	same, err := c.ledger.GetApplication(app.ID)
+	switch {
+	case err == nil:
 		switch {
 		case same.Provider != app.Provider:
 			return reject(fmt.Errorf("%w: application ID %s belongs to another provider", protocol.ErrInvalid, app.ID))
 		case app.Seq == same.Seq && bytes.Equal(raw, same.Raw):
-			return *same, nil // delivered again: acknowledge
+			return same, nil // delivered again: acknowledge
 		case app.Seq <= same.Seq:
 			return reject(fmt.Errorf("%w: application %s seq %d, already have %d", protocol.ErrReplay, app.ID, app.Seq, same.Seq))
 		case !isOpen(same.Status):
 			return reject(fmt.Errorf("%w: application %s is %s; submit a new application for a new review", protocol.ErrInvalid, app.ID, same.Status))
 		}
-		a, err := c.ledger.UpdateApplication(app.ID, func(a *ledger.Application) error {
+		a, err := c.update(app.ID, func(a *ledger.Application) error {
 			a.Raw, a.Seq, a.UpdatedAt = raw, app.Seq, now
 			a.ProposedTier, a.TierReasons, a.CaseByCase = proposed, why, app.CaseByCase(c.models())
 			if app.Answer != "" && a.Status == protocol.StatusInfoRequested {
@@ -298,20 +304,22 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 			return c.sign(a, nil, now)
 		})
 		if err == nil {
-			c.tell(a)
+			c.tell(a, false) // the applicant's own doing: its node is told, not its mailbox
 		}
 		return a, err
+	case !errors.Is(err, ledger.ErrNotFound):
+		return ledger.Application{}, err
 	}
-	if app.Seq <= maxSeq {
-		return reject(fmt.Errorf("%w: application seq %d from %s, already have %d", protocol.ErrReplay, app.Seq, app.Provider, maxSeq))
+	prov := c.queue.provider(app.Provider)
+	if app.Seq <= prov.maxSeq {
+		return reject(fmt.Errorf("%w: application seq %d from %s, already have %d", protocol.ErrReplay, app.Seq, app.Provider, prov.maxSeq))
 	}
-	if len(open) == 0 && openAll >= MaxOpenApplications {
-		c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindApplication), "stream", "queue_full").Inc()
-		return ledger.Application{}, fmt.Errorf("the review queue is full (%d open applications): try again in a day", openAll)
+	if err := c.room(prov.open, network, now); err != nil {
+		return reject(err)
 	}
-	for _, id := range open {
+	for _, id := range prov.open {
 		// One open application per provider: the newer replaces the older.
-		if _, err := c.ledger.UpdateApplication(id, func(a *ledger.Application) error {
+		if _, err := c.update(id, func(a *ledger.Application) error {
 			a.Status, a.Message, a.UpdatedAt = protocol.StatusRejected, "superseded by application "+app.ID, now
 			a.Events = append(a.Events, ledger.Event{At: now, Actor: actor, Action: "superseded", Detail: "by application " + app.ID})
 			return nil
@@ -328,11 +336,11 @@ func (c *Coordinator) Submit(raw []byte) (ledger.Application, error) {
 	if err := c.sign(&a, nil, now); err != nil {
 		return ledger.Application{}, err
 	}
-	if err := c.ledger.PutApplication(a); err != nil {
+	if err := c.put(a, network); err != nil {
 		return ledger.Application{}, err
 	}
 	c.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindApplication), "stream").Inc()
-	c.log.Info("application received", "id", a.ID, "provider", a.Provider, "proposed_tier", proposed, "case_by_case", a.CaseByCase)
+	c.log.Info("application received", "id", a.ID, "provider", a.Provider, "network", network, "proposed_tier", proposed, "case_by_case", a.CaseByCase)
 	return a, nil
 }
 
@@ -357,14 +365,13 @@ func (c *Coordinator) sign(a *ledger.Application, cert []byte, now time.Time) er
 // Decide applies a reviewer's decision, signs what it implies (certificate, notification)
 // and tells the applicant.
 func (c *Coordinator) Decide(id string, d api.Decision) (ledger.Application, error) {
-	defer c.forgetCertified()
 	now := c.clock.Now()
 	if strings.TrimSpace(d.Actor) == "" {
 		return ledger.Application{}, api.Invalid(errors.New("actor: say who decides (it goes into the audit trail)"))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, err := c.ledger.UpdateApplication(id, func(a *ledger.Application) error {
+	a, err := c.update(id, func(a *ledger.Application) error {
 		if !isOpen(a.Status) {
 			return api.Invalid(fmt.Errorf("application %s is %s: only pending or info-requested applications can be decided", id, a.Status))
 		}
@@ -419,7 +426,7 @@ func (c *Coordinator) Decide(id string, d api.Decision) (ledger.Application, err
 		return a, err
 	}
 	c.log.Info("application decided", "id", id, "action", d.Action, "status", a.Status, "tier", a.Tier, "by", d.Actor)
-	c.tell(a)
+	c.tell(a, true)
 	return a, nil
 }
 
@@ -460,7 +467,6 @@ func (c *Coordinator) issue(app *protocol.Application, tier string, now time.Tim
 // Revoke revokes every certificate this coordinator issued to a provider: the revocation is
 // stored, gossiped, and the provider is told.
 func (c *Coordinator) Revoke(ctx context.Context, provider peer.ID, reason, actor string) ([]byte, error) {
-	defer c.forgetCertified()
 	if strings.TrimSpace(reason) == "" {
 		return nil, api.Invalid(errors.New("reason: a revocation says why"))
 	}
@@ -476,7 +482,7 @@ func (c *Coordinator) Revoke(ctx context.Context, provider peer.ID, reason, acto
 		c.log.Warn("gossiping the revocation failed; peers get it by revocation sync", "err", err)
 	}
 	for _, a := range revoked {
-		c.tell(a)
+		c.tell(a, true)
 	}
 	if err != nil {
 		return raw, err
@@ -502,20 +508,19 @@ func (c *Coordinator) revoke(provider peer.ID, reason, actor string) ([]byte, []
 	if err := c.revocations.TakeRevocation(raw, "self"); err != nil {
 		return nil, nil, err
 	}
-	apps, err := c.ledger.Applications()
-	if err != nil {
-		return raw, nil, err
-	}
 	var revoked []ledger.Application
-	for _, a := range apps {
-		if a.Provider != provider.String() || a.Status != protocol.StatusApproved {
-			continue
-		}
-		a, err = c.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
+	for _, id := range c.queue.provider(provider.String()).approvedIDs {
+		a, err := c.update(id, func(a *ledger.Application) error {
+			if a.Status != protocol.StatusApproved {
+				return errStale
+			}
 			a.Status, a.Message, a.UpdatedAt = protocol.StatusRevoked, reason, now
 			a.Events = append(a.Events, ledger.Event{At: now, Actor: "operator " + actor, Action: "revoked", Detail: reason})
 			return c.sign(a, nil, now)
 		})
+		if errors.Is(err, errStale) {
+			continue
+		}
 		if err != nil {
 			return raw, revoked, err
 		}
@@ -525,9 +530,11 @@ func (c *Coordinator) revoke(provider peer.ID, reason, actor string) ([]byte, []
 }
 
 // tell pushes an application's latest notification to the provider's node and sends the
-// e-mail and webhook notices, in the background. A provider that is offline gets the
-// notification when it next asks for its status.
-func (c *Coordinator) tell(a ledger.Application) {
+// webhook notice and, when mail is set (a reviewer's or the coordinator's doing, not the
+// applicant's), the e-mail, in the background. A provider that is offline gets the
+// notification when it next asks for its status. The address is the applicant's choice:
+// it gets at most MailsPerHour e-mails an hour, and the name they greet is one bounded line.
+func (c *Coordinator) tell(a ledger.Application, mail bool) {
 	p, err := peer.Decode(a.Provider)
 	if err != nil || len(a.Notification) == 0 {
 		return
@@ -547,7 +554,7 @@ func (c *Coordinator) tell(a ledger.Application) {
 	if a.Tier != "" {
 		subject += " (" + a.Tier + ")"
 	}
-	body := fmt.Sprintf("Hello %s,\n\nYour gpunex provider application %s (node %s) is now: %s.\n", app.Name, a.ID, a.Provider, a.Status)
+	body := fmt.Sprintf("Hello %s,\n\nYour gpunex provider application %s (node %s) is now: %s.\n", mailName(app.Name), a.ID, a.Provider, a.Status)
 	if a.Tier != "" {
 		body += "Tier: " + a.Tier + "\n"
 	}
@@ -556,10 +563,18 @@ func (c *Coordinator) tell(a ledger.Application) {
 	}
 	body += "\nSee `gpunex apply status` on your node for details.\n"
 	event := map[string]any{"application": a.ID, "provider": a.Provider, "status": a.Status, "tier": a.Tier, "message": a.Message, "at": a.UpdatedAt}
+	to := ""
+	if mail {
+		if c.mails.Take(strings.ToLower(app.Email), c.clock.Now(), 1) {
+			to = app.Email
+		} else {
+			c.log.Info("notice not e-mailed: the address had its e-mails of the hour", "application", a.ID, "per_hour", MailsPerHour)
+		}
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		err := c.out.Send(ctx, notify.Notice{To: app.Email, Subject: subject, Body: body, Event: event})
+		err := c.out.Send(ctx, notify.Notice{To: to, Subject: subject, Body: body, Event: event})
 		if err != nil {
 			c.log.Warn("decision notice not delivered", "application", a.ID, "err", err)
 		}

@@ -150,14 +150,16 @@ func (c *Coordinator) RemindLoop(ctx context.Context) {
 
 // Remind sends the reminders that are due now and returns how many it sent.
 func (c *Coordinator) Remind(ctx context.Context) int {
-	apps, err := c.ledger.Applications()
-	if err != nil {
-		c.log.Warn("reminders: the queue cannot be read", "err", err)
-		return 0
-	}
+	ids := c.queue.openIDs()
+	sort.Strings(ids)
 	now := c.clock.Now()
 	sent := 0
-	for _, a := range apps {
+	for _, id := range ids {
+		a, err := c.ledger.GetApplication(id)
+		if err != nil {
+			c.log.Warn("reminders: the application cannot be read", "application", id, "err", err)
+			continue
+		}
 		due := c.decisionDue(a)
 		if due.IsZero() {
 			continue
@@ -173,7 +175,7 @@ func (c *Coordinator) Remind(ctx context.Context) int {
 			continue
 		}
 		c.mu.Lock()
-		updated, err := c.ledger.UpdateApplication(a.ID, func(u *ledger.Application) error {
+		updated, err := c.update(a.ID, func(u *ledger.Application) error {
 			if u.Status != a.Status || !reviewSince(*u).Equal(reviewSince(a)) || u.Reminded == kind {
 				return errStale
 			}

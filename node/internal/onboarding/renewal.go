@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -25,8 +26,9 @@ var (
 	RenewAskEvery  = 6 * time.Hour
 )
 
-// RenewLoop renews due certificates and applies the tier rule (CheckTiers) at start and
-// then every RenewCheckEvery.
+// RenewLoop renews due certificates, applies the tier rule (CheckTiers) and deletes the
+// closed applications past their retention (Prune), at start and then every
+// RenewCheckEvery.
 func (c *Coordinator) RenewLoop(ctx context.Context) {
 	for {
 		if c.cfg.CertificateRenewBefore.Duration > 0 {
@@ -36,6 +38,9 @@ func (c *Coordinator) RenewLoop(ctx context.Context) {
 		}
 		if n, err := c.CheckTiers(c.clock.Now()); err != nil {
 			c.log.Warn("tier rule", "moved_down", n, "err", err)
+		}
+		if _, err := c.Prune(c.clock.Now()); err != nil {
+			c.log.Warn("deleting closed applications", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -51,18 +56,12 @@ func (c *Coordinator) RenewLoop(ctx context.Context) {
 func (c *Coordinator) renewDue(now time.Time) (int, error) {
 	before := c.cfg.CertificateRenewBefore.Duration
 	c.mu.Lock()
-	apps, err := c.ledger.Applications()
-	if err != nil {
-		c.mu.Unlock()
-		return 0, err
-	}
-	// Only each provider's latest approved application (renewed even while a newer one is
-	// pending or was rejected).
-	latest := latestApproved(apps)
 	var renewed []ledger.Application
 	var errs []error
-	for _, a := range apps {
-		if a.Status != protocol.StatusApproved || len(a.Certificate) == 0 || a.Seq != latest[a.Provider] {
+	// Only each provider's latest approved application (renewed even while a newer one is
+	// pending or was rejected).
+	for _, a := range c.latestApproved(&errs) {
+		if len(a.Certificate) == 0 {
 			continue
 		}
 		old, err := protocol.OpenCertificate(a.Certificate, c.trust)
@@ -73,7 +72,7 @@ func (c *Coordinator) renewDue(now time.Time) (int, error) {
 		if old.Signer != c.id || old.ExpiresAt.Sub(now) > before || c.revocations.RevocationOf(old) != nil {
 			continue
 		}
-		updated, err := c.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
+		updated, err := c.update(a.ID, func(a *ledger.Application) error {
 			if a.Status != protocol.StatusApproved || !bytes.Equal(a.Certificate, old.Raw) {
 				return errNothingToRenew // decided again meanwhile
 			}
@@ -100,12 +99,31 @@ func (c *Coordinator) renewDue(now time.Time) (int, error) {
 	c.mu.Unlock()
 	for _, a := range renewed {
 		c.log.Info("certificate renewed", "application", a.ID, "provider", a.Provider, "message", a.Message)
-		c.tell(a)
+		c.tell(a, true)
 	}
 	return len(renewed), errors.Join(errs...)
 }
 
 var errNothingToRenew = errors.New("nothing to renew")
+
+// latestApproved reads each provider's latest approved application (an older approved one
+// was replaced), adding to errs those it cannot read.
+func (c *Coordinator) latestApproved(errs *[]error) []ledger.Application {
+	ids := c.queue.latestApproved()
+	sort.Strings(ids)
+	var out []ledger.Application
+	for _, id := range ids {
+		a, err := c.ledger.GetApplication(id)
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("application %s: %w", id, err))
+			continue
+		}
+		if a.Status == protocol.StatusApproved {
+			out = append(out, a)
+		}
+	}
+	return out
+}
 
 // reissue signs a new certificate with the same provider, application, tier, GPUs and
 // commitment as old, a new serial, valid from now for coordinator.certificate_validity.

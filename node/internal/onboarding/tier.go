@@ -37,18 +37,12 @@ func (c *Coordinator) CheckTiers(now time.Time) (int, error) {
 		return 0, nil
 	}
 	c.mu.Lock()
-	apps, err := c.ledger.Applications()
-	if err != nil {
-		c.mu.Unlock()
-		return 0, err
-	}
-	latest := latestApproved(apps)
 	var told []ledger.Application
 	var revocations [][]byte
 	var errs []error
 	moved := 0
-	for _, a := range apps {
-		if a.Status != protocol.StatusApproved || a.Tier != protocol.TierEnterprise || len(a.Certificate) == 0 || a.Seq != latest[a.Provider] {
+	for _, a := range c.latestApproved(&errs) {
+		if a.Tier != protocol.TierEnterprise || len(a.Certificate) == 0 {
 			continue
 		}
 		m := c.measuredLink(a.Provider)
@@ -57,7 +51,7 @@ func (c *Coordinator) CheckTiers(now time.Time) (int, error) {
 		}
 		var step tierStep
 		var revocation []byte
-		updated, err := c.ledger.UpdateApplication(a.ID, func(a *ledger.Application) error {
+		updated, err := c.update(a.ID, func(a *ledger.Application) error {
 			step, revocation = tierUnchanged, nil
 			if a.Status != protocol.StatusApproved || a.Tier != protocol.TierEnterprise {
 				return nil
@@ -91,7 +85,7 @@ func (c *Coordinator) CheckTiers(now time.Time) (int, error) {
 	}
 	for _, a := range told {
 		c.log.Info("tier rule", "application", a.ID, "provider", a.Provider, "tier", a.Tier, "message", a.Message)
-		c.tell(a)
+		c.tell(a, true)
 	}
 	return moved, errors.Join(errs...)
 }
@@ -157,17 +151,4 @@ func (c *Coordinator) tierStep(a *ledger.Application, old *protocol.SignedCertif
 		return tierMovedDown, revocation, nil
 	}
 	return tierUnchanged, nil, nil
-}
-
-// latestApproved maps each provider to the sequence of its latest approved application: an
-// older approved one was replaced (a newer one pending or rejected leaves the certificate in
-// force).
-func latestApproved(apps []ledger.Application) map[string]uint64 {
-	latest := map[string]uint64{}
-	for _, a := range apps {
-		if a.Status == protocol.StatusApproved {
-			latest[a.Provider] = max(latest[a.Provider], a.Seq)
-		}
-	}
-	return latest
 }

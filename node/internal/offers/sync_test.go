@@ -1,0 +1,82 @@
+package offers
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// TestCatalogueSync: a node joining asks a peer for its revocations, then its live offers,
+// and holds them after; a revoked provider's offer reaching it later is refused. A peer is
+// served SyncsPerMinute syncs a minute.
+func TestCatalogueSync(t *testing.T) {
+	a, b := newWorld(t), newWorld(t)
+	a.peer.Handle(protocol.OfferSyncProtocol, a.cat.HandleSyncStream)
+	a.peer.Handle(protocol.RevocationSyncProtocol, a.cat.HandleRevocationSync)
+	live, revoked := a.certified(), a.certified()
+	revokedOffer := a.offer(revoked, 1, 1_000_000, nil)
+	for _, raw := range [][]byte{a.offer(live, 1, 1_000_000, nil), revokedOffer} {
+		if _, _, err := a.book.Accept(raw, "gossip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.cat.TakeRevocation(a.revocation(testCoordinatorKey, revoked, 0), "gossip"); err != nil {
+		t.Fatal(err)
+	}
+	b.connect(a)
+	if !b.cat.SyncOffers(context.Background()) {
+		t.Fatal("the sync found no peer answering")
+	}
+	if so, _ := b.book.Get(live.id); so == nil {
+		t.Fatal("the live offer did not come by sync")
+	}
+	if len(b.trust.Revocations()) != 1 || testutil.ToFloat64(b.metrics.RecordsAccepted.WithLabelValues("revocation", "sync")) != 1 {
+		t.Fatal("the revocation did not come by sync")
+	}
+	if _, _, err := b.book.Accept(revokedOffer, "gossip"); protocol.Reason(err) != "revoked" {
+		t.Fatalf("the revoked provider's offer after the sync: %v", err)
+	}
+	if b.book.lastSynced().IsZero() {
+		t.Fatal("the sync is not marked done")
+	}
+	// One sync took two of the peer's budget (revocations, offers); the rest of the minute's
+	// budget is spent, and then the peer is refused.
+	served := 0
+	for range SyncsPerMinute {
+		if _, err := b.cat.syncFrom(context.Background(), a.peer.ID); err == nil {
+			served++
+		}
+	}
+	if served != SyncsPerMinute-2 {
+		t.Fatalf("%d more syncs served within the minute; want %d", served, SyncsPerMinute-2)
+	}
+	if n := testutil.ToFloat64(a.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited")); n != 2 {
+		t.Fatalf("syncs refused: %v", n)
+	}
+}
+
+// TestOfferStream: a renter's node that holds no offer of a provider asks the provider
+// itself over the offer stream; the record it gets is checked like any other.
+func TestOfferStream(t *testing.T) {
+	prov, renter := newWorld(t), newWorld(t)
+	pub := newPublisher(t, prov, []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 4}})
+	prov.peer.Handle(protocol.OfferProtocol, pub.HandleOfferStream)
+	renter.connect(prov)
+	id := protocol.OfferID(prov.peer.ID, "L4-24GB")
+	if _, err := renter.cat.OfferRecord(context.Background(), id); err == nil {
+		t.Fatal("an offer found before the provider published one")
+	}
+	if _, err := pub.SetPrice(context.Background(), "L4-24GB", 1_300_000); err != nil {
+		t.Fatal(err)
+	}
+	so, err := renter.cat.OfferRecord(context.Background(), id)
+	if err != nil || so.Offer.GPUs[0].PricePerGPUHour != 1_300_000 || so.Cert == nil {
+		t.Fatalf("the record fetched from the provider: %v", err)
+	}
+	if n := testutil.ToFloat64(renter.metrics.RecordsAccepted.WithLabelValues("offer", "stream")); n != 1 {
+		t.Fatalf("offers taken from the stream: %v", n)
+	}
+}
