@@ -35,6 +35,7 @@ type APIServer struct {
 	srv     *http.Server
 	ln      net.Listener
 	mux     *http.ServeMux
+	metrics http.Handler
 	dash    *dashboard.Server
 	// stop ends every request's context when the API closes: followed logs and the
 	// dashboard's event streams would otherwise hold the shutdown.
@@ -75,9 +76,10 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API listen: %w", err)
 	}
-	a := &APIServer{n: n, token: token, started: time.Now(), ln: ln, mux: http.NewServeMux(), dash: dashboard.New(ln.Addr().String(), n.dashboardStore())}
+	a := &APIServer{n: n, token: token, started: time.Now(), ln: ln, mux: http.NewServeMux(), dash: dashboard.New(ln.Addr().String(), n.dashboardStore()),
+		metrics: promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{})}
 	a.dash.Register(a.mux)
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{}))
+	a.mux.HandleFunc("GET /metrics", a.serveMetrics)
 	a.mux.HandleFunc("GET /healthz", serveHealth)
 	for _, group := range a.routes() {
 		for _, rt := range group {
@@ -103,6 +105,17 @@ func (a *APIServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mux.ServeHTTP(w, r)
+}
+
+// serveMetrics answers GET /metrics, which needs no token, only to a request naming this
+// machine by a loopback address (as the dashboard does): a web page whose host name was made
+// to resolve to 127.0.0.1 (DNS rebinding) would otherwise read the node's counters.
+func (a *APIServer) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if !dashboard.LoopbackHost(r.Host) {
+		http.Error(w, "the metrics answer only on a loopback address", http.StatusForbidden)
+		return
+	}
+	a.metrics.ServeHTTP(w, r)
 }
 
 // serveHealth answers GET /healthz: the node is up.
