@@ -114,6 +114,8 @@ type Node struct {
 }
 
 // New starts a node: host, DHT, gossip, and the role's subsystems. The caller must Close it.
+// It assembles the node in the steps of docs/architecture.md ("Inside a node"): storage
+// and trust, network, money, the role's subsystems, then the loops.
 func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n *Node, err error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
@@ -136,119 +138,158 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n 
 			n.Close(context.Background())
 		}
 	}()
+	as := &assembly{self: self, run: runCtx}
+	if err := n.openStorage(d, as); err != nil {
+		return nil, err
+	}
+	if err := n.joinNetwork(key, d, as); err != nil {
+		return nil, err
+	}
+	if err := n.startMoney(d, as); err != nil {
+		return nil, err
+	}
+	switch cfg.Role {
+	case config.RoleProvider:
+		err = n.startProvider(ctx, runCtx, d, as.trusted, as.offers)
+	case config.RoleCoordinator:
+		err = n.startCoordinator(runCtx, as.trust, as.revocations, as.scores)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n.startLoops(d, as)
+	n.log.Info("node started", "peer_id", self, "role", cfg.Role, "addrs", n.peer.Host.Addrs())
+	return n, nil
+}
+
+// assembly is what New's steps hand to each other.
+type assembly struct {
+	self    peer.ID
+	run     context.Context // the loops' context, ended by Close
+	trusted []peer.ID       // the trusted coordinators; a coordinator trusts itself
+	trust   protocol.Trust  // trusted, for the records checked against it
+	boot    []peer.AddrInfo
+	money   money.Deps
+	// The gossip topics the role's subsystems publish on.
+	offers, revocations, scores, market *p2p.Topic
+}
+
+// openStorage is New's first step: the ledger, the metrics, the model catalogues, the
+// trust store and the offer book (loaded from the ledger).
+func (n *Node) openStorage(d Deps, as *assembly) (err error) {
 	if n.ledger == nil {
 		if n.ledger, err = ledger.Open(ledger.Options{Dir: filepath.Clean(d.DataDir), Logger: n.log}); err != nil {
-			return nil, err
+			return err
 		}
 		n.ownsLedger = true
 	}
-	trusted, err := cfg.TrustedCoordinators()
-	if err != nil {
-		return nil, err
+	if as.trusted, err = n.cfg.TrustedCoordinators(); err != nil {
+		return err
 	}
-	if cfg.Role == config.RoleCoordinator {
-		trusted = append(trusted, self)
+	if n.cfg.Role == config.RoleCoordinator {
+		as.trusted = append(as.trusted, as.self)
 	}
-	boot, err := cfg.BootstrapPeers()
-	if err != nil {
-		return nil, err
-	}
-
-	// The parts every node has: the offer book, the peer, the gossip topics.
+	as.trust = protocol.NewTrust(as.trusted...)
 	n.metrics = metrics.New(n.connectedPeers, n.penalisedPeers)
 	// The model catalogues come before the trust store, which checks attestations with
 	// them; the book gets its peer once the peer exists.
 	n.models = models.New(models.Deps{Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "models"),
-		Metrics: n.metrics, Trusted: trusted})
-	if n.trust, err = offers.NewTrust(n.ledger, trusted, n.models.Lookup); err != nil {
-		return nil, err
+		Metrics: n.metrics, Trusted: as.trusted})
+	if n.trust, err = offers.NewTrust(n.ledger, as.trusted, n.models.Lookup); err != nil {
+		return err
 	}
 	n.book = offers.NewBook(n.ledger, n.trust, n.metrics, n.log.With("subsystem", "offers"), n.clock)
 	if err := n.book.Load(); err != nil {
-		return nil, fmt.Errorf("load offers seen: %w", err)
+		return fmt.Errorf("load offers seen: %w", err)
+	}
+	return nil
+}
+
+// joinNetwork is New's second step, the parts every node has on the network: the peer
+// (host, DHT, gossipsub), the alerter, the score book, the offer catalogue and the market
+// book, the gossip topics joined with their validators, and the sync handlers.
+func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error) {
+	cfg := n.cfg
+	if as.boot, err = cfg.BootstrapPeers(); err != nil {
+		return err
 	}
 	if n.peer, err = p2p.New(p2p.Options{Host: d.Host, Key: key, Listen: cfg.P2P.Listen,
-		UserAgent: "gpunex/" + api.Version, Bootstrap: boot, OfferValidator: n.book.DHTValidator(),
+		UserAgent: "gpunex/" + api.Version, Bootstrap: as.boot, OfferValidator: n.book.DHTValidator(),
 		Reachability: cfg.NodeReachability(), TakeRelaySlots: cfg.Role == config.RoleProvider, MaxPeers: cfg.P2P.MaxPeers, Relay: p2p.Relay{Reservations: cfg.P2P.Relay.Reservations, CircuitsPerPeer: cfg.P2P.Relay.CircuitsPerPeer,
 			CircuitDuration: cfg.P2P.Relay.CircuitDuration.Duration, CircuitData: cfg.P2P.Relay.CircuitDataMB << 20,
 			MayReserve: n.mayReserveRelay}}); err != nil {
-		return nil, err
+		return err
 	}
 	n.models.UsePeer(n.peer)
 	if n.alerts, err = alerts.New(alerts.Deps{Ledger: n.ledger, Clock: n.clock, Log: n.log,
-		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + self.String()}); err != nil {
-		return nil, err
+		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + as.self.String()}); err != nil {
+		return err
 	}
-	trust := protocol.NewTrust(trusted...)
-	n.scores = reliability.NewBook(n.clock, n.metrics, trust)
+	n.scores = reliability.NewBook(n.clock, n.metrics, as.trust)
 	if cfg.Role == config.RoleProvider {
 		n.keepHistory()
 	}
 	n.catalogue = offers.New(offers.Deps{Peer: n.peer, Book: n.book, Trust: n.trust, Metrics: n.metrics,
-		Log: n.log.With("subsystem", "offers"), Clock: n.clock, Offers: cfg.Offers, Bootstrap: boot, Scores: n.scores})
-	moneyDeps := money.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "money"),
+		Log: n.log.With("subsystem", "offers"), Clock: n.clock, Offers: cfg.Offers, Bootstrap: as.boot, Scores: n.scores})
+	as.money = money.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "money"),
 		Metrics: n.metrics, Config: cfg, Home: d.Home}
-	n.market = money.NewMarket(moneyDeps, trusted)
-	offersTopic, err := n.peer.Join(protocol.OffersTopic, n.catalogue.ValidateOffer)
-	if err != nil {
-		return nil, err
+	n.market = money.NewMarket(as.money, as.trusted)
+	if as.offers, err = n.peer.Join(protocol.OffersTopic, n.catalogue.ValidateOffer); err != nil {
+		return err
 	}
-	revocations, err := n.peer.Join(protocol.RevocationsTopic, n.catalogue.ValidateRevocation)
-	if err != nil {
-		return nil, err
+	if as.revocations, err = n.peer.Join(protocol.RevocationsTopic, n.catalogue.ValidateRevocation); err != nil {
+		return err
 	}
-	scores, err := n.peer.Join(protocol.ScoresTopic, n.scores.Validate)
-	if err != nil {
-		return nil, err
+	if as.scores, err = n.peer.Join(protocol.ScoresTopic, n.scores.Validate); err != nil {
+		return err
 	}
-	marketTopic, err := n.peer.Join(protocol.MarketTopic, n.market.Validate)
-	if err != nil {
-		return nil, err
+	if as.market, err = n.peer.Join(protocol.MarketTopic, n.market.Validate); err != nil {
+		return err
 	}
 	modelsTopic, err := n.peer.Join(protocol.ModelsTopic, n.models.Validate)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.models.Publish(modelsTopic)
 	n.peer.Handle(protocol.OfferSyncProtocol, n.catalogue.HandleSyncStream)
 	n.peer.Handle(protocol.ModelsSyncProtocol, n.models.HandleSync)
 	n.peer.Handle(protocol.RevocationSyncProtocol, n.catalogue.HandleRevocationSync)
+	return nil
+}
 
-	if cfg.Role == config.RoleCoordinator {
-		if n.settlement, err = money.NewSettlement(money.SettlementDeps{Deps: moneyDeps, Offers: n.book,
-			Market: n.market, MarketTopic: marketTopic, PayoutSteps: d.PayoutSteps}); err != nil {
-			return nil, err
+// startMoney is New's third step: a coordinator's settlement, every node's wallet (its own
+// settlement on a coordinator) and the renter's side of jobs, which meters as it goes.
+func (n *Node) startMoney(d Deps, as *assembly) (err error) {
+	if n.cfg.Role == config.RoleCoordinator {
+		if n.settlement, err = money.NewSettlement(money.SettlementDeps{Deps: as.money, Offers: n.book,
+			Market: n.market, MarketTopic: as.market, PayoutSteps: d.PayoutSteps}); err != nil {
+			return err
 		}
 	}
-	n.wallet = money.NewWallet(moneyDeps, n.settlement)
+	n.wallet = money.NewWallet(as.money, n.settlement)
 	n.renter = jobs.NewRenter(jobs.RenterDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "jobs"),
-		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: cfg.Jobs.CheckpointInterval.Duration})
-	n.goLoop(func() { n.renter.Meter(runCtx) })
-	switch cfg.Role {
-	case config.RoleProvider:
-		err = n.startProvider(ctx, runCtx, d, trusted, offersTopic)
-	case config.RoleCoordinator:
-		err = n.startCoordinator(runCtx, trust, revocations, scores)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Role != config.RoleCoordinator {
-		n.goLoop(func() { n.wallet.ClaimLoop(runCtx) })
+		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: n.cfg.Jobs.CheckpointInterval.Duration})
+	n.goLoop(func() { n.renter.Meter(as.run) })
+	return nil
+}
+
+// startLoops is New's last step: the deposit claims (providers and renters), the bootstrap
+// loop, the book flush and the alerts.
+func (n *Node) startLoops(d Deps, as *assembly) {
+	if n.cfg.Role != config.RoleCoordinator {
+		n.goLoop(func() { n.wallet.ClaimLoop(as.run) })
 	}
 	n.goLoop(func() {
-		n.peer.KeepJoined(runCtx, boot, n.clock, n.log, p2p.Joined{Sync: n.syncJoined, Announce: n.announce})
+		n.peer.KeepJoined(as.run, as.boot, n.clock, n.log, p2p.Joined{Sync: n.syncJoined, Announce: n.announce})
 	})
-	n.goLoop(func() { n.flushLoop(runCtx) })
+	n.goLoop(func() { n.flushLoop(as.run) })
 	n.home = d.Home
 	alertsDir := d.DataDir
 	if alertsDir == "" {
 		alertsDir = d.Home
 	}
 	n.watchAlerts(alertsDir)
-	n.goLoop(func() { n.alerts.Loop(runCtx) })
-	n.log.Info("node started", "peer_id", self, "role", cfg.Role, "addrs", n.peer.Host.Addrs())
-	return n, nil
+	n.goLoop(func() { n.alerts.Loop(as.run) })
 }
 
 // startProvider builds a provider's publisher, applicant, job runner and benchmark runner,

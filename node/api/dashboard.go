@@ -31,3 +31,9 @@ func (c *Client) DashboardLink(ctx context.Context) (DashboardLink, error) {
 	var v DashboardLink
 	return v, c.Do(ctx, "POST", "/v1/dashboard/link", nil, &v)
 }
+
+// DownloadRequest is the body of POST /v1/dashboard/download: the API path to download
+// (a job's output).
+type DownloadRequest struct {
+	Path string `json:"path"`
+}

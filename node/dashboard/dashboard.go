@@ -201,7 +201,7 @@ func (s *Server) NewTicket(r *http.Request, path string) (string, error) {
 // carries the live session that asked for it, by a loopback host name, in time.
 func (s *Server) TakeTicket(r *http.Request, code string) (string, bool) {
 	c, err := r.Cookie(s.cookie)
-	if err != nil || !loopbackHost(r.Host) {
+	if err != nil || !LoopbackHost(r.Host) {
 		return "", false
 	}
 	if _, live := s.session(r); !live {
@@ -262,7 +262,7 @@ func (s *Server) Authorize(r *http.Request) (ok bool, why string) {
 	switch {
 	case !live:
 		return false, ""
-	case !loopbackHost(r.Host):
+	case !LoopbackHost(r.Host):
 		return false, "the dashboard answers only on a loopback address"
 	case subtle.ConstantTimeCompare([]byte(r.Header.Get(KeyHeader)), []byte(sess.Key)) != 1:
 		return false, "missing or wrong session key: open a new link (gpunex dashboard)"
@@ -270,10 +270,10 @@ func (s *Server) Authorize(r *http.Request) (ok bool, why string) {
 	return true, ""
 }
 
-// loopbackHost says whether a Host header names this machine by a loopback address or
+// LoopbackHost says whether a Host header names this machine by a loopback address or
 // "localhost": a page of another site whose name was made to resolve to 127.0.0.1 (DNS
 // rebinding) names its own host.
-func loopbackHost(hostport string) bool {
+func LoopbackHost(hostport string) bool {
 	host, _, err := net.SplitHostPort(hostport)
 	if err != nil {
 		host = hostport
@@ -310,7 +310,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 	SecurityHeaders(w.Header())
 	w.Header().Set("Cache-Control", "no-store")
-	if !loopbackHost(r.Host) {
+	if !LoopbackHost(r.Host) {
 		http.Error(w, "the dashboard answers only on a loopback address", http.StatusForbidden)
 		return
 	}
@@ -352,7 +352,7 @@ func (s *Server) serveLogout(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
 	SecurityHeaders(w.Header())
 	w.Header().Set("Cache-Control", "no-store")
-	if _, live := s.session(r); !live || !loopbackHost(r.Host) {
+	if _, live := s.session(r); !live || !LoopbackHost(r.Host) {
 		http.Redirect(w, r, "/login", http.StatusSeeOther)
 		return
 	}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,58 +16,18 @@ import (
 
 // Onboarding routes of the local API (docs/api.md).
 
-func (a *APIServer) routeOnboarding(mux *http.ServeMux) {
-	a.route(mux, "POST /v1/apply", a.apply)
-	a.route(mux, "GET /v1/apply", a.applyStatus)
-	a.route(mux, "POST /v1/apply/answer", a.applyAnswer)
-	a.route(mux, "GET /v1/notifications", a.notifications)
-	a.route(mux, "GET /v1/coordinator/applications", a.applications)
-	a.route(mux, "GET /v1/coordinator/applications/{id}", a.application)
-	a.route(mux, "POST /v1/coordinator/applications/{id}/decision", a.decide)
-	a.route(mux, "POST /v1/coordinator/revoke", a.revoke)
-	a.route(mux, "POST /v1/coordinator/challenge", func(r *http.Request) (any, error) {
-		var req struct {
-			Provider string `json:"provider"`
-		}
-		if err := decodeBody(r, 4096, &req); err != nil {
-			return nil, err
-		}
-		p, err := peer.Decode(req.Provider)
-		if err != nil {
-			return nil, api.Invalid(fmt.Errorf("provider %q: not a peer ID", req.Provider))
-		}
-		if a.n.benchCoord == nil {
-			return nil, fmt.Errorf("%w: only a coordinator challenges providers", api.ErrWrongRole)
-		}
-		att, err := a.n.benchCoord.ChallengeProvider(r.Context(), p)
-		if err != nil {
-			return nil, err
-		}
-		return benchmarks.View(att), nil
-	})
-}
-
-func decodeBody(r *http.Request, limit int64, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return api.Invalid(fmt.Errorf("request body: %w", err))
+func (a *APIServer) onboardingRoutes() []apiRoute {
+	return []apiRoute{
+		{pattern: "POST /v1/apply", answer: a.apply},
+		{pattern: "GET /v1/apply", answer: a.applyStatus},
+		{pattern: "POST /v1/apply/answer", answer: a.applyAnswer},
+		{pattern: "GET /v1/notifications", answer: a.notifications},
+		{pattern: "GET /v1/coordinator/applications", answer: a.applications},
+		{pattern: "GET /v1/coordinator/applications/{id}", answer: a.application},
+		{pattern: "POST /v1/coordinator/applications/{id}/decision", answer: a.decide},
+		{pattern: "POST /v1/coordinator/revoke", answer: a.revoke},
+		{pattern: "POST /v1/coordinator/challenge", answer: a.challengeProvider},
 	}
-	return nil
-}
-
-func (a *APIServer) needApplicant() error {
-	if a.n.applicant == nil {
-		return fmt.Errorf("%w: this node is a %s; only providers apply", api.ErrWrongRole, a.n.cfg.Role)
-	}
-	return nil
-}
-
-func (a *APIServer) needCoordinator() error {
-	if a.n.coord == nil {
-		return fmt.Errorf("%w: this node is a %s, not a coordinator", api.ErrWrongRole, a.n.cfg.Role)
-	}
-	return nil
 }
 
 func (a *APIServer) apply(r *http.Request) (any, error) {
@@ -151,9 +110,9 @@ func (a *APIServer) application(r *http.Request) (any, error) {
 	if err := a.needCoordinator(); err != nil {
 		return nil, err
 	}
-	id := r.PathValue("id")
-	if !protocol.ValidApplicationID(id) {
-		return nil, api.Invalid(fmt.Errorf("application ID %q: 12 lower-case hex digits", id))
+	id, err := applicationID(r)
+	if err != nil {
+		return nil, err
 	}
 	app, err := a.n.ledger.GetApplication(id)
 	if errors.Is(err, ledger.ErrNotFound) {
@@ -169,9 +128,9 @@ func (a *APIServer) decide(r *http.Request) (any, error) {
 	if err := a.needCoordinator(); err != nil {
 		return nil, err
 	}
-	id := r.PathValue("id")
-	if !protocol.ValidApplicationID(id) {
-		return nil, api.Invalid(fmt.Errorf("application ID %q: 12 lower-case hex digits", id))
+	id, err := applicationID(r)
+	if err != nil {
+		return nil, err
 	}
 	var d api.Decision
 	if err := decodeBody(r, 8192, &d); err != nil {
@@ -201,4 +160,27 @@ func (a *APIServer) revoke(r *http.Request) (any, error) {
 		return nil, err
 	}
 	return api.RevokeResult{Provider: p.String(), Revocation: raw}, nil
+}
+
+// challengeProvider answers POST /v1/coordinator/challenge: the coordinator benchmarks a
+// provider now.
+func (a *APIServer) challengeProvider(r *http.Request) (any, error) {
+	var req struct {
+		Provider string `json:"provider"`
+	}
+	if err := decodeBody(r, 4096, &req); err != nil {
+		return nil, err
+	}
+	p, err := peer.Decode(req.Provider)
+	if err != nil {
+		return nil, api.Invalid(fmt.Errorf("provider %q: not a peer ID", req.Provider))
+	}
+	if a.n.benchCoord == nil {
+		return nil, fmt.Errorf("%w: only a coordinator challenges providers", api.ErrWrongRole)
+	}
+	att, err := a.n.benchCoord.ChallengeProvider(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	return benchmarks.View(att), nil
 }

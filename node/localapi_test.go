@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -138,5 +139,40 @@ func TestClockOffset(t *testing.T) {
 	}
 	if _, err := apiClient(t, tn.boot).Clock(ctx); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("the coordinator's own clock: %v", err)
+	}
+}
+
+// TestMetricsNeedLoopbackHost: /metrics needs no token, so it answers only a request that
+// names the node by a loopback address, as the dashboard does: a web page whose host name
+// was made to resolve to 127.0.0.1 (DNS rebinding) cannot read the node's counters.
+func TestMetricsNeedLoopbackHost(t *testing.T) {
+	tn := newTestNet(t)
+	cl := apiClient(t, tn.boot)
+	u, err := url.Parse(cl.Base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	for _, c := range []struct {
+		host string
+		want int
+	}{
+		{u.Host, http.StatusOK}, // 127.0.0.1:PORT, as Prometheus scrapes it
+		{"localhost:" + port, http.StatusOK},
+		{"[::1]:" + port, http.StatusOK},
+		{"evil.example", http.StatusForbidden},
+		{"evil.example:" + port, http.StatusForbidden},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, cl.Base+"/metrics", nil)
+		req.Host = c.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if served := strings.Contains(string(body), "gpunex_"); resp.StatusCode != c.want || served != (c.want == http.StatusOK) {
+			t.Errorf("/metrics with Host %q: %d, counters shown %v; want %d", c.host, resp.StatusCode, served, c.want)
+		}
 	}
 }

@@ -10,10 +10,14 @@ import (
 
 // Model catalogue routes of the local API (docs/api.md).
 
-func (a *APIServer) routeModels(mux *http.ServeMux) {
-	a.route(mux, "GET /v1/models", func(r *http.Request) (any, error) { return a.modelsView(), nil })
-	a.route(mux, "POST /v1/coordinator/models", a.editModels)
+func (a *APIServer) modelRoutes() []apiRoute {
+	return []apiRoute{
+		{pattern: "GET /v1/models", answer: a.listModels},
+		{pattern: "POST /v1/coordinator/models", answer: a.editModels},
+	}
 }
+
+func (a *APIServer) listModels(r *http.Request) (any, error) { return a.modelsView(), nil }
 
 // modelsView is the catalogue this node names and scores GPUs with: a coordinator's own,
 // else that of the first coordinator it trusts.
