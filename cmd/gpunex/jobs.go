@@ -23,6 +23,11 @@ func jobCommand() *cobra.Command {
 	return c
 }
 
+// jobOutputHelp says how a job's output is printed on a terminal (jobOutput).
+const jobOutputHelp = "On a terminal, the control characters of the job's output (ESC and the others but newline, tab and\n" +
+	"carriage return) are shown as escapes such as \\x1b: a job cannot move the cursor, rewrite the screen or\n" +
+	"send the terminal other commands."
+
 // jobRun is what `gpunex job run` was asked: the job, and what to do while and after it
 // runs.
 type jobRun struct {
@@ -42,7 +47,7 @@ func jobRunCommand() *cobra.Command {
 			"With --model and no provider or offer, the job goes to the best offer by merit (as `gpunex offers search`\n" +
 			"orders them) among those of that model matching --region, --tier, --egress, --max-price and --gpus; an\n" +
 			"offer whose provider refuses or does not answer passes it to the next, --tries offers at most.\n" +
-			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.",
+			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.\n\n" + jobOutputHelp,
 		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd, args, o) },
 	}
 	f := c.Flags()
@@ -116,7 +121,10 @@ func runJob(cmd *cobra.Command, args []string, o jobRun) error {
 		fmt.Fprintln(out, v.ID)
 		return nil
 	}
-	if err := cl.JobLogs(cmd.Context(), v.ID, true, out); err != nil {
+	logs, done := jobOutput(out)
+	err = cl.JobLogs(cmd.Context(), v.ID, true, logs)
+	done()
+	if err != nil {
 		return fmt.Errorf("following the output: %w (the job goes on: gpunex job logs -f %s)", err, v.ID)
 	}
 	return endJob(cmd, cl, v.ID, o.output)
@@ -217,13 +225,20 @@ func jobLogsCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "logs ID [-f]",
 		Short: "Print a job's output; -f follows it until the job ends",
-		Args:  cobra.ExactArgs(1),
+		Long: "Print a job's output; -f follows it until the job ends.\n\n" + jobOutputHelp + "\n" +
+			"Piped or redirected to a file, the output is written byte for byte.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := client(cmd)
 			if err != nil {
 				return err
 			}
-			return cl.JobLogs(cmd.Context(), args[0], follow, cmd.OutOrStdout())
+			out, done := jobOutput(cmd.OutOrStdout())
+			err = cl.JobLogs(cmd.Context(), args[0], follow, out)
+			if derr := done(); err == nil {
+				err = derr
+			}
+			return err
 		},
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "follow the output until the job ends")

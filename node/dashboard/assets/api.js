@@ -65,9 +65,16 @@ export async function stream(method, path, onText, signal) {
   }
   const reader = r.body.getReader();
   const dec = new TextDecoder();
+  let yielded = performance.now();
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
     onText(dec.decode(value, { stream: true }));
+    // Chunks received already are read one after the other with nothing else running: a
+    // fast stream (a large log) would hold the page still. Let it run every 50 ms.
+    if (performance.now() - yielded > 50) {
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      yielded = performance.now();
+    }
   }
 }

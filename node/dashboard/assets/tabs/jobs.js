@@ -3,6 +3,7 @@
 import { api, stream } from '../api.js';
 import { busy, button, errorBox, facts, fill, h, say, short, table, card } from '../dom.js';
 import { t, usdc, when } from '../i18n.js';
+import { logView } from '../logview.js';
 
 let openJob = null;
 // placements keeps how each job placed by model from this page found its provider (the
@@ -33,8 +34,8 @@ function jobDetail(box, id) {
   const signal = jobAbort.signal;
   const head = h('div');
   const out = h('div');
-  const log = h('pre', { class: 'log', id: 'job-log', 'aria-live': 'polite', tabindex: 0 });
-  fill(box, card('job', head, out, h('h3', { i18n: 'output' }), log));
+  const log = logView({ class: 'log', id: 'job-log', 'aria-live': 'polite', tabindex: 0 }, `gpunex job logs ${id}`);
+  fill(box, card('job', head, out, h('h3', { i18n: 'output' }), log.note, log.pre));
   refreshJob = async () => {
     const j = await api('GET', '/v1/jobs/' + id);
     const rows = [['job', h('code', {}, j.id)], ['state', h('span', { class: 'badge ' + j.state, id: 'job-state' }, t('state_' + j.state))],
@@ -78,10 +79,7 @@ function jobDetail(box, id) {
     return j;
   };
   refreshJob().then(() => {
-    return stream('GET', `/v1/jobs/${id}/logs?follow=1`, (s) => {
-      log.textContent += s;
-      log.scrollTop = log.scrollHeight;
-    }, signal).then(() => refreshJob());
+    return stream('GET', `/v1/jobs/${id}/logs?follow=1`, log.append, signal).then(() => refreshJob());
   }).catch((e) => {
     if (!signal.aborted) say(out, errorBox(e));
   });
