@@ -14,7 +14,7 @@ import (
 )
 
 // printAvailability writes what a provider's availability is.
-func printAvailability(w io.Writer, v api.AvailabilityView) {
+func printAvailability(w io.Writer, v api.AvailabilityView) error {
 	fmt.Fprintf(w, "availability: %s\n", v.Text)
 	state := "closed: the offer is withdrawn and jobs are refused"
 	if v.OpenNow {
@@ -42,6 +42,7 @@ func printAvailability(w io.Writer, v api.AvailabilityView) {
 	if v.Error != "" {
 		fmt.Fprintf(w, "the last read was not applied: %s\n", v.Error)
 	}
+	return nil
 }
 
 func availabilityCommand() *cobra.Command {
@@ -55,18 +56,10 @@ func availabilityCommand() *cobra.Command {
 		Short: "Show the availability in force and whether the GPUs are offered now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := nodeAvailability(cmd)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), v)
-			}
-			printAvailability(cmd.OutOrStdout(), v)
-			return nil
+			return ask(cmd, asJSON, (*api.Client).Availability, printAvailability)
 		},
 	}
-	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(show, &asJSON)
 	var timezone string
 	set := &cobra.Command{
 		Use:   `set [--timezone ZONE] "DAYS HH:MM-HH:MM"... | 24/7`,
@@ -146,16 +139,7 @@ availability as it was and is shown by "gpunex availability show".`,
 		Short: "Go back to [provider.availability] of the config (and stop following a calendar)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.ResetAvailability(cmd.Context())
-			if err != nil {
-				return err
-			}
-			printAvailability(cmd.OutOrStdout(), v)
-			return nil
+			return ask(cmd, false, (*api.Client).ResetAvailability, printAvailability)
 		},
 	}
 	c.AddCommand(show, set, importCmd, export, reset)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/gpunex/gpunex/node/api"
 
@@ -46,28 +45,17 @@ func benchCommand() *cobra.Command {
 			return printBench(cmd.OutOrStdout(), v)
 		},
 	}
-	run.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(run, &asJSON)
 	var showJSON bool
 	show := &cobra.Command{
 		Use:   "show [--json]",
 		Short: "Show the latest benchmark attestation",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Bench(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if showJSON {
-				return printJSON(cmd.OutOrStdout(), v)
-			}
-			return printBench(cmd.OutOrStdout(), v)
+			return ask(cmd, showJSON, (*api.Client).Bench, printBench)
 		},
 	}
-	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	jsonFlag(show, &showJSON)
 	c.AddCommand(run, show)
 	return c
 }
@@ -75,7 +63,7 @@ func benchCommand() *cobra.Command {
 func printBench(w io.Writer, v api.BenchView) error {
 	a := v.Attestation
 	fmt.Fprintf(w, "attestation %d, %s, driver %s, CUDA %s\n", a.Seq, a.IssuedAt.Local().Format("2006-01-02 15:04:05"), a.DriverVersion, a.CUDAVersion)
-	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "GPU\tMODEL\tFP32 TFLOPS\tFP16 TFLOPS\tTENSOR TFLOPS\tMEM GB/s\tSCORE\tSTATUS")
 	for _, g := range a.GPUs {
 		status := "listed"

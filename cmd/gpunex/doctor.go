@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -389,7 +388,7 @@ func doctorSolana(ctx context.Context, cfg config.Config, add func(name, status,
 }
 
 func printDoctor(w io.Writer, r doctorReport) {
-	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "CHECK\tSTATUS\tFOUND")
 	for _, c := range r.Checks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, strings.ToUpper(c.Status), c.Found)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/gpunex/gpunex/bench"
 
@@ -47,7 +46,7 @@ func gpusCommand() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), "no GPUs found")
 				return nil
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
+			w := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(w, "#\tMODEL\tVRAM\tDRIVER\tCUDA\tPCI\tTEMP\tHEALTH\tUUID")
 			for _, g := range gpus {
 				health := "ok"
@@ -69,6 +68,6 @@ func gpusCommand() *cobra.Command {
 			return w.Flush()
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	jsonArrayFlag(c, &asJSON)
 	return c
 }

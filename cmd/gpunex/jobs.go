@@ -1,16 +1,12 @@
 package main
 
 import (
-	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
@@ -18,13 +14,32 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// `gpunex job`: a renter's jobs (run, follow, cancel, fetch the output) and a provider's
+// list of those it runs.
+
 func jobCommand() *cobra.Command {
 	c := &cobra.Command{Use: "job", Short: "Rent GPUs: run jobs on providers, follow and manage them"}
-	var req api.JobRequest
-	var hours float64
-	var detach bool
-	var file, output string
-	run := &cobra.Command{
+	c.AddCommand(jobRunCommand(), jobListCommand(), jobStatusCommand(), jobLogsCommand(), jobCancelCommand(), jobFetchCommand())
+	return c
+}
+
+// jobOutputHelp says how a job's output is printed on a terminal (jobOutput).
+const jobOutputHelp = "On a terminal, the control characters of the job's output (ESC and the others but newline, tab and\n" +
+	"carriage return) are shown as escapes such as \\x1b: a job cannot move the cursor, rewrite the screen or\n" +
+	"send the terminal other commands."
+
+// jobRun is what `gpunex job run` was asked: the job, and what to do while and after it
+// runs.
+type jobRun struct {
+	req          api.JobRequest
+	hours        float64
+	detach       bool
+	file, output string
+}
+
+func jobRunCommand() *cobra.Command {
+	var o jobRun
+	c := &cobra.Command{
 		Use: "run (--provider PEER | --offer ID | --model M [--region R] [--tier T] [--tries N]) --gpus N --max-hours H [--max-price P] " +
 			"(--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--output DIR] [--detach] [-f JOB.toml] -- CMD ARGS...",
 		Short: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code",
@@ -32,169 +47,206 @@ func jobCommand() *cobra.Command {
 			"With --model and no provider or offer, the job goes to the best offer by merit (as `gpunex offers search`\n" +
 			"orders them) among those of that model matching --region, --tier, --egress, --max-price and --gpus; an\n" +
 			"offer whose provider refuses or does not answer passes it to the next, --tries offers at most.\n" +
-			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			req.Args = args
-			if file != "" {
-				f, err := readJobFile(file)
-				if err != nil {
-					return err
-				}
-				f.fill(cmd, &req, &hours, &output)
-			}
-			if hours <= 0 || math.IsNaN(hours) || hours > 24*30 {
-				return errors.New("--max-hours (hours in a job file): a positive number of hours, at most 720")
-			}
-			req.MaxSeconds = int64(math.Ceil(hours * 3600))
-			if req.ImageArchive != "" {
-				abs, err := filepath.Abs(req.ImageArchive)
-				if err != nil {
-					return err
-				}
-				req.ImageArchive = abs
-			}
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-			v, err := cl.ProposeJob(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if pl := v.Placement; pl != nil {
-				fmt.Fprintf(errOut, "placement: %d offer(s) match %s\n", pl.Matched, pl.Search)
-				for _, a := range pl.Attempts[:len(pl.Attempts)-1] {
-					fmt.Fprintf(errOut, "  passed over %s, %s: %s: %s\n", a.Offer, a.Why, a.Outcome, a.Error)
-				}
-				fmt.Fprintf(errOut, "  %s\n", pl.Chosen)
-			}
-			fmt.Fprintf(errOut, "job %s started on %s: %d x %s at %s USDC/GPU-hour, until %s\n", v.ID, v.Peer, v.GPUs, v.Model, v.PriceUSDC,
-				v.EndsAt.Local().Format(time.DateTime))
-			printPath(cmd, cl, v.Peer)
-			if detach {
-				if output != "" {
-					fmt.Fprintf(errOut, "its output is not fetched with --detach: gpunex job fetch %s %s, once it ended\n", v.ID, output)
-				}
-				fmt.Fprintln(out, v.ID)
-				return nil
-			}
-			if err := cl.JobLogs(cmd.Context(), v.ID, true, out); err != nil {
-				return fmt.Errorf("following the output: %w (the job goes on: gpunex job logs -f %s)", err, v.ID)
-			}
-			v, err = cl.Job(cmd.Context(), v.ID)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(errOut, "job %s %s: %s, exit code %d, %d s, cost %s USDC\n", v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC)
-			printPath(cmd, cl, v.Peer)
-			if v.Disputed {
-				fmt.Fprintf(errOut, "the provider's receipt was disputed: %s (the coordinator decides; %d s were countersigned as the job ran)\n", v.Error, v.MeteredSeconds)
-			}
-			if output != "" {
-				n, err := fetchOutput(cmd, cl, v.ID, output)
-				if err != nil && v.ExitCode == 0 {
-					return fmt.Errorf("fetching the job's output: %w (again: gpunex job fetch %s %s)", err, v.ID, output)
-				} else if err != nil {
-					fmt.Fprintf(errOut, "fetching the job's output: %v (again: gpunex job fetch %s %s)\n", err, v.ID, output)
-				} else {
-					fmt.Fprintf(errOut, "%d files of its /output written to %s\n", n, output)
-				}
-			}
-			if v.ExitCode != 0 {
-				code := v.ExitCode
-				if code < 0 || code > 255 {
-					code = 1
-				}
-				return exitError{code}
-			}
-			return nil
-		},
+			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.\n\n" + jobOutputHelp,
+		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd, args, o) },
 	}
-	f := run.Flags()
-	f.StringVarP(&file, "file", "f", "", "read the job from a TOML file (docs/api.md, \"Job files\"); flags override it")
-	f.StringVar(&req.Provider, "provider", "", "provider peer ID")
-	f.StringVar(&req.Offer, "offer", "", "offer ID (<peer ID>/<MODEL>), as 'gpunex offers search' shows")
-	f.StringVar(&req.Model, "model", "", "GPU model: without --provider or --offer, run on the best offer of it that takes the job")
-	f.StringVar(&req.Region, "region", "", "with --model: only offers in this region")
-	f.StringVar(&req.Tier, "tier", "", "with --model: only offers certified at this tier (community or enterprise)")
-	f.IntVar(&req.Tries, "tries", 0, fmt.Sprintf("with --model: how many offers to propose the job to at most, best first (default %d, at most %d)", api.DefaultTries, api.MaxTries))
-	f.IntVar(&req.GPUs, "gpus", 1, "how many GPUs")
-	f.Float64Var(&hours, "max-hours", 0, "longest the job may run, in hours (the lease ends then); required, here or as hours in a job file")
-	f.StringVar(&req.MaxPrice, "max-price", "", "most USDC per GPU-hour you pay (default: the offer's price)")
-	f.StringVar(&req.Image, "image", "", "image reference the provider pulls")
-	f.StringVar(&req.ImageArchive, "image-archive", "", "OCI image archive streamed to the provider")
-	f.StringArrayVar(&req.Env, "env", nil, "K=V environment variable (repeatable)")
-	f.BoolVar(&req.Egress, "egress", false, "let the job reach the network")
-	f.StringVarP(&output, "output", "o", "", "when the job ends, download what it wrote to /output into this folder")
-	f.BoolVar(&detach, "detach", false, "print the job ID and return once the job started")
+	f := c.Flags()
+	f.StringVarP(&o.file, "file", "f", "", "read the job from a TOML file (docs/api.md, \"Job files\"); flags override it")
+	f.StringVar(&o.req.Provider, "provider", "", "provider peer ID")
+	f.StringVar(&o.req.Offer, "offer", "", "offer ID (<peer ID>/<MODEL>), as 'gpunex offers search' shows")
+	f.StringVar(&o.req.Model, "model", "", "GPU model: without --provider or --offer, run on the best offer of it that takes the job")
+	f.StringVar(&o.req.Region, "region", "", "with --model: only offers in this region")
+	f.StringVar(&o.req.Tier, "tier", "", "with --model: only offers certified at this tier (community or enterprise)")
+	f.IntVar(&o.req.Tries, "tries", 0, fmt.Sprintf("with --model: how many offers to propose the job to at most, best first (default %d, at most %d)", api.DefaultTries, api.MaxTries))
+	f.IntVar(&o.req.GPUs, "gpus", 1, "how many GPUs")
+	f.Float64Var(&o.hours, "max-hours", 0, "longest the job may run, in hours (the lease ends then); required, here or as hours in a job file")
+	f.StringVar(&o.req.MaxPrice, "max-price", "", "most USDC per GPU-hour you pay (default: the offer's price)")
+	f.StringVar(&o.req.Image, "image", "", "image reference the provider pulls")
+	f.StringVar(&o.req.ImageArchive, "image-archive", "", "OCI image archive streamed to the provider")
+	f.StringArrayVar(&o.req.Env, "env", nil, "K=V environment variable (repeatable)")
+	f.BoolVar(&o.req.Egress, "egress", false, "let the job reach the network")
+	f.StringVarP(&o.output, "output", "o", "", "when the job ends, download what it wrote to /output into this folder")
+	f.BoolVar(&o.detach, "detach", false, "print the job ID and return once the job started")
+	return c
+}
 
+// request completes the job request: the command after --, the job file under the flags,
+// the lease's length, the image archive's absolute path.
+func (o *jobRun) request(cmd *cobra.Command, args []string) error {
+	o.req.Args = args
+	if o.file != "" {
+		f, err := readJobFile(o.file)
+		if err != nil {
+			return err
+		}
+		f.fill(cmd, &o.req, &o.hours, &o.output)
+	}
+	if o.hours <= 0 || math.IsNaN(o.hours) || o.hours > 24*30 {
+		return errors.New("--max-hours (hours in a job file): a positive number of hours, at most 720")
+	}
+	o.req.MaxSeconds = int64(math.Ceil(o.hours * 3600))
+	if o.req.ImageArchive != "" {
+		abs, err := filepath.Abs(o.req.ImageArchive)
+		if err != nil {
+			return err
+		}
+		o.req.ImageArchive = abs
+	}
+	return nil
+}
+
+// runJob proposes the job, then follows its output until it ends (unless --detach) and
+// exits with its exit code.
+func runJob(cmd *cobra.Command, args []string, o jobRun) error {
+	if err := o.request(cmd, args); err != nil {
+		return err
+	}
+	cl, err := client(cmd)
+	if err != nil {
+		return err
+	}
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	v, err := cl.ProposeJob(cmd.Context(), o.req)
+	if err != nil {
+		return err
+	}
+	printPlacement(errOut, v)
+	fmt.Fprintf(errOut, "job %s started on %s: %d x %s at %s USDC/GPU-hour, until %s\n", v.ID, v.Peer, v.GPUs, v.Model, v.PriceUSDC,
+		v.EndsAt.Local().Format(time.DateTime))
+	printPath(cmd, cl, v.Peer)
+	if o.detach {
+		if o.output != "" {
+			fmt.Fprintf(errOut, "its output is not fetched with --detach: gpunex job fetch %s %s, once it ended\n", v.ID, o.output)
+		}
+		fmt.Fprintln(out, v.ID)
+		return nil
+	}
+	logs, done := jobOutput(out)
+	err = cl.JobLogs(cmd.Context(), v.ID, true, logs)
+	done()
+	if err != nil {
+		return fmt.Errorf("following the output: %w (the job goes on: gpunex job logs -f %s)", err, v.ID)
+	}
+	return endJob(cmd, cl, v.ID, o.output)
+}
+
+// printPlacement says, for a job placed by model, which offers matched, which passed it
+// over and why, and which took it.
+func printPlacement(errOut io.Writer, v api.JobView) {
+	pl := v.Placement
+	if pl == nil {
+		return
+	}
+	fmt.Fprintf(errOut, "placement: %d offer(s) match %s\n", pl.Matched, pl.Search)
+	for _, a := range pl.Attempts[:len(pl.Attempts)-1] {
+		fmt.Fprintf(errOut, "  passed over %s, %s: %s: %s\n", a.Offer, a.Why, a.Outcome, a.Error)
+	}
+	fmt.Fprintf(errOut, "  %s\n", pl.Chosen)
+}
+
+// endJob reports how a followed job ended, fetches its output into output (when given) and
+// exits with the job's exit code.
+func endJob(cmd *cobra.Command, cl *api.Client, id, output string) error {
+	errOut := cmd.ErrOrStderr()
+	v, err := cl.Job(cmd.Context(), id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(errOut, "job %s %s: %s, exit code %d, %d s, cost %s USDC\n", v.ID, v.State, v.ExitReason, v.ExitCode, v.Seconds, v.CostUSDC)
+	printPath(cmd, cl, v.Peer)
+	if v.Disputed {
+		fmt.Fprintf(errOut, "the provider's receipt was disputed: %s (the coordinator decides; %d s were countersigned as the job ran)\n", v.Error, v.MeteredSeconds)
+	}
+	if output != "" {
+		n, err := fetchOutput(cmd, cl, v.ID, output)
+		if err != nil && v.ExitCode == 0 {
+			return fmt.Errorf("fetching the job's output: %w (again: gpunex job fetch %s %s)", err, v.ID, output)
+		} else if err != nil {
+			fmt.Fprintf(errOut, "fetching the job's output: %v (again: gpunex job fetch %s %s)\n", err, v.ID, output)
+		} else {
+			fmt.Fprintf(errOut, "%d files of its /output written to %s\n", n, output)
+		}
+	}
+	if v.ExitCode != 0 {
+		code := v.ExitCode
+		if code < 0 || code > 255 {
+			code = 1
+		}
+		return exitError{code}
+	}
+	return nil
+}
+
+func jobListCommand() *cobra.Command {
 	var asJSON bool
-	list := &cobra.Command{
+	c := &cobra.Command{
 		Use:   "list [--json]",
 		Short: "List the jobs this node rented or runs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			js, err := cl.Jobs(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), js)
-			}
-			if len(js) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no jobs")
-				return nil
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tSIDE\tSTATE\tGPUS\tMODEL\tSECONDS\tCOST USDC\tEXIT\tPEER")
-			for _, j := range js {
-				exit := "-"
-				if j.State == "ended" {
-					exit = fmt.Sprintf("%d %s", j.ExitCode, j.ExitReason)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Side, j.State, j.GPUs, j.Model, j.Seconds, j.CostUSDC, exit, j.Peer)
-			}
-			return w.Flush()
+			return ask(cmd, asJSON, (*api.Client).Jobs, printJobs)
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	jsonArrayFlag(c, &asJSON)
+	return c
+}
 
-	status := &cobra.Command{
+func printJobs(out io.Writer, js []api.JobView) error {
+	if len(js) == 0 {
+		fmt.Fprintln(out, "no jobs")
+		return nil
+	}
+	w := newTable(out)
+	fmt.Fprintln(w, "ID\tSIDE\tSTATE\tGPUS\tMODEL\tSECONDS\tCOST USDC\tEXIT\tPEER")
+	for _, j := range js {
+		exit := "-"
+		if j.State == "ended" {
+			exit = fmt.Sprintf("%d %s", j.ExitCode, j.ExitReason)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Side, j.State, j.GPUs, j.Model, j.Seconds, j.CostUSDC, exit, j.Peer)
+	}
+	return w.Flush()
+}
+
+func jobStatusCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "status ID",
 		Short: "Show a job (asking its provider when this node rented it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Job(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), v)
+			job := func(cl *api.Client, ctx context.Context) (api.JobView, error) { return cl.Job(ctx, args[0]) }
+			return ask(cmd, true, job, nil) // always JSON
 		},
 	}
+}
+
+func jobLogsCommand() *cobra.Command {
 	var follow bool
-	logs := &cobra.Command{
+	c := &cobra.Command{
 		Use:   "logs ID [-f]",
 		Short: "Print a job's output; -f follows it until the job ends",
-		Args:  cobra.ExactArgs(1),
+		Long: "Print a job's output; -f follows it until the job ends.\n\n" + jobOutputHelp + "\n" +
+			"Piped or redirected to a file, the output is written byte for byte.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := client(cmd)
 			if err != nil {
 				return err
 			}
-			return cl.JobLogs(cmd.Context(), args[0], follow, cmd.OutOrStdout())
+			out, done := jobOutput(cmd.OutOrStdout())
+			err = cl.JobLogs(cmd.Context(), args[0], follow, out)
+			if derr := done(); err == nil {
+				err = derr
+			}
+			return err
 		},
 	}
-	logs.Flags().BoolVarP(&follow, "follow", "f", false, "follow the output until the job ends")
-	cancel := &cobra.Command{
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "follow the output until the job ends")
+	return c
+}
+
+func jobCancelCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Stop a job; the provider writes the final receipt",
 		Args:  cobra.ExactArgs(1),
@@ -210,7 +262,10 @@ func jobCommand() *cobra.Command {
 			return nil
 		},
 	}
-	fetch := &cobra.Command{
+}
+
+func jobFetchCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "fetch ID DIR",
 		Short: "Download what the job wrote to /output into DIR",
 		Args:  cobra.ExactArgs(2),
@@ -227,72 +282,6 @@ func jobCommand() *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(run, list, status, logs, cancel, fetch)
-	return c
-}
-
-// fetchOutput downloads what a job wrote to /output into dir and says how many files it
-// wrote.
-func fetchOutput(cmd *cobra.Command, cl *api.Client, id, dir string) (int, error) {
-	pr, pw := io.Pipe()
-	defer pr.Close() // a fetch still writing when untar stops ends
-	go func() { pw.CloseWithError(cl.FetchOutput(cmd.Context(), id, pw)) }()
-	return untar(pr, dir)
-}
-
-// untar extracts regular files and folders into dir, on this machine: every path is
-// resolved inside dir (os.Root), so neither "..", an absolute name nor a link already in
-// dir leads out of it, and no file already there is written over. Links, devices and
-// other entries are skipped.
-func untar(r io.Reader, dir string) (int, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return 0, err
-	}
-	defer root.Close()
-	tr := tar.NewReader(r)
-	n := 0
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-		name := filepath.Clean(filepath.FromSlash(h.Name))
-		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, ".."+string(filepath.Separator)) {
-			return n, fmt.Errorf("archive entry %q leaves the folder", h.Name)
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, 0o755); err != nil {
-				return n, err
-			}
-		case tar.TypeReg:
-			if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-				return n, err
-			}
-			// Never over a file already there: a provider's output (or a job file shared
-			// by someone else naming a folder such as ~) cannot replace this machine's files.
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
-			if errors.Is(err, fs.ErrExist) {
-				return n, fmt.Errorf("%s is already in %s: a job's output never replaces a file; fetch it into a new folder", name, dir)
-			}
-			if err != nil {
-				return n, err
-			}
-			_, err = io.Copy(f, tr)
-			f.Close()
-			if err != nil {
-				return n, err
-			}
-			n++
-		}
-	}
 }
 
 // printPath says how the renter is connected to the provider: directly, or only through a
@@ -306,39 +295,4 @@ func printPath(cmd *cobra.Command, cl *api.Client, provider string) {
 	default:
 		fmt.Fprintln(cmd.ErrOrStderr(), "connection to the provider: relayed (a hole punch through its NAT did not succeed; the job's data goes through the coordinator's relay, within its limits)")
 	}
-}
-
-func peersCommand() *cobra.Command {
-	c := &cobra.Command{Use: "peers", Short: "How this node is connected to other peers"}
-	var asJSON bool
-	show := &cobra.Command{
-		Use:   "show PEER_ID [--json]",
-		Short: "Say whether this node is connected to a peer directly or through a relay, and over which addresses",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Peer(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), v)
-			}
-			path := v.Path
-			if path == "" {
-				path = "not connected"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", v.ID, path)
-			for _, c := range v.Conns {
-				fmt.Fprintf(cmd.OutOrStdout(), "  %s\n", c)
-			}
-			return nil
-		},
-	}
-	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(show)
-	return c
 }

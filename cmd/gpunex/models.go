@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,22 +22,10 @@ func modelsCommand() *cobra.Command {
 		Short: "List the models of the catalogue the node uses, with their datasheet figures",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := client(cmd)
-			if err != nil {
-				return err
-			}
-			v, err := cl.Models(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), v)
-			}
-			printModels(cmd, v)
-			return nil
+			return ask(cmd, asJSON, (*api.Client).Models, printModels)
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(list, &asJSON)
 
 	edit := func(op, use, short string) *cobra.Command {
 		var e protocol.ModelEntry
@@ -137,14 +125,13 @@ func mergeModelFlags(cmd *cobra.Command, m *protocol.ModelEntry, e protocol.Mode
 	}
 }
 
-func printModels(cmd *cobra.Command, v api.ModelsView) {
-	out := cmd.OutOrStdout()
+func printModels(out io.Writer, v api.ModelsView) error {
 	if v.Seq == 0 {
 		fmt.Fprintln(out, "catalogue 0: the compiled-in first catalogue (no coordinator catalogue received yet)")
 	} else {
 		fmt.Fprintf(out, "catalogue %d of coordinator %s, signed %s\n", v.Seq, v.Coordinator, v.IssuedAt.Local().Format(time.DateTime))
 	}
-	w := tabwriter.NewWriter(out, 0, 2, 2, ' ', 0)
+	w := newTable(out)
 	fmt.Fprintln(w, "MODEL\tVRAM GB\tFP32\tFP16\tTENSOR\tBANDWIDTH GB/s\tREVIEW\tNVML NAMES")
 	for _, m := range v.Models {
 		review := "supported"
@@ -155,6 +142,7 @@ func printModels(cmd *cobra.Command, v api.ModelsView) {
 			review, strings.Join(m.Aliases, ", "))
 	}
 	w.Flush()
+	return nil
 }
 
 // nodeModels returns the model catalogue of the node of the command's home, the first

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
@@ -46,7 +45,7 @@ func scoreCommand() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), "no score records yet")
 				return nil
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 2, 2, ' ', 0)
+			w := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(w, "PROVIDER\tSCORE\tTREND\tUPTIME\tCOMPLETION\tBENCH CONSISTENCY\tPROBES\tJOBS\tBENCHMARKS\tBY COORDINATOR")
 			for _, s := range scores {
 				fmt.Fprintf(w, "%s\t%d\t%+d\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%s\n", s.Provider, s.Score, s.Trend, s.Uptime, s.Completion, s.Consistency, s.Probes, s.Jobs, s.Benchmarks, s.Coordinator)
@@ -60,7 +59,7 @@ func scoreCommand() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(c, &asJSON)
 	return c
 }
 

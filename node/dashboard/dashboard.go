@@ -296,7 +296,8 @@ func SecurityHeaders(h http.Header) {
 }
 
 // Register adds the dashboard's routes: / and /ui/ (the pages, behind a session), /login
-// (a link's code opens a session), /logout, and /ui/assets/ (scripts, styles, messages).
+// (a link's code opens a session), /logout, and /ui/assets/ (script modules, among them
+// those of tabs/, styles, messages).
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
@@ -304,7 +305,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /login", s.serveLogin)
 	mux.HandleFunc("POST /logout", s.serveLogout)
 	mux.HandleFunc("GET /ui/{$}", s.serveIndex)
-	mux.HandleFunc("GET /ui/assets/{file}", s.serveAsset)
+	mux.HandleFunc("GET /ui/assets/{file...}", s.serveAsset)
 }
 
 func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
@@ -373,6 +374,9 @@ var contentTypes = map[string]string{
 	".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png",
 }
 
+// serveAsset serves an embedded asset by its path under assets/ (fs.ReadFile refuses a
+// path that is not clean or leaves the folder). Scripts are ES modules, which browsers load
+// only with a JavaScript content type.
 func (s *Server) serveAsset(w http.ResponseWriter, r *http.Request) {
 	SecurityHeaders(w.Header())
 	name := r.PathValue("file")

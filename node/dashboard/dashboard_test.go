@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"encoding/json"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -41,8 +42,17 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("French message %q has no English text", key)
 		}
 	}
-	// The keys the script names as literals (labels, buttons, titles, headings).
-	js, err := assets.ReadFile("assets/app.js")
+	// The keys the scripts name as literals (labels, buttons, titles, headings), in every
+	// module.
+	var js []byte
+	err = fs.WalkDir(assets, "assets", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".js") {
+			return err
+		}
+		b, err := assets.ReadFile(p)
+		js = append(js, b...)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +70,11 @@ func TestCatalogue(t *testing.T) {
 		}
 	}
 	if len(used) < 100 {
-		t.Fatalf("found only %d message keys in app.js: the patterns are stale", len(used))
+		t.Fatalf("found only %d message keys in the scripts: the patterns are stale", len(used))
 	}
 	for k := range used {
 		if _, ok := cat["en"][k]; !ok {
-			t.Errorf("app.js uses message %q, which the catalogue lacks", k)
+			t.Errorf("the scripts use message %q, which the catalogue lacks", k)
 		}
 	}
 }

@@ -1,0 +1,93 @@
+// Every role: Jobs: the jobs this node rented or runs, each with its live output; a renter
+// cancels one or downloads its output.
+import { api, stream } from '../api.js';
+import { busy, button, errorBox, facts, fill, h, say, short, table, card } from '../dom.js';
+import { t, usdc, when } from '../i18n.js';
+import { logView } from '../logview.js';
+
+let openJob = null;
+// placements keeps how each job placed by model from this page found its provider (the
+// answer of POST /v1/jobs; the node does not keep it).
+const placements = {};
+
+export async function jobs(main) {
+  const list = h('div');
+  const detail = h('div');
+  main.append(list, detail);
+  if (openJob) jobDetail(detail, openJob);
+  return async () => {
+    const js = (await api('GET', '/v1/jobs')) || [];
+    fill(list, table(['job', 'side', 'state', 'gpus', 'model', 'seconds', 'cost', 'exit', 'peer'],
+      js.map((j) => [h('a', { href: '#jobs', onclick: (ev) => { ev.preventDefault(); openJob = j.id; jobDetail(detail, j.id); } }, j.id),
+        t('side_' + j.side), h('span', { class: 'badge ' + j.state }, t('state_' + j.state)), String(j.gpus), j.model, String(j.seconds), usdc(j.cost_usdc),
+        j.state === 'ended' ? `${j.exit_code} ${j.exit_reason || ''}` : '–', h('code', {}, short(j.peer))]), 'no_jobs'));
+    if (openJob) refreshJob();
+  };
+}
+
+let jobAbort = null;
+let refreshJob = () => {};
+
+function jobDetail(box, id) {
+  if (jobAbort) jobAbort.abort();
+  jobAbort = new AbortController();
+  const signal = jobAbort.signal;
+  const head = h('div');
+  const out = h('div');
+  const log = logView({ class: 'log', id: 'job-log', 'aria-live': 'polite', tabindex: 0 }, `gpunex job logs ${id}`);
+  fill(box, card('job', head, out, h('h3', { i18n: 'output' }), log.note, log.pre));
+  refreshJob = async () => {
+    const j = await api('GET', '/v1/jobs/' + id);
+    const rows = [['job', h('code', {}, j.id)], ['state', h('span', { class: 'badge ' + j.state, id: 'job-state' }, t('state_' + j.state))],
+      ['provider', h('code', {}, short(j.peer))], ['gpus', `${j.gpus} × ${j.model}`], ['price', usdc(j.price_usdc_per_gpu_hour)],
+      ['started', when(j.started_at)], ['ends', when(j.ends_at)]];
+    const pl = placements[id];
+    if (pl) {
+      rows.push(['placement', h('span', { id: 'job-placement' }, pl.chosen)]);
+      const passed = (pl.attempts || []).filter((a) => a.outcome !== 'accepted');
+      if (passed.length) rows.push(['passed_over', passed.map((a) => `${a.offer} (${t('outcome_' + a.outcome)}: ${a.error || ''})`).join('; ')]);
+    }
+    if (j.metered_seconds) rows.push(['metered', t('metered_seconds', { seconds: j.metered_seconds })]);
+    if (j.state === 'ended') {
+      rows.push(['exit', h('span', { id: 'job-exit' }, `${j.exit_code} ${j.exit_reason || ''}`)], ['seconds', String(j.seconds)],
+        ['cost', h('span', { id: 'job-cost' }, usdc(j.cost_usdc))],
+        ['receipt', t(j.receipt_countersigned ? 'receipt_both' : j.receipt ? 'receipt_provider' : 'receipt_none')]);
+      if (j.disputed) rows.push(['disputed', j.error || t('yes')]);
+    }
+    if (j.error && !j.disputed) rows.push(['error', j.error]);
+    const acts = [];
+    if (j.side === 'renter' && (j.state === 'running' || j.state === 'leased')) {
+      const cancel = button('cancel', () => busy(cancel, out, async () => {
+        await api('POST', `/v1/jobs/${id}/cancel`);
+        refreshJob();
+      }), 'danger');
+      acts.push(cancel);
+    }
+    if (j.side === 'renter' && j.state === 'ended') {
+      // Through a one-time ticket: the browser saves the output to disk as it arrives,
+      // however large, instead of this page holding it.
+      const get = button('fetch_output', () => busy(get, out, async () => {
+        const tk = await api('POST', '/v1/dashboard/download', { path: `/v1/jobs/${encodeURIComponent(id)}/output` });
+        const a = h('a', { href: tk.url, download: `${id}-output.tar` });
+        document.body.append(a);
+        a.click();
+        a.remove();
+      }));
+      acts.push(get);
+    }
+    fill(head, facts(rows), h('p', { class: 'inline' }, acts));
+    return j;
+  };
+  refreshJob().then(() => {
+    return stream('GET', `/v1/jobs/${id}/logs?follow=1`, log.append, signal).then(() => refreshJob());
+  }).catch((e) => {
+    if (!signal.aborted) say(out, errorBox(e));
+  });
+}
+
+// followJob opens a job started from the Run tab on the Jobs tab, with how it was placed.
+export function followJob(id, placement) {
+  if (placement) placements[id] = placement;
+  openJob = id;
+  location.hash = '#jobs';
+}
