@@ -116,11 +116,13 @@ type Node struct {
 // New starts a node: host, DHT, gossip, and the role's subsystems. The caller must Close it.
 // It assembles the node in the steps of docs/architecture.md ("Inside a node"): storage
 // and trust, network, money, the role's subsystems, then the loops.
-func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (n *Node, err error) {
+func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (_ *Node, err error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	n = &Node{cfg: cfg, log: d.Logger, clock: d.Clock, ledger: d.Ledger}
+	// n, not the named result (which every `return nil, err` sets to nil), is what the
+	// deferred Close takes down when a step fails.
+	n := &Node{cfg: cfg, log: d.Logger, clock: d.Clock, ledger: d.Ledger}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -371,7 +373,7 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 		j := n.cfg.Jobs
 		o := sandbox.ContainerdOptions{Address: j.ContainerdAddress, Namespace: j.Namespace, Owner: n.peer.ID.String(), NoUserNamespaces: !j.UserNamespaces,
 			MaxUnpackedBytes: j.MaxImageUnpackedMB << 20, MaxPullBytes: j.MaxImageMB << 20, Registries: j.Registries, PrivateRegistries: j.PrivateRegistries,
-			Network: sandbox.NetworkOptions{Policy: j.Egress, Subnet: j.NetworkSubnet, EgressMbps: j.EgressMbps, DNS: j.DNS}}
+			Network: sandbox.NetworkOptions{Policy: j.Egress, Subnet: j.NetworkSubnet, EgressMbps: j.EgressMbps, DNS: j.DNS, Blocked: j.EgressBlocked}}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		st := &api.SandboxStatus{}
 		n.sandboxStatus = st
@@ -550,6 +552,9 @@ func (n *Node) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		if n.publisher != nil {
 			n.publisher.Withdraw(ctx, "provider shutting down")
+		}
+		if n.runtime != nil && n.jobs == nil && n.ownsSandbox {
+			n.runtime.Close() // the job runner never started: the containerd client is closed all the same
 		}
 		if n.jobs != nil && n.runtime != nil {
 			n.jobs.StopAll(ctx, "provider shutting down")

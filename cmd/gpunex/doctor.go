@@ -286,6 +286,21 @@ func doctorGPUs(cfg config.Config, add func(name, status, found, fix string)) {
 	}
 }
 
+// doctorContainerdState checks that jobs in user namespaces can reach containerd's state
+// folder (their bundles and root file systems): otherwise runc fails every job with
+// "permission denied".
+func doctorContainerdState(ctx context.Context, address string, add func(name, status, found, fix string)) {
+	found, err := sandbox.CheckStateTraversable(ctx, address)
+	switch {
+	case errors.Is(err, sandbox.ErrStateNotTraversable):
+		add("containerd state", checkFail, err.Error(), "let other users through the folders above containerd's state (chmod o+x on each one named), or move the state (containerd's --state, or state in its config.toml)")
+	case err != nil:
+		add("containerd state", checkWarn, "cannot tell whether jobs can reach containerd's state: "+err.Error(), "run gpunex doctor as root on the provider's host")
+	default:
+		add("containerd state", checkOK, found, "")
+	}
+}
+
 // doctorJobs checks what jobs run on: containerd, runc, cgroup v2, user namespaces, and
 // what the running node says of its sandbox.
 func doctorJobs(ctx context.Context, cfg config.Config, st *api.Status, add func(name, status, found, fix string)) {
@@ -293,6 +308,9 @@ func doctorJobs(ctx context.Context, cfg config.Config, st *api.Status, add func
 		add("containerd", checkFail, err.Error(), "install containerd (`apt-get install containerd runc`) and start it (`systemctl enable --now containerd`), or set jobs.containerd_address")
 	} else {
 		add("containerd", checkOK, v+" at "+cfg.Jobs.ContainerdAddress, "")
+		if cfg.Jobs.UserNamespaces {
+			doctorContainerdState(ctx, cfg.Jobs.ContainerdAddress, add)
+		}
 	}
 	if path, err := exec.LookPath("runc"); err != nil {
 		add("runc", checkFail, "runc is not on PATH", "`apt-get install runc`")

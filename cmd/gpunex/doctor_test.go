@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -71,5 +72,32 @@ func TestDoctorFreshHome(t *testing.T) {
 	os.WriteFile(cfgPath, []byte("role = \"provider\"\n[offers\n"), 0o644)
 	if r, by, code := doctorOf(t, home); code != 1 || len(r.Checks) != 1 || by["config"].Status != "fail" || !strings.Contains(by["config"].Fix, cfgPath) {
 		t.Errorf("a broken configuration: exit %d %+v", code, r.Checks)
+	}
+}
+
+// TestDoctorContainerdState: a provider whose containerd keeps its state under a folder
+// other users cannot go through (jobs in user namespaces would all fail with runc's
+// "permission denied") fails the doctor's check with the fix; opened again, it passes.
+func TestDoctorContainerdState(t *testing.T) {
+	d := testContainerd(t, t.TempDir())
+	home := filepath.Join(t.TempDir(), "provider")
+	mustRun(t, "init", "--home", home, "--role", "provider", "--containerd", d.Address())
+	_, by, _ := doctorOf(t, home)
+	m := regexp.MustCompile(`containerd's state (/\S+) is reachable`).FindStringSubmatch(by["containerd state"].Found)
+	if by["containerd state"].Status != "ok" || m == nil {
+		t.Fatalf("the private containerd's state: %+v", by["containerd state"])
+	}
+	above := filepath.Dir(m[1])
+	st, err := os.Stat(above)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(above, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(above, st.Mode().Perm())
+	if _, by, _ := doctorOf(t, home); by["containerd state"].Status != "fail" || !strings.Contains(by["containerd state"].Found, above) ||
+		!strings.Contains(by["containerd state"].Fix, "chmod o+x") {
+		t.Fatalf("containerd's state under a 0700 folder: %+v", by["containerd state"])
 	}
 }

@@ -153,6 +153,16 @@ func (c *Config) checkJobs() (errs []error) {
 	if p, err := netip.ParsePrefix(j.NetworkSubnet); err != nil || !p.Addr().Is4() || p.Bits() > 28 || p.Masked() != p {
 		errs = append(errs, fmt.Errorf("jobs.network_subnet %q: an IPv4 network such as 10.231.0.0/16, at most /28", j.NetworkSubnet))
 	}
+	for _, b := range j.EgressBlocked {
+		p, err := netip.ParsePrefix(b)
+		if err != nil {
+			a, aerr := netip.ParseAddr(b)
+			p, err = netip.PrefixFrom(a, 32), aerr
+		}
+		if err != nil || !p.Addr().Is4() {
+			errs = append(errs, fmt.Errorf("jobs.egress_blocked %q: an IPv4 address or network such as 198.51.100.0/24", b))
+		}
+	}
 	for _, d := range j.DNS {
 		if _, err := netip.ParseAddr(d); err != nil {
 			errs = append(errs, fmt.Errorf("jobs.dns: %q is not an IP address", d))

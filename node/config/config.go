@@ -159,6 +159,10 @@ type JobsConfig struct {
 	NetworkSubnet string `toml:"network_subnet"`
 	// DNS are the nameservers of jobs with egress.
 	DNS []string `toml:"dns"`
+	// EgressBlocked are more IPv4 addresses or networks no job reaches under any policy,
+	// besides those always blocked (the host, link-local, cloud agents): the provider's
+	// own services at public addresses, say. docs/sandbox.md.
+	EgressBlocked []string `toml:"egress_blocked"`
 	// UserNamespaces gives each job a user namespace of its own where the host can
 	// (docs/sandbox.md); false runs jobs as the host's uid 65534.
 	UserNamespaces bool `toml:"user_namespaces"`

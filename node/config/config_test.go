@@ -27,6 +27,8 @@ func TestConfigCheckSaysWhatToFix(t *testing.T) {
 		"zero count":        {func(c *Config) { c.Provider.GPUs[0].Count = 0 }, "count 0"},
 		"bad window":        {func(c *Config) { c.Provider.Availability.Windows = []string{"mon 25:00-26:00"} }, "provider.availability"},
 		"bad zone":          {func(c *Config) { c.Provider.Availability.Timezone = "Mars/Olympus" }, "provider.availability"},
+		"IPv6 egress block": {func(c *Config) { c.Jobs.EgressBlocked = []string{"2001:db8::/32"} }, "jobs.egress_blocked"},
+		"bad egress block":  {func(c *Config) { c.Jobs.EgressBlocked = []string{"10.0.0.0/8", "intranet"} }, `jobs.egress_blocked "intranet"`},
 	}
 	for name, c := range cases {
 		cfg := Defaults(RoleProvider)

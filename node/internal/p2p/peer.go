@@ -77,8 +77,10 @@ type Peer struct {
 
 // New starts the host (unless given), the DHT in server mode and gossipsub with peer scoring.
 // The caller must Close it.
-func New(o Options) (p *Peer, err error) {
-	p = &Peer{Host: o.Host, Key: o.Key}
+func New(o Options) (_ *Peer, err error) {
+	// p, not the named result (which every `return nil, err` sets to nil), is what the
+	// deferred Close takes down when a step fails.
+	p := &Peer{Host: o.Host, Key: o.Key}
 	if p.ID, err = peer.IDFromPrivateKey(o.Key); err != nil {
 		return nil, err
 	}
