@@ -89,7 +89,8 @@ func New(o Options) (p *Peer, err error) {
 	}()
 	if p.Host == nil {
 		p.bans = newBans()
-		opts := natOptions(o)
+		acl := newRelayACL(o.Relay)
+		opts := natOptions(o, acl)
 		if o.MaxPeers > 0 {
 			cm, err := connmgr.NewConnManager(o.MaxPeers*3/4, o.MaxPeers)
 			if err != nil {
@@ -111,6 +112,7 @@ func New(o Options) (p *Peer, err error) {
 			return nil, fmt.Errorf("start libp2p host on %v: %w", o.Listen, err)
 		}
 		p.ownsHost = true
+		acl.use(p.Host.Network())
 	}
 	if p.Host.ID() != p.ID {
 		return nil, errors.New("host identity differs from the node key")
