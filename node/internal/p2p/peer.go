@@ -73,6 +73,9 @@ type Peer struct {
 	reach reachability
 	// jobStreams counts each peer's open job streams (keepForJobs).
 	jobStreams map[peer.ID]int
+	// relayedUse is when each relayed connection peers opened to this node last had one of
+	// its streams handled (closeIdleRelayed).
+	relayedUse map[network.Conn]time.Time
 }
 
 // New starts the host (unless given), the DHT in server mode and gossipsub with peer scoring.
@@ -129,6 +132,9 @@ func New(o Options) (p *Peer, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	p.reach.watch(ctx, p)
+	if p.ownsHost && o.TakeRelaySlots {
+		go p.closeIdleRelayedLoop(ctx)
+	}
 	p.ps, err = pubsub.NewGossipSub(ctx, p.Host, append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
@@ -239,7 +245,13 @@ func (p *Peer) Handle(proto string, h network.StreamHandler) {
 			inner(s)
 		}
 	}
-	p.Host.SetStreamHandler(libp2pprotocol.ID(proto), h)
+	p.Host.SetStreamHandler(libp2pprotocol.ID(proto), func(s network.Stream) {
+		if s.Conn().Stat().Limited { // a relayed connection in use (closeIdleRelayed)
+			p.usedRelayed(s.Conn())
+			defer p.usedRelayed(s.Conn())
+		}
+		h(s)
+	})
 }
 
 // keepForJobs marks a peer a job stream is open with, so that the connection manager

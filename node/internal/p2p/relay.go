@@ -1,7 +1,9 @@
 package p2p
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/proto"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // A coordinator's relay admits circuits by the source's network, not only by its peer ID.
@@ -142,4 +146,75 @@ func (a *relayACL) hopStreams(src peer.ID) []network.Stream {
 // reset (and its handler has returned).
 func open(s network.Stream) bool {
 	return !s.Conn().IsClosed() && slices.Contains(s.Conn().GetStreams(), s)
+}
+
+// A relayed connection a peer opened to this node (a provider behind NAT) holds one of the
+// few circuits to it: one that never carries any of the node's streams (a stranger hoarding
+// circuits) is closed relayUnused after it opened, and one that carried some, once it has
+// carried none for relayIdle (a renter since hole-punched to a direct connection; a renter
+// that only asks for its job's checkpoints, once a minute, keeps its own). A renter that
+// comes back opens another.
+const (
+	relayUnused = 30 * time.Second
+	relayIdle   = 2 * protocol.CheckpointInterval
+)
+
+// usedRelayed notes that a stream of the node's protocols is handled on relayed connection c.
+func (p *Peer) usedRelayed(c network.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.relayedUse == nil {
+		p.relayedUse = map[network.Conn]time.Time{}
+	}
+	p.relayedUse[c] = time.Now()
+}
+
+// closeIdleRelayed closes the relayed connections peers opened to this node that carry
+// none of its streams now and either never did, relayUnused after they opened, or did
+// last relayIdle before now.
+func (p *Peer) closeIdleRelayed(now time.Time) {
+	var idle []network.Conn
+	p.mu.Lock()
+	present := map[network.Conn]bool{}
+	for _, c := range p.Host.Network().Conns() {
+		st := c.Stat()
+		if !st.Limited || st.Direction != network.DirInbound {
+			continue
+		}
+		present[c] = true
+		last, grace := st.Opened, relayUnused
+		if t, ok := p.relayedUse[c]; ok {
+			last, grace = t, relayIdle
+		}
+		if now.Sub(last) >= grace && !slices.ContainsFunc(c.GetStreams(), ours) {
+			idle = append(idle, c)
+		}
+	}
+	for c := range p.relayedUse {
+		if !present[c] {
+			delete(p.relayedUse, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+}
+
+// ours says whether a stream is of the node's own protocols (not libp2p's: identify, hole
+// punching).
+func ours(s network.Stream) bool { return strings.HasPrefix(string(s.Protocol()), "/gpunex/") }
+
+// closeIdleRelayedLoop runs closeIdleRelayed until ctx ends.
+func (p *Peer) closeIdleRelayedLoop(ctx context.Context) {
+	t := time.NewTicker(relayUnused / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			p.closeIdleRelayed(now)
+		}
+	}
 }

@@ -7,9 +7,12 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // relayLab is a coordinator's relay on 127.0.0.1 and a provider holding a slot on it, with
@@ -143,5 +146,60 @@ func TestRelayBoundsRotatingIdentities(t *testing.T) {
 	}
 	if opened != relayOpensPerMinute {
 		t.Fatalf("%d circuits opened in a moment by identities on one address, want %d", opened, relayOpensPerMinute)
+	}
+}
+
+// TestIdleRelayedConnectionsClosed: a provider behind NAT closes the relayed connections
+// that never carry any of its streams, relayUnused after they open (a stranger holding a
+// circuit for nothing), and keeps a renter's while its job stream is open and for relayIdle
+// after.
+func TestIdleRelayedConnectionsClosed(t *testing.T) {
+	l := newRelayLab(t, 16)
+	prov, err := New(Options{Host: l.provider, Key: l.provider.Peerstore().PrivKey(l.provider.ID()), OfferValidator: anyValue{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+	started, release := make(chan struct{}), make(chan struct{})
+	prov.Handle(protocol.JobProtocol, func(s network.Stream) {
+		close(started)
+		<-release
+		s.Close()
+	})
+	stranger, renter := l.host("127.0.0.2"), l.host("127.0.0.3")
+	for _, h := range []host.Host{stranger, renter} {
+		if err := l.dial(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := renter.NewStream(network.WithAllowLimitedConn(ctx, "job"), prov.ID, protocol.JobProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte{0}) // the protocol is agreed on with the first bytes
+	<-started
+	connected := func(id peer.ID) bool { return len(prov.Host.Network().ConnsToPeer(id)) > 0 }
+
+	prov.closeIdleRelayed(time.Now().Add(relayUnused + time.Second))
+	if connected(stranger.ID()) {
+		t.Error("a relayed connection that carried nothing is kept")
+	}
+	if !connected(renter.ID()) {
+		t.Fatal("a relayed connection carrying a job stream is closed")
+	}
+	close(release)
+	if _, err := s.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the job stream did not end")
+	}
+	ended := time.Now()
+	prov.closeIdleRelayed(ended.Add(relayIdle / 2))
+	if !connected(renter.ID()) {
+		t.Fatal("a relayed connection is closed moments after its job stream ended")
+	}
+	prov.closeIdleRelayed(ended.Add(relayIdle + time.Second))
+	if connected(renter.ID()) {
+		t.Error("a relayed connection idle since its job stream ended is kept")
 	}
 }
