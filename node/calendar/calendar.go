@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -40,6 +42,31 @@ type Window struct {
 // IsURL says whether a calendar source is an http(s) URL rather than a file.
 func IsURL(src string) bool {
 	return strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://")
+}
+
+// CheckFollow says whether a calendar source may be followed (read again and applied with
+// nobody watching): an https:// URL, or an http:// one on this host's loopback (a local
+// file server). Over plain http anyone on the way could set the provider's hours: close
+// them to withdraw its offer, or open them while the operator is away, so that probes are
+// missed.
+func CheckFollow(src string) error {
+	if !IsURL(src) {
+		return fmt.Errorf("%s: only an https:// calendar URL is followed", src)
+	}
+	u, err := url.Parse(src)
+	if err != nil {
+		return fmt.Errorf("calendar URL: %w", err)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("%s: no host in the calendar URL", src)
+	}
+	if strings.EqualFold(u.Scheme, "https") || u.Hostname() == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s: a followed calendar needs an https:// URL: over plain http anyone on the way could change the provider's hours (import it once, without --follow, to check what it says)", src)
 }
 
 // Read reads a calendar from a file, or from an http(s) URL, up to 1 MiB.

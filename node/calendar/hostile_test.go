@@ -50,3 +50,28 @@ func TestCalendarStepsShared(t *testing.T) {
 		t.Fatalf("Weekly of 20 hourly series from 2005: %v", err)
 	}
 }
+
+// TestFollowNeedsHTTPS: a calendar is followed over https only: over plain http anyone on
+// the way could set the provider's hours (close them to withdraw its offer, open them while
+// nobody watches). A server on the host itself may use http; a file is not followed.
+func TestFollowNeedsHTTPS(t *testing.T) {
+	for src, ok := range map[string]bool{
+		"https://calendar.example.org/hours.ics": true,
+		"http://127.0.0.1:8080/hours.ics":        true,
+		"http://[::1]:8080/hours.ics":            true,
+		"http://localhost/hours.ics":             true,
+		"http://calendar.example.org/hours.ics":  false,
+		"http://127.0.0.1.example.org/hours.ics": false,
+		"http://10.0.0.7/hours.ics":              false,
+		"https:///hours.ics":                     false,
+		"/etc/hours.ics":                         false,
+	} {
+		err := CheckFollow(src)
+		if ok != (err == nil) {
+			t.Errorf("%s: %v", src, err)
+		}
+		if err != nil && strings.HasPrefix(src, "http://") && !strings.Contains(err.Error(), "https://") {
+			t.Errorf("%s: the refusal does not say what to use: %v", src, err)
+		}
+	}
+}
