@@ -158,9 +158,9 @@ func calProp(line string) (name string, params map[string]string, value string) 
 func calTime(value string, params map[string]string) (time.Time, bool, error) {
 	loc := time.UTC
 	if tz := params["TZID"]; tz != "" {
-		l, err := time.LoadLocation(tz)
+		l, err := time.LoadLocation(ianaZone(tz))
 		if err != nil {
-			return time.Time{}, false, fmt.Errorf("TZID %q: %w", tz, err)
+			return time.Time{}, false, fmt.Errorf("TZID %q: neither an IANA time zone (Europe/Paris) nor a Windows one (W. Europe Standard Time): %w", tz, err)
 		}
 		loc = l
 	}
@@ -174,6 +174,18 @@ func calTime(value string, params map[string]string) (time.Time, bool, error) {
 	}
 	t, err := time.ParseInLocation("20060102T150405", value, loc)
 	return t, false, err
+}
+
+//go:generate go run gen_windowszones.go
+
+// ianaZone is the IANA name of a TZID: Outlook and Exchange name zones the Windows way
+// ("W. Europe Standard Time"), mapped as CLDR does (windowsZones); others are IANA names
+// already (their VTIMEZONE is not read).
+func ianaZone(tzid string) string {
+	if iana, ok := windowsZones[tzid]; ok {
+		return iana
+	}
+	return tzid
 }
 
 // calDuration reads an RFC 5545 DURATION such as PT2H30M, P1D or P1W.
@@ -312,7 +324,7 @@ func (e event) starts(from, to time.Time, steps *int) (_ []time.Time, err error)
 }
 
 // parseEvents reads the VEVENTs of a calendar (other components, such as VTIMEZONE, are
-// skipped: zones are read by their IANA name).
+// skipped: zones are read by their IANA name, or their Windows name mapped to it).
 func parseEvents(data []byte) ([]event, error) {
 	lines, err := unfold(data)
 	if err != nil {
@@ -336,7 +348,7 @@ func parseEvents(data []byte) ([]event, error) {
 			case "DTSTART":
 				e.start, allDay, err = calTime(value, params)
 				startWall, _, _ = calTime(value, map[string]string{"VALUE": params["VALUE"]})
-				e.zone = params["TZID"]
+				e.zone = ianaZone(params["TZID"])
 			case "DTEND":
 				end, _, err = calTime(value, params)
 				endWall, _, _ = calTime(value, map[string]string{"VALUE": params["VALUE"]})
