@@ -220,11 +220,13 @@ func TestAvailabilityFromCalendar(t *testing.T) {
 		t.Fatalf("after a broken calendar: %+v", v)
 	}
 
-	// Refused: hours that do not parse, following a file, following too often.
+	// Refused: hours that do not parse, following a file or a plain http URL elsewhere than
+	// on this host, following too often.
 	for _, bad := range []api.Availability{
 		{Timezone: "Europe/Paris", Windows: []string{"mon 25:00-26:00"}},
 		{Timezone: "Mars/Olympus", Windows: []string{"mon 10:00-12:00"}},
 		{Timezone: "UTC", Windows: []string{"mon 10:00-12:00"}, Source: "/etc/cal.ics", Follow: "1h"},
+		{Timezone: "UTC", Windows: []string{"mon 10:00-12:00"}, Source: "http://calendar.example.org/hours.ics", Follow: "1h"},
 		{Timezone: "UTC", Windows: []string{"mon 10:00-12:00"}, Source: calendarServer.URL, Follow: "1m"},
 	} {
 		if _, err := cl.SetAvailability(ctx, bad); !errors.Is(err, api.ErrInvalid) {

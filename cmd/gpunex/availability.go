@@ -83,14 +83,15 @@ week (RRULE FREQ=WEEKLY with BYDAY, or FREQ=DAILY), in one time zone: each event
 of availability, in the wall-clock hours of its zone. One-off events, events every other week
 and exceptions are refused: plan absences with "gpunex maintenance import".
 
-With --follow, the node itself reads the URL again at that interval (5m to 168h) and applies
-what changed; a read that fails, or a calendar that no longer reads as weekly, leaves the
-availability as it was and is shown by "gpunex availability show".`,
+With --follow, the node itself reads the URL (https://, or http:// on this host only) again
+at that interval (5m to 168h) and applies what changed; a read that fails, or a calendar
+that no longer reads as weekly, leaves the availability as it was and is shown by
+"gpunex availability show".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src := args[0]
-			if follow != 0 && !calendar.IsURL(src) {
-				return fmt.Errorf("--follow needs an http(s) URL; %s is a file", src)
+			if err := calendar.CheckFollow(src); follow != 0 && err != nil {
+				return fmt.Errorf("--follow: %w", err)
 			}
 			data, err := calendar.Read(cmd.Context(), src)
 			if err != nil {

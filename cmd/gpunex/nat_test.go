@@ -148,8 +148,9 @@ func startNS(t *testing.T, ns, home string) *nsNode {
 // NAT, a renter behind another, and a provider behind a symmetric NAT, each in network
 // namespaces of the test. Each provider learns it is private, takes a relay reservation on
 // the coordinator and announces its relay address; it is certified, the renter finds its
-// offer and runs a job on it. The connection to the first ends direct (hole punched), to the
-// second relayed; the test records both.
+// offer and runs a job on it, while strangers through the relay hoard circuits to the
+// providers and spend their proposal budgets (nat_stranger_test.go). The connection to the
+// first ends direct (hole punched), to the second relayed; the test records both.
 func TestNATTraversal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -251,6 +252,12 @@ func TestNATTraversal(t *testing.T) {
 		}
 	}
 
+	// Meanwhile strangers on the public segment attack the providers behind NAT through the
+	// coordinator's relay: two hold every circuit they can get to the one only the relay
+	// reaches, another spends their proposal budgets with fresh keys. The renter still
+	// reaches and rents them.
+	hoarders, spender := strangersAttack(t, lab, pub, dir, "/ip4/11.0.0.1/tcp/4001/p2p/"+c.st.PeerID, sym.st.PeerID, []string{prov.st.PeerID, sym.st.PeerID})
+
 	// Found by the renter, and rented.
 	// A 50 MB image archive, so that where the job's data goes shows in the time it takes.
 	archive := filepath.Join(dir, "image-50mb.tar")
@@ -298,6 +305,7 @@ func TestNATTraversal(t *testing.T) {
 		paths[p.ns] = pv.Path
 		t.Logf("%s: job proposed and started in %s, its output read in %s, connection %s (%v)", p.ns, proposed.Round(10*time.Millisecond), ran.Round(10*time.Millisecond), pv.Path, pv.Conns)
 	}
+	checkStrangers(t, hoarders, spender, map[string]string{prov.st.PeerID: prov.ns, sym.st.PeerID: sym.ns})
 	if paths[pubProv.ns] != "direct" {
 		t.Errorf("to a provider on the public segment the connection is direct: %q", paths[pubProv.ns])
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -22,9 +24,11 @@ import (
 // as .ics. Recurrence rules are expanded by rrule-go; the calendar's own framing (folded
 // lines, VEVENT, DTSTART/DTEND/DURATION with TZID, EXDATE, SUMMARY) is read here.
 
-// Limits of an imported calendar.
+// Limits of an imported calendar: a followed one is anyone's text, read again every few
+// minutes.
 const (
 	maxCalendarBytes  = 1 << 20
+	maxCalendarLines  = 50_000 // unfolded; 500 events of Outlook's 30-odd lines fit
 	maxCalendarEvents = 500
 	maxOccurrences    = 1000
 )
@@ -38,6 +42,31 @@ type Window struct {
 // IsURL says whether a calendar source is an http(s) URL rather than a file.
 func IsURL(src string) bool {
 	return strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://")
+}
+
+// CheckFollow says whether a calendar source may be followed (read again and applied with
+// nobody watching): an https:// URL, or an http:// one on this host's loopback (a local
+// file server). Over plain http anyone on the way could set the provider's hours: close
+// them to withdraw its offer, or open them while the operator is away, so that probes are
+// missed.
+func CheckFollow(src string) error {
+	if !IsURL(src) {
+		return fmt.Errorf("%s: only an https:// calendar URL is followed", src)
+	}
+	u, err := url.Parse(src)
+	if err != nil {
+		return fmt.Errorf("calendar URL: %w", err)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("%s: no host in the calendar URL", src)
+	}
+	if strings.EqualFold(u.Scheme, "https") || u.Hostname() == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s: a followed calendar needs an https:// URL: over plain http anyone on the way could change the provider's hours (import it once, without --follow, to check what it says)", src)
 }
 
 // Read reads a calendar from a file, or from an http(s) URL, up to 1 MiB.
@@ -75,20 +104,40 @@ func Read(ctx context.Context, src string) ([]byte, error) {
 }
 
 // unfold joins RFC 5545's folded lines (a line starting with a space or a tab continues
-// the one before).
-func unfold(data []byte) []string {
+// the one before). The parts of a line are gathered and made a string once: adding each to
+// the string so far copied the whole line at every continuation, and 1 MiB of short folds
+// took a minute of CPU.
+func unfold(data []byte) ([]string, error) {
 	var out []string
+	var line []byte // the line being gathered
+	started := false
+	end := func() error {
+		if !started {
+			return nil
+		}
+		if len(out) == maxCalendarLines {
+			return fmt.Errorf("over %d lines: no provider's hours need that many", maxCalendarLines)
+		}
+		out = append(out, string(line))
+		return nil
+	}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64<<10), maxCalendarBytes)
 	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
-		if (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")) && len(out) > 0 {
-			out[len(out)-1] += line[1:]
+		part := bytes.TrimRight(sc.Bytes(), "\r")
+		if len(part) > 0 && (part[0] == ' ' || part[0] == '\t') && started {
+			line = append(line, part[1:]...)
 			continue
 		}
-		out = append(out, line)
+		if err := end(); err != nil {
+			return nil, err
+		}
+		line, started = append(line[:0], part...), true
 	}
-	return out
+	if err := end(); err != nil {
+		return nil, err
+	}
+	return out, sc.Err()
 }
 
 // calProp splits "NAME;PARAM=V:VALUE" into name, params and value.
@@ -109,9 +158,9 @@ func calProp(line string) (name string, params map[string]string, value string) 
 func calTime(value string, params map[string]string) (time.Time, bool, error) {
 	loc := time.UTC
 	if tz := params["TZID"]; tz != "" {
-		l, err := time.LoadLocation(tz)
+		l, err := time.LoadLocation(ianaZone(tz))
 		if err != nil {
-			return time.Time{}, false, fmt.Errorf("TZID %q: %w", tz, err)
+			return time.Time{}, false, fmt.Errorf("TZID %q: neither an IANA time zone (Europe/Paris) nor a Windows one (W. Europe Standard Time): %w", tz, err)
 		}
 		loc = l
 	}
@@ -125,6 +174,18 @@ func calTime(value string, params map[string]string) (time.Time, bool, error) {
 	}
 	t, err := time.ParseInLocation("20060102T150405", value, loc)
 	return t, false, err
+}
+
+//go:generate go run gen_windowszones.go
+
+// ianaZone is the IANA name of a TZID: Outlook and Exchange name zones the Windows way
+// ("W. Europe Standard Time"), mapped as CLDR does (windowsZones); others are IANA names
+// already (their VTIMEZONE is not read).
+func ianaZone(tzid string) string {
+	if iana, ok := windowsZones[tzid]; ok {
+		return iana
+	}
+	return tzid
 }
 
 // calDuration reads an RFC 5545 DURATION such as PT2H30M, P1D or P1W.
@@ -192,15 +253,17 @@ func (e event) name() string {
 // repeats says whether the event has a recurrence rule or dates.
 func (e event) repeats() bool { return e.rule != "" || len(e.rdates) > 0 }
 
-// maxSteps bounds the occurrences a rule is expanded through, from its DTSTART on: an hourly
-// rule started ten years ago fits, a rule that would make a followed calendar eat the node's
-// CPU does not.
+// maxSteps bounds the occurrences a calendar's rules are expanded through, from their
+// DTSTARTs on, all together (a tenth of a second): an hourly rule started ten years ago
+// fits, rules that would make a followed calendar eat the node's CPU do not (500 events
+// were 500 times that).
 const maxSteps = 200_000
 
-// starts lists the starts of the event's occurrences that overlap [from, to). A rule
-// rrule-go cannot expand (it panics on some: BYDAY=-6MO in a month, BYEASTER far off) or that
-// takes more than maxSteps occurrences to get there is an error naming the event.
-func (e event) starts(from, to time.Time) (_ []time.Time, err error) {
+// starts lists the starts of the event's occurrences that overlap [from, to), taking the
+// occurrences walked through from *steps, what is left of the calendar's maxSteps. A rule
+// rrule-go cannot expand (it panics on some: BYDAY=-6MO in a month, BYEASTER far off) or one
+// that takes more occurrences than are left to get there is an error naming the event.
+func (e event) starts(from, to time.Time, steps *int) (_ []time.Time, err error) {
 	starts := []time.Time{e.start}
 	if e.repeats() {
 		defer func() {
@@ -238,13 +301,13 @@ func (e event) starts(from, to time.Time) (_ []time.Time, err error) {
 		}
 		starts = nil
 		next := set.Iterator()
-		for steps := 0; ; steps++ {
+		for ; ; *steps-- {
 			t, ok := next()
 			if !ok || !t.Before(to) {
 				break
 			}
-			if steps == maxSteps {
-				return nil, fmt.Errorf("event %s: over %d occurrences from its start to %s: start the series later", e.name(), maxSteps, to.Format(time.DateOnly))
+			if *steps <= 0 {
+				return nil, fmt.Errorf("event %s: over %d occurrences, with the calendar's other series, from its start to %s: start the series later", e.name(), maxSteps, to.Format(time.DateOnly))
 			}
 			if !t.Before(from.Add(-e.dur)) {
 				starts = append(starts, t)
@@ -261,9 +324,12 @@ func (e event) starts(from, to time.Time) (_ []time.Time, err error) {
 }
 
 // parseEvents reads the VEVENTs of a calendar (other components, such as VTIMEZONE, are
-// skipped: zones are read by their IANA name).
+// skipped: zones are read by their IANA name, or their Windows name mapped to it).
 func parseEvents(data []byte) ([]event, error) {
-	lines := unfold(data)
+	lines, err := unfold(data)
+	if err != nil {
+		return nil, err
+	}
 	var out []event
 	for i := 0; i < len(lines); i++ {
 		if strings.ToUpper(lines[i]) != "BEGIN:VEVENT" {
@@ -282,7 +348,7 @@ func parseEvents(data []byte) ([]event, error) {
 			case "DTSTART":
 				e.start, allDay, err = calTime(value, params)
 				startWall, _, _ = calTime(value, map[string]string{"VALUE": params["VALUE"]})
-				e.zone = params["TZID"]
+				e.zone = ianaZone(params["TZID"])
 			case "DTEND":
 				end, _, err = calTime(value, params)
 				endWall, _, _ = calTime(value, map[string]string{"VALUE": params["VALUE"]})
@@ -357,8 +423,9 @@ func Occurrences(data []byte, from, to time.Time) ([]Window, error) {
 		return nil, err
 	}
 	var out []Window
+	steps := maxSteps
 	for _, e := range events {
-		starts, err := e.starts(from, to)
+		starts, err := e.starts(from, to, &steps)
 		if err != nil {
 			return nil, err
 		}

@@ -40,6 +40,7 @@ func Weekly(data []byte, now time.Time) (protocol.Schedule, error) {
 	}
 	zone := ""
 	keys := map[weeklyKey]bool{}
+	steps := maxSteps
 	for i, e := range events {
 		if i > 0 && e.zone != zone {
 			return protocol.Schedule{}, fmt.Errorf("events %s and %s are in different time zones (%s, %s); an availability calendar has one",
@@ -56,7 +57,7 @@ func Weekly(data []byte, now time.Time) (protocol.Schedule, error) {
 		// "09:00-18:00" across a daylight-saving change, weeks are cut every 168 wall-clock
 		// hours, and no wall time falls in a spring-forward gap.
 		wall, wallNow := e.onWallClock(), wallClock(now.In(e.start.Location()))
-		starts, err := wall.starts(wallNow, wallNow.Add(weeksChecked*7*24*time.Hour))
+		starts, err := wall.starts(wallNow, wallNow.Add(weeksChecked*7*24*time.Hour), &steps)
 		if err != nil {
 			return protocol.Schedule{}, err
 		}

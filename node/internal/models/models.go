@@ -68,7 +68,7 @@ var ErrHeld = fmt.Errorf("%w: model catalogue already held", protocol.ErrReplay)
 func New(d Deps) *Book {
 	b := &Book{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		trust: protocol.NewTrust(d.Trusted...), held: map[peer.ID][]*protocol.SignedModelCatalogue{}, lastSync: map[peer.ID]time.Time{},
-		syncs: p2p.NewSources(syncsPerMinute, syncsPerMinute, 4)}
+		syncs: p2p.NewSources(syncsPerMinute, syncsPerMinute, 4, d.Trusted...)}
 	raws, err := d.Ledger.ModelCatalogues()
 	if err != nil {
 		b.log.Warn("stored model catalogues not read", "err", err)

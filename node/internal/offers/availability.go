@@ -35,8 +35,13 @@ func (p *Publisher) SetAvailability(ctx context.Context, a *ledger.Availability)
 			return nil, api.Invalid(err)
 		}
 		a.Timezone, a.Windows = sched.Timezone(), sched.Windows()
-		if a.Follow != 0 && (!calendar.IsURL(a.Source) || a.Follow < MinFollow || a.Follow > MaxFollow) {
-			return nil, api.Invalid(fmt.Errorf("following needs an http(s) calendar URL, read every %s to %s", MinFollow, MaxFollow))
+		if a.Follow != 0 {
+			if err := calendar.CheckFollow(a.Source); err != nil {
+				return nil, api.Invalid(err)
+			}
+			if a.Follow < MinFollow || a.Follow > MaxFollow {
+				return nil, api.Invalid(fmt.Errorf("a followed calendar is read every %s to %s", MinFollow, MaxFollow))
+			}
 		}
 		a.SetAt, a.Checked, a.Error = p.clock.Now().UTC(), time.Time{}, ""
 	}
@@ -104,12 +109,17 @@ func (p *Publisher) follow(ctx context.Context, a *ledger.Availability) {
 		}
 	}()
 	now := p.clock.Now()
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	data, err := calendar.Read(rctx, a.Source)
-	cancel()
 	var sched protocol.Schedule
+	// One followed before https was required is no longer read.
+	err := calendar.CheckFollow(a.Source)
 	if err == nil {
-		sched, err = calendar.Weekly(data, now)
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		var data []byte
+		data, err = calendar.Read(rctx, a.Source)
+		cancel()
+		if err == nil {
+			sched, err = calendar.Weekly(data, now)
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -41,12 +41,6 @@ type Relay struct {
 // reached through a relay moments ago waits for the hole punch first (preferDirect).
 var BulkProtocols = map[string]bool{protocol.JobProtocol: true, protocol.JobControlProtocol: true}
 
-// relayACL admits reservations by Relay.MayReserve.
-type relayACL struct{ may func(peer.ID) bool }
-
-func (a relayACL) AllowReserve(p peer.ID, _ ma.Multiaddr) bool    { return a.may(p) }
-func (relayACL) AllowConnect(peer.ID, ma.Multiaddr, peer.ID) bool { return true }
-
 // reservationRetry is how soon a node asks a relay again after a refusal (libp2p's default
 // is an hour): a provider is refused until its coordinator certifies it.
 const reservationRetry = 20 * time.Second
@@ -55,8 +49,9 @@ const reservationRetry = 20 * time.Second
 // peer).
 const autonatPerMinute = 600
 
-// natOptions are the libp2p options of a node's NAT traversal.
-func natOptions(o Options) []libp2p.Option {
+// natOptions are the libp2p options of a node's NAT traversal; a public node's relay admits
+// by acl (which is given the host once it is built: relayACL.use).
+func natOptions(o Options, acl *relayACL) []libp2p.Option {
 	opts := []libp2p.Option{libp2p.EnableHolePunching(), libp2p.EnableAutoNATv2(), libp2p.NATPortMap()}
 	switch o.Reachability {
 	case "public":
@@ -74,10 +69,7 @@ func natOptions(o Options) []libp2p.Option {
 		if o.Relay.CircuitDuration > 0 && o.Relay.CircuitData > 0 {
 			r.Limit = &relayv2.RelayLimit{Duration: o.Relay.CircuitDuration, Data: o.Relay.CircuitData}
 		}
-		relayOpts := []relayv2.Option{relayv2.WithResources(r)}
-		if o.Relay.MayReserve != nil {
-			relayOpts = append(relayOpts, relayv2.WithACL(relayACL{o.Relay.MayReserve}))
-		}
+		relayOpts := []relayv2.Option{relayv2.WithResources(r), relayv2.WithACL(acl)}
 		opts = append(opts, libp2p.ForceReachabilityPublic(), libp2p.EnableNATService(),
 			// Every node behind NAT asks its coordinators; libp2p's default (30 dial-backs a
 			// minute in all) would leave most of them "unknown".

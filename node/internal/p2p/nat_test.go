@@ -23,8 +23,11 @@ func TestRelaySlotsForCertifiedOnly(t *testing.T) {
 		return h
 	}
 	certified, stranger := newHost(), newHost()
-	relay := newHost(natOptions(Options{Reachability: "public", Relay: Relay{Reservations: 8, CircuitsPerPeer: 2,
-		CircuitDuration: time.Minute, CircuitData: 1 << 20, MayReserve: func(p peer.ID) bool { return p == certified.ID() }}})...)
+	r := Relay{Reservations: 8, CircuitsPerPeer: 2, CircuitDuration: time.Minute, CircuitData: 1 << 20,
+		MayReserve: func(p peer.ID) bool { return p == certified.ID() }}
+	acl := newRelayACL(r)
+	relay := newHost(natOptions(Options{Reachability: "public", Relay: r}, acl)...)
+	acl.use(relay.Network())
 	ai := peer.AddrInfo{ID: relay.ID(), Addrs: relay.Addrs()}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

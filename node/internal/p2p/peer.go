@@ -73,6 +73,9 @@ type Peer struct {
 	reach reachability
 	// jobStreams counts each peer's open job streams (keepForJobs).
 	jobStreams map[peer.ID]int
+	// relayedUse is when each relayed connection peers opened to this node last had one of
+	// its streams handled (closeIdleRelayed).
+	relayedUse map[network.Conn]time.Time
 }
 
 // New starts the host (unless given), the DHT in server mode and gossipsub with peer scoring.
@@ -91,7 +94,8 @@ func New(o Options) (_ *Peer, err error) {
 	}()
 	if p.Host == nil {
 		p.bans = newBans()
-		opts := natOptions(o)
+		acl := newRelayACL(o.Relay)
+		opts := natOptions(o, acl)
 		if o.MaxPeers > 0 {
 			cm, err := connmgr.NewConnManager(o.MaxPeers*3/4, o.MaxPeers)
 			if err != nil {
@@ -113,6 +117,7 @@ func New(o Options) (_ *Peer, err error) {
 			return nil, fmt.Errorf("start libp2p host on %v: %w", o.Listen, err)
 		}
 		p.ownsHost = true
+		acl.use(p.Host.Network())
 	}
 	if p.Host.ID() != p.ID {
 		return nil, errors.New("host identity differs from the node key")
@@ -129,6 +134,9 @@ func New(o Options) (_ *Peer, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	p.reach.watch(ctx, p)
+	if p.ownsHost && o.TakeRelaySlots {
+		go p.closeIdleRelayedLoop(ctx)
+	}
 	p.ps, err = pubsub.NewGossipSub(ctx, p.Host, append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
@@ -239,7 +247,13 @@ func (p *Peer) Handle(proto string, h network.StreamHandler) {
 			inner(s)
 		}
 	}
-	p.Host.SetStreamHandler(libp2pprotocol.ID(proto), h)
+	p.Host.SetStreamHandler(libp2pprotocol.ID(proto), func(s network.Stream) {
+		if s.Conn().Stat().Limited { // a relayed connection in use (closeIdleRelayed)
+			p.usedRelayed(s.Conn())
+			defer p.usedRelayed(s.Conn())
+		}
+		h(s)
+	})
 }
 
 // keepForJobs marks a peer a job stream is open with, so that the connection manager

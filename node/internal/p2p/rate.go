@@ -106,19 +106,32 @@ func (b *Budget[K]) Take(k K, now time.Time, n float64) bool {
 	return true
 }
 
-// NetworkBudget is a Budget per network (an IPv4 address, an IPv6 /64) of the peers a
-// node talks to. Peers at this host's own address (127.0.0.1, ::1) have none: they are the
-// operator's own processes (a devnet, a test).
-type NetworkBudget struct{ b *Budget[string] }
+// NetworkBudget is a Budget per network (an IPv4 address, an IPv6 /64; for a peer reached
+// through a relay, that relay and the peer) of the peers a node talks to. Peers at this
+// host's own address (127.0.0.1, ::1) have none: they are the operator's own processes (a
+// devnet, a test); nor have the trusted coordinators: strangers on a coordinator's address
+// (its host, or peers it relays) must not spend what the coordinator asks for.
+type NetworkBudget struct {
+	b       *Budget[string]
+	trusted map[peer.ID]bool
+}
 
-// NewNetworkBudget gives every network perMinute a minute, at most burst at once.
-func NewNetworkBudget(perMinute, burst float64) *NetworkBudget {
-	return &NetworkBudget{NewBudget[string](perMinute, burst)}
+// NewNetworkBudget gives every network perMinute a minute, at most burst at once; the
+// trusted peers (the coordinators) spend none.
+func NewNetworkBudget(perMinute, burst float64, trusted ...peer.ID) *NetworkBudget {
+	nb := &NetworkBudget{b: NewBudget[string](perMinute, burst), trusted: map[peer.ID]bool{}}
+	for _, id := range trusted {
+		nb.trusted[id] = true
+	}
+	return nb
 }
 
 // Take takes n from the budget of the connection's network at now, all or nothing.
 func (nb *NetworkBudget) Take(c network.Conn, now time.Time, n float64) bool {
-	net := NetworkOf(c.RemoteMultiaddr())
+	if nb.trusted[c.RemotePeer()] {
+		return true
+	}
+	net := networkOfConn(c)
 	return net == "loopback" || nb.b.Take(net, now, n)
 }
 
@@ -130,9 +143,9 @@ type Sources struct {
 }
 
 // NewSources gives each peer perMinute (burst at once), and each network netFactor times
-// that.
-func NewSources(perMinute, burst, netFactor float64) *Sources {
-	return &Sources{peers: NewBudget[peer.ID](perMinute, burst), nets: NewNetworkBudget(perMinute*netFactor, burst*netFactor)}
+// that; the trusted peers (the coordinators) have a peer's budget and spend no network's.
+func NewSources(perMinute, burst, netFactor float64, trusted ...peer.ID) *Sources {
+	return &Sources{peers: NewBudget[peer.ID](perMinute, burst), nets: NewNetworkBudget(perMinute*netFactor, burst*netFactor, trusted...)}
 }
 
 // Take spends n of the budgets of the stream's peer and network at now; false, and
@@ -149,11 +162,24 @@ func (s *Sources) Take(c network.Conn, now time.Time, n float64) bool {
 }
 
 // NetworkOf names the network an address is in: an IPv4 address, an IPv6 /64, "loopback"
-// for 127.0.0.1 and ::1, or the address itself when it holds no IP (a relayed or in-memory
-// connection).
+// for 127.0.0.1 and ::1, "relay/<relay>/<peer>" for a peer's address through a relay, or the
+// address itself when it holds no IP (an in-memory connection, a relayed address that names
+// no peer). A relayed address starts with the relay's own address, which says nothing of
+// where the peer is: counted as the relay's network, one stranger reached through a
+// coordinator's relay would spend the budget of every peer reached through it (the relay
+// bounds the circuits each network of its own peers opens instead, relayACL).
 func NetworkOf(a ma.Multiaddr) string {
 	if a == nil {
 		return ""
+	}
+	if IsRelayed(a) {
+		relayPart, peerPart := ma.SplitFunc(a, func(c ma.Component) bool { return c.Protocol().Code == ma.P_CIRCUIT })
+		_, relay := peer.SplitAddr(relayPart)
+		_, id := peer.SplitAddr(peerPart)
+		if relay == "" || id == "" {
+			return a.String()
+		}
+		return "relay/" + relay.String() + "/" + id.String()
 	}
 	ip, err := manet.ToIP(a)
 	if err != nil {
@@ -166,4 +192,16 @@ func NetworkOf(a ma.Multiaddr) string {
 		return v4.String()
 	}
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// networkOfConn names the network of a connection's remote peer (NetworkOf): a relayed
+// connection's remote address names the relay only, so the peer is added to it.
+func networkOfConn(c network.Conn) string {
+	a := c.RemoteMultiaddr()
+	if a != nil && IsRelayed(a) {
+		if p2p, err := ma.NewComponent("p2p", c.RemotePeer().String()); err == nil {
+			a = a.Encapsulate(p2p)
+		}
+	}
+	return NetworkOf(a)
 }
