@@ -157,6 +157,12 @@ func (r recordedProbe) GPUs() ([]GPUInfo, error) {
 func (r recordedProbe) Kind() string { return "nvml-recorded" }
 func (r recordedProbe) Close() error { return nil }
 
+// WatchXIDs replays no Xid error: a recording holds the GPUs' state, not their events.
+func (r recordedProbe) WatchXIDs(ctx context.Context, found func(XID)) error {
+	<-ctx.Done()
+	return nil
+}
+
 func TestNVMLMappingOnRecordedOutput(t *testing.T) {
 	b, err := os.ReadFile("testdata/nvml-recorded.json")
 	if err != nil {

@@ -210,15 +210,17 @@ func (c *Coordinator) answer(conn network.Conn, req protocol.ApplyRequest) proto
 }
 
 // takeSubmission spends n of the submission budgets of a peer and its network (n < 0 gives
-// back); false, and nothing spent, when either is short. Loopback has no network budget.
+// back); false, and nothing spent, when either is short. Loopback (network "") is one network
+// for this budget, as it always was: peers on the coordinator's own host share it.
 func (c *Coordinator) takeSubmission(p peer.ID, network string, now time.Time, n float64) bool {
-	if network != "" && !c.submitNets.Take(network, now, n) {
+	if network == "" {
+		network = "loopback"
+	}
+	if !c.submitNets.Take(network, now, n) {
 		return false
 	}
 	if !c.submitPeers.Take(p, now, n) {
-		if network != "" {
-			c.submitNets.Take(network, now, -n)
-		}
+		c.submitNets.Take(network, now, -n)
 		return false
 	}
 	return true
