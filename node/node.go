@@ -430,7 +430,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	}
 	n.relayDesk.Store(n.coord)
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
-		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
+		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger.Links, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Metrics: n.metrics,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 

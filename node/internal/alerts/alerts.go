@@ -139,7 +139,7 @@ func (a *Alerter) Check() {
 		if !ok {
 			continue
 		}
-		told, err := a.ledger.AlertFiring(c.Key)
+		told, err := a.ledger.Alerts.AlertFiring(c.Key)
 		if err != nil {
 			a.log.Warn("alert state not read", "alert", c.Key, "err", err)
 			continue
@@ -150,7 +150,7 @@ func (a *Alerter) Check() {
 		key := c.Key
 		after := func(delivered bool) {
 			if delivered {
-				if _, err := a.ledger.SetAlertFiring(key, firing); err != nil {
+				if _, err := a.ledger.Alerts.SetAlertFiring(key, firing); err != nil {
 					a.log.Warn("alert state not stored", "alert", key, "err", err)
 				}
 			}

@@ -390,7 +390,7 @@ func NewRunner(d Deps) *Runner {
 	b := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, trusted: d.Trusted,
 		trust: protocol.NewTrust(d.Trusted...), cfg: d.Bench, provider: d.Provider, probe: d.Probe,
 		jobs: d.Jobs, publisher: d.Publisher, models: d.Models, alert: d.Alert, dir: d.Dir, wake: make(chan struct{}, 1), uploadMbps: d.Bench.SimulatedUploadMbps}
-	if raw, err := b.ledger.OwnAttestation(); err == nil {
+	if raw, err := b.ledger.Provider.OwnAttestation(); err == nil {
 		if a, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust, b.models.Lookup); err == nil {
 			b.last = a
 		}
@@ -460,7 +460,7 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 			prev[g.UUID] = g
 		}
 	}
-	seq, err := b.ledger.NextSerial("attestation", b.clock.Now())
+	seq, err := b.ledger.Serials.NextSerial("attestation", b.clock.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -529,12 +529,12 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	if err != nil {
 		return nil, fmt.Errorf("own attestation does not hold: %w", err)
 	}
-	if err := b.ledger.SetOwnAttestation(raw); err != nil {
+	if err := b.ledger.Provider.SetOwnAttestation(raw); err != nil {
 		return nil, err
 	}
 	point := api.BenchPoint{GPUs: a.GPUs, StorageWrite: a.Storage.SeqWriteMBps, StorageRead: a.Storage.SeqReadMBps,
 		UpMbps: r.UpMbps, DownMbps: r.DownMbps, HostBelow: a.HostBelow}
-	if err := b.ledger.AddHistory(ledger.HistoryBench, a.IssuedAt, point, HistoryKeep); err != nil {
+	if err := b.ledger.History.AddHistory(ledger.HistoryBench, a.IssuedAt, point, HistoryKeep); err != nil {
 		b.log.Warn("the run is not kept in the benchmark history", "err", err)
 	}
 	b.mu.Lock()
@@ -602,9 +602,9 @@ func (b *Runner) notifyChanges(old, cur *protocol.SignedAttestation) {
 
 func (b *Runner) notice(subject, body string) {
 	now := b.clock.Now()
-	seq, err := b.ledger.NextSerial("node-notification", now)
+	seq, err := b.ledger.Serials.NextSerial("node-notification", now)
 	if err == nil {
-		_, err = b.ledger.AddNotification(ledger.Notification{ReceivedAt: now, From: "node", Seq: seq, Subject: subject, Body: body})
+		_, err = b.ledger.Notifications.AddNotification(ledger.Notification{ReceivedAt: now, From: "node", Seq: seq, Subject: subject, Body: body})
 	}
 	if err != nil {
 		b.log.Warn("storing a notification failed", "err", err)

@@ -67,7 +67,7 @@ func TestRenterDisputesWhatItDidNotSee(t *testing.T) {
 	lraw, _ := protocol.Seal(protocol.KindLease, lease, pkey)
 	j := ledger.Job{ID: lease.Job, Side: "renter", Peer: provider.String(), State: ledger.JobRunning, CreatedAt: t0, Lease: lraw,
 		ObservedStart: t0, LastSeenRunning: t0.Add(time.Minute)}
-	if err := l.CreateJob(j); err != nil {
+	if err := l.Jobs.CreateJob(j); err != nil {
 		t.Fatal(err)
 	}
 	rec := protocol.Receipt{Version: 1, Job: lease.Job, Lease: protocol.RecordSHA256(lraw), Provider: provider.String(), Renter: renter.String(),

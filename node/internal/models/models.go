@@ -69,7 +69,7 @@ func New(d Deps) *Book {
 	b := &Book{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		trust: protocol.NewTrust(d.Trusted...), held: map[peer.ID][]*protocol.SignedModelCatalogue{}, lastSync: map[peer.ID]time.Time{},
 		syncs: p2p.NewSources(syncsPerMinute, syncsPerMinute, 4)}
-	raws, err := d.Ledger.ModelCatalogues()
+	raws, err := d.Ledger.Models.ModelCatalogues()
 	if err != nil {
 		b.log.Warn("stored model catalogues not read", "err", err)
 	}
@@ -151,7 +151,7 @@ func (b *Book) Take(raw []byte, source string) error {
 	} else if len(cs) > 0 {
 		old = &cs[len(cs)-1].ModelCatalogue
 	}
-	if err := b.ledger.SaveModelCatalogue(c.Signer.String(), c.Seq, raw); err != nil {
+	if err := b.ledger.Models.SaveModelCatalogue(c.Signer.String(), c.Seq, raw); err != nil {
 		b.mu.Unlock()
 		return err
 	}
@@ -375,7 +375,7 @@ func (b *Book) Edit(ctx context.Context, f func(models []protocol.ModelEntry) ([
 	// The sequence is the ledger's serial, at least the time in milliseconds: a coordinator
 	// whose ledger was lost or restored does not reuse one the network holds.
 	now := b.clock.Now()
-	seq, err := b.ledger.NextSerial("models", now)
+	seq, err := b.ledger.Serials.NextSerial("models", now)
 	if err != nil {
 		return nil, err
 	}

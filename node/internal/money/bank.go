@@ -31,7 +31,7 @@ type bankFiles struct {
 
 // BankExport renders a batch's unpaid bank payouts in a format: csv or pain001.
 func (s *bankFiles) BankExport(id, format string) ([]byte, string, error) {
-	b, err := s.ledger.GetBatch(id)
+	b, err := s.ledger.Payouts.GetBatch(id)
 	if err != nil {
 		return nil, "", fmt.Errorf("batch %s: %w", id, err)
 	}

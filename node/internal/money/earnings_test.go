@@ -97,8 +97,8 @@ func TestProviderEarnings(t *testing.T) {
 	three := c.earn(t, c.party, 1_000_001) // net 900,001 on 3 GPUs
 	c.clock.Advance(time.Minute)
 	unknown := c.earn(t, c.party, 1_000_000) // a job this node does not know
-	c.ledger.PutJob(ledger.Job{ID: two, Side: "provider", GPUs: []string{"GPU-a", "GPU-b"}})
-	c.ledger.PutJob(ledger.Job{ID: three, Side: "provider", GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}})
+	c.ledger.Jobs.PutJob(ledger.Job{ID: two, Side: "provider", GPUs: []string{"GPU-a", "GPU-b"}})
+	c.ledger.Jobs.PutJob(ledger.Job{ID: three, Side: "provider", GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}})
 	_, down := recordtest.NewKey()
 	w := providerWallet(t, c, down)
 

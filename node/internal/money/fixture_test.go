@@ -261,14 +261,14 @@ func (c *coordinator) earn(t testing.TB, p party, amount protocol.MicroUSDC) str
 	jobCounter++
 	job := fmt.Sprintf("%016x", jobCounter)
 	l := c.ledger
-	if _, _, err := l.CreditDeposit(ledger.Deposit{Signature: "fixture-" + job, Renter: "renter", Amount: amount}); err != nil {
+	if _, _, err := l.Escrow.CreditDeposit(ledger.Deposit{Signature: "fixture-" + job, Renter: "renter", Amount: amount}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: p.id.String(), Amount: amount, CommissionBPS: 1000,
+	if _, err := l.Escrow.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: p.id.String(), Amount: amount, CommissionBPS: 1000,
 		ExpiresAt: c.clock.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := l.ChargeReports([]ledger.ReportCharge{{Report: ledger.JobReport{Job: job, Provider: p.id.String(), ReceivedAt: c.clock.Now()},
+	out, err := l.Escrow.ChargeReports([]ledger.ReportCharge{{Report: ledger.JobReport{Job: job, Provider: p.id.String(), ReceivedAt: c.clock.Now()},
 		Countersigned: true, Receipt: fmt.Sprintf("%064x", jobCounter), Renter: "renter", Amount: amount, Model: "H100-80GB", GPUs: 1,
 		Seconds: 3600, EndedAt: c.clock.Now()}})
 	if err != nil || out[0].Earning == nil {

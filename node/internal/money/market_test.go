@@ -85,7 +85,7 @@ func TestMarketPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	l.SetPrice("H100-80GB", 2_500_000)
+	l.Provider.SetPrice("H100-80GB", 2_500_000)
 	cfg := config.Defaults(config.RoleProvider) // in eu-west
 	provider := NewMarket(Deps{Clock: d.clock, Metrics: d.metrics, Ledger: l, Config: cfg}, []peer.ID{d.id})
 	if _, err := provider.RecommendPrice("", ""); !errors.Is(err, api.ErrNotFound) {

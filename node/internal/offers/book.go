@@ -50,7 +50,7 @@ func NewBook(l *ledger.Ledger, trust *Trust, m *metrics.Metrics, log *slog.Logge
 // Load restores the offers seen before a restart, so that replays stay rejected.
 func (b *Book) Load() error {
 	now := b.clock.Now()
-	seen, err := b.ledger.SeenOffers(now)
+	seen, err := b.ledger.Offers.SeenOffers(now)
 	if err != nil {
 		return err
 	}
@@ -270,9 +270,9 @@ func (b *Book) Flush() error {
 	b.mu.Unlock()
 	var errs []error
 	if len(batch) > 0 {
-		errs = append(errs, b.ledger.SaveSeenOffers(batch))
+		errs = append(errs, b.ledger.Offers.SaveSeenOffers(batch))
 	}
-	_, err := b.ledger.PruneSeenOffers(now)
+	_, err := b.ledger.Offers.PruneSeenOffers(now)
 	return errors.Join(append(errs, err)...)
 }
 

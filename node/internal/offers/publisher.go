@@ -104,7 +104,7 @@ func NewPublisher(d PublisherDeps) (*Publisher, error) {
 		followWake: make(chan struct{}, 1),
 		announce:   make(chan []byte, 1),
 	}
-	set, err := d.Ledger.Availability()
+	set, err := d.Ledger.Provider.Availability()
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, erro
 		o.Withdrawn = withdrawn
 		return o, nil
 	}
-	prices, err := p.ledger.Prices()
+	prices, err := p.ledger.Provider.Prices()
 	if err != nil {
 		return o, err
 	}
@@ -272,7 +272,7 @@ var errShuttingDown = errors.New("the provider is shutting down: try again once 
 // certificate returns the provider's certificate if it is valid now: issued by a trusted
 // coordinator, unexpired, unrevoked.
 func (p *Publisher) certificate(now time.Time) (*protocol.SignedCertificate, error) {
-	raw, err := p.ledger.OwnCertificate()
+	raw, err := p.ledger.Applicant.OwnCertificate()
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no certificate yet (apply with `gpunex apply`; offers are published once a coordinator approves)", errNotCertified)
 	}
@@ -309,7 +309,7 @@ func (p *Publisher) publishLocked(ctx context.Context, withdrawn string) error {
 	if err != nil {
 		return err
 	}
-	if o.Seq, err = p.ledger.NextOfferSeq(now); err != nil {
+	if o.Seq, err = p.ledger.Provider.NextOfferSeq(now); err != nil {
 		return err
 	}
 	raw, err := protocol.Seal(protocol.KindOffer, o, p.peer.Key)
@@ -407,7 +407,7 @@ func (p *Publisher) SetPrice(ctx context.Context, model string, price protocol.M
 	if p.closed {
 		return nil, errShuttingDown
 	}
-	if err := p.ledger.SetPrice(model, price); err != nil {
+	if err := p.ledger.Provider.SetPrice(model, price); err != nil {
 		return nil, err
 	}
 	if err := p.publishLocked(ctx, ""); err != nil {

@@ -91,7 +91,7 @@ func NewTrust(l *ledger.Ledger, trusted []peer.ID, models protocol.ModelsLookup)
 		models = protocol.FirstModelsOnly
 	}
 	t := &Trust{trust: protocol.NewTrust(trusted...), ledger: l, models: models, revs: map[peer.ID][]*protocol.SignedRevocation{}}
-	raws, err := l.Revocations()
+	raws, err := l.Offers.Revocations()
 	if err != nil {
 		return nil, fmt.Errorf("load revocations: %w", err)
 	}
@@ -160,7 +160,7 @@ func (t *Trust) addRevocation(raw []byte, now time.Time) (r *protocol.SignedRevo
 	}
 	t.revs[r.Provider] = append(kept, r)
 	t.mu.Unlock()
-	if err := t.ledger.SaveRevocation(r.Signer.String(), r.Provider.String(), raw); err != nil {
+	if err := t.ledger.Offers.SaveRevocation(r.Signer.String(), r.Provider.String(), raw); err != nil {
 		return nil, false, err
 	}
 	return r, true, nil

@@ -231,12 +231,12 @@ func (c *Coordinator) latestOf(p peer.ID) (latest, approved ledger.Application, 
 	if s.latest == "" {
 		return latest, approved, false
 	}
-	latest, err := c.ledger.GetApplication(s.latest)
+	latest, err := c.ledger.Applications.GetApplication(s.latest)
 	if err != nil {
 		return latest, approved, false
 	}
 	if s.approved != "" {
-		approved, _ = c.ledger.GetApplication(s.approved)
+		approved, _ = c.ledger.Applications.GetApplication(s.approved)
 	}
 	return latest, approved, true
 }
@@ -278,7 +278,7 @@ func (c *Coordinator) SubmitFrom(raw []byte, network string) (ledger.Application
 	}
 	actor := "provider " + app.Provider
 	proposed, why := protocol.ProposeTier(app)
-	same, err := c.ledger.GetApplication(app.ID)
+	same, err := c.ledger.Applications.GetApplication(app.ID)
 	switch {
 	case err == nil:
 		switch {
@@ -346,7 +346,7 @@ func (c *Coordinator) SubmitFrom(raw []byte, network string) (ledger.Application
 
 // sign writes the signed notification of an application's current status into a.
 func (c *Coordinator) sign(a *ledger.Application, cert []byte, now time.Time) error {
-	seq, err := c.ledger.NextSerial("notification", now)
+	seq, err := c.ledger.Serials.NextSerial("notification", now)
 	if err != nil {
 		return err
 	}
@@ -432,7 +432,7 @@ func (c *Coordinator) Decide(id string, d api.Decision) (ledger.Application, err
 
 // issue signs a certificate for an approved application.
 func (c *Coordinator) issue(app *protocol.Application, tier string, now time.Time) ([]byte, error) {
-	serial, err := c.ledger.NextSerial("certificate", now)
+	serial, err := c.ledger.Serials.NextSerial("certificate", now)
 	if err != nil {
 		return nil, err
 	}
@@ -584,7 +584,7 @@ func (c *Coordinator) tell(a ledger.Application, mail bool) {
 // Applications lists the queue, optionally only one status, oldest first or (byDue) by
 // due date.
 func (c *Coordinator) Applications(status string, byDue bool) ([]api.ApplicationView, error) {
-	apps, err := c.ledger.Applications()
+	apps, err := c.ledger.Applications.Applications()
 	if err != nil {
 		return nil, err
 	}

@@ -154,7 +154,7 @@ func (sc *Scorer) UseKey(id peer.ID, key crypto.PrivKey) { sc.id, sc.key = id, k
 
 // certified lists the providers whose application is approved.
 func (sc *Scorer) certified() ([]peer.ID, error) {
-	apps, err := sc.ledger.Applications()
+	apps, err := sc.ledger.Applications.Applications()
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 		}
 	}
 	so, _ := sc.offers.Get(p)
-	st, uerr := sc.ledger.UpdateReliability(p.String(), func(s *ledger.ReliabilityState) error {
+	st, uerr := sc.ledger.Reliability.UpdateReliability(p.String(), func(s *ledger.ReliabilityState) error {
 		if owes {
 			good := 1.0
 			if err != nil {
@@ -265,7 +265,7 @@ func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now t
 	if st.LastScore >= 0 && !moved && now.Sub(st.LastPublished) < refresh {
 		return
 	}
-	seq, err := sc.ledger.NextSerial("score", now)
+	seq, err := sc.ledger.Serials.NextSerial("score", now)
 	if err != nil {
 		return
 	}
@@ -273,7 +273,7 @@ func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now t
 	if st.LastScore >= 0 {
 		trend = score - st.LastScore
 	}
-	sc.ledger.UpdateReliability(st.Provider, func(s *ledger.ReliabilityState) error {
+	sc.ledger.Reliability.UpdateReliability(st.Provider, func(s *ledger.ReliabilityState) error {
 		s.LastScore, s.LastPublished = score, now
 		return nil
 	})
