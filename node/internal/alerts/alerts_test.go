@@ -67,7 +67,7 @@ func testAlerter(t *testing.T, hookURL string) (*Alerter, *ledger.Ledger) {
 	}
 	t.Cleanup(func() { l.Close() })
 	cfg := config.AlertsConfig{WebhookURL: hookURL}
-	a, err := New(Deps{Ledger: l, Clock: clock.System(), Log: slog.New(slog.DiscardHandler),
+	a, err := New(Deps{Alerts: l.Alerts, Clock: clock.System(), Log: slog.New(slog.DiscardHandler),
 		Config: func() config.AlertsConfig { return cfg }, Node: "provider test"})
 	if err != nil {
 		t.Fatal(err)

@@ -34,12 +34,12 @@ func (r *Runner) HandleHoldRelease(s network.Stream) {
 // ReleaseAnswer is the provider's answer to a coordinator asking to release a job's hold.
 func (r *Runner) ReleaseAnswer(job string) protocol.HoldRelease {
 	now := r.clock.Now()
-	err := r.ledger.Jobs.CreateJob(ledger.Job{ID: job, Side: "provider", State: ledger.JobReleased, CreatedAt: now, UpdatedAt: now,
+	err := r.ledger.CreateJob(ledger.Job{ID: job, Side: "provider", State: ledger.JobReleased, CreatedAt: now, UpdatedAt: now,
 		Error: "escrow hold released before any lease"})
 	if err == nil {
 		return protocol.HoldRelease{Job: job, Release: true}
 	}
-	j, gerr := r.ledger.Jobs.GetJob(job)
+	j, gerr := r.ledger.GetJob(job)
 	switch {
 	case gerr != nil:
 		return protocol.HoldRelease{Job: job, Reason: gerr.Error()}

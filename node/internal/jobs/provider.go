@@ -54,7 +54,7 @@ type Reporter interface {
 type Deps struct {
 	// Peer gives the provider's ID and key (leases and receipts are signed with it).
 	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
+	Ledger  *ledger.JobStore
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
@@ -84,7 +84,7 @@ type Deps struct {
 // GPUs, receives images, runs jobs in the sandbox, watches them, and writes receipts.
 type Runner struct {
 	peer      *p2p.Peer
-	ledger    *ledger.Ledger
+	ledger    *ledger.JobStore
 	clock     clock.Clock
 	log       *slog.Logger
 	metrics   *metrics.Metrics
@@ -542,7 +542,7 @@ func (r *Runner) HandleJob(s network.Stream) {
 	for _, g := range gpus {
 		uuids = append(uuids, g.UUID)
 	}
-	if err = r.ledger.Jobs.CreateJob(ledger.Job{
+	if err = r.ledger.CreateJob(ledger.Job{
 		ID: p.Job, Side: "provider", Peer: remote.String(), State: ledger.JobLeased, CreatedAt: now, UpdatedAt: now,
 		Proposal: proposalRaw, Lease: lease, LeaseCountersig: m.Record, GPUs: uuids,
 	}); err != nil {
@@ -561,14 +561,14 @@ func (r *Runner) HandleJob(s network.Stream) {
 		err = r.start(p, lease, ref, gpus)
 	}
 	if err != nil {
-		r.ledger.Jobs.UpdateJob(p.Job, func(j *ledger.Job) error {
+		r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
 			j.State, j.Error, j.UpdatedAt = ledger.JobFailed, err.Error(), r.clock.Now()
 			return nil
 		})
 		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
 		return
 	}
-	j, _ := r.ledger.Jobs.GetJob(p.Job)
+	j, _ := r.ledger.GetJob(p.Job)
 	v := viewJob(j, r.clock.Now())
 	sendMsg(s, protocol.JobMsg{Type: "started", Status: wireStatus(v)})
 }
@@ -623,7 +623,7 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 	if max := r.cfg.MaxImageMB << 20; p.Image.ArchiveSize > max {
 		return nil, nil, 0, jobErr("image archive of %d MB, this provider takes at most %d MB", p.Image.ArchiveSize>>20, r.cfg.MaxImageMB)
 	}
-	if _, err := r.ledger.Jobs.GetJob(p.Job); err == nil {
+	if _, err := r.ledger.GetJob(p.Job); err == nil {
 		return nil, nil, 0, fmt.Errorf("%w: job %s was proposed before", protocol.ErrReplay, p.Job)
 	}
 	if err := r.checkEscrow(p, item.PricePerGPUHour, now); err != nil {
@@ -792,7 +792,7 @@ func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus [
 		return fmt.Errorf("start: %w", err)
 	}
 	started := r.clock.Now()
-	if _, err := r.ledger.Jobs.UpdateJob(p.Job, func(j *ledger.Job) error {
+	if _, err := r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
 		j.State, j.StartedAt, j.UpdatedAt = ledger.JobRunning, started, started
 		return nil
 	}); err != nil {
@@ -841,7 +841,7 @@ func (r *Runner) stopUnmetered(ctx context.Context, id string, stop time.Duratio
 			return
 		case <-r.clock.After(stop / 8):
 		}
-		j, err := r.ledger.Jobs.GetJob(id)
+		j, err := r.ledger.GetJob(id)
 		if err != nil || j.State != ledger.JobRunning {
 			return
 		}
@@ -905,7 +905,7 @@ func (r *Runner) meter(s network.Stream, in *bufio.Reader, j ledger.Job, remote 
 		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
 		return
 	}
-	r.ledger.Jobs.UpdateJob(j.ID, func(j *ledger.Job) error {
+	r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
 		if cp.Seconds >= j.CheckpointSeconds {
 			j.Checkpoint, j.CheckpointCountersig, j.CheckpointSeconds, j.MeteredAt = raw, m.Record, cp.Seconds, r.clock.Now()
 		}
@@ -916,7 +916,7 @@ func (r *Runner) meter(s network.Stream, in *bufio.Reader, j ledger.Job, remote 
 
 // finish writes the final receipt of a job, frees its GPUs and removes its container.
 func (r *Runner) finish(id string, exit sandbox.Exit) {
-	j, err := r.ledger.Jobs.GetJob(id)
+	j, err := r.ledger.GetJob(id)
 	if err != nil || j.State == ledger.JobEnded {
 		return
 	}
@@ -957,7 +957,7 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		r.log.Error("signing the receipt failed", "job", id, "err", err)
 		return
 	}
-	if _, err := r.ledger.Jobs.UpdateJob(id, func(j *ledger.Job) error {
+	if _, err := r.ledger.UpdateJob(id, func(j *ledger.Job) error {
 		j.State, j.Receipt, j.ExitCode, j.ExitReason, j.UpdatedAt = ledger.JobEnded, raw, exit.Code, reason, r.clock.Now()
 		return nil
 	}); err != nil {
@@ -985,7 +985,7 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.pruneImages() }()
 	r.log.Info("job ended", "job", id, "reason", reason, "exit_code", exit.Code, "seconds", secs, "amount_usdc", rec.Amount)
-	if j, err := r.ledger.Jobs.GetJob(id); err == nil {
+	if j, err := r.ledger.GetJob(id); err == nil {
 		go r.reports.ReportJob(context.Background(), j)
 	}
 }
@@ -1004,7 +1004,7 @@ func (r *Runner) Reconcile(ctx context.Context) error {
 	for _, in := range infos {
 		held[in.ID] = in
 	}
-	jobs, err := r.ledger.Jobs.Jobs()
+	jobs, err := r.ledger.Jobs()
 	if err != nil {
 		return err
 	}
@@ -1029,7 +1029,7 @@ func (r *Runner) Reconcile(ctx context.Context) error {
 			}
 		case ledger.JobLeased:
 			// The image never arrived or the start never happened: no charge.
-			r.ledger.Jobs.UpdateJob(j.ID, func(j *ledger.Job) error {
+			r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
 				j.State, j.Error, j.UpdatedAt = ledger.JobFailed, "provider restarted before the job started", r.clock.Now()
 				return nil
 			})
@@ -1094,7 +1094,7 @@ func (r *Runner) HandleControl(s network.Stream) {
 		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
 		return
 	}
-	j, err := r.ledger.Jobs.GetJob(m.Job)
+	j, err := r.ledger.GetJob(m.Job)
 	if err != nil || j.Side != "provider" || j.Peer != remote.String() {
 		sendMsg(s, protocol.JobMsg{Type: "error", Reason: fmt.Sprintf("no job %s of yours here", m.Job)})
 		return
@@ -1123,7 +1123,7 @@ func (r *Runner) HandleControl(s network.Stream) {
 			sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
 			return
 		}
-		if j, err := r.ledger.Jobs.UpdateJob(j.ID, func(j *ledger.Job) error { j.ReceiptCountersig = m.Record; return nil }); err == nil {
+		if j, err := r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error { j.ReceiptCountersig = m.Record; return nil }); err == nil {
 			go r.reports.ReportJob(context.Background(), j) // the coordinator keeps the renter's countersignature too
 		}
 		sendMsg(s, protocol.JobMsg{Type: "ok"})
@@ -1167,7 +1167,7 @@ func (r *Runner) followLog(ctx context.Context, id string, follow bool, write fu
 	var off int64
 	buf := make([]byte, 16<<10) // base64 in a JSON frame: well under maxJobFrame
 	for {
-		j, err := r.ledger.Jobs.GetJob(id)
+		j, err := r.ledger.GetJob(id)
 		if err != nil {
 			return j, err
 		}
@@ -1284,7 +1284,7 @@ func (r *Runner) CleanupLoop(ctx context.Context) {
 // removeExpiredFolders deletes the folders of this provider's jobs that ended more than
 // jobs.retention ago.
 func (r *Runner) removeExpiredFolders() {
-	jobs, err := r.ledger.Jobs.Jobs()
+	jobs, err := r.ledger.Jobs()
 	if err != nil {
 		return
 	}

@@ -57,7 +57,7 @@ type RenterDeps struct {
 	// Peer gives the node's ID and key (proposals and countersignatures are signed with
 	// it) and reaches providers.
 	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
+	Ledger  *ledger.JobStore
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
@@ -72,7 +72,7 @@ type RenterDeps struct {
 // shows the jobs a provider runs.
 type Renter struct {
 	peer    *p2p.Peer
-	ledger  *ledger.Ledger
+	ledger  *ledger.JobStore
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -325,14 +325,14 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 		return api.JobView{}, true, err
 	}
 	now := r.clock.Now()
-	if err := r.ledger.Jobs.CreateJob(ledger.Job{
+	if err := r.ledger.CreateJob(ledger.Job{
 		ID: p.Job, Side: "renter", Peer: provider.String(), State: ledger.JobLeased, CreatedAt: now, UpdatedAt: now,
 		Proposal: praw, Lease: leaseRaw, LeaseCountersig: cs,
 	}); err != nil {
 		return api.JobView{}, true, err
 	}
 	fail := func(err error) (api.JobView, bool, error) {
-		r.ledger.Jobs.UpdateJob(p.Job, func(j *ledger.Job) error {
+		r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
 			j.State, j.Error, j.UpdatedAt = ledger.JobFailed, err.Error(), r.clock.Now()
 			return nil
 		})
@@ -359,7 +359,7 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 	if m.Type != "started" || m.Status == nil {
 		return fail(fmt.Errorf("the provider could not start the job: %s", m.Reason))
 	}
-	j, err := r.ledger.Jobs.UpdateJob(p.Job, func(j *ledger.Job) error {
+	j, err := r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
 		now := r.clock.Now()
 		j.State, j.StartedAt, j.GPUs, j.UpdatedAt = ledger.JobRunning, m.Status.StartedAt, m.Status.GPUUUIDs, now
 		j.ObservedStart, j.LastSeenRunning = now, now
@@ -411,7 +411,7 @@ func (r *Renter) control(ctx context.Context, j ledger.Job, m protocol.JobMsg) (
 
 // renterJob returns a job this node rented.
 func (r *Renter) renterJob(id string) (ledger.Job, error) {
-	j, err := r.ledger.Jobs.GetJob(id)
+	j, err := r.ledger.GetJob(id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return j, fmt.Errorf("%w: no job %s", api.ErrNotFound, id)
 	}
@@ -492,7 +492,7 @@ func (r *Renter) takeReceipt(ctx context.Context, j ledger.Job, raw []byte) (led
 	if err != nil {
 		return j, err
 	}
-	j, err = r.ledger.Jobs.UpdateJob(j.ID, func(x *ledger.Job) error {
+	j, err = r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
 		x.State, x.Receipt, x.ReceiptCountersig, x.ExitCode, x.ExitReason, x.UpdatedAt = ledger.JobEnded, raw, cs, rec.ExitCode, rec.Reason, r.clock.Now()
 		return nil
 	})
@@ -541,7 +541,7 @@ func (r *Renter) dispute(ctx context.Context, j ledger.Job, raw []byte, rec *pro
 	r.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "stream", "disputed").Inc()
 	r.log.Warn("receipt disputed: it charges more than this node observed", "job", j.ID, "provider", rec.Provider,
 		"receipt_seconds", rec.Seconds, "observed_seconds", observed)
-	j, err = r.ledger.Jobs.UpdateJob(j.ID, func(x *ledger.Job) error {
+	j, err = r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
 		x.State, x.Receipt, x.Dispute, x.ExitCode, x.ExitReason, x.UpdatedAt = ledger.JobEnded, raw, draw, rec.ExitCode, rec.Reason, r.clock.Now()
 		x.Error = "disputed: " + reason
 		return nil
@@ -553,7 +553,7 @@ func (r *Renter) dispute(ctx context.Context, j ledger.Job, raw []byte, rec *pro
 		r.log.Warn("the dispute did not reach the coordinator; the meter sends it again", "job", j.ID, "err", err)
 		return j, nil
 	}
-	return r.ledger.Jobs.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
+	return r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
 }
 
 // Meter keeps the usage of this node's running rented jobs countersigned: every
@@ -567,7 +567,7 @@ func (r *Renter) Meter(ctx context.Context) {
 			return
 		case <-r.clock.After(r.interval):
 		}
-		js, err := r.ledger.Jobs.Jobs()
+		js, err := r.ledger.Jobs()
 		if err != nil {
 			continue
 		}
@@ -589,11 +589,11 @@ func (r *Renter) Meter(ctx context.Context) {
 						// Asked first, so that a receipt the provider holds is taken even
 						// when this node comes back after the lease's end.
 						r.meterOnce(ctx, j)
-						if cur, err := r.ledger.Jobs.GetJob(j.ID); err == nil && cur.State == ledger.JobRunning && r.leaseOver(cur) {
+						if cur, err := r.ledger.GetJob(j.ID); err == nil && cur.State == ledger.JobRunning && r.leaseOver(cur) {
 							r.reportAbandoned(ctx, cur)
 						}
 					} else if r.escrow.Dispute(ctx, j) == nil {
-						r.ledger.Jobs.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
+						r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
 					}
 				}()
 			}
@@ -646,7 +646,7 @@ func (r *Renter) reportAbandoned(ctx context.Context, j ledger.Job) {
 		why += "; the coordinator could not be told: " + err.Error()
 	}
 	r.log.Warn("job abandoned by its provider", "job", j.ID, "provider", j.Peer, "detail", why)
-	r.ledger.Jobs.UpdateJob(j.ID, func(x *ledger.Job) error {
+	r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
 		if x.State != ledger.JobRunning {
 			return nil
 		}
@@ -705,7 +705,7 @@ func (r *Renter) meterOnce(ctx context.Context, j ledger.Job) {
 				r.log.Warn("the job's receipt was not taken", "job", j.ID, "err", err)
 			}
 		} else if m.Status != nil && m.Status.State == ledger.JobFailed {
-			r.ledger.Jobs.UpdateJob(j.ID, func(x *ledger.Job) error {
+			r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
 				x.State, x.Error, x.UpdatedAt = ledger.JobFailed, m.Status.Error, r.clock.Now()
 				return nil
 			})
@@ -733,7 +733,7 @@ func (r *Renter) meterOnce(ctx context.Context, j ledger.Job) {
 	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: cs}); err != nil {
 		return
 	}
-	r.ledger.Jobs.UpdateJob(j.ID, func(x *ledger.Job) error {
+	r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
 		if cp.Seconds >= x.CheckpointSeconds {
 			x.Checkpoint, x.CheckpointCountersig, x.CheckpointSeconds, x.MeteredAt = m.Record, cs, cp.Seconds, now
 		}
@@ -823,7 +823,7 @@ func OutputFetchLimit(scratch int64) int64 { return 2*scratch + 64<<20 }
 
 // Jobs lists the jobs this node runs or rented, newest first.
 func (r *Renter) Jobs() ([]api.JobView, error) {
-	js, err := r.ledger.Jobs.Jobs()
+	js, err := r.ledger.Jobs()
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func testRunner(t *testing.T, gpus []bench.SimulatedGPU, trusted ...peer.ID) *Ru
 	}
 	t.Cleanup(func() { l.Close() })
 	r, err := NewRunner(Deps{
-		Peer: &p2p.Peer{ID: id, Key: key}, Ledger: l, Clock: clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)),
+		Peer: &p2p.Peer{ID: id, Key: key}, Ledger: l.Jobs, Clock: clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)),
 		Log: quiet(), Metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 }),
 		Jobs: config.JobsConfig{ProposalsPerMinute: 3}, Trusted: trusted,
 		RuntimeErr: errors.New("no containerd here"), Dir: filepath.Join(t.TempDir(), "jobs"),
@@ -136,7 +136,7 @@ func TestReleaseAnswer(t *testing.T) {
 		t.Fatalf("released job asked again: %+v", a)
 	}
 	now := r.clock.Now()
-	if err := r.ledger.Jobs.CreateJob(ledger.Job{ID: "00000000000000bb", Side: "provider", State: ledger.JobRunning, CreatedAt: now, UpdatedAt: now}); err != nil {
+	if err := r.ledger.CreateJob(ledger.Job{ID: "00000000000000bb", Side: "provider", State: ledger.JobRunning, CreatedAt: now, UpdatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	if a := r.ReleaseAnswer("00000000000000bb"); a.Release || !strings.Contains(a.Reason, "its final receipt settles the hold") {
@@ -200,7 +200,7 @@ func TestRetention(t *testing.T) {
 		{ID: "ended", Side: "provider", State: ledger.JobEnded, UpdatedAt: clk.Now()},
 		{ID: "running", Side: "provider", State: ledger.JobRunning, UpdatedAt: clk.Now()},
 	} {
-		if err := r.ledger.Jobs.PutJob(j); err != nil {
+		if err := r.ledger.PutJob(j); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.MkdirAll(filepath.Join(r.jobDir(j.ID), "output"), 0o700); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -19,7 +18,7 @@ var WalletPageBytes = 8 << 20
 
 // auditBundles assembles the audit bundles of the coordinator's batches.
 type auditBundles struct {
-	ledger *ledger.Ledger
+	ledger Stores
 }
 
 // BundlePage assembles part of a batch's audit bundle from the coordinator's ledger: the

@@ -29,7 +29,7 @@ type Misbehaviour interface {
 
 // charges hears job reports and charges their holds.
 type charges struct {
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	log      *slog.Logger
 	metrics  *metrics.Metrics

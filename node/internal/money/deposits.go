@@ -20,7 +20,7 @@ import (
 
 // deposits credits deposit transactions from the chain.
 type deposits struct {
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	log      *slog.Logger
 	treasury *treasury

@@ -35,7 +35,7 @@ func (w *Wallet) Dispute(ctx context.Context, j ledger.Job) error {
 type disputes struct {
 	id      peer.ID
 	key     crypto.PrivKey // signs the decisions
-	ledger  *ledger.Ledger
+	ledger  Stores
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics

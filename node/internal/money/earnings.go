@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
@@ -188,7 +187,7 @@ var (
 
 // earningsAnswers answer the providers' earnings requests from the coordinator's book.
 type earningsAnswers struct {
-	ledger *ledger.Ledger
+	ledger Stores
 }
 
 // EarningsOf answers a provider's earnings request for jobs that ended within [from, to]

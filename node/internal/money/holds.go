@@ -45,7 +45,7 @@ type Asker interface {
 type holds struct {
 	id      peer.ID
 	key     crypto.PrivKey // signs the holds
-	ledger  *ledger.Ledger
+	ledger  Stores
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics

@@ -32,7 +32,7 @@ import (
 type Market struct {
 	clock    clock.Clock
 	metrics  *metrics.Metrics
-	ledger   *ledger.Ledger
+	ledger   Stores
 	trust    protocol.Trust
 	role     string
 	provider config.ProviderConfig
@@ -54,7 +54,7 @@ func NewMarket(d Deps, trusted []peer.ID) *Market {
 type marketStats struct {
 	id     peer.ID
 	key    crypto.PrivKey // signs the statistics
-	ledger *ledger.Ledger
+	ledger Stores
 	clock  clock.Clock
 	log    *slog.Logger
 	offers Offers
@@ -227,7 +227,7 @@ func (m *Market) RecommendPrice(model, region string) ([]api.PriceAdvice, error)
 				own[it.Model] = it.PricePerGPUHour
 			}
 		}
-		if prices, err := m.ledger.Provider.Prices(); err == nil {
+		if prices, err := m.ledger.Own.Prices(); err == nil {
 			for k, v := range prices {
 				own[k] = v
 			}

@@ -32,7 +32,7 @@ const (
 // payoutMachine settles payout batches on the chain.
 type payoutMachine struct {
 	key      crypto.PrivKey // signs the batch records
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	log      *slog.Logger
 	treasury *treasury

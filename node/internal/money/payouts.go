@@ -28,7 +28,7 @@ import (
 // payouts plans payout batches, has the state machine settle them, and keeps them.
 type payouts struct {
 	id     peer.ID
-	ledger *ledger.Ledger
+	ledger Stores
 	clock  clock.Clock
 	log    *slog.Logger
 	// cfg's min_payout_usdc and commission_bps shape a batch.

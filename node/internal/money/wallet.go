@@ -32,7 +32,7 @@ import (
 type Wallet struct {
 	peer    *p2p.Peer
 	id      peer.ID
-	ledger  *ledger.Ledger
+	ledger  Stores
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics

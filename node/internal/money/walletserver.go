@@ -38,7 +38,7 @@ const (
 // walletServer answers wallet requests from the settlement's parts.
 type walletServer struct {
 	id       peer.ID
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	metrics  *metrics.Metrics
 	peers    Misbehaviour

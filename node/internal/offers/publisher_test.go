@@ -43,7 +43,7 @@ func newPublisher(t *testing.T, w *world, approved []protocol.CertifiedGPU, wind
 	cfg := config.Defaults(config.RoleProvider)
 	cfg.Provider = config.ProviderConfig{Region: "EU-West", Availability: config.AvailabilityConfig{Timezone: "UTC", Windows: windows},
 		GPUs: []config.GPUConfig{{Model: "l4-24gb", Count: 4, VRAMGB: 24, PriceUSDC: "1.50"}, {Model: "A100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "3.00"}}}
-	p, err := NewPublisher(PublisherDeps{Peer: w.peer, Ledger: w.ledger, Catalogue: w.cat, Topic: topic, Metrics: w.metrics, Log: quietLogger(),
+	p, err := NewPublisher(PublisherDeps{Peer: w.peer, Own: w.ledger.Provider, Applicant: w.ledger.Applicant, Catalogue: w.cat, Topic: topic, Metrics: w.metrics, Log: quietLogger(),
 		Clock: w.clock, Provider: cfg.Provider, Offers: cfg.Offers})
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestTrustStore(t *testing.T) {
 	}
 	other, _ := recordtest.NewKey()
 	otherID, _ := peer.IDFromPrivateKey(other)
-	trust, err := NewTrust(w.ledger, []peer.ID{otherID}, nil)
+	trust, err := NewTrust(w.ledger.Offers, []peer.ID{otherID}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

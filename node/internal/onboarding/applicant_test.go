@@ -43,7 +43,7 @@ func newTestProvider(t *testing.T, tc *testCoord, skew time.Duration, notify boo
 	pp := newTestPeer(t, nil)
 	connect(t, pp, tc.peer)
 	tp := &testProvider{ledger: newTestLedger(t), clock: clock.NewFake(tc.clock.Now().Add(skew)), publisher: &pokes{}}
-	tp.Applicant = NewApplicant(ApplicantDeps{Peer: pp, Ledger: tp.ledger, Clock: tp.clock, Log: quietLogger(), Metrics: metrics.New(nil, nil),
+	tp.Applicant = NewApplicant(ApplicantDeps{Peer: pp, Applicant: tp.ledger.Applicant, Notifications: tp.ledger.Notifications, Serials: tp.ledger.Serials, Clock: tp.clock, Log: quietLogger(), Metrics: metrics.New(nil, nil),
 		Trusted: []peer.ID{tc.peer.ID}, Revocations: tc.revs, Publisher: tp.publisher,
 		Detect: func() ([]bench.GPUInfo, error) {
 			return []bench.GPUInfo{{Model: "L4-24GB", VRAMGB: 24, Simulated: true}, {Model: "L4-24GB", VRAMGB: 24, Simulated: true}}, nil
