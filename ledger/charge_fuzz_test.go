@@ -32,9 +32,9 @@ func FuzzChargeSequence(f *testing.F) {
 		defer l.Close()
 		now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 		const jobs = 4
-		l.CreditDeposit(Deposit{Signature: "d", Renter: "r", Amount: 100_000_000, CreditedAt: now})
+		l.Escrow.CreditDeposit(Deposit{Signature: "d", Renter: "r", Amount: 100_000_000, CreditedAt: now})
 		for i := range jobs {
-			if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 5_000_000, CommissionBPS: 1000, IssuedAt: now, ExpiresAt: now.Add(48 * time.Hour)}); err != nil {
+			if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 5_000_000, CommissionBPS: 1000, IssuedAt: now, ExpiresAt: now.Add(48 * time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -52,24 +52,24 @@ func FuzzChargeSequence(f *testing.F) {
 			}
 			switch op % 7 {
 			case 0:
-				l.ChargeReports([]ReportCharge{report(false)})
+				l.Escrow.ChargeReports([]ReportCharge{report(false)})
 			case 1:
-				l.ChargeReports([]ReportCharge{report(true)})
+				l.Escrow.ChargeReports([]ReportCharge{report(true)})
 			case 2:
-				l.OpenDispute(Dispute{Job: jobID(job), Renter: "r", Provider: "p", ReceivedAt: now})
+				l.Escrow.OpenDispute(Dispute{Job: jobID(job), Renter: "r", Provider: "p", ReceivedAt: now})
 			case 3:
-				l.DecideDispute(jobID(job), []byte("d"), arg, now)
+				l.Escrow.DecideDispute(jobID(job), []byte("d"), arg, now)
 			case 4:
 				now = now.Add(time.Duration(op&0x0f) * 4 * time.Hour)
-				if _, err := l.ChargeDue(now); err != nil {
+				if _, err := l.Escrow.ChargeDue(now); err != nil {
 					t.Fatal(err)
 				}
 			case 5:
-				if _, err := l.ReleaseExpiredHolds(now); err != nil {
+				if _, err := l.Escrow.ReleaseExpiredHolds(now); err != nil {
 					t.Fatal(err)
 				}
 			case 6:
-				l.ReleaseHold(jobID(job))
+				l.Escrow.ReleaseHold(jobID(job))
 			}
 			checkBooks(t, l, fmt.Sprintf("step %d (op %d)", step, op))
 		}
@@ -78,14 +78,14 @@ func FuzzChargeSequence(f *testing.F) {
 
 func checkBooks(t *testing.T, l *Ledger, when string) {
 	t.Helper()
-	a, err := l.GetAccount("r")
+	a, err := l.Escrow.GetAccount("r")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Available < 0 || a.Held < 0 || a.Charged < 0 || a.Available+a.Held+a.Charged != a.Deposited {
 		t.Fatalf("%s: the account does not add up: %+v", when, a)
 	}
-	holds, _ := l.Holds()
+	holds, _ := l.Escrow.Holds()
 	var held protocol.MicroUSDC
 	for _, h := range holds {
 		if h.Charge < 0 || h.Charge > h.Amount {
@@ -100,7 +100,7 @@ func checkBooks(t *testing.T, l *Ledger, when string) {
 	}
 	// The pending index lists exactly the pending holds: one missing would never be charged.
 	indexed := map[string]bool{}
-	l.db.View(func(txn *badger.Txn) error {
+	l.kv.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixPending)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -117,7 +117,7 @@ func checkBooks(t *testing.T, l *Ledger, when string) {
 	if len(indexed) > 0 {
 		t.Fatalf("%s: pending index entries without a pending hold: %v", when, indexed)
 	}
-	earnings, _ := l.Earnings("")
+	earnings, _ := l.Payouts.Earnings("")
 	seen := map[string]bool{}
 	var paid protocol.MicroUSDC
 	for _, e := range earnings {

@@ -48,9 +48,9 @@ var ErrDisputeClosed = errors.New("too late to dispute")
 // OpenDispute stores a renter's dispute and holds the job's escrow until a decision. A job
 // already charged cannot be disputed: the renter countersigned its receipt, or the
 // dispute window passed. The same dispute again changes nothing.
-func (l *Ledger) OpenDispute(d Dispute) (Dispute, error) {
+func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 	out := d
-	err := l.db.Update(func(txn *badger.Txn) error {
+	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := getJSON(txn, prefixDispute+d.Job, &out); err == nil {
 			return nil
 		} else if !errors.Is(err, ErrNotFound) {
@@ -87,15 +87,15 @@ func (l *Ledger) OpenDispute(d Dispute) (Dispute, error) {
 }
 
 // GetDispute returns a job's dispute, or ErrNotFound.
-func (l *Ledger) GetDispute(job string) (Dispute, error) {
+func (s *EscrowStore) GetDispute(job string) (Dispute, error) {
 	var d Dispute
-	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixDispute+job, &d) })
+	err := s.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixDispute+job, &d) })
 	return d, err
 }
 
 // Disputes returns the disputes, oldest first; open only when open is set.
-func (l *Ledger) Disputes(open bool) ([]Dispute, error) {
-	out, err := scanAll[Dispute](l, prefixDispute, func(d Dispute) bool { return !open || d.State == DisputeOpen })
+func (s *EscrowStore) Disputes(open bool) ([]Dispute, error) {
+	out, err := scanAll[Dispute](s.kv, prefixDispute, func(d Dispute) bool { return !open || d.State == DisputeOpen })
 	sort.Slice(out, func(i, k int) bool { return out[i].ReceivedAt.Before(out[k].ReceivedAt) })
 	return out, err
 }
@@ -104,10 +104,10 @@ func (l *Ledger) Disputes(open bool) ([]Dispute, error) {
 // hold) under the decision rule, and closes the dispute. Without the provider's report
 // there is no receipt to charge: only a decision of 0 is possible, and it returns the
 // hold to the renter.
-func (l *Ledger) DecideDispute(job string, decision []byte, amount protocol.MicroUSDC, now time.Time) (Dispute, *Earning, error) {
+func (s *EscrowStore) DecideDispute(job string, decision []byte, amount protocol.MicroUSDC, now time.Time) (Dispute, *Earning, error) {
 	var d Dispute
 	var earning *Earning
-	err := l.db.Update(func(txn *badger.Txn) error {
+	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := getJSON(txn, prefixDispute+job, &d); err != nil {
 			return err
 		}

@@ -14,9 +14,9 @@ func TestChargeRules(t *testing.T) {
 	l := openTemp(t, t.TempDir())
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	window := 24 * time.Hour
-	l.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 100_000_000, CreditedAt: now})
+	l.Escrow.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 100_000_000, CreditedAt: now})
 	for i := 1; i <= 4; i++ {
-		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -31,7 +31,7 @@ func TestChargeRules(t *testing.T) {
 	}
 	balanced := func() {
 		t.Helper()
-		a, _ := l.GetAccount("r")
+		a, _ := l.Escrow.GetAccount("r")
 		if a.Available+a.Held+a.Charged != a.Deposited {
 			t.Fatalf("the account does not add up: %+v", a)
 		}
@@ -39,94 +39,94 @@ func TestChargeRules(t *testing.T) {
 
 	// 1. Not countersigned: pending, then charged the last checkpoint plus one interval
 	// when the window ends; a later checkpoint raises what is due.
-	out, err := l.ChargeReports([]ReportCharge{report(1, false, 600)})
+	out, err := l.Escrow.ChargeReports([]ReportCharge{report(1, false, 600)})
 	if err != nil || !out[0].Added || !out[0].Pending || out[0].Earning != nil {
 		t.Fatalf("an uncountersigned receipt is charged at once: %v %+v", err, out)
 	}
-	if out, _ := l.ChargeReports([]ReportCharge{report(1, false, 1200)}); out[0].Earning != nil {
+	if out, _ := l.Escrow.ChargeReports([]ReportCharge{report(1, false, 1200)}); out[0].Earning != nil {
 		t.Fatalf("a later checkpoint charged at once: %+v", out)
 	}
-	if n, _ := l.ReleaseExpiredHolds(now.Add(2 * time.Hour)); n != 3 {
+	if n, _ := l.Escrow.ReleaseExpiredHolds(now.Add(2 * time.Hour)); n != 3 {
 		t.Fatalf("expiry: %d holds released; the pending one must stay", n)
 	}
-	if es, err := l.ChargeDue(now.Add(window - time.Second)); err != nil || len(es) != 0 {
+	if es, err := l.Escrow.ChargeDue(now.Add(window - time.Second)); err != nil || len(es) != 0 {
 		t.Fatalf("charged inside the dispute window: %v %+v", err, es)
 	}
-	es, err := l.ChargeDue(now.Add(window))
+	es, err := l.Escrow.ChargeDue(now.Add(window))
 	if err != nil || len(es) != 1 || es[0].Charge != 1_260_000 || es[0].Rule != protocol.RuleCheckpoint {
 		t.Fatalf("after the window: %v %+v", err, es)
 	}
-	if es, _ := l.ChargeDue(now.Add(2 * window)); len(es) != 0 {
+	if es, _ := l.Escrow.ChargeDue(now.Add(2 * window)); len(es) != 0 {
 		t.Fatalf("charged twice: %+v", es)
 	}
 	balanced()
 
 	// 2. The renter's countersignature arriving within the window charges the receipt.
 	for i := 5; i <= 7; i++ {
-		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(3 * window)}); err != nil {
+		if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(3 * window)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l.ChargeReports([]ReportCharge{report(5, false, 0)})
-	out, _ = l.ChargeReports([]ReportCharge{report(5, true, 0)})
+	l.Escrow.ChargeReports([]ReportCharge{report(5, false, 0)})
+	out, _ = l.Escrow.ChargeReports([]ReportCharge{report(5, true, 0)})
 	if out[0].Earning == nil || out[0].Earning.Charge != 6_000_000 || out[0].Earning.Rule != protocol.RuleCountersignedReceipt {
 		t.Fatalf("countersigned later: %+v", out)
 	}
-	if es, _ := l.ChargeDue(now.Add(window)); len(es) != 0 {
+	if es, _ := l.Escrow.ChargeDue(now.Add(window)); len(es) != 0 {
 		t.Fatalf("charged again at the window's end: %+v", es)
 	}
 
 	// 3. Disputed: held until a decision, which charges once.
-	l.ChargeReports([]ReportCharge{report(6, false, 0)})
+	l.Escrow.ChargeReports([]ReportCharge{report(6, false, 0)})
 	d := Dispute{Job: jobID(6), Renter: "r", Provider: "p", ReceivedAt: now, Amount: 100_000, Claimed: 6_000_000}
-	if _, err := l.OpenDispute(d); err != nil {
+	if _, err := l.Escrow.OpenDispute(d); err != nil {
 		t.Fatal(err)
 	}
-	if es, _ := l.ChargeDue(now.Add(window)); len(es) != 0 {
+	if es, _ := l.Escrow.ChargeDue(now.Add(window)); len(es) != 0 {
 		t.Fatalf("a disputed receipt charged at the window's end: %+v", es)
 	}
-	if n, _ := l.ReleaseExpiredHolds(now.Add(4 * window)); n != 1 {
+	if n, _ := l.Escrow.ReleaseExpiredHolds(now.Add(4 * window)); n != 1 {
 		t.Fatalf("expiry released %d holds: only job 7's (held, never reported) may go", n)
 	}
-	if h, _ := l.GetHold(jobID(6)); h.State != HoldDisputed {
+	if h, _ := l.Escrow.GetHold(jobID(6)); h.State != HoldDisputed {
 		t.Fatalf("a disputed hold returned by its expiry: %+v", h)
 	}
-	if out, _ := l.ChargeReports([]ReportCharge{report(6, true, 0)}); out[0].Earning != nil {
+	if out, _ := l.Escrow.ChargeReports([]ReportCharge{report(6, true, 0)}); out[0].Earning != nil {
 		t.Fatalf("a countersignature after a dispute charges the receipt: %+v", out)
 	}
-	got, e, err := l.DecideDispute(jobID(6), []byte("decision"), 2_000_000, now)
+	got, e, err := l.Escrow.DecideDispute(jobID(6), []byte("decision"), 2_000_000, now)
 	if err != nil || e == nil || e.Charge != 2_000_000 || e.Rule != protocol.RuleDecision || got.State != DisputeDecided {
 		t.Fatalf("decision: %v %+v %+v", err, e, got)
 	}
-	if _, _, err := l.DecideDispute(jobID(6), []byte("again"), 6_000_000, now); !errors.Is(err, ErrDisputeClosed) {
+	if _, _, err := l.Escrow.DecideDispute(jobID(6), []byte("again"), 6_000_000, now); !errors.Is(err, ErrDisputeClosed) {
 		t.Fatalf("decided twice: %v", err)
 	}
-	if _, err := l.OpenDispute(Dispute{Job: jobID(5), Renter: "r", Provider: "p"}); !errors.Is(err, ErrDisputeClosed) {
+	if _, err := l.Escrow.OpenDispute(Dispute{Job: jobID(5), Renter: "r", Provider: "p"}); !errors.Is(err, ErrDisputeClosed) {
 		t.Fatalf("a dispute of a receipt the renter countersigned: %v", err)
 	}
 	// A dispute before the provider's report: a decision of 0 returns the hold.
-	if _, err := l.PlaceHold(Hold{Job: jobID(8), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+	if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(8), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.OpenDispute(Dispute{Job: jobID(8), Renter: "r", Provider: "p"}); err != nil {
+	if _, err := l.Escrow.OpenDispute(Dispute{Job: jobID(8), Renter: "r", Provider: "p"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.DecideDispute(jobID(8), nil, 1, now); err == nil {
+	if _, _, err := l.Escrow.DecideDispute(jobID(8), nil, 1, now); err == nil {
 		t.Fatal("charged a job nobody reported")
 	}
-	if _, _, err := l.DecideDispute(jobID(8), nil, 0, now); err != nil {
+	if _, _, err := l.Escrow.DecideDispute(jobID(8), nil, 0, now); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := l.GetHold(jobID(8)); h.State != HoldReleased {
+	if h, _ := l.Escrow.GetHold(jobID(8)); h.State != HoldReleased {
 		t.Fatalf("hold %+v", h)
 	}
 	balanced()
 
 	// No hold, no charge and no record.
-	if out, _ := l.ChargeReports([]ReportCharge{report(99, true, 0)}); out[0].Refused == "" || out[0].Added {
+	if out, _ := l.Escrow.ChargeReports([]ReportCharge{report(99, true, 0)}); out[0].Refused == "" || out[0].Added {
 		t.Fatalf("a report of a job without a hold: %+v", out)
 	}
-	if _, err := l.GetJobReport(jobID(99), "p"); !errors.Is(err, ErrNotFound) {
+	if _, err := l.Escrow.GetJobReport(jobID(99), "p"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("stored: %v", err)
 	}
 }

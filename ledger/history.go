@@ -18,6 +18,9 @@ import (
 // keeps are scans in key order; adding a point drops the expired ones (and the oldest past
 // MaxHistoryPoints), so a series never grows past its retention.
 
+// HistoryStore keeps a provider's own history (history/<series>/).
+type HistoryStore struct{ *kv }
+
 const prefixHistory = "history/"
 
 // The series a provider keeps.
@@ -55,8 +58,8 @@ var MaxHistoryPoints = 5000
 
 // AddHistory stores a point of a series at a time (replacing one at the same time) and
 // drops the points older than keep before it, and the oldest past MaxHistoryPoints.
-func (l *Ledger) AddHistory(series string, at time.Time, v any, keep time.Duration) error {
-	return l.updateSeries(series, func(txn *badger.Txn) error {
+func (s *HistoryStore) AddHistory(series string, at time.Time, v any, keep time.Duration) error {
+	return s.updateSeries(series, func(txn *badger.Txn) error {
 		if err := dropHistory(txn, series, at.Add(-keep), historyKey(series, at)); err != nil {
 			return err
 		}
@@ -66,8 +69,8 @@ func (l *Ledger) AddHistory(series string, at time.Time, v any, keep time.Durati
 
 // CountHistory adds one to the count of a series at a time (the start of a quarter of an
 // hour, say) and drops the points older than keep before it.
-func (l *Ledger) CountHistory(series string, at time.Time, keep time.Duration) error {
-	return l.updateSeries(series, func(txn *badger.Txn) error {
+func (s *HistoryStore) CountHistory(series string, at time.Time, keep time.Duration) error {
+	return s.updateSeries(series, func(txn *badger.Txn) error {
 		key := historyKey(series, at)
 		if err := dropHistory(txn, series, at.Add(-keep), key); err != nil {
 			return err
@@ -88,15 +91,15 @@ func (l *Ledger) CountHistory(series string, at time.Time, keep time.Duration) e
 
 // updateSeries runs f in a transaction; writes to one series take turns (keyLocks), and
 // one that still conflicts with another transaction is tried again.
-func (l *Ledger) updateSeries(series string, f func(txn *badger.Txn) error) error {
+func (s *HistoryStore) updateSeries(series string, f func(txn *badger.Txn) error) error {
 	h := fnv.New32a()
 	h.Write([]byte(prefixHistory + series))
-	lock := &l.keyLocks[h.Sum32()%uint32(len(l.keyLocks))]
+	lock := &s.keyLocks[h.Sum32()%uint32(len(s.keyLocks))]
 	lock.Lock()
 	defer lock.Unlock()
 	var err error
 	for range conflictRetries {
-		if err = l.db.Update(f); !errors.Is(err, badger.ErrConflict) {
+		if err = s.db.Update(f); !errors.Is(err, badger.ErrConflict) {
 			break
 		}
 	}
@@ -133,10 +136,10 @@ func dropHistory(txn *badger.Txn, series string, before time.Time, key string) e
 }
 
 // History returns a series' points from a time on, oldest first.
-func (l *Ledger) History(series string, since time.Time) ([]HistoryPoint, error) {
+func (s *HistoryStore) History(series string, since time.Time) ([]HistoryPoint, error) {
 	out := []HistoryPoint{}
 	prefix := prefixHistory + series + "/"
-	err := l.db.View(func(txn *badger.Txn) error {
+	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
 		for it.Seek([]byte(historyKey(series, since))); it.Valid(); it.Next() {
@@ -157,9 +160,9 @@ func (l *Ledger) History(series string, since time.Time) ([]HistoryPoint, error)
 }
 
 // HistoryStart returns the time of a series' oldest point, or ok false when it has none.
-func (l *Ledger) HistoryStart(series string) (at time.Time, ok bool, err error) {
+func (s *HistoryStore) HistoryStart(series string) (at time.Time, ok bool, err error) {
 	prefix := prefixHistory + series + "/"
-	err = l.db.View(func(txn *badger.Txn) error {
+	err = s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 		defer it.Close()
 		it.Rewind()

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-
-	"github.com/gpunex/gpunex/protocol"
 )
+
+// JobStore keeps the jobs this node rents or runs (job/<ID>). The job runner and the
+// renter write them; the wallet reads them to report receipts and count earnings.
+type JobStore struct{ *kv }
 
 const prefixJob = "job/"
 
@@ -70,25 +72,25 @@ type Job struct {
 }
 
 // PutJob stores a job.
-func (l *Ledger) PutJob(j Job) error {
-	return l.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixJob+j.ID, j) })
+func (s *JobStore) PutJob(j Job) error {
+	return s.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixJob+j.ID, j) })
 }
 
 // UpdateJob changes a job atomically and returns it as stored.
-func (l *Ledger) UpdateJob(id string, f func(j *Job) error) (Job, error) {
-	return updateJSON(l, prefixJob+id, f)
+func (s *JobStore) UpdateJob(id string, f func(j *Job) error) (Job, error) {
+	return updateJSON(s.kv, prefixJob+id, f)
 }
 
 // GetJob returns a job, or ErrNotFound.
-func (l *Ledger) GetJob(id string) (Job, error) {
+func (s *JobStore) GetJob(id string) (Job, error) {
 	var j Job
-	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixJob+id, &j) })
+	err := s.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixJob+id, &j) })
 	return j, err
 }
 
 // CreateJob stores a new job, failing if the ID is taken.
-func (l *Ledger) CreateJob(j Job) error {
-	created, err := l.createJSON(prefixJob+j.ID, j)
+func (s *JobStore) CreateJob(j Job) error {
+	created, err := s.createJSON(prefixJob+j.ID, j)
 	if err == nil && !created {
 		err = fmt.Errorf("job %s exists", j.ID)
 	}
@@ -96,9 +98,9 @@ func (l *Ledger) CreateJob(j Job) error {
 }
 
 // Jobs returns every job, newest first.
-func (l *Ledger) Jobs() ([]Job, error) {
+func (s *JobStore) Jobs() ([]Job, error) {
 	var out []Job
-	err := l.db.View(func(txn *badger.Txn) error {
+	err := s.db.View(func(txn *badger.Txn) error {
 		return scan(txn, prefixJob, func(key string, val []byte) error {
 			var j Job
 			if err := json.Unmarshal(val, &j); err != nil {
@@ -110,56 +112,4 @@ func (l *Ledger) Jobs() ([]Job, error) {
 	})
 	sort.SliceStable(out, func(i, k int) bool { return out[i].CreatedAt.After(out[k].CreatedAt) })
 	return out, err
-}
-
-const prefixJobReport = "coordinator/job-report/"
-
-// JobReport is a job's final receipt as a coordinator received it from the provider.
-type JobReport struct {
-	Job             string    `json:"job"`
-	Provider        string    `json:"provider"`
-	ReceivedAt      time.Time `json:"received_at"`
-	Lease           []byte    `json:"lease"`
-	LeaseCountersig []byte    `json:"lease_countersignature"`
-	Receipt         []byte    `json:"receipt"`
-	// ReceiptCountersig is the renter's countersignature of the receipt, when the provider
-	// has it (it may come with a later report of the same job).
-	ReceiptCountersig []byte `json:"receipt_countersignature,omitempty"`
-	ProviderFault     bool   `json:"provider_fault"`
-	// Checkpoint is the latest usage checkpoint the renter countersigned, with that
-	// countersignature, and its seconds.
-	Checkpoint           []byte `json:"checkpoint,omitempty"`
-	CheckpointCountersig []byte `json:"checkpoint_countersignature,omitempty"`
-	CheckpointSeconds    int64  `json:"checkpoint_seconds,omitempty"`
-	// Terms are the receipt's figures a charge needs.
-	Terms ChargeTerms `json:"terms"`
-}
-
-// ChargeTerms are the figures of a reported receipt that charging it needs.
-type ChargeTerms struct {
-	Receipt string             `json:"receipt_sha256"`
-	Amount  protocol.MicroUSDC `json:"amount"`
-	Model   string             `json:"model"`
-	GPUs    int                `json:"gpus"`
-	Seconds int64              `json:"seconds"`
-	EndedAt time.Time          `json:"ended_at"`
-	Renter  string             `json:"renter"`
-	// CheckpointAmount is what the receipt charges under the checkpoint rule.
-	CheckpointAmount protocol.MicroUSDC `json:"checkpoint_amount"`
-}
-
-// jobReportKey keys a report by job and reporting provider: a report from another peer
-// for the same job ID never stands in the way of the provider's own.
-func jobReportKey(job, provider string) string { return prefixJobReport + job + "/" + provider }
-
-// GetJobReport returns a provider's report of a job, or ErrNotFound.
-func (l *Ledger) GetJobReport(job, provider string) (JobReport, error) {
-	var r JobReport
-	err := l.db.View(func(txn *badger.Txn) error { return getJSON(txn, jobReportKey(job, provider), &r) })
-	return r, err
-}
-
-// JobReports returns the reports received since a time.
-func (l *Ledger) JobReports(since time.Time) ([]JobReport, error) {
-	return scanAll[JobReport](l, prefixJobReport, func(r JobReport) bool { return !r.ReceivedAt.Before(since) })
 }

@@ -39,19 +39,19 @@ func newPeer(t *testing.T) peer.ID {
 func TestPricesSurviveReopen(t *testing.T) {
 	dir := t.TempDir()
 	l := openTemp(t, dir)
-	if err := l.SetPrice("h100-80gb", 2_100_000); err != nil {
+	if err := l.Provider.SetPrice("h100-80gb", 2_100_000); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetPrice("L4-24GB", 450_000); err != nil {
+	if err := l.Provider.SetPrice("L4-24GB", 450_000); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetPrice("L4-24GB", 0); err == nil {
+	if err := l.Provider.SetPrice("L4-24GB", 0); err == nil {
 		t.Fatal("zero price accepted")
 	}
 	l.Close()
 	l = openTemp(t, dir)
 	defer l.Close()
-	p, err := l.Prices()
+	p, err := l.Provider.Prices()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +67,10 @@ func TestOfferSeqMonotonic(t *testing.T) {
 	}
 	defer l.Close()
 	now := time.UnixMilli(1_000_000)
-	a, _ := l.NextOfferSeq(now)
-	b, _ := l.NextOfferSeq(now)                 // same instant: still moves
-	c, _ := l.NextOfferSeq(now.Add(-time.Hour)) // clock went back: still moves
-	d, _ := l.NextOfferSeq(now.Add(time.Hour))  // clock jumps: follows it
+	a, _ := l.Provider.NextOfferSeq(now)
+	b, _ := l.Provider.NextOfferSeq(now)                 // same instant: still moves
+	c, _ := l.Provider.NextOfferSeq(now.Add(-time.Hour)) // clock went back: still moves
+	d, _ := l.Provider.NextOfferSeq(now.Add(time.Hour))  // clock jumps: follows it
 	if !(a < b && b < c && c < d) || a != 1_000_000 || d != uint64(now.Add(time.Hour).UnixMilli()) {
 		t.Fatalf("sequence not monotonic: %d %d %d %d", a, b, c, d)
 	}
@@ -90,13 +90,13 @@ func TestSeenOffersKeepHighestAndExpire(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(l.SaveSeenOffers([]SeenOffer{{Provider: p1, Seq: 5, ExpiresAt: now.Add(time.Hour), Raw: []byte("five")}}))
-	must(l.SaveSeenOffers([]SeenOffer{{Provider: p1, Seq: 4, ExpiresAt: now.Add(time.Hour), Raw: []byte("four")}})) // replay: ignored
-	must(l.SaveSeenOffers([]SeenOffer{{Provider: p2, Seq: 1, ExpiresAt: now.Add(time.Minute), Raw: []byte("p2")}}))
-	if s, _ := l.HighestOfferSeq(p1); s != 5 {
+	must(l.Offers.SaveSeenOffers([]SeenOffer{{Provider: p1, Seq: 5, ExpiresAt: now.Add(time.Hour), Raw: []byte("five")}}))
+	must(l.Offers.SaveSeenOffers([]SeenOffer{{Provider: p1, Seq: 4, ExpiresAt: now.Add(time.Hour), Raw: []byte("four")}})) // replay: ignored
+	must(l.Offers.SaveSeenOffers([]SeenOffer{{Provider: p2, Seq: 1, ExpiresAt: now.Add(time.Minute), Raw: []byte("p2")}}))
+	if s, _ := l.Offers.HighestOfferSeq(p1); s != 5 {
 		t.Fatalf("highest seq = %d; want 5", s)
 	}
-	seen, err := l.SeenOffers(now)
+	seen, err := l.Offers.SeenOffers(now)
 	must(err)
 	if len(seen) != 2 {
 		t.Fatalf("seen %d offers; want 2", len(seen))
@@ -107,15 +107,15 @@ func TestSeenOffersKeepHighestAndExpire(t *testing.T) {
 		}
 	}
 	later := now.Add(2 * time.Minute)
-	if seen, _ := l.SeenOffers(later); len(seen) != 1 {
+	if seen, _ := l.Offers.SeenOffers(later); len(seen) != 1 {
 		t.Fatalf("expired offer still listed: %d", len(seen))
 	}
-	n, err := l.PruneSeenOffers(later)
+	n, err := l.Offers.PruneSeenOffers(later)
 	must(err)
 	if n != 1 {
 		t.Fatalf("pruned %d; want 1", n)
 	}
-	if s, _ := l.HighestOfferSeq(p2); s != 0 {
+	if s, _ := l.Offers.HighestOfferSeq(p2); s != 0 {
 		t.Fatal("pruned provider still has a sequence")
 	}
 }
@@ -164,7 +164,7 @@ func TestKill9(t *testing.T) {
 			t.Fatalf("round %d: child wrote only %d records before dying on its own", round, lines)
 		}
 		l := openTemp(t, dir)
-		next, err := l.NextOfferSeq(time.UnixMilli(0))
+		next, err := l.Provider.NextOfferSeq(time.UnixMilli(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +172,7 @@ func TestKill9(t *testing.T) {
 			t.Fatalf("after kill -9: next sequence %d not above acknowledged %d", next, lastAcked)
 		}
 		lastAcked = next
-		prices, err := l.Prices()
+		prices, err := l.Provider.Prices()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,10 +190,10 @@ func ledgerChild(dir string) {
 		os.Exit(3)
 	}
 	for i := 0; ; i++ {
-		if err := l.SetPrice(fmt.Sprintf("M%d", i%5), protocol.MicroUSDC(i+1)); err != nil {
+		if err := l.Provider.SetPrice(fmt.Sprintf("M%d", i%5), protocol.MicroUSDC(i+1)); err != nil {
 			os.Exit(4)
 		}
-		seq, err := l.NextOfferSeq(time.UnixMilli(0))
+		seq, err := l.Provider.NextOfferSeq(time.UnixMilli(0))
 		if err != nil {
 			os.Exit(5)
 		}
@@ -206,7 +206,7 @@ func ledgerChild(dir string) {
 // the other wrote, and nobody gets "Transaction Conflict".
 func TestConcurrentJobUpdates(t *testing.T) {
 	l := openTemp(t, t.TempDir())
-	if err := l.PutJob(Job{ID: "j1", Side: "renter", State: JobRunning}); err != nil {
+	if err := l.Jobs.PutJob(Job{ID: "j1", Side: "renter", State: JobRunning}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -215,7 +215,7 @@ func TestConcurrentJobUpdates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := l.UpdateJob("j1", func(j *Job) error { j.CheckpointSeconds++; return nil }); err != nil {
+			if _, err := l.Jobs.UpdateJob("j1", func(j *Job) error { j.CheckpointSeconds++; return nil }); err != nil {
 				errs <- err
 			}
 		}()
@@ -225,7 +225,7 @@ func TestConcurrentJobUpdates(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	j, err := l.GetJob("j1")
+	j, err := l.Jobs.GetJob("j1")
 	if err != nil || j.CheckpointSeconds != 40 {
 		t.Fatalf("after 40 concurrent increments: %d (%v)", j.CheckpointSeconds, err)
 	}

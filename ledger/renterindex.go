@@ -27,8 +27,8 @@ func renterIndexKey(prefix, renter string, at time.Time, id string) string {
 }
 
 // buildRenterIndex writes the renter indexes of a ledger made before they existed, once.
-func (l *Ledger) buildRenterIndex() error {
-	return l.db.Update(func(txn *badger.Txn) error {
+func (s *EscrowStore) buildRenterIndex() error {
+	return s.db.Update(func(txn *badger.Txn) error {
 		if _, err := txn.Get([]byte(keyRenterIndexV1)); err == nil {
 			return nil
 		} else if !errors.Is(err, badger.ErrKeyNotFound) {
@@ -76,19 +76,19 @@ func openHold(state string) bool {
 }
 
 // newestOf reads the records a renter index points to, newest first, at most limit.
-func newestOf[T any](l *Ledger, index, renter, prefix string, limit int) ([]T, error) {
+func newestOf[T any](k *kv, index, renter, prefix string, limit int) ([]T, error) {
 	var out []T
-	err := l.db.View(func(txn *badger.Txn) error {
+	err := k.db.View(func(txn *badger.Txn) error {
 		p := []byte(index + renter + "/")
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, Reverse: true})
 		defer it.Close()
 		seek := append(append([]byte{}, p...), 0xff)
 		for it.Seek(seek); it.ValidForPrefix(p) && len(out) < limit; it.Next() {
-			k := string(it.Item().Key())
-			id := k[len(p)+21:]
+			key := string(it.Item().Key())
+			id := key[len(p)+21:]
 			var v T
 			if err := getJSON(txn, prefix+id, &v); err != nil {
-				return fmt.Errorf("ledger: index %s: %w", k, err)
+				return fmt.Errorf("ledger: index %s: %w", key, err)
 			}
 			out = append(out, v)
 		}

@@ -17,29 +17,29 @@ func TestRenterIndex(t *testing.T) {
 	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	for i, r := range []string{"r1", "r2", "r1", "r1"} {
 		at := now.Add(time.Duration(i) * time.Minute)
-		l.CreditDeposit(Deposit{Signature: "sig" + jobID(i), Renter: r, Amount: 10_000_000, CreditedAt: at})
-		if _, err := l.PlaceHold(Hold{Job: jobID(i), Renter: r, Provider: "p", Amount: 1_000_000, IssuedAt: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
+		l.Escrow.CreditDeposit(Deposit{Signature: "sig" + jobID(i), Renter: r, Amount: 10_000_000, CreditedAt: at})
+		if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: r, Provider: "p", Amount: 1_000_000, IssuedAt: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	check := func(when string) {
 		t.Helper()
-		hs, err := l.RenterHolds("r1", 2)
+		hs, err := l.Escrow.RenterHolds("r1", 2)
 		if err != nil || len(hs) != 2 || hs[0].Job != jobID(3) || hs[1].Job != jobID(2) {
 			t.Fatalf("%s: r1's two latest holds: %+v %v", when, hs, err)
 		}
-		ds, err := l.RenterDeposits("r2", 10)
+		ds, err := l.Escrow.RenterDeposits("r2", 10)
 		if err != nil || len(ds) != 1 || ds[0].Signature != "sig"+jobID(1) {
 			t.Fatalf("%s: r2's deposits: %+v %v", when, ds, err)
 		}
-		if a, _ := l.GetAccount("r1"); a.OpenHolds != 3 {
+		if a, _ := l.Escrow.GetAccount("r1"); a.OpenHolds != 3 {
 			t.Fatalf("%s: r1 has %d open holds, not 3", when, a.OpenHolds)
 		}
 	}
 	check("indexed as written")
 
 	// A ledger from before the index: drop it, and the counts, and open again.
-	l.db.Update(func(txn *badger.Txn) error {
+	l.kv.db.Update(func(txn *badger.Txn) error {
 		for _, p := range []string{prefixRenterHold, prefixRenterDeposit} {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(p)})
 			var keys [][]byte
@@ -62,17 +62,17 @@ func TestRenterIndex(t *testing.T) {
 	check("rebuilt at open")
 
 	// Charged and released holds are no longer open; past the cap, no new hold.
-	l.ReleaseHold(jobID(0))
-	if a, _ := l.GetAccount("r1"); a.OpenHolds != 2 {
+	l.Escrow.ReleaseHold(jobID(0))
+	if a, _ := l.Escrow.GetAccount("r1"); a.OpenHolds != 2 {
 		t.Fatalf("after a release: %d open holds", a.OpenHolds)
 	}
-	l.CreditDeposit(Deposit{Signature: "big", Renter: "r3", Amount: 100_000_000_000, CreditedAt: now})
+	l.Escrow.CreditDeposit(Deposit{Signature: "big", Renter: "r3", Amount: 100_000_000_000, CreditedAt: now})
 	for i := range MaxOpenHolds {
-		if _, err := l.PlaceHold(Hold{Job: jobID(1000 + i), Renter: "r3", Provider: "p", Amount: 1, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(1000 + i), Renter: "r3", Provider: "p", Amount: 1, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.PlaceHold(Hold{Job: jobID(5000), Renter: "r3", Provider: "p", Amount: 1, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, ErrTooManyHolds) {
+	if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(5000), Renter: "r3", Provider: "p", Amount: 1, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, ErrTooManyHolds) {
 		t.Fatalf("hold %d: %v", MaxOpenHolds+1, err)
 	}
 }

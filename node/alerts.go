@@ -28,7 +28,7 @@ func (n *Node) watchAlerts(dir string) {
 			}
 			// Resolved only with 10% (at least 1 GiB) more than the level: a disk hovering
 			// around it is not told about at every check.
-			if was, _ := n.ledger.AlertFiring("disk"); was {
+			if was, _ := n.ledger.Alerts.AlertFiring("disk"); was {
 				limit += max(1, limit/10)
 			}
 			return free < limit, fmt.Sprintf("the disk is filling up: %d GiB free", free),
@@ -55,7 +55,7 @@ func (n *Node) watchAlerts(dir string) {
 		if s == nil || level <= 0 {
 			return false, "", "", s != nil
 		}
-		if was, _ := n.ledger.AlertFiring("score"); was {
+		if was, _ := n.ledger.Alerts.AlertFiring("score"); was {
 			level += 5 // resolved 5 points above the level, not at every wobble around it
 		}
 		return s.Score < level, fmt.Sprintf("the score fell to %d", s.Score),
@@ -103,16 +103,16 @@ func (n *Node) alertPayouts() {
 	}
 	n.earningsPending.Store(v.Pending)
 	n.earningsChecked.Store(n.clock.Now().Unix())
-	seeded, _ := n.ledger.AlertFiring("payouts-seen")
+	seeded, _ := n.ledger.Alerts.AlertFiring("payouts-seen")
 	for _, p := range v.Payouts {
 		if !p.Paid {
 			continue
 		}
-		if told, _ := n.ledger.SetAlertFiring("payout/"+p.Batch, true); told || !seeded {
+		if told, _ := n.ledger.Alerts.SetAlertFiring("payout/"+p.Batch, true); told || !seeded {
 			continue
 		}
 		n.alerts.Event("payout", fmt.Sprintf("payout of %s USDC sent", p.AmountUSDC),
 			fmt.Sprintf("Batch %s paid %s USDC for %d receipts by %s to %s (transaction %s %s).", p.Batch, p.AmountUSDC, p.Receipts, p.Method, p.Destination, p.Transaction, p.Explorer))
 	}
-	n.ledger.SetAlertFiring("payouts-seen", true)
+	n.ledger.Alerts.SetAlertFiring("payouts-seen", true)
 }

@@ -47,7 +47,7 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 		}
 		return h100 && !l4, ""
 	})
-	ns, _ := prov.ledger.Notifications()
+	ns, _ := prov.ledger.Notifications.Notifications()
 	if len(ns) != 1 || !strings.Contains(ns[0].Subject, "delisted") || !strings.Contains(ns[0].Body, "under the threshold") || !strings.Contains(ns[0].Body, "check cooling") {
 		t.Fatalf("notifications: %+v", ns)
 	}
@@ -64,7 +64,7 @@ func TestBenchmarksDelistAndRelist(t *testing.T) {
 		}
 		return false, ""
 	})
-	if ns, _ := prov.ledger.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
+	if ns, _ := prov.ledger.Notifications.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
 		t.Fatalf("notifications after the fix: %+v", ns)
 	}
 	// The coordinator asks for a run: a new attestation on a fresh challenge comes back.
@@ -121,7 +121,7 @@ func TestLostGPU(t *testing.T) {
 	}
 	notified := func(n int, subject, body string) {
 		t.Helper()
-		ns, _ := prov.ledger.Notifications()
+		ns, _ := prov.ledger.Notifications.Notifications()
 		if len(ns) != n || ns[n-1].Subject != subject || !strings.Contains(ns[n-1].Body, body) {
 			t.Fatalf("notifications: %+v", ns)
 		}
@@ -130,7 +130,7 @@ func TestLostGPU(t *testing.T) {
 	offered(1)
 	leasable(1)
 	notified(1, "GPU lost-1 (H100-80GB) delisted", "fallen off the bus")
-	if ns, _ := prov.ledger.Notifications(); !strings.Contains(ns[0].Body, "Xid") {
+	if ns, _ := prov.ledger.Notifications.Notifications(); !strings.Contains(ns[0].Body, "Xid") {
 		t.Fatalf("no hint: %s", ns[0].Body)
 	}
 	if prov.bench.Due() {
@@ -208,7 +208,7 @@ func TestSlowLinkDelisted(t *testing.T) {
 	if _, err := prov.jobs.Reserve("probe-job", cfg.Provider.GPUs[0].Model, 1); err == nil || !strings.Contains(err.Error(), "this provider is delisted: up_mbps") {
 		t.Fatalf("a job on a delisted provider: %v", err)
 	}
-	ns, _ := prov.ledger.Notifications()
+	ns, _ := prov.ledger.Notifications.Notifications()
 	if len(ns) != 1 || !strings.Contains(ns[0].Subject, "delisted") || !strings.Contains(ns[0].Body, "under the minimum of 20 Mbit/s") || !strings.Contains(ns[0].Body, "check your internet link's upload") {
 		t.Fatalf("notifications: %+v", ns)
 	}
@@ -226,7 +226,7 @@ func TestSlowLinkDelisted(t *testing.T) {
 		}
 		return false, ""
 	})
-	if ns, _ := prov.ledger.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
+	if ns, _ := prov.ledger.Notifications.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "listed again") {
 		t.Fatalf("notifications after the fix: %+v", ns)
 	}
 }

@@ -93,8 +93,8 @@ func TestTwoCoordinators(t *testing.T) {
 
 	// The renter has an account at each coordinator; a job is held and charged where its
 	// provider was certified.
-	a.ledger.CreditDeposit(ledger.Deposit{Signature: "deposit-a", Renter: renter.ID().String(), Amount: 10_000_000})
-	b.ledger.CreditDeposit(ledger.Deposit{Signature: "deposit-b", Renter: renter.ID().String(), Amount: 20_000_000})
+	a.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "deposit-a", Renter: renter.ID().String(), Amount: 10_000_000})
+	b.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "deposit-b", Renter: renter.ID().String(), Amount: 20_000_000})
 	archive := busyboxArchive(t)
 	run := func(p *Node) (string, protocol.MicroUSDC) {
 		v, err := renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(p), GPUs: 1, MaxSeconds: 60, ImageArchive: archive,
@@ -121,16 +121,16 @@ func TestTwoCoordinators(t *testing.T) {
 			return err == nil && bal.Coordinator == c.coord.ID().String() && bal.Held == 0 && bal.Available == c.start-c.charge,
 				fmt.Sprintf("%+v %v", bal, err)
 		})
-		if h, err := c.coord.ledger.GetHold(c.mine); err != nil || h.State != ledger.HoldCharged || h.Provider != c.provider.ID().String() {
+		if h, err := c.coord.ledger.Escrow.GetHold(c.mine); err != nil || h.State != ledger.HoldCharged || h.Provider != c.provider.ID().String() {
 			t.Fatalf("hold of job %s at its coordinator: %+v %v", c.mine, h, err)
 		}
-		if _, err := c.coord.ledger.GetHold(c.theirs); err == nil {
+		if _, err := c.coord.ledger.Escrow.GetHold(c.theirs); err == nil {
 			t.Fatalf("coordinator %s holds money for a job of the other's provider", c.coord.ID())
 		}
-		if _, err := c.coord.ledger.GetJobReport(c.mine, c.provider.ID().String()); err != nil {
+		if _, err := c.coord.ledger.Escrow.GetJobReport(c.mine, c.provider.ID().String()); err != nil {
 			t.Fatalf("the report of job %s at its coordinator: %v", c.mine, err)
 		}
-		if _, err := c.coord.ledger.GetJobReport(c.theirs, c.theirProvider.ID().String()); err == nil {
+		if _, err := c.coord.ledger.Escrow.GetJobReport(c.theirs, c.theirProvider.ID().String()); err == nil {
 			t.Fatalf("coordinator %s got the report of a job it did not hold", c.coord.ID())
 		}
 	}

@@ -292,7 +292,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	rp.set("main .card input", "10")
 	rp.clickText("main", "Deposit")
 	rp.wait("the deposit credited", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('credited')`)
-	if a, _ := coord.ledger.GetAccount(renter.ID().String()); a.Deposited != 10_000_000 || e.usdc(t, renterWallet) != 10_000_000 {
+	if a, _ := coord.ledger.Escrow.GetAccount(renter.ID().String()); a.Deposited != 10_000_000 || e.usdc(t, renterWallet) != 10_000_000 {
 		t.Fatalf("after a deposit of 10 USDC from the Wallet tab: account %+v, wallet %d", a, e.usdc(t, renterWallet))
 	}
 
@@ -428,7 +428,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	pp.tab("payments")
 	pp.wait("the job's earnings", `document.querySelector('#earned-total') && /^[0-9.,]*[1-9]/.test(document.querySelector('#earned-total').innerText)`)
 	eventually(t, 10*time.Second, "the provider's payout settings at the coordinator", func() (bool, string) {
-		_, err := coord.ledger.GetPayoutSettings(prov.ID().String())
+		_, err := coord.ledger.Payouts.GetPayoutSettings(prov.ID().String())
 		return err == nil, fmt.Sprint(err)
 	})
 	cp.tab("payouts")
@@ -447,7 +447,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	pp.clickText("#payout-settings", "Save payout settings")
 	pp.wait("the payout settings saved", `document.querySelector('#payout-now').innerText.includes('FR1420041010050500013M02606')`)
 	eventually(t, 10*time.Second, "the coordinator holds the bank details", func() (bool, string) {
-		s, _ := coord.ledger.GetPayoutSettings(prov.ID().String())
+		s, _ := coord.ledger.Payouts.GetPayoutSettings(prov.ID().String())
 		return s.IBAN == "FR1420041010050500013M02606", s.Method
 	})
 	pp.wait("the settings delivered", `document.querySelector('#payout-deliveries').innerText.includes('since')`)
@@ -459,7 +459,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the second job: %+v %v", final, err)
 	}
 	eventually(t, 15*time.Second, "the second job's earning at the coordinator", func() (bool, string) {
-		h, _ := coord.ledger.GetHold(j.ID)
+		h, _ := coord.ledger.Escrow.GetHold(j.ID)
 		return h.State == ledger.HoldCharged, h.State
 	})
 	cp.tab("payouts")
@@ -472,7 +472,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	cp.set("main input[autocomplete=off]", "BANK-REF-77")
 	cp.clickText("main", "Confirm the bank transfers")
 	cp.wait("the transfers confirmed", `[...document.querySelectorAll('p.ok')].some(e => e.innerText.includes('confirmed'))`)
-	bs, _ := coord.ledger.Batches()
+	bs, _ := coord.ledger.Payouts.Batches()
 	last := slices.MaxFunc(bs, func(a, b ledger.Batch) int { return strings.Compare(a.Batch, b.Batch) })
 	i := slices.IndexFunc(last.Payouts, func(p protocol.Payout) bool { return p.Provider == prov.ID().String() })
 	if last.State != protocol.BatchSettled || i < 0 || last.Payouts[i].Method != protocol.PayoutBank || !last.Payouts[i].Paid || last.Payouts[i].Amount < 10_000 {
@@ -687,7 +687,7 @@ func TestDashboardDisputesInBrowser(t *testing.T) {
 	coord := tn.boot
 	prov := tn.add(providerConfig(0), nil)
 	renter := tn.add(testConfig(config.RoleRenter), nil)
-	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	waitCertified(t, coord, prov)
 	j := greedyReceipt(t, coord, prov, renter, "00000000000000e1", 90)
 	if err := disputeReceipt(t, renter, prov, &j, 100, "the job ended after 100 s"); err != nil {
@@ -710,7 +710,7 @@ func TestDashboardDisputesInBrowser(t *testing.T) {
 	cp.eval(`(() => { const r = `+row+`; const n = r.querySelector('input'); n.focus(); n.value = 'the logs agree with the renter';
 		[...r.querySelectorAll('button')].find(b => b.innerText === 'For the renter').click(); })()`, nil)
 	cp.wait("the decision recorded", `document.querySelector('p.ok') && document.querySelector('p.ok').innerText.includes('Decision recorded')`)
-	if h, _ := coord.ledger.GetHold(j.ID); h.State != ledger.HoldCharged || h.Rule != protocol.RuleDecision || h.Charge != 100_000 {
+	if h, _ := coord.ledger.Escrow.GetHold(j.ID); h.State != ledger.HoldCharged || h.Rule != protocol.RuleDecision || h.Charge != 100_000 {
 		t.Fatalf("the hold after a decision for the renter from the page: %+v", h)
 	}
 	if d, err := coord.settlement.Dispute(j.ID); err != nil || !strings.Contains(string(d.Decision), "the logs agree with the renter") {

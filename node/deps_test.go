@@ -1,6 +1,7 @@
 package node
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os/exec"
@@ -25,6 +26,136 @@ var subsystems = []string{
 var subsystemImports = []string{
 	"protocol", "ledger", "ledger/solana", "sandbox", "bench",
 	"node/api", "node/config", "node/calendar", "node/internal/clock", "node/internal/metrics", "node/internal/p2p", "node/internal/notify",
+}
+
+// ledgerStores are the ledger's stores each subsystem may name (docs/architecture.md,
+// "Import rules"). node.New hands a subsystem these and never the whole *ledger.Ledger, so
+// that it reaches only its own tables; a subsystem not listed may name none.
+var ledgerStores = map[string][]string{
+	"node/internal/alerts":      {"AlertStore"},
+	"node/internal/benchmarks":  {"ProviderStore", "HistoryStore", "NotificationStore", "SerialStore"},
+	"node/internal/jobs":        {"JobStore"},
+	"node/internal/models":      {"ModelStore", "SerialStore"},
+	"node/internal/money":       {"JobStore", "WalletStore", "ProviderStore", "EscrowStore", "PayoutStore", "ReliabilityStore"},
+	"node/internal/offers":      {"OfferStore", "ProviderStore", "ApplicantStore"},
+	"node/internal/onboarding":  {"ApplicationStore", "ApplicantStore", "NotificationStore", "SerialStore", "LinkStore"},
+	"node/internal/reliability": {"ReliabilityStore", "ApplicationStore", "SerialStore"},
+}
+
+// TestImportBoundariesLedgerStores keeps each subsystem to its own tables: its non-test
+// files name neither ledger.Ledger nor ledger.Open, and of the ledger's stores only those
+// ledgerStores lists for it. Every store listed must be one it names, so that the list says
+// what the code does.
+func TestImportBoundariesLedgerStores(t *testing.T) {
+	stores := typesOf(t, "../ledger", func(name string) bool { return strings.HasSuffix(name, "Store") })
+	dirs, err := filepath.Glob("internal/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no subsystem found: %v", err)
+	}
+	for pkg, allowed := range ledgerStores {
+		if !slices.Contains(dirs, strings.TrimPrefix(pkg, "node/")) {
+			t.Errorf("ledgerStores lists %s, which is not a package", pkg)
+		}
+		for _, s := range allowed {
+			if !stores[s] {
+				t.Errorf("ledgerStores lists %s for %s: the ledger has no such store", s, pkg)
+			}
+		}
+	}
+	for _, dir := range dirs {
+		pkg := "node/" + dir
+		named := ledgerNames(t, dir)
+		for name, where := range named {
+			switch {
+			case name == "Ledger" || name == "Open":
+				t.Errorf("%s names ledger.%s: a subsystem takes the stores it uses, never the whole ledger", where, name)
+			case stores[name] && !slices.Contains(ledgerStores[pkg], name):
+				t.Errorf("%s names ledger.%s, which %s may not use: hand it in from node.New and add it to ledgerStores and docs/architecture.md, or keep to the package's own stores", where, name, pkg)
+			}
+		}
+		for _, s := range ledgerStores[pkg] {
+			if _, ok := named[s]; !ok {
+				t.Errorf("ledgerStores lets %s use ledger.%s, which it no longer names: take it off the list and docs/architecture.md", pkg, s)
+			}
+		}
+	}
+}
+
+// ledgerNames returns the names of package ledger that the non-test files of dir refer to,
+// each with the first place it is named.
+func ledgerNames(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	out := map[string]string{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		parsed, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := ""
+		for _, imp := range parsed.Imports {
+			if path, _ := strconv.Unquote(imp.Path.Value); path == module+"/ledger" {
+				local = "ledger"
+				if imp.Name != nil {
+					local = imp.Name.Name
+				}
+			}
+		}
+		if local == "" {
+			continue
+		}
+		ast.Inspect(parsed, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == local {
+					if _, seen := out[sel.Sel.Name]; !seen {
+						out[sel.Sel.Name] = fset.Position(sel.Pos()).String()
+					}
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// typesOf returns the names of the types declared in the non-test files of dir that keep
+// accepts.
+func typesOf(t *testing.T, dir string, keep func(name string) bool) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range parsed.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+				for _, s := range g.Specs {
+					if name := s.(*ast.TypeSpec).Name.Name; keep(name) {
+						out[name] = true
+					}
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no type found in %s", dir)
+	}
+	return out
 }
 
 // TestImportBoundaries keeps the arrows of docs/architecture.md true: which packages of the

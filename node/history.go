@@ -32,7 +32,7 @@ func (n *Node) keepHistory() {
 	// again are not kept twice.
 	var mu sync.Mutex
 	kept := map[string]uint64{}
-	if pts, err := n.ledger.History(ledger.HistoryScores, n.clock.Now().Add(-protocol.ScoreTTL)); err == nil {
+	if pts, err := n.ledger.History.History(ledger.HistoryScores, n.clock.Now().Add(-protocol.ScoreTTL)); err == nil {
 		for _, pt := range pts {
 			var p api.ScorePoint
 			if json.Unmarshal(pt.Value, &p) == nil {
@@ -54,7 +54,7 @@ func (n *Node) keepHistory() {
 			Consistency: s.Consistency, Why: s.Why}
 		// Kept at the time it arrived, not the time it claims: a record dated long ago or far
 		// ahead would otherwise drop the points after it or outlive the series' retention.
-		if err := n.ledger.AddHistory(ledger.HistoryScores, n.clock.Now().UTC(), p, benchmarks.HistoryKeep); err != nil {
+		if err := n.ledger.History.AddHistory(ledger.HistoryScores, n.clock.Now().UTC(), p, benchmarks.HistoryKeep); err != nil {
 			n.log.Warn("score not kept in the history", "err", err)
 		}
 	})
@@ -62,7 +62,7 @@ func (n *Node) keepHistory() {
 
 // probeAnswered counts an uptime proof sent in the current quarter of an hour.
 func (n *Node) probeAnswered() {
-	if err := n.ledger.CountHistory(ledger.HistoryProbes, n.clock.Now().UTC().Truncate(probeBucket), probesKeep); err != nil {
+	if err := n.ledger.History.CountHistory(ledger.HistoryProbes, n.clock.Now().UTC().Truncate(probeBucket), probesKeep); err != nil {
 		n.log.Warn("probe not counted in the history", "err", err)
 	}
 }
@@ -83,7 +83,7 @@ func (a *APIServer) history(r *http.Request) (any, error) {
 	now := a.n.clock.Now().UTC()
 	v := api.HistoryView{From: now.Add(-time.Duration(days) * 24 * time.Hour)}
 	for series, into := range map[string]*[]api.HistoryItem{ledger.HistoryScores: &v.Scores, ledger.HistoryBench: &v.Bench} {
-		pts, err := a.n.ledger.History(series, v.From)
+		pts, err := a.n.ledger.History.History(series, v.From)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +119,7 @@ func (a *APIServer) uptimeWeek(now time.Time) (api.UptimeWeek, error) {
 	// instants in the hour repeated when clocks go back.)
 	local := now.In(loc)
 	first := now.Truncate(time.Minute).Add(-time.Duration(local.Minute()) * time.Minute).Add(-167 * time.Hour)
-	pts, err := a.n.ledger.History(ledger.HistoryProbes, first)
+	pts, err := a.n.ledger.History.History(ledger.HistoryProbes, first)
 	if err != nil {
 		return api.UptimeWeek{}, err
 	}
@@ -130,7 +130,7 @@ func (a *APIServer) uptimeWeek(now time.Time) (api.UptimeWeek, error) {
 	}
 	// Hours before the first probe this node ever answered (kept 35 days) are not counted:
 	// the node was not installed yet, or not yet certified, and nobody probed it.
-	since, probed, err := a.n.ledger.HistoryStart(ledger.HistoryProbes)
+	since, probed, err := a.n.ledger.History.HistoryStart(ledger.HistoryProbes)
 	if err != nil {
 		return api.UptimeWeek{}, err
 	}

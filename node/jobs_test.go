@@ -165,7 +165,7 @@ func TestJobEndToEnd(t *testing.T) {
 		t.Fatalf("cost %d for %d s at %d", final.Cost, final.Seconds, final.Price)
 	}
 	eventually(t, 5*time.Second, "provider keeps the countersigned receipt", func() (bool, string) {
-		j, err := prov.ledger.GetJob(v.ID)
+		j, err := prov.ledger.Jobs.GetJob(v.ID)
 		return err == nil && len(j.ReceiptCountersig) > 0 && string(j.Receipt) == string(final.Receipt), ""
 	})
 	var tarBuf bytes.Buffer
@@ -208,12 +208,12 @@ func TestJobRefusals(t *testing.T) {
 	// key) is refused on the renter's side, before the provider hears of it.
 	key := filepath.Join(t.TempDir(), "id_ed25519")
 	os.WriteFile(key, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600)
-	before, _ := prov.ledger.Jobs()
+	before, _ := prov.ledger.Jobs.Jobs()
 	_, err = renter.renter.ProposeJob(ctx, api.JobRequest{Offer: offerOf(prov), GPUs: 1, MaxSeconds: 60, ImageArchive: key, Args: []string{"true"}})
 	if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "not an image archive") {
 		t.Fatalf("a key file as the image archive: %v", err)
 	}
-	if after, _ := prov.ledger.Jobs(); len(after) != len(before) {
+	if after, _ := prov.ledger.Jobs.Jobs(); len(after) != len(before) {
 		t.Fatalf("the provider heard of a job whose archive is a key file: %d jobs, then %d", len(before), len(after))
 	}
 	// A renter that sends other bytes than the archive it proposed.
@@ -369,7 +369,7 @@ func TestJobEnds(t *testing.T) {
 	}
 	tn, renter, prov := jobNetWith(t, 2)
 	// Funds at the coordinator: the jobs run against escrow holds, so their reports count.
-	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	tn.boot.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	waitCertified(t, tn.boot, prov)
 	archive := busyboxArchive(t)
 	ctx := context.Background()
@@ -388,7 +388,7 @@ func TestJobEnds(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	prov.Close(cctx)
-	j, err := prov.ledger.GetJob(long.ID)
+	j, err := prov.ledger.Jobs.GetJob(long.ID)
 	if err != nil || j.State != "ended" || j.ExitReason != "provider shutting down" || len(j.Receipt) == 0 {
 		t.Fatalf("job at shutdown: %+v %v", j, err)
 	}
@@ -396,7 +396,7 @@ func TestJobEnds(t *testing.T) {
 	// the shutdown is.
 	coord := tn.boot
 	eventually(t, 10*time.Second, "coordinator scores job completion", func() (bool, string) {
-		st, _ := coord.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
+		st, _ := coord.ledger.Reliability.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
 		c := st.Reliability.Completion
 		return c.Total > 1.99 && c.Good > 0.99 && c.Good < 1.01 && strings.Contains(strings.Join(st.Events, ";"), "interrupted: provider shutting down"),
 			fmt.Sprintf("%+v %v", c, st.Events)
@@ -510,7 +510,7 @@ func TestRenterVanishes(t *testing.T) {
 	cfg.Jobs.UnmeteredStop = config.Duration{Duration: 5 * time.Second} // renters in tests countersign every second
 	prov := tn.addWith(cfg, Deps{Sandbox: rt, JobsDir: t.TempDir()})
 	renter := tn.add(testConfig(config.RoleRenter), nil)
-	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	tn.boot.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	eventually(t, 10*time.Second, "provider's offer found", func() (bool, string) {
 		_, ok := searchHas(t, renter, prov.ID())
 		return ok, ""
@@ -522,7 +522,7 @@ func TestRenterVanishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "two checkpoints countersigned", func() (bool, string) {
-		j, _ := prov.ledger.GetJob(v.ID)
+		j, _ := prov.ledger.Jobs.GetJob(v.ID)
 		return j.CheckpointSeconds >= 2, fmt.Sprint(j.CheckpointSeconds)
 	})
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -530,7 +530,7 @@ func TestRenterVanishes(t *testing.T) {
 	cancel()
 	var j ledger.Job
 	eventually(t, 20*time.Second, "the provider stops the unmetered job", func() (bool, string) {
-		j, _ = prov.ledger.GetJob(v.ID)
+		j, _ = prov.ledger.Jobs.GetJob(v.ID)
 		return j.State == ledger.JobEnded, j.State + " " + j.ExitReason
 	})
 	if j.ExitReason != jobs.ReasonUnmetered || len(j.ReceiptCountersig) != 0 {
@@ -539,11 +539,11 @@ func TestRenterVanishes(t *testing.T) {
 	rec, _, _ := protocol.OpenReceipt(j.Receipt)
 	coord := tn.boot
 	eventually(t, 20*time.Second, "the receipt reported, its charge pending", func() (bool, string) {
-		h, _ := coord.ledger.GetHold(v.ID)
+		h, _ := coord.ledger.Escrow.GetHold(v.ID)
 		return h.State == ledger.HoldPending, h.State
 	})
-	rep, _ := coord.ledger.GetJobReport(v.ID, prov.ID().String())
-	es, err := coord.ledger.ChargeDue(time.Now().Add(coord.cfg.Settlement.DisputeWindow.Duration + time.Minute))
+	rep, _ := coord.ledger.Escrow.GetJobReport(v.ID, prov.ID().String())
+	es, err := coord.ledger.Escrow.ChargeDue(time.Now().Add(coord.cfg.Settlement.DisputeWindow.Duration + time.Minute))
 	if err != nil || len(es) != 1 {
 		t.Fatalf("after the dispute window: %+v %v", es, err)
 	}
@@ -648,7 +648,7 @@ func TestGPULostDuringJob(t *testing.T) {
 		t.Skip("containerd")
 	}
 	tn, renter, prov := jobNetWith(t, 1)
-	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	tn.boot.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	waitCertified(t, tn.boot, prov)
 	archive := busyboxArchive(t)
 	ctx := context.Background()
@@ -708,7 +708,7 @@ func TestGPULostDuringJob(t *testing.T) {
 	}
 	// A report the coordinator could not take at once is sent again every 15 s.
 	eventually(t, 40*time.Second, "coordinator counts the three faults against the provider", func() (bool, string) {
-		st, _ := tn.boot.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
+		st, _ := tn.boot.ledger.Reliability.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
 		c := st.Reliability.Completion
 		// Three faults; the fourth job's receipt says "exited" (checked above), which the
 		// coordinator never counts against the provider.

@@ -55,7 +55,7 @@ func (a *APIServer) jobLogs(w http.ResponseWriter, r *http.Request) error {
 	follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
 	w.Header().Set("Content-Type", "application/octet-stream")
 	// A job this node runs: its log from the job's folder, for the provider's operator.
-	if j, err := a.n.ledger.GetJob(id); err == nil && j.Side == "provider" && a.n.jobs != nil {
+	if j, err := a.n.ledger.Jobs.GetJob(id); err == nil && j.Side == "provider" && a.n.jobs != nil {
 		return a.n.jobs.Logs(r.Context(), id, follow, flushWriter{w})
 	}
 	_, err = a.n.renter.JobLogs(r.Context(), id, follow, flushWriter{w})

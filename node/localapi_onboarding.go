@@ -49,7 +49,7 @@ func (a *APIServer) applyStatus(r *http.Request) (any, error) {
 	if err := a.needApplicant(); err != nil {
 		return nil, err
 	}
-	own, err := a.n.ledger.GetOwnApplication()
+	own, err := a.n.ledger.Applicant.GetOwnApplication()
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no application yet: apply with `gpunex apply`", api.ErrNotFound)
 	}
@@ -75,7 +75,7 @@ func (a *APIServer) applyAnswer(r *http.Request) (any, error) {
 }
 
 func (a *APIServer) notifications(r *http.Request) (any, error) {
-	ns, err := a.n.ledger.Notifications()
+	ns, err := a.n.ledger.Notifications.Notifications()
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (a *APIServer) application(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	app, err := a.n.ledger.GetApplication(id)
+	app, err := a.n.ledger.Applications.GetApplication(id)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no application %s", api.ErrNotFound, id)
 	}

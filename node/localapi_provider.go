@@ -31,7 +31,7 @@ func (a *APIServer) providerRoutes() []apiRoute {
 }
 
 func (a *APIServer) maintenance(r *http.Request) (any, error) {
-	list, err := a.n.ledger.MaintenanceList()
+	list, err := a.n.ledger.Provider.MaintenanceList()
 	ms := []api.Maintenance{}
 	for _, m := range list {
 		ms = append(ms, api.Maintenance(m))

@@ -67,7 +67,7 @@ func TestModelCatalogue(t *testing.T) {
 	}
 	prov := tn.add(cfg, nil)
 	narrow := tn.addUncertified(cfg)
-	if err := narrow.ledger.SetOwnCertificate(testCertificate(t, tn.bootKey, narrow.ID(), []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 1}}, time.Now())); err != nil {
+	if err := narrow.ledger.Applicant.SetOwnCertificate(testCertificate(t, tn.bootKey, narrow.ID(), []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 1}}, time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	narrow.publisher.Poke()
@@ -79,7 +79,7 @@ func TestModelCatalogue(t *testing.T) {
 	if !strings.HasPrefix(g.Below, protocol.NotInCatalogue+"model B200-192GB has no reference figures in catalogue 0") || g.PerfScore != 0 {
 		t.Fatalf("a model the catalogue lacks: %+v", g)
 	}
-	ns, _ := prov.ledger.Notifications()
+	ns, _ := prov.ledger.Notifications.Notifications()
 	if len(ns) != 1 || !strings.Contains(ns[0].Subject, "B200-192GB) delisted") || !strings.Contains(ns[0].Body, "benchmarks it again as soon as the catalogue arrives") {
 		t.Fatalf("notifications: %+v", ns)
 	}
@@ -124,7 +124,7 @@ func TestModelCatalogue(t *testing.T) {
 	if a.Challenge.ModelsSeq != first || gpuOf(a, "B200-192GB").Below != "" {
 		t.Fatalf("the provider's new attestation: %+v", a.Challenge)
 	}
-	if ns, _ := prov.ledger.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "B200-192GB) listed again") {
+	if ns, _ := prov.ledger.Notifications.Notifications(); len(ns) != 2 || !strings.Contains(ns[1].Subject, "B200-192GB) listed again") {
 		t.Fatalf("notifications after the catalogue: %+v", ns)
 	}
 	if so := narrow.publisher.Current(); so == nil || len(so.Offer.GPUs) != 1 || so.Offer.GPUs[0].Model != "L4-24GB" {

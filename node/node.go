@@ -195,12 +195,12 @@ func (n *Node) openStorage(d Deps, as *assembly) (err error) {
 	n.metrics = metrics.New(n.connectedPeers, n.penalisedPeers)
 	// The model catalogues come before the trust store, which checks attestations with
 	// them; the book gets its peer once the peer exists.
-	n.models = models.New(models.Deps{Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "models"),
+	n.models = models.New(models.Deps{Models: n.ledger.Models, Serials: n.ledger.Serials, Clock: n.clock, Log: n.log.With("subsystem", "models"),
 		Metrics: n.metrics, Trusted: as.trusted})
-	if n.trust, err = offers.NewTrust(n.ledger, as.trusted, n.models.Lookup); err != nil {
+	if n.trust, err = offers.NewTrust(n.ledger.Offers, as.trusted, n.models.Lookup); err != nil {
 		return err
 	}
-	n.book = offers.NewBook(n.ledger, n.trust, n.metrics, n.log.With("subsystem", "offers"), n.clock)
+	n.book = offers.NewBook(n.ledger.Offers, n.trust, n.metrics, n.log.With("subsystem", "offers"), n.clock)
 	if err := n.book.Load(); err != nil {
 		return fmt.Errorf("load offers seen: %w", err)
 	}
@@ -223,7 +223,7 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 		return err
 	}
 	n.models.UsePeer(n.peer)
-	if n.alerts, err = alerts.New(alerts.Deps{Ledger: n.ledger, Clock: n.clock, Log: n.log,
+	if n.alerts, err = alerts.New(alerts.Deps{Alerts: n.ledger.Alerts, Clock: n.clock, Log: n.log,
 		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + as.self.String()}); err != nil {
 		return err
 	}
@@ -233,7 +233,9 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 	}
 	n.catalogue = offers.New(offers.Deps{Peer: n.peer, Book: n.book, Trust: n.trust, Metrics: n.metrics,
 		Log: n.log.With("subsystem", "offers"), Clock: n.clock, Offers: cfg.Offers, Bootstrap: as.boot, Scores: n.scores})
-	as.money = money.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "money"),
+	stores := money.Stores{Jobs: n.ledger.Jobs, Wallet: n.ledger.Wallet, Own: n.ledger.Provider,
+		Escrow: n.ledger.Escrow, Payouts: n.ledger.Payouts, Reliability: n.ledger.Reliability}
+	as.money = money.Deps{Peer: n.peer, Ledger: stores, Clock: n.clock, Log: n.log.With("subsystem", "money"),
 		Metrics: n.metrics, Config: cfg, Home: d.Home}
 	n.market = money.NewMarket(as.money, as.trusted)
 	if as.offers, err = n.peer.Join(protocol.OffersTopic, n.catalogue.ValidateOffer); err != nil {
@@ -269,7 +271,7 @@ func (n *Node) startMoney(d Deps, as *assembly) (err error) {
 		}
 	}
 	n.wallet = money.NewWallet(as.money, n.settlement)
-	n.renter = jobs.NewRenter(jobs.RenterDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log.With("subsystem", "jobs"),
+	n.renter = jobs.NewRenter(jobs.RenterDeps{Peer: n.peer, Ledger: n.ledger.Jobs, Clock: n.clock, Log: n.log.With("subsystem", "jobs"),
 		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: n.cfg.Jobs.CheckpointInterval.Duration})
 	n.goLoop(func() { n.renter.Meter(as.run) })
 	return nil
@@ -298,7 +300,7 @@ func (n *Node) startLoops(d Deps, as *assembly) {
 // registers their stream handlers and starts their loops.
 func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer.ID, offersTopic *p2p.Topic) (err error) {
 	log := n.log.With("subsystem", "provider")
-	if n.publisher, err = offers.NewPublisher(offers.PublisherDeps{Peer: n.peer, Ledger: n.ledger, Catalogue: n.catalogue,
+	if n.publisher, err = offers.NewPublisher(offers.PublisherDeps{Peer: n.peer, Own: n.ledger.Provider, Applicant: n.ledger.Applicant, Catalogue: n.catalogue,
 		Topic: offersTopic, Metrics: n.metrics, Log: log, Clock: n.clock, Provider: n.cfg.Provider, Offers: n.cfg.Offers}); err != nil {
 		return err
 	}
@@ -321,7 +323,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 		}
 		return bench.Named(p, current), nil
 	}
-	if n.jobs, err = jobs.NewRunner(jobs.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log, Metrics: n.metrics,
+	if n.jobs, err = jobs.NewRunner(jobs.Deps{Peer: n.peer, Ledger: n.ledger.Jobs, Clock: n.clock, Log: n.log, Metrics: n.metrics,
 		Jobs: n.cfg.Jobs, Trusted: trusted, Runtime: rt, RuntimeErr: rtErr, Dir: dir, Probe: probe,
 		Publisher: n.publisher, Reports: n.wallet}); err != nil {
 		return err
@@ -329,14 +331,16 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	if err := n.jobs.Reconcile(ctx); err != nil {
 		n.log.Warn("reconciling jobs after restart failed", "err", err)
 	}
-	n.bench = benchmarks.NewRunner(benchmarks.Deps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Log: n.log,
+	n.bench = benchmarks.NewRunner(benchmarks.Deps{Peer: n.peer, Own: n.ledger.Provider, History: n.ledger.History,
+		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Clock: n.clock, Log: n.log,
 		Trusted: trusted, Bench: n.cfg.Bench, Provider: n.cfg.Provider, Probe: probe, Dir: dir,
 		Jobs: n.jobs, Publisher: n.publisher, Models: n.models, Alert: n.alerts.Event})
 	n.models.OnChange(n.bench.CatalogueChanged)
 	n.publisher.UseAttestations(n.bench)
 	n.jobs.UseAttestations(n.bench)
 	n.jobs.UseHealthCheck(n.bench.CheckGPUs)
-	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
+	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Applicant: n.ledger.Applicant,
+		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Clock: n.clock,
 		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
 		Publisher: n.publisher, Alert: n.alerts.Event, Detect: func() ([]bench.GPUInfo, error) {
 			gpus, err := DetectGPUs(n.cfg, n.peer.ID)
@@ -424,7 +428,8 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 // startCoordinator builds a coordinator's review queue, benchmark service and scorer (its
 // settlement is built before), registers their stream handlers and starts their loops.
 func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, revocations, scores *p2p.Topic) (err error) {
-	if n.coord, err = onboarding.NewCoordinator(onboarding.CoordinatorDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
+	if n.coord, err = onboarding.NewCoordinator(onboarding.CoordinatorDeps{Peer: n.peer,
+		Applications: n.ledger.Applications, Links: n.ledger.Links, Serials: n.ledger.Serials, Clock: n.clock,
 		Log: n.log, Metrics: n.metrics, Config: n.cfg.Coordinator, Trust: trust,
 		Revocations: revocationDesk{n.trust, n.catalogue}, RevocationsTopic: revocations,
 		Models: func() *protocol.ModelCatalogue { return n.models.Current(n.peer.ID) }}); err != nil {
@@ -432,8 +437,8 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	}
 	n.relayDesk.Store(n.coord)
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
-		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
-	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Metrics: n.metrics,
+		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger.Links, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
+	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Reliability: n.ledger.Reliability, Applications: n.ledger.Applications, Serials: n.ledger.Serials, Clock: n.clock, Metrics: n.metrics,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 
 	n.peer.Handle(protocol.ApplyProtocol, n.coord.HandleApply)

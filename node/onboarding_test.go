@@ -67,7 +67,7 @@ func applyApproved(t *testing.T, coord, p *Node) {
 }
 
 func ownStatus(n *Node) string {
-	own, err := n.ledger.GetOwnApplication()
+	own, err := n.ledger.Applicant.GetOwnApplication()
 	if err != nil {
 		return "none"
 	}
@@ -142,7 +142,7 @@ func TestOnboarding(t *testing.T) {
 		r, ok := searchHas(t, renter, prov.ID())
 		return ok && r.Tier == protocol.TierCommunity, fmt.Sprintf("found=%v tier=%q", ok, r.Tier)
 	})
-	full, err := coord.ledger.GetApplication(own.ID)
+	full, err := coord.ledger.Applications.GetApplication(own.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestOnboarding(t *testing.T) {
 	if got := strings.Join(trail, ", "); got != "submitted by provider, info-requested by operator, answered by provider, approved by operator" {
 		t.Fatalf("audit trail: %s", got)
 	}
-	if ns, _ := prov.ledger.Notifications(); len(ns) < 3 {
+	if ns, _ := prov.ledger.Notifications.Notifications(); len(ns) < 3 {
 		t.Fatalf("provider holds %d notifications; want pending, info-requested, approved (at least)", len(ns))
 	}
 
@@ -269,7 +269,7 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 	coord = startCoord(addr)
 	defer coord.Close(context.Background())
 	waitStatus(t, prov, protocol.StatusPending)
-	if a, err := coord.ledger.GetApplication(own.ID); err != nil || a.Status != protocol.StatusPending {
+	if a, err := coord.ledger.Applications.GetApplication(own.ID); err != nil || a.Status != protocol.StatusPending {
 		t.Fatalf("coordinator's queue after delivery: %+v %v", a, err)
 	}
 	if v := testutil.ToFloat64(coord.metrics.RecordsAccepted.WithLabelValues("application", "stream")); v != 1 {
@@ -300,7 +300,7 @@ func TestApplyWhileCoordinatorDown(t *testing.T) {
 
 func mustOwn(t *testing.T, n *Node) ledger.OwnApplication {
 	t.Helper()
-	own, err := n.ledger.GetOwnApplication()
+	own, err := n.ledger.Applicant.GetOwnApplication()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestApplicationFlagsDifferences(t *testing.T) {
 		t.Fatalf("differences %q, want %q; detected %+v, host RAM %d GB", got, want, app.Detected, app.DetectedHostRAMGB)
 	}
 	waitStatus(t, prov, protocol.StatusPending)
-	v, err := tn.boot.ledger.GetApplication(own.ID)
+	v, err := tn.boot.ledger.Applications.GetApplication(own.ID)
 	if err != nil || !strings.Contains(string(v.Raw), "detected 1") {
 		t.Fatalf("coordinator's copy: %v", err)
 	}
@@ -478,7 +478,7 @@ func TestReviewDeadlines(t *testing.T) {
 	if len(apps) != 1 || !apps[0].Overdue || apps[0].AgeBusinessDays < 3 {
 		t.Fatalf("overdue application: %+v", apps)
 	}
-	full, _ := tn.boot.ledger.GetApplication(own.ID)
+	full, _ := tn.boot.ledger.Applications.GetApplication(own.ID)
 	n := 0
 	for _, e := range full.Events {
 		if e.Action == "reminded" {
@@ -528,7 +528,7 @@ func TestDeclaredAgainstMeasured(t *testing.T) {
 	}
 	var v api.ApplicationView
 	eventually(t, 10*time.Second, "the coordinator's measurement in the review", func() (bool, string) {
-		app, err := tn.boot.ledger.GetApplication(own.ID)
+		app, err := tn.boot.ledger.Applications.GetApplication(own.ID)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -582,7 +582,7 @@ func TestTierMovesDown(t *testing.T) {
 	}
 	waitStatus(t, prov, protocol.StatusApproved)
 	message := func() string {
-		o, _ := prov.ledger.GetOwnApplication()
+		o, _ := prov.ledger.Applicant.GetOwnApplication()
 		return o.Message
 	}
 	check := func(want int) {
@@ -625,7 +625,7 @@ func TestTierMovesDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(0)
-	oldCert, err := prov.ledger.OwnCertificate()
+	oldCert, err := prov.ledger.Applicant.OwnCertificate()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,14 +634,14 @@ func TestTierMovesDown(t *testing.T) {
 		t.Fatalf("the provider's certificate: %+v %v", enterprise, err)
 	}
 	grace := tn.boot.cfg.Coordinator.HostMinimum.EnterpriseGrace.Duration
-	if _, err := tn.boot.ledger.UpdateApplication(own.ID, func(a *ledger.Application) error {
+	if _, err := tn.boot.ledger.Applications.UpdateApplication(own.ID, func(a *ledger.Application) error {
 		a.TierShortSince = a.TierShortSince.Add(-grace) // as if the grace period had passed
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	check(1)
-	app, _ := tn.boot.ledger.GetApplication(own.ID)
+	app, _ := tn.boot.ledger.Applications.GetApplication(own.ID)
 	if app.Tier != protocol.TierCommunity || app.Events[len(app.Events)-1].Action != "tier-moved-down" {
 		t.Fatalf("the coordinator's record: %s %+v", app.Tier, app.Events[len(app.Events)-1])
 	}

@@ -35,7 +35,7 @@ func TestPayoutSettingsFromAPI(t *testing.T) {
 		t.Fatalf("after PUT: %+v", v)
 	}
 	eventually(t, 10*time.Second, "the coordinator holds the new settings", func() (bool, string) {
-		s, err := tn.boot.ledger.GetPayoutSettings(prov.ID().String())
+		s, err := tn.boot.ledger.Payouts.GetPayoutSettings(prov.ID().String())
 		return err == nil && s.IBAN == "FR1420041010050500013M02606" && s.Method == protocol.PayoutBank, ""
 	})
 	eventually(t, 5*time.Second, "the provider sees them delivered", func() (bool, string) {
@@ -58,10 +58,10 @@ func TestPayoutSettingsFromAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the coordinator pays to the wallet now", func() (bool, string) {
-		s, _ := tn.boot.ledger.GetPayoutSettings(prov.ID().String())
+		s, _ := tn.boot.ledger.Payouts.GetPayoutSettings(prov.ID().String())
 		return s.Method == protocol.PayoutUSDC && s.SolanaAddress == usdc.SolanaAddress, s.Method
 	})
-	if s, err := prov.ledger.OwnPayoutSettings(); err != nil || s.Schedule != "weekly" {
+	if s, err := prov.ledger.Wallet.OwnPayoutSettings(); err != nil || s.Schedule != "weekly" {
 		t.Fatalf("kept in the ledger: %+v %v", s, err)
 	}
 }

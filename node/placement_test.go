@@ -60,7 +60,7 @@ func TestJobPlacedByModel(t *testing.T) {
 	// one asks for its own, and a provider that cannot be reached gets none.
 	busyHold := protocol.HoldAmount(1_000_000, 1, 60)
 	freeHold := protocol.HoldAmount(3_000_000, 1, 60)
-	tn.boot.ledger.CreditDeposit(ledger.Deposit{Signature: "deposit", Renter: renter.ID().String(), Amount: busyHold + freeHold + busyHold/2})
+	tn.boot.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "deposit", Renter: renter.ID().String(), Amount: busyHold + freeHold + busyHold/2})
 	archive := busyboxArchive(t)
 	ctx := context.Background()
 	// The best offer's only GPU is leased.

@@ -32,7 +32,7 @@ func TestProviderFollowsSchedule(t *testing.T) {
 	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
 	defer l.Close()
 	cfg.Trust.Coordinators = []string{testCoordinatorID.String()}
-	if err := l.SetOwnCertificate(testCertificate(t, testCoordinatorKey, h.ID(), []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, fake.Now())); err != nil {
+	if err := l.Applicant.SetOwnCertificate(testCertificate(t, testCoordinatorKey, h.ID(), []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, fake.Now())); err != nil {
 		t.Fatal(err)
 	}
 	n, err := New(context.Background(), cfg, sk, Deps{Host: h, Ledger: l, Clock: fake, Logger: quietLogger()})
@@ -103,7 +103,7 @@ func TestAvailabilityFromCalendar(t *testing.T) {
 	defer h.Close()
 	l, _ := ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()})
 	defer l.Close()
-	if err := l.SetOwnCertificate(testCertificate(t, testCoordinatorKey, h.ID(), []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, fake.Now())); err != nil {
+	if err := l.Applicant.SetOwnCertificate(testCertificate(t, testCoordinatorKey, h.ID(), []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, fake.Now())); err != nil {
 		t.Fatal(err)
 	}
 

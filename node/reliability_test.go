@@ -90,7 +90,7 @@ func TestMaintenanceExcusesProbes(t *testing.T) {
 	prov.Close(context.Background())
 	prov.Host().Close()
 	time.Sleep(2 * time.Second) // about ten probe rounds
-	st, _ := tn.boot.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
+	st, _ := tn.boot.ledger.Reliability.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
 	for _, e := range st.Events {
 		if strings.Contains(e, "missed probe") {
 			t.Fatalf("a probe inside the maintenance window counted: %v", st.Events)

@@ -17,7 +17,7 @@ import (
 // ownCertificate reads a provider's own certificate.
 func ownCertificate(t *testing.T, n *Node) *protocol.SignedCertificate {
 	t.Helper()
-	raw, err := n.ledger.OwnCertificate()
+	raw, err := n.ledger.Applicant.OwnCertificate()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestCertificateRenewal(t *testing.T) {
 		_, listed := searchHas(t, renter, prov.ID())
 		return c.Serial != first.Serial && listed, fmt.Sprintf("serial %d listed %v", c.Serial, listed)
 	})
-	app, err := coord.ledger.GetApplication(mustOwn(t, prov).ID)
+	app, err := coord.ledger.Applications.GetApplication(mustOwn(t, prov).ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestCertificateRenewal(t *testing.T) {
 	waitStatus(t, prov, protocol.StatusRejected)
 	renewedAgain("renewed after the new application was refused")
 	// Revoked: no certificate, none renewed.
-	app, err = coord.ledger.GetApplication(mustOwn(t, revoked).ID)
+	app, err = coord.ledger.Applications.GetApplication(mustOwn(t, revoked).ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestCertificateRenewal(t *testing.T) {
 			t.Fatalf("a revoked provider's certificate was renewed: %+v", app.Events)
 		}
 	}
-	if raw, _ := revoked.ledger.OwnCertificate(); len(raw) != 0 {
+	if raw, _ := revoked.ledger.Applicant.OwnCertificate(); len(raw) != 0 {
 		t.Fatal("a revoked provider holds a certificate")
 	}
 }

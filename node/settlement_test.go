@@ -200,11 +200,11 @@ func TestMoneyEndToEnd(t *testing.T) {
 
 	coord := tn.boot
 	eventually(t, 10*time.Second, "the renter's countersignature of the receipt at the coordinator", func() (bool, string) {
-		r, err := coord.ledger.GetJobReport(v.ID, prov.ID().String())
+		r, err := coord.ledger.Escrow.GetJobReport(v.ID, prov.ID().String())
 		return err == nil && len(r.ReceiptCountersig) > 0, ""
 	})
 	eventually(t, 10*time.Second, "provider's payout settings at the coordinator", func() (bool, string) {
-		_, err := coord.ledger.GetPayoutSettings(prov.ID().String())
+		_, err := coord.ledger.Payouts.GetPayoutSettings(prov.ID().String())
 		return err == nil, ""
 	})
 	// The provider's pending earnings, as its operator's Prometheus sees them after the
@@ -377,19 +377,19 @@ func (f *payoutFixture) earnUnfunded(t testing.TB, amount protocol.MicroUSDC) {
 	t.Helper()
 	l := f.coord.ledger
 	f.round++
-	if _, _, err := l.CreditDeposit(ledger.Deposit{Signature: fmt.Sprint("fixture-", f.round), Renter: "renter", Amount: amount * protocol.MicroUSDC(len(f.ids))}); err != nil {
+	if _, _, err := l.Escrow.CreditDeposit(ledger.Deposit{Signature: fmt.Sprint("fixture-", f.round), Renter: "renter", Amount: amount * protocol.MicroUSDC(len(f.ids))}); err != nil {
 		t.Fatal(err)
 	}
 	var items []ledger.ReportCharge
 	for i, id := range f.ids {
 		job := fmt.Sprintf("%08x%08x", f.round, i)
-		if _, err := l.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: id.String(), Amount: amount, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if _, err := l.Escrow.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: id.String(), Amount: amount, CommissionBPS: 1000, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		items = append(items, ledger.ReportCharge{Report: ledger.JobReport{Job: job, Provider: id.String(), ReceivedAt: time.Now()}, Countersigned: true,
 			Receipt: receiptSHA(f.round, i), Renter: "renter", Amount: amount, EndedAt: time.Now()})
 	}
-	if _, err := l.ChargeReports(items); err != nil {
+	if _, err := l.Escrow.ChargeReports(items); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -400,7 +400,7 @@ func receiptSHA(round, i int) string { return fmt.Sprintf("%032x%032x", round, i
 // naming the transaction of each payout.
 func (f *payoutFixture) settled(t testing.TB) {
 	t.Helper()
-	bs, err := f.coord.ledger.Batches()
+	bs, err := f.coord.ledger.Payouts.Batches()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +482,7 @@ func TestPayoutFailureAtEveryStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.paid(t, want)
-		bs, _ := f.coord.ledger.Batches()
+		bs, _ := f.coord.ledger.Payouts.Batches()
 		if bs[0].Txs[0].Attempts != 2 {
 			t.Fatalf("the expired transaction was signed %d times, want 2", bs[0].Txs[0].Attempts)
 		}
@@ -584,7 +584,7 @@ func TestPayoutSurvivesKill9(t *testing.T) {
 	cfg := f.e.coordinatorConfig()
 	n := startCoordinator(t, cfg, dir)
 	eventually(t, 60*time.Second, "batch settled after restart", func() (bool, string) {
-		bs, _ := n.ledger.Batches()
+		bs, _ := n.ledger.Payouts.Batches()
 		return len(bs) == 1 && bs[0].State == protocol.BatchSettled, fmt.Sprint(len(bs))
 	})
 	f.paid(t, 1_800_000)
@@ -661,7 +661,7 @@ func TestBankPayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := coord.ledger.GetBatch(v.BatchID)
+	b, _ := coord.ledger.Payouts.GetBatch(v.BatchID)
 	p := b.Payouts[0]
 	if p.Method != protocol.PayoutBank || p.Amount != 1_230_000 || p.Rounding != 4_567 || p.Paid || len(v.Transactions) != 0 || v.State != protocol.BatchSettling {
 		t.Fatalf("bank payout %+v, batch %+v", p, v)
@@ -712,7 +712,7 @@ func TestScheduledPayoutsCatchUp(t *testing.T) {
 	f.earn(t, 1_000_000)
 	s.ScheduledPayouts(context.Background())
 	f.paid(t, 900_000)
-	if bs, _ := f.coord.ledger.Batches(); len(bs) != 1 {
+	if bs, _ := f.coord.ledger.Payouts.Batches(); len(bs) != 1 {
 		t.Fatalf("%d batches: a due day paid twice", len(bs))
 	}
 }
@@ -748,7 +748,7 @@ func TestDepositRecordedButNotSent(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := ledger.OwnDeposit{Signature: sig.String(), Amount: protocol.MicroUSDC(amount), Raw: raw, LastValid: lastValid, SentAt: time.Now()}
-		renter.ledger.PutOwnDeposit(d)
+		renter.ledger.Wallet.PutOwnDeposit(d)
 		return d
 	}
 	d := record(20_000_000)
@@ -836,7 +836,7 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 	prov := tn.add(providerConfig(0), nil)
 	renter := tn.add(testConfig(config.RoleRenter), nil)
 	ctx := context.Background()
-	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
 	const job = "00000000000000aa"
 	waitCertified(t, coord, prov)
 	if _, err := coord.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
@@ -845,27 +845,27 @@ func TestForgedReportsChargeNothing(t *testing.T) {
 	}
 	sockKey, _, _ := crypto.GenerateEd25519Key(nil)
 	sock, _ := peer.IDFromPrivateKey(sockKey)
-	balance := func() ledger.Account { a, _ := coord.ledger.GetAccount(renter.ID().String()); return a }
+	balance := func() ledger.Account { a, _ := coord.ledger.Escrow.GetAccount(renter.ID().String()); return a }
 
 	// Figures that overflow: refused by the lease's range rules.
 	prov.wallet.ReportJob(context.Background(), signedJob(t, prov.peer.Key, sockKey, "00000000000000bb", 1<<62, 4, 1))
-	if a, _ := coord.ledger.GetAccount(sock.String()); a.Available != 0 || a.Charged != 0 {
+	if a, _ := coord.ledger.Escrow.GetAccount(sock.String()); a.Available != 0 || a.Charged != 0 {
 		t.Fatalf("an overflowing lease moved money: %+v", a)
 	}
-	if _, err := coord.ledger.GetJobReport("00000000000000bb", prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := coord.ledger.Escrow.GetJobReport("00000000000000bb", prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("an overflowing report was stored: %v", err)
 	}
 	// The provider's own lease for the renter's job, countersigned by a renter of its own.
 	prov.wallet.ReportJob(context.Background(), signedJob(t, prov.peer.Key, sockKey, job, 3_600_000, 1, 3600))
 	// The renter's self-signed report of its own job, to take the provider's place.
 	renter.wallet.ReportJob(context.Background(), signedJob(t, renter.peer.Key, renter.peer.Key, job, 1, 1, 1))
-	if h, _ := coord.ledger.GetHold(job); h.State != ledger.HoldHeld || balance().Charged != 0 {
+	if h, _ := coord.ledger.Escrow.GetHold(job); h.State != ledger.HoldHeld || balance().Charged != 0 {
 		t.Fatalf("a forged report touched the hold: %+v %+v", h, balance())
 	}
 	// The real report charges it.
 	prov.wallet.ReportJob(context.Background(), signedJob(t, prov.peer.Key, renter.peer.Key, job, 3_600_000, 2, 60))
 	eventually(t, 5*time.Second, "the real report charged", func() (bool, string) {
-		h, _ := coord.ledger.GetHold(job)
+		h, _ := coord.ledger.Escrow.GetHold(job)
 		return h.State == ledger.HoldCharged && h.Charge == 120_000 && balance().Charged == 120_000, fmt.Sprintf("%+v", h)
 	})
 }
@@ -936,7 +936,7 @@ func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 	prov := tn.add(pcfg, nil)
 	renter := tn.add(testConfig(config.RoleRenter), nil)
 	ctx := context.Background()
-	second.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
+	second.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
 	const job = "00000000000000cc"
 	waitCertified(t, second, prov)
 	resp, err := second.settlement.Serve(ctx, renter.ID(), protocol.WalletRequest{Op: "hold", Job: job, Provider: prov.ID().String(),
@@ -954,10 +954,10 @@ func TestReportGoesToTheHoldsCoordinator(t *testing.T) {
 	// coordinator at once).
 	eventually(t, 20*time.Second, "the hold's coordinator charged the job", func() (bool, string) {
 		prov.wallet.ReportJob(ctx, j)
-		h, _ := second.ledger.GetHold(job)
+		h, _ := second.ledger.Escrow.GetHold(job)
 		return h.State == ledger.HoldCharged && h.Charge == 120_000, fmt.Sprintf("state %s charge %s", h.State, h.Charge)
 	})
-	if _, err := first.ledger.GetJobReport(job, prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := first.ledger.Escrow.GetJobReport(job, prov.ID().String()); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the report went to the first coordinator too: %v", err)
 	}
 	// The provider's earnings add up what every coordinator it trusts holds for it.
@@ -977,7 +977,7 @@ func TestUncountersignedReceipts(t *testing.T) {
 	prov := tn.add(providerConfig(0), nil)
 	renter := tn.add(testConfig(config.RoleRenter), nil)
 	ctx := context.Background()
-	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	const price, gpus = greedyPrice, 1
 	waitCertified(t, coord, prov)
 	greedy := func(job string, cpSeconds int64) ledger.Job {
@@ -987,10 +987,10 @@ func TestUncountersignedReceipts(t *testing.T) {
 	// No dispute: after the window, the checkpoint (60 s) plus one interval (60 s).
 	greedy("00000000000000d1", 60)
 	later := time.Now().Add(coord.cfg.Settlement.DisputeWindow.Duration + time.Minute)
-	if es, err := coord.ledger.ChargeDue(time.Now()); err != nil || len(es) != 0 {
+	if es, err := coord.ledger.Escrow.ChargeDue(time.Now()); err != nil || len(es) != 0 {
 		t.Fatalf("charged inside the dispute window: %v %+v", err, es)
 	}
-	es, err := coord.ledger.ChargeDue(later)
+	es, err := coord.ledger.Escrow.ChargeDue(later)
 	if err != nil || len(es) != 1 || es[0].Charge != 120_000 || es[0].Rule != protocol.RuleCheckpoint {
 		t.Fatalf("after the window, a 3,000 s receipt with a 60 s checkpoint: %v %+v", err, es)
 	}
@@ -1010,7 +1010,7 @@ func TestUncountersignedReceipts(t *testing.T) {
 	if err := disputeReceipt(t, renter, prov, &j, 100, "the job ended after 100 s"); err != nil {
 		t.Fatal(err)
 	}
-	if es, _ := coord.ledger.ChargeDue(later); len(es) != 0 {
+	if es, _ := coord.ledger.Escrow.ChargeDue(later); len(es) != 0 {
 		t.Fatalf("a disputed receipt charged at the window's end: %+v", es)
 	}
 	open, err := coord.settlement.Disputes(false)
@@ -1024,13 +1024,13 @@ func TestUncountersignedReceipts(t *testing.T) {
 	if err != nil || v.ChargedUSDC != "0.10" || v.State != ledger.DisputeDecided || len(v.Decision) == 0 {
 		t.Fatalf("decided for the renter: %+v %v", v, err)
 	}
-	if h, _ := coord.ledger.GetHold(j.ID); h.State != ledger.HoldCharged || h.Rule != protocol.RuleDecision || h.Charge != 100_000 {
+	if h, _ := coord.ledger.Escrow.GetHold(j.ID); h.State != ledger.HoldCharged || h.Rule != protocol.RuleDecision || h.Charge != 100_000 {
 		t.Fatalf("hold after the decision: %+v", h)
 	}
 	if _, err := coord.settlement.ResolveDispute(j.ID, api.ResolveRequest{For: "provider"}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("decided twice: %v", err)
 	}
-	a, _ := coord.ledger.GetAccount(renter.ID().String())
+	a, _ := coord.ledger.Escrow.GetAccount(renter.ID().String())
 	if a.Charged != 220_000 || a.Available+a.Held+a.Charged != a.Deposited {
 		t.Fatalf("the renter paid %s for two jobs that ran about 100 s each: %+v", a.Charged, a)
 	}
@@ -1064,7 +1064,7 @@ func greedyReceipt(t *testing.T, coord, prov, renter *Node, job string, cpSecond
 		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
 	eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
 		prov.wallet.ReportJob(ctx, j)
-		h, _ := coord.ledger.GetHold(job)
+		h, _ := coord.ledger.Escrow.GetHold(job)
 		return h.State == ledger.HoldPending, h.State
 	})
 	return j
@@ -1155,7 +1155,7 @@ func TestPayoutGriefing(t *testing.T) {
 	if err != nil || len(v.Skipped) == 0 || !strings.Contains(strings.Join(v.Skipped, ";"), "archival RPC endpoint") {
 		t.Fatalf("an expired transaction on a pruned RPC node: %+v %v", v.Skipped, err)
 	}
-	if bs, _ := f.coord.ledger.Batches(); !strings.Contains(bs[0].Error, "keeps history only from slot") || bs[0].Txs[0].Attempts != 1 {
+	if bs, _ := f.coord.ledger.Payouts.Batches(); !strings.Contains(bs[0].Error, "keeps history only from slot") || bs[0].Txs[0].Attempts != 1 {
 		t.Fatalf("the stuck batch: error %q, signed %d times", bs[0].Error, bs[0].Txs[0].Attempts)
 	}
 	f.paid(t, 1_800_000) // landed once; not signed again
@@ -1195,7 +1195,7 @@ func TestAbandonedJobCounted(t *testing.T) {
 	renter := tn.add(testConfig(config.RoleRenter), nil)
 	stranger := tn.add(testConfig(config.RoleRenter), nil)
 	ctx := context.Background()
-	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
 	waitCertified(t, coord, prov)
 	const price, gpus = 3_600_000, 1
 	// A job of renter that ran (60 s countersigned) under a lease that started at start and
@@ -1228,7 +1228,7 @@ func TestAbandonedJobCounted(t *testing.T) {
 	}
 	ended := time.Now().UTC().Add(-2 * time.Hour) // the lease ended an hour ago
 	completion := func() (weight, good float64, events []string) {
-		rs, _ := coord.ledger.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
+		rs, _ := coord.ledger.Reliability.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
 		hl := coord.cfg.Coordinator.HalfLife.Duration
 		return rs.Reliability.Completion.Weight(time.Now(), hl), rs.Reliability.Completion.Good, rs.Events
 	}
@@ -1249,14 +1249,14 @@ func TestAbandonedJobCounted(t *testing.T) {
 
 	// The renter's node does it by itself: the job is running in its ledger, the lease has
 	// ended, no receipt came.
-	if err := renter.ledger.PutJob(job); err != nil {
+	if err := renter.ledger.Jobs.PutJob(job); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the renter's account taken", func() (bool, string) {
-		_, err := coord.ledger.GetAbandonment(job.ID)
+		_, err := coord.ledger.Escrow.GetAbandonment(job.ID)
 		return err == nil, fmt.Sprint(err)
 	})
-	if j, _ := renter.ledger.GetJob(job.ID); j.State != ledger.JobFailed || !strings.Contains(j.Error, "abandoned by its provider") ||
+	if j, _ := renter.ledger.Jobs.GetJob(job.ID); j.State != ledger.JobFailed || !strings.Contains(j.Error, "abandoned by its provider") ||
 		!strings.Contains(j.Error, "the coordinator was told") || j.AbandonReported.IsZero() {
 		t.Fatalf("the renter's job: %s %q", j.State, j.Error)
 	}
@@ -1266,7 +1266,7 @@ func TestAbandonedJobCounted(t *testing.T) {
 	// The hold expires with no report from the provider: counted against it, once.
 	eventually(t, 20*time.Second, "the hold expired", func() (bool, string) {
 		coord.settlement.ReleaseExpired()
-		h, _ := coord.ledger.GetHold(job.ID)
+		h, _ := coord.ledger.Escrow.GetHold(job.ID)
 		return h.State == ledger.HoldReleased, h.State
 	})
 	w, good, events := completion()
@@ -1290,7 +1290,7 @@ func TestAbandonedJobCounted(t *testing.T) {
 		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
 	eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
 		prov.wallet.ReportJob(ctx, reported)
-		h, _ := coord.ledger.GetHold(reported.ID)
+		h, _ := coord.ledger.Escrow.GetHold(reported.ID)
 		return h.State != ledger.HoldHeld, h.State
 	})
 	if err := renter.wallet.ReportAbandoned(ctx, reported); err == nil || !strings.Contains(err.Error(), "settled already") {
@@ -1313,7 +1313,7 @@ func TestRefusedHoldGivenBack(t *testing.T) {
 	coord := tn.boot
 	prov := tn.add(providerConfig(0), nil)
 	renter := tn.add(testConfig(config.RoleRenter), behindClock{10 * time.Minute})
-	coord.ledger.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 10_000_000})
 	waitCertified(t, coord, prov)
 	const job = "00000000000000dd"
 	// Asked again while the renter cannot reach the coordinator yet (no hold placed then).
@@ -1323,8 +1323,8 @@ func TestRefusedHoldGivenBack(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "does not check"), fmt.Sprint(err)
 	})
 	eventually(t, 20*time.Second, "the refused hold released", func() (bool, string) {
-		h, err := coord.ledger.GetHold(job)
-		a, _ := coord.ledger.GetAccount(renter.ID().String())
+		h, err := coord.ledger.Escrow.GetHold(job)
+		a, _ := coord.ledger.Escrow.GetAccount(renter.ID().String())
 		return err == nil && h.State == ledger.HoldReleased && a.Held == 0, fmt.Sprintf("hold %s (%v), account %+v", h.State, err, a)
 	})
 }

@@ -139,7 +139,7 @@ func (tn *testNet) addNode(cfg config.Config, d Deps, certified bool) *Node {
 			for _, g := range cfg.Provider.GPUs {
 				gpus = append(gpus, protocol.CertifiedGPU{Model: protocol.NormalizeModel(g.Model), Count: g.Count})
 			}
-			if err := l.SetOwnCertificate(testCertificate(tn.t, tn.bootKey, h.ID(), gpus, time.Now())); err != nil {
+			if err := l.Applicant.SetOwnCertificate(testCertificate(tn.t, tn.bootKey, h.ID(), gpus, time.Now())); err != nil {
 				tn.t.Fatal(err)
 			}
 		}

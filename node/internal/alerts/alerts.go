@@ -37,7 +37,7 @@ type Condition struct {
 
 // Deps are what an Alerter needs.
 type Deps struct {
-	Ledger *ledger.Ledger
+	Alerts *ledger.AlertStore
 	Clock  clock.Clock
 	Log    *slog.Logger
 	// Config returns the [alerts] section (read at each check, so that it can change).
@@ -48,7 +48,7 @@ type Deps struct {
 
 // Alerter sends the alerts of one node.
 type Alerter struct {
-	ledger *ledger.Ledger
+	alerts *ledger.AlertStore
 	clock  clock.Clock
 	log    *slog.Logger
 	cfg    func() config.AlertsConfig
@@ -69,7 +69,7 @@ func New(d Deps) (*Alerter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Alerter{ledger: d.Ledger, clock: d.Clock, log: d.Log, cfg: d.Config, node: d.Node,
+	return &Alerter{alerts: d.Alerts, clock: d.Clock, log: d.Log, cfg: d.Config, node: d.Node,
 		out: notify.New(nc, d.Log.With("subsystem", "alerts"), d.Clock), sending: map[string]bool{}}, nil
 }
 
@@ -139,7 +139,7 @@ func (a *Alerter) Check() {
 		if !ok {
 			continue
 		}
-		told, err := a.ledger.AlertFiring(c.Key)
+		told, err := a.alerts.AlertFiring(c.Key)
 		if err != nil {
 			a.log.Warn("alert state not read", "alert", c.Key, "err", err)
 			continue
@@ -150,7 +150,7 @@ func (a *Alerter) Check() {
 		key := c.Key
 		after := func(delivered bool) {
 			if delivered {
-				if _, err := a.ledger.SetAlertFiring(key, firing); err != nil {
+				if _, err := a.alerts.SetAlertFiring(key, firing); err != nil {
 					a.log.Warn("alert state not stored", "alert", key, "err", err)
 				}
 			}

@@ -67,7 +67,7 @@ func testAlerter(t *testing.T, hookURL string) (*Alerter, *ledger.Ledger) {
 	}
 	t.Cleanup(func() { l.Close() })
 	cfg := config.AlertsConfig{WebhookURL: hookURL}
-	a, err := New(Deps{Ledger: l, Clock: clock.System(), Log: slog.New(slog.DiscardHandler),
+	a, err := New(Deps{Alerts: l.Alerts, Clock: clock.System(), Log: slog.New(slog.DiscardHandler),
 		Config: func() config.AlertsConfig { return cfg }, Node: "provider test"})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestFailedAlertToldAgain(t *testing.T) {
 
 	hook.down.Store(true)
 	checkAndWait(a)
-	if told, _ := l.AlertFiring("disk"); told || len(hook.told()) != 0 {
+	if told, _ := l.Alerts.AlertFiring("disk"); told || len(hook.told()) != 0 {
 		t.Fatalf("recorded as told (%v) or delivered (%v) while the webhook was down", told, hook.told())
 	}
 	hook.down.Store(false)
@@ -111,7 +111,7 @@ func TestFailedAlertToldAgain(t *testing.T) {
 	hook.down.Store(true)
 	diskFull.Store(false)
 	checkAndWait(a)
-	if told, _ := l.AlertFiring("disk"); !told {
+	if told, _ := l.Alerts.AlertFiring("disk"); !told {
 		t.Fatal("the resolution was recorded although it was not delivered")
 	}
 	hook.down.Store(false)

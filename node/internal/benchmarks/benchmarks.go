@@ -321,10 +321,15 @@ type Poker interface{ Poke() }
 
 // Deps are what a provider's benchmark runner needs.
 type Deps struct {
-	Peer   *p2p.Peer
-	Ledger *ledger.Ledger
-	Clock  clock.Clock
-	Log    *slog.Logger
+	Peer *p2p.Peer
+	// Own keeps the latest attestation, History the benchmark runs for the dashboard,
+	// Notifications the delisting notices, Serials the attestations' and notices' sequences.
+	Own           *ledger.ProviderStore
+	History       *ledger.HistoryStore
+	Notifications *ledger.NotificationStore
+	Serials       *ledger.SerialStore
+	Clock         clock.Clock
+	Log           *slog.Logger
 	// Trusted are the coordinators whose challenges count; the first is benchmarked against.
 	Trusted  []peer.ID
 	Bench    config.BenchConfig
@@ -345,19 +350,22 @@ type Deps struct {
 
 // Runner runs a provider's benchmarks and keeps the latest attestation.
 type Runner struct {
-	peer      *p2p.Peer
-	ledger    *ledger.Ledger
-	clock     clock.Clock
-	log       *slog.Logger
-	trusted   []peer.ID
-	trust     protocol.Trust
-	cfg       config.BenchConfig
-	provider  config.ProviderConfig
-	probe     func() (bench.Probe, error)
-	jobs      Leases
-	publisher Poker
-	models    Catalogues
-	alert     func(key, subject, body string)
+	peer          *p2p.Peer
+	own           *ledger.ProviderStore
+	history       *ledger.HistoryStore
+	notifications *ledger.NotificationStore
+	serials       *ledger.SerialStore
+	clock         clock.Clock
+	log           *slog.Logger
+	trusted       []peer.ID
+	trust         protocol.Trust
+	cfg           config.BenchConfig
+	provider      config.ProviderConfig
+	probe         func() (bench.Probe, error)
+	jobs          Leases
+	publisher     Poker
+	models        Catalogues
+	alert         func(key, subject, body string)
 
 	dir  string // where the storage benchmark writes
 	run  sync.Mutex
@@ -387,10 +395,11 @@ func (b *Runner) simulatedUpload() float64 {
 // NewRunner returns a provider's benchmark runner holding the latest attestation from the
 // ledger while it is valid; Loop runs it.
 func NewRunner(d Deps) *Runner {
-	b := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, trusted: d.Trusted,
+	b := &Runner{peer: d.Peer, own: d.Own, history: d.History, notifications: d.Notifications, serials: d.Serials,
+		clock: d.Clock, log: d.Log, trusted: d.Trusted,
 		trust: protocol.NewTrust(d.Trusted...), cfg: d.Bench, provider: d.Provider, probe: d.Probe,
 		jobs: d.Jobs, publisher: d.Publisher, models: d.Models, alert: d.Alert, dir: d.Dir, wake: make(chan struct{}, 1), uploadMbps: d.Bench.SimulatedUploadMbps}
-	if raw, err := b.ledger.OwnAttestation(); err == nil {
+	if raw, err := b.own.OwnAttestation(); err == nil {
 		if a, err := protocol.CheckAttestation(raw, b.clock.Now(), b.trust, b.models.Lookup); err == nil {
 			b.last = a
 		}
@@ -460,7 +469,7 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 			prev[g.UUID] = g
 		}
 	}
-	seq, err := b.ledger.NextSerial("attestation", b.clock.Now())
+	seq, err := b.serials.NextSerial("attestation", b.clock.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -529,12 +538,12 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	if err != nil {
 		return nil, fmt.Errorf("own attestation does not hold: %w", err)
 	}
-	if err := b.ledger.SetOwnAttestation(raw); err != nil {
+	if err := b.own.SetOwnAttestation(raw); err != nil {
 		return nil, err
 	}
 	point := api.BenchPoint{GPUs: a.GPUs, StorageWrite: a.Storage.SeqWriteMBps, StorageRead: a.Storage.SeqReadMBps,
 		UpMbps: r.UpMbps, DownMbps: r.DownMbps, HostBelow: a.HostBelow}
-	if err := b.ledger.AddHistory(ledger.HistoryBench, a.IssuedAt, point, HistoryKeep); err != nil {
+	if err := b.history.AddHistory(ledger.HistoryBench, a.IssuedAt, point, HistoryKeep); err != nil {
 		b.log.Warn("the run is not kept in the benchmark history", "err", err)
 	}
 	b.mu.Lock()
@@ -602,9 +611,9 @@ func (b *Runner) notifyChanges(old, cur *protocol.SignedAttestation) {
 
 func (b *Runner) notice(subject, body string) {
 	now := b.clock.Now()
-	seq, err := b.ledger.NextSerial("node-notification", now)
+	seq, err := b.serials.NextSerial("node-notification", now)
 	if err == nil {
-		_, err = b.ledger.AddNotification(ledger.Notification{ReceivedAt: now, From: "node", Seq: seq, Subject: subject, Body: body})
+		_, err = b.notifications.AddNotification(ledger.Notification{ReceivedAt: now, From: "node", Seq: seq, Subject: subject, Body: body})
 	}
 	if err != nil {
 		b.log.Warn("storing a notification failed", "err", err)

@@ -54,7 +54,7 @@ type Reporter interface {
 type Deps struct {
 	// Peer gives the provider's ID and key (leases and receipts are signed with it).
 	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
+	Ledger  *ledger.JobStore
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
@@ -84,7 +84,7 @@ type Deps struct {
 // GPUs, receives images, runs jobs in the sandbox, watches them, and writes receipts.
 type Runner struct {
 	peer      *p2p.Peer
-	ledger    *ledger.Ledger
+	ledger    *ledger.JobStore
 	clock     clock.Clock
 	log       *slog.Logger
 	metrics   *metrics.Metrics

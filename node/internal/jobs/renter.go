@@ -57,7 +57,7 @@ type RenterDeps struct {
 	// Peer gives the node's ID and key (proposals and countersignatures are signed with
 	// it) and reaches providers.
 	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
+	Ledger  *ledger.JobStore
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
@@ -72,7 +72,7 @@ type RenterDeps struct {
 // shows the jobs a provider runs.
 type Renter struct {
 	peer    *p2p.Peer
-	ledger  *ledger.Ledger
+	ledger  *ledger.JobStore
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics

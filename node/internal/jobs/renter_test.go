@@ -59,7 +59,7 @@ func TestRenterDisputesWhatItDidNotSee(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Close() })
 	esc := &disputes{}
-	r := NewRenter(RenterDeps{Peer: &p2p.Peer{ID: renter, Key: rkey}, Ledger: l, Clock: clk, Log: quiet(),
+	r := NewRenter(RenterDeps{Peer: &p2p.Peer{ID: renter, Key: rkey}, Ledger: l.Jobs, Clock: clk, Log: quiet(),
 		Metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), Escrow: esc, CheckpointInterval: time.Minute})
 
 	lease := protocol.Lease{Version: 1, Job: "00000000000000e1", Proposal: "00", Renter: renter.String(), Provider: provider.String(),
@@ -67,7 +67,7 @@ func TestRenterDisputesWhatItDidNotSee(t *testing.T) {
 	lraw, _ := protocol.Seal(protocol.KindLease, lease, pkey)
 	j := ledger.Job{ID: lease.Job, Side: "renter", Peer: provider.String(), State: ledger.JobRunning, CreatedAt: t0, Lease: lraw,
 		ObservedStart: t0, LastSeenRunning: t0.Add(time.Minute)}
-	if err := l.CreateJob(j); err != nil {
+	if err := l.Jobs.CreateJob(j); err != nil {
 		t.Fatal(err)
 	}
 	rec := protocol.Receipt{Version: 1, Job: lease.Job, Lease: protocol.RecordSHA256(lraw), Provider: provider.String(), Renter: renter.String(),

@@ -42,7 +42,7 @@ func testRunner(t *testing.T, gpus []bench.SimulatedGPU, trusted ...peer.ID) *Ru
 	}
 	t.Cleanup(func() { l.Close() })
 	r, err := NewRunner(Deps{
-		Peer: &p2p.Peer{ID: id, Key: key}, Ledger: l, Clock: clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)),
+		Peer: &p2p.Peer{ID: id, Key: key}, Ledger: l.Jobs, Clock: clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)),
 		Log: quiet(), Metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 }),
 		Jobs: config.JobsConfig{ProposalsPerMinute: 3}, Trusted: trusted,
 		RuntimeErr: errors.New("no containerd here"), Dir: filepath.Join(t.TempDir(), "jobs"),

@@ -33,7 +33,8 @@ const RepublishInterval = 10 * time.Minute
 // Deps are what a Book needs.
 type Deps struct {
 	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
+	Models  *ledger.ModelStore  // the catalogues kept
+	Serials *ledger.SerialStore // a coordinator's catalogue sequences
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
@@ -45,7 +46,8 @@ type Deps struct {
 // ledger.KeptModelCatalogues of each.
 type Book struct {
 	peer    *p2p.Peer
-	ledger  *ledger.Ledger
+	models  *ledger.ModelStore
+	serials *ledger.SerialStore
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -66,10 +68,10 @@ var ErrHeld = fmt.Errorf("%w: model catalogue already held", protocol.ErrReplay)
 // New returns the book with the catalogues the ledger holds; a book that edits or
 // republishes also needs its peer (Deps.Peer or UsePeer).
 func New(d Deps) *Book {
-	b := &Book{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
+	b := &Book{peer: d.Peer, models: d.Models, serials: d.Serials, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		trust: protocol.NewTrust(d.Trusted...), held: map[peer.ID][]*protocol.SignedModelCatalogue{}, lastSync: map[peer.ID]time.Time{},
 		syncs: p2p.NewSources(syncsPerMinute, syncsPerMinute, 4, d.Trusted...)}
-	raws, err := d.Ledger.ModelCatalogues()
+	raws, err := d.Models.ModelCatalogues()
 	if err != nil {
 		b.log.Warn("stored model catalogues not read", "err", err)
 	}
@@ -151,7 +153,7 @@ func (b *Book) Take(raw []byte, source string) error {
 	} else if len(cs) > 0 {
 		old = &cs[len(cs)-1].ModelCatalogue
 	}
-	if err := b.ledger.SaveModelCatalogue(c.Signer.String(), c.Seq, raw); err != nil {
+	if err := b.models.SaveModelCatalogue(c.Signer.String(), c.Seq, raw); err != nil {
 		b.mu.Unlock()
 		return err
 	}
@@ -375,7 +377,7 @@ func (b *Book) Edit(ctx context.Context, f func(models []protocol.ModelEntry) ([
 	// The sequence is the ledger's serial, at least the time in milliseconds: a coordinator
 	// whose ledger was lost or restored does not reuse one the network holds.
 	now := b.clock.Now()
-	seq, err := b.ledger.NextSerial("models", now)
+	seq, err := b.serials.NextSerial("models", now)
 	if err != nil {
 		return nil, err
 	}

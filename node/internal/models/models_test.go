@@ -51,7 +51,7 @@ func newTestBook(t *testing.T, l *ledger.Ledger, clk *clock.Fake, p *p2p.Peer, t
 		clk = clock.NewFake(t0)
 	}
 	m := metrics.New(nil, nil)
-	return &testBook{Book: New(Deps{Peer: p, Ledger: l, Clock: clk, Log: quietLogger(), Metrics: m, Trusted: trusted}), ledger: l, clock: clk, metrics: m}
+	return &testBook{Book: New(Deps{Peer: p, Models: l.Models, Serials: l.Serials, Clock: clk, Log: quietLogger(), Metrics: m, Trusted: trusted}), ledger: l, clock: clk, metrics: m}
 }
 
 // catalogue signs a catalogue of seq issued at, with the first catalogue's models and, when

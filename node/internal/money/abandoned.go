@@ -44,7 +44,7 @@ func (s *holds) takeAbandoned(remote peer.ID, req protocol.WalletRequest) error 
 		s.metrics.RecordsRejected.WithLabelValues("abandonment", "wallet", protocol.Reason(err)).Inc()
 		return err
 	}
-	h, err := s.ledger.GetHold(req.Job)
+	h, err := s.ledger.Escrow.GetHold(req.Job)
 	if err != nil {
 		return refuse(fmt.Errorf("%w: job %s has no escrow hold here", api.ErrNotFound, req.Job))
 	}
@@ -80,7 +80,7 @@ func (s *holds) takeAbandoned(remote peer.ID, req protocol.WalletRequest) error 
 	if cp.Seconds <= 0 {
 		return refuse(api.Invalid(fmt.Errorf("%w: the checkpoint counts no second", protocol.ErrInvalid)))
 	}
-	added, err := s.ledger.PutAbandonment(ledger.Abandonment{Job: h.Job, Renter: h.Renter, Provider: h.Provider, ReceivedAt: now, Seconds: cp.Seconds,
+	added, err := s.ledger.Escrow.PutAbandonment(ledger.Abandonment{Job: h.Job, Renter: h.Renter, Provider: h.Provider, ReceivedAt: now, Seconds: cp.Seconds,
 		Lease: req.Lease, LeaseCountersig: req.LeaseCountersig, Checkpoint: req.Checkpoint, CheckpointCountersig: req.CheckpointCountersig})
 	if err != nil {
 		return err
@@ -97,13 +97,13 @@ func (s *holds) takeAbandoned(remote peer.ID, req protocol.WalletRequest) error 
 // returns how many holds it released.
 func (s *holds) ReleaseExpired() (int, error) {
 	now := s.clock.Now()
-	released, err := s.ledger.ReleaseExpired(now)
+	released, err := s.ledger.Escrow.ReleaseExpired(now)
 	for _, h := range released {
-		a, aerr := s.ledger.GetAbandonment(h.Job)
+		a, aerr := s.ledger.Escrow.GetAbandonment(h.Job)
 		if aerr != nil {
 			continue // no account: nothing shows the job ran
 		}
-		first, cerr := s.ledger.CountAbandonment(h.Job, now)
+		first, cerr := s.ledger.Escrow.CountAbandonment(h.Job, now)
 		if cerr != nil || !first {
 			continue
 		}
@@ -112,7 +112,7 @@ func (s *holds) ReleaseExpired() (int, error) {
 		if l, _, err := protocol.OpenLease(a.Lease); err == nil && at.After(l.EndsAt) {
 			at = l.EndsAt
 		}
-		s.ledger.UpdateReliability(h.Provider, func(rs *ledger.ReliabilityState) error {
+		s.ledger.Reliability.UpdateReliability(h.Provider, func(rs *ledger.ReliabilityState) error {
 			rs.AddEvent(protocol.WhyAbandoned(h.Job, a.Seconds))
 			rs.Reliability.Completion.Add(at, 0, halfLife)
 			return nil

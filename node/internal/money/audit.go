@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -19,7 +18,7 @@ var WalletPageBytes = 8 << 20
 
 // auditBundles assembles the audit bundles of the coordinator's batches.
 type auditBundles struct {
-	ledger *ledger.Ledger
+	ledger Stores
 }
 
 // BundlePage assembles part of a batch's audit bundle from the coordinator's ledger: the
@@ -28,7 +27,7 @@ type auditBundles struct {
 // more says receipts are left.
 func (s *auditBundles) BundlePage(id string, offset, budget int) (*protocol.AuditBundle, bool, error) {
 	l := s.ledger
-	b, err := l.GetBatch(id)
+	b, err := l.Payouts.GetBatch(id)
 	if err != nil {
 		return nil, false, fmt.Errorf("batch %s: %w", id, err)
 	}
@@ -62,15 +61,15 @@ func (s *auditBundles) BundlePage(id string, offset, budget int) (*protocol.Audi
 			if size >= budget && len(out.Receipts) > 0 {
 				return out, true, nil
 			}
-			e, err := l.GetEarning(p.Provider, r)
+			e, err := l.Payouts.GetEarning(p.Provider, r)
 			if err != nil {
 				return nil, false, fmt.Errorf("batch %s: receipt %s: earning: %w", id, r, err)
 			}
-			rep, err := l.GetJobReport(e.Job, e.Provider)
+			rep, err := l.Escrow.GetJobReport(e.Job, e.Provider)
 			if err != nil {
 				return nil, false, fmt.Errorf("job %s: report: %w", e.Job, err)
 			}
-			h, err := l.GetHold(e.Job)
+			h, err := l.Escrow.GetHold(e.Job)
 			if err != nil {
 				return nil, false, fmt.Errorf("job %s: hold: %w", e.Job, err)
 			}
@@ -80,7 +79,7 @@ func (s *auditBundles) BundlePage(id string, offset, budget int) (*protocol.Audi
 			case protocol.RuleCheckpoint:
 				ar.Checkpoint, ar.CheckpointCountersig = rep.Checkpoint, rep.CheckpointCountersig
 			case protocol.RuleDecision:
-				d, err := l.GetDispute(e.Job)
+				d, err := l.Escrow.GetDispute(e.Job)
 				if err != nil {
 					return nil, false, fmt.Errorf("job %s: dispute: %w", e.Job, err)
 				}

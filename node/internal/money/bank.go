@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
@@ -22,7 +21,7 @@ import (
 
 // bankFiles writes the files of bank-transfer payouts for the operator's bank.
 type bankFiles struct {
-	ledger *ledger.Ledger
+	ledger Stores
 	clock  clock.Clock
 	// cfg's bank_account_name, bank_iban and bank_bic name the operator's account, the
 	// debtor of a pain.001 file.
@@ -31,7 +30,7 @@ type bankFiles struct {
 
 // BankExport renders a batch's unpaid bank payouts in a format: csv or pain001.
 func (s *bankFiles) BankExport(id, format string) ([]byte, string, error) {
-	b, err := s.ledger.GetBatch(id)
+	b, err := s.ledger.Payouts.GetBatch(id)
 	if err != nil {
 		return nil, "", fmt.Errorf("batch %s: %w", id, err)
 	}

@@ -40,7 +40,7 @@ func TestBankPayouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := c.ledger.GetBatch(v.BatchID)
+	b, _ := c.ledger.Payouts.GetBatch(v.BatchID)
 	var bp protocol.Payout
 	for _, p := range b.Payouts {
 		if p.Provider == bank.id.String() {
@@ -117,7 +117,7 @@ func TestBankPayouts(t *testing.T) {
 	if err != nil || done.State != protocol.BatchSettled {
 		t.Fatalf("confirm: %+v %v", done, err)
 	}
-	settled, _ := c.ledger.GetBatch(v.BatchID)
+	settled, _ := c.ledger.Payouts.GetBatch(v.BatchID)
 	rec, err := protocol.CheckBatch(settled.Record, protocol.NewTrust(c.id))
 	if err != nil || rec.State != protocol.BatchSettled {
 		t.Fatalf("signed record after the confirmation: %+v %v", rec, err)

@@ -29,7 +29,7 @@ type Misbehaviour interface {
 
 // charges hears job reports and charges their holds.
 type charges struct {
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	log      *slog.Logger
 	metrics  *metrics.Metrics
@@ -96,7 +96,7 @@ func (s *charges) commitLoop(ctx context.Context) {
 		for i, r := range batch {
 			items[i] = r.item
 		}
-		outs, err := s.ledger.ChargeReports(items)
+		outs, err := s.ledger.Escrow.ChargeReports(items)
 		for i, r := range batch {
 			if i < len(outs) {
 				r.done <- chargeResult{out: outs[i]}
@@ -109,7 +109,7 @@ func (s *charges) commitLoop(ctx context.Context) {
 
 // chargeDue charges the receipts whose dispute window has passed (the checkpoint rule).
 func (s *charges) chargeDue() {
-	es, err := s.ledger.ChargeDue(s.clock.Now())
+	es, err := s.ledger.Escrow.ChargeDue(s.clock.Now())
 	if err != nil {
 		s.log.Warn("charging receipts past their dispute window", "err", err)
 	}
@@ -168,7 +168,7 @@ func (st *charges) HandleJobReport(s network.Stream) {
 	}
 	// A job counted as abandoned at its hold's expiry (abandoned.go) is counted once: a
 	// report arriving after that does not add a second outcome.
-	if a, err := st.ledger.GetAbandonment(rec.Job); out.Added && err == nil && !a.Counted.IsZero() {
+	if a, err := st.ledger.Escrow.GetAbandonment(rec.Job); out.Added && err == nil && !a.Counted.IsZero() {
 		out.Added = false
 	}
 	if out.Added {
@@ -179,7 +179,7 @@ func (st *charges) HandleJobReport(s network.Stream) {
 		if l, _, err := protocol.OpenLease(r.Lease); err == nil && at.After(l.EndsAt) {
 			at = l.EndsAt
 		}
-		st.ledger.UpdateReliability(remote.String(), func(rs *ledger.ReliabilityState) error {
+		st.ledger.Reliability.UpdateReliability(remote.String(), func(rs *ledger.ReliabilityState) error {
 			good := 1.0
 			if fault {
 				good = 0

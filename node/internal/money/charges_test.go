@@ -63,7 +63,7 @@ func TestChargeCountersignedReceipt(t *testing.T) {
 	if len(es) != 1 || es[0].Charge != charge || es[0].Commission != charge/10 || es[0].Net != charge-charge/10 {
 		t.Fatalf("earnings: %+v", es)
 	}
-	rs, _ := d.ledger.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
+	rs, _ := d.ledger.Reliability.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
 	if rs.Reliability.Completion.Total == 0 || rs.Reliability.Completion.Good != rs.Reliability.Completion.Total {
 		t.Fatalf("completion after a job that ended well: %+v", rs.Reliability.Completion)
 	}
@@ -174,7 +174,7 @@ func TestReportsWithoutStanding(t *testing.T) {
 	if es := d.earnings(t, d.provider); len(es) != 0 {
 		t.Fatalf("refused reports made %d earnings", len(es))
 	}
-	if _, err := d.ledger.GetJobReport(unheld.id, d.provider.id.String()); err == nil {
+	if _, err := d.ledger.Escrow.GetJobReport(unheld.id, d.provider.id.String()); err == nil {
 		t.Fatal("a report without a hold was stored")
 	}
 	if h := d.holdOf(t, otherRenter); h.State != ledger.HoldHeld {
@@ -193,7 +193,7 @@ func TestInterruptedJobCountsAgainstProvider(t *testing.T) {
 	if a := d.net.report(t, d.provHost, j.report()); a["ok"] != "true" {
 		t.Fatalf("answer %v", a)
 	}
-	rs, _ := d.ledger.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
+	rs, _ := d.ledger.Reliability.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
 	if rs.Reliability.Completion.Good != 0 || rs.Reliability.Completion.Total == 0 || len(rs.Events) != 1 || !strings.Contains(rs.Events[0], "fell off the bus") {
 		t.Fatalf("completion %+v, events %v", rs.Reliability.Completion, rs.Events)
 	}

@@ -20,7 +20,7 @@ import (
 
 // deposits credits deposit transactions from the chain.
 type deposits struct {
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	log      *slog.Logger
 	treasury *treasury
@@ -37,7 +37,7 @@ func (s *deposits) claim(ctx context.Context, signature string) (ledger.Deposit,
 	if err != nil {
 		return ledger.Deposit{}, false, fmt.Errorf("deposit signature %q: %w", signature, err)
 	}
-	if d, err := s.ledger.GetDeposit(signature); err == nil {
+	if d, err := s.ledger.Escrow.GetDeposit(signature); err == nil {
 		return d, false, nil // credited already: no RPC call
 	}
 	treasury, err := s.treasury.key()
@@ -90,12 +90,12 @@ func (s *deposits) claim(ctx context.Context, signature string) (ledger.Deposit,
 		return ledger.Deposit{}, false, fmt.Errorf("deposit %s moves no USDC (mint %s) into the treasury's account %s", signature, mint, into)
 	}
 	d := ledger.Deposit{Signature: signature, Renter: renter.String(), Amount: protocol.MicroUSDC(amount), CreditedAt: s.clock.Now()}
-	credited, _, err := s.ledger.CreditDeposit(d)
+	credited, _, err := s.ledger.Escrow.CreditDeposit(d)
 	if err == nil && credited {
 		s.log.Info("deposit credited", "renter", renter, "usdc", d.Amount.String(), "signature", signature)
 	}
 	if !credited {
-		if prev, err := s.ledger.GetDeposit(signature); err == nil {
+		if prev, err := s.ledger.Escrow.GetDeposit(signature); err == nil {
 			d = prev
 		}
 	}

@@ -35,7 +35,7 @@ func (w *Wallet) Dispute(ctx context.Context, j ledger.Job) error {
 type disputes struct {
 	id      peer.ID
 	key     crypto.PrivKey // signs the decisions
-	ledger  *ledger.Ledger
+	ledger  Stores
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -44,7 +44,7 @@ type disputes struct {
 // open takes a renter's dispute on the coordinator: the receipt must be signed by
 // the provider of the job's hold, and the dispute by its renter, the sender.
 func (s *disputes) open(remote peer.ID, req protocol.WalletRequest) error {
-	h, err := s.ledger.GetHold(req.Job)
+	h, err := s.ledger.Escrow.GetHold(req.Job)
 	if err != nil {
 		return fmt.Errorf("%w: job %s has no escrow hold here", api.ErrNotFound, req.Job)
 	}
@@ -64,7 +64,7 @@ func (s *disputes) open(remote peer.ID, req protocol.WalletRequest) error {
 		s.metrics.RecordsRejected.WithLabelValues(string(protocol.KindDispute), "wallet", protocol.Reason(err)).Inc()
 		return api.Invalid(err)
 	}
-	stored, err := s.ledger.OpenDispute(ledger.Dispute{Job: h.Job, Renter: h.Renter, Provider: h.Provider, ReceivedAt: now,
+	stored, err := s.ledger.Escrow.OpenDispute(ledger.Dispute{Job: h.Job, Renter: h.Renter, Provider: h.Provider, ReceivedAt: now,
 		Record: req.Dispute, Receipt: req.Receipt, Amount: d.Amount, Claimed: rec.Amount, Reason: d.Reason})
 	if errors.Is(err, ledger.ErrDisputeClosed) {
 		return api.Conflict(err)
@@ -85,7 +85,7 @@ func disputeView(d ledger.Dispute) api.DisputeView {
 
 // Disputes lists the disputes, open ones only unless all is set.
 func (s *disputes) Disputes(all bool) ([]api.DisputeView, error) {
-	ds, err := s.ledger.Disputes(!all)
+	ds, err := s.ledger.Escrow.Disputes(!all)
 	out := []api.DisputeView{}
 	for _, d := range ds {
 		v := disputeView(d)
@@ -99,7 +99,7 @@ func (s *disputes) Disputes(all bool) ([]api.DisputeView, error) {
 
 // Dispute returns one dispute.
 func (s *disputes) Dispute(job string) (api.DisputeView, error) {
-	d, err := s.ledger.GetDispute(job)
+	d, err := s.ledger.Escrow.GetDispute(job)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return api.DisputeView{}, fmt.Errorf("%w: no dispute of job %s", api.ErrNotFound, job)
 	}
@@ -113,7 +113,7 @@ func (s *disputes) Dispute(job string) (api.DisputeView, error) {
 // floor is the least a decision may charge: what the renter's countersigned
 // checkpoints prove (0 while the provider has not reported the job).
 func (s *disputes) floor(d ledger.Dispute) (protocol.MicroUSDC, error) {
-	rep, err := s.ledger.GetJobReport(d.Job, d.Provider)
+	rep, err := s.ledger.Escrow.GetJobReport(d.Job, d.Provider)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return 0, nil
 	} else if err != nil {
@@ -131,7 +131,7 @@ func (s *disputes) floor(d ledger.Dispute) (protocol.MicroUSDC, error) {
 // prove; or an amount in USDC between those), under a decision the coordinator signs and
 // publishes with the batch that pays it.
 func (s *disputes) ResolveDispute(job string, req api.ResolveRequest) (api.DisputeView, error) {
-	d, err := s.ledger.GetDispute(job)
+	d, err := s.ledger.Escrow.GetDispute(job)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return api.DisputeView{}, fmt.Errorf("%w: no dispute of job %s", api.ErrNotFound, job)
 	} else if err != nil {
@@ -141,7 +141,7 @@ func (s *disputes) ResolveDispute(job string, req api.ResolveRequest) (api.Dispu
 	if err != nil {
 		return api.DisputeView{}, err
 	}
-	rep, repErr := s.ledger.GetJobReport(d.Job, d.Provider)
+	rep, repErr := s.ledger.Escrow.GetJobReport(d.Job, d.Provider)
 	var amount protocol.MicroUSDC
 	switch {
 	case req.For == "provider" && repErr == nil:
@@ -171,7 +171,7 @@ func (s *disputes) ResolveDispute(job string, req api.ResolveRequest) (api.Dispu
 			return api.DisputeView{}, api.Invalid(err)
 		}
 	}
-	d, e, err := s.ledger.DecideDispute(job, decision, amount, s.clock.Now())
+	d, e, err := s.ledger.Escrow.DecideDispute(job, decision, amount, s.clock.Now())
 	if errors.Is(err, ledger.ErrDisputeClosed) {
 		return api.DisputeView{}, api.Conflict(err)
 	} else if err != nil {

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
@@ -127,7 +126,7 @@ func (w *Wallet) askEarnings(ctx context.Context, from, to time.Time) (a *protoc
 // GPU, from the earning rows.
 func (w *Wallet) groupEarnings(v *api.EarningsView, rows []protocol.EarningRow) {
 	gpusOf := map[string][]string{}
-	if jobs, err := w.ledger.Jobs(); err == nil {
+	if jobs, err := w.ledger.Jobs.Jobs(); err == nil {
 		for _, j := range jobs {
 			if j.Side == "provider" {
 				gpusOf[j.ID] = j.GPUs
@@ -188,14 +187,14 @@ var (
 
 // earningsAnswers answer the providers' earnings requests from the coordinator's book.
 type earningsAnswers struct {
-	ledger *ledger.Ledger
+	ledger Stores
 }
 
 // EarningsOf answers a provider's earnings request for jobs that ended within [from, to]
 // (zero bounds are open).
 func (s *earningsAnswers) EarningsOf(provider string, from, to time.Time) (*protocol.EarningsAnswer, error) {
 	l := s.ledger
-	bs, err := l.Batches()
+	bs, err := l.Payouts.Batches()
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +221,7 @@ func (s *earningsAnswers) EarningsOf(provider string, from, to time.Time) (*prot
 	}
 	sort.SliceStable(a.Payouts, func(i, k int) bool { return a.Payouts[i].IssuedAt.After(a.Payouts[k].IssuedAt) })
 	a.Payouts = a.Payouts[:min(len(a.Payouts), maxPayoutRows)]
-	earnings, err := l.Earnings(provider)
+	earnings, err := l.Payouts.Earnings(provider)
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,7 @@ func providerWallet(t *testing.T, c *coordinator, unreachable ...peer.ID) *Walle
 		cfg.Trust.Coordinators = append(cfg.Trust.Coordinators, u.String())
 		n.coord.Peerstore().AddAddr(u, ma.StringCast("/ip4/10.9.9.9/tcp/4001"), time.Hour)
 	}
-	return NewWallet(Deps{Peer: &p2p.Peer{ID: c.id, Key: c.key, Host: n.coord}, Ledger: c.ledger, Clock: c.clock, Log: quiet(),
+	return NewWallet(Deps{Peer: &p2p.Peer{ID: c.id, Key: c.key, Host: n.coord}, Ledger: storesOf(c.ledger), Clock: c.clock, Log: quiet(),
 		Metrics: c.metrics, Config: cfg}, c.Settlement)
 }
 
@@ -97,8 +97,8 @@ func TestProviderEarnings(t *testing.T) {
 	three := c.earn(t, c.party, 1_000_001) // net 900,001 on 3 GPUs
 	c.clock.Advance(time.Minute)
 	unknown := c.earn(t, c.party, 1_000_000) // a job this node does not know
-	c.ledger.PutJob(ledger.Job{ID: two, Side: "provider", GPUs: []string{"GPU-a", "GPU-b"}})
-	c.ledger.PutJob(ledger.Job{ID: three, Side: "provider", GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}})
+	c.ledger.Jobs.PutJob(ledger.Job{ID: two, Side: "provider", GPUs: []string{"GPU-a", "GPU-b"}})
+	c.ledger.Jobs.PutJob(ledger.Job{ID: three, Side: "provider", GPUs: []string{"GPU-a", "GPU-b", "GPU-c"}})
 	_, down := recordtest.NewKey()
 	w := providerWallet(t, c, down)
 
@@ -151,7 +151,7 @@ func TestProviderEarnings(t *testing.T) {
 			t.Errorf("%+v: %v", q, err)
 		}
 	}
-	renter := NewWallet(Deps{Peer: &p2p.Peer{ID: c.id, Key: c.key}, Ledger: c.ledger, Clock: c.clock, Log: quiet(), Metrics: c.metrics,
+	renter := NewWallet(Deps{Peer: &p2p.Peer{ID: c.id, Key: c.key}, Ledger: storesOf(c.ledger), Clock: c.clock, Log: quiet(), Metrics: c.metrics,
 		Config: config.Defaults(config.RoleRenter)}, nil)
 	if _, err := renter.Earnings(context.Background(), api.EarningsQuery{}); !errors.Is(err, api.ErrWrongRole) {
 		t.Fatalf("a renter's earnings: %v", err)

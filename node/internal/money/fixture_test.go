@@ -171,8 +171,8 @@ func newCoordinator(t testing.TB, edit ...func(*config.Config)) *coordinator {
 		offers: &fakeOffers{}, providers: &fakeProviders{}, topic: &fakeTopic{},
 		metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 })}
 	c.deps = SettlementDeps{
-		Deps:   Deps{Peer: &p2p.Peer{ID: me.id, Key: me.key}, Ledger: l, Clock: c.clock, Log: quiet(), Metrics: c.metrics, Config: cfg},
-		Offers: c.offers, Market: NewMarket(Deps{Clock: c.clock, Metrics: c.metrics, Ledger: l, Config: cfg}, []peer.ID{me.id}),
+		Deps:   Deps{Peer: &p2p.Peer{ID: me.id, Key: me.key}, Ledger: storesOf(l), Clock: c.clock, Log: quiet(), Metrics: c.metrics, Config: cfg},
+		Offers: c.offers, Market: NewMarket(Deps{Clock: c.clock, Metrics: c.metrics, Ledger: storesOf(l), Config: cfg}, []peer.ID{me.id}),
 		MarketTopic: c.topic, Chain: fc, Providers: c.providers,
 		PayoutSteps: func(step string) error { c.steps = append(c.steps, step); return nil },
 	}
@@ -261,14 +261,14 @@ func (c *coordinator) earn(t testing.TB, p party, amount protocol.MicroUSDC) str
 	jobCounter++
 	job := fmt.Sprintf("%016x", jobCounter)
 	l := c.ledger
-	if _, _, err := l.CreditDeposit(ledger.Deposit{Signature: "fixture-" + job, Renter: "renter", Amount: amount}); err != nil {
+	if _, _, err := l.Escrow.CreditDeposit(ledger.Deposit{Signature: "fixture-" + job, Renter: "renter", Amount: amount}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: p.id.String(), Amount: amount, CommissionBPS: 1000,
+	if _, err := l.Escrow.PlaceHold(ledger.Hold{Job: job, Renter: "renter", Provider: p.id.String(), Amount: amount, CommissionBPS: 1000,
 		ExpiresAt: c.clock.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := l.ChargeReports([]ledger.ReportCharge{{Report: ledger.JobReport{Job: job, Provider: p.id.String(), ReceivedAt: c.clock.Now()},
+	out, err := l.Escrow.ChargeReports([]ledger.ReportCharge{{Report: ledger.JobReport{Job: job, Provider: p.id.String(), ReceivedAt: c.clock.Now()},
 		Countersigned: true, Receipt: fmt.Sprintf("%064x", jobCounter), Renter: "renter", Amount: amount, Model: "H100-80GB", GPUs: 1,
 		Seconds: 3600, EndedAt: c.clock.Now()}})
 	if err != nil || out[0].Earning == nil {
@@ -339,4 +339,9 @@ func (n *testNet) wallet(t testing.TB, from host.Host, req protocol.WalletReques
 	var resp protocol.WalletResponse
 	n.ask(t, from, protocol.WalletProtocol, req, &resp)
 	return resp
+}
+
+// storesOf hands money every store of a test's ledger that node.New hands it.
+func storesOf(l *ledger.Ledger) Stores {
+	return Stores{Jobs: l.Jobs, Wallet: l.Wallet, Own: l.Provider, Escrow: l.Escrow, Payouts: l.Payouts, Reliability: l.Reliability}
 }

@@ -45,7 +45,7 @@ type Asker interface {
 type holds struct {
 	id      peer.ID
 	key     crypto.PrivKey // signs the holds
-	ledger  *ledger.Ledger
+	ledger  Stores
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -78,14 +78,14 @@ func (s *holds) place(renter peer.ID, req protocol.WalletRequest) ([]byte, error
 	h := protocol.EscrowHold{Version: protocol.SettlementVersion, Coordinator: s.id.String(), Renter: renter.String(),
 		Provider: prov.String(), Job: req.Job, Amount: req.Amount, CommissionBPS: s.commissionBPS,
 		IssuedAt: now.UTC(), ExpiresAt: req.ExpiresAt.UTC()}
-	if prev, err := s.ledger.GetHold(req.Job); err == nil {
+	if prev, err := s.ledger.Escrow.GetHold(req.Job); err == nil {
 		return prev.Raw, checkSameHold(prev, h)
 	}
 	raw, err := protocol.Seal(protocol.KindEscrowHold, h, s.key)
 	if err != nil {
 		return nil, err
 	}
-	stored, err := s.ledger.PlaceHold(ledger.Hold{Job: h.Job, Renter: h.Renter, Provider: h.Provider, Amount: h.Amount,
+	stored, err := s.ledger.Escrow.PlaceHold(ledger.Hold{Job: h.Job, Renter: h.Renter, Provider: h.Provider, Amount: h.Amount,
 		CommissionBPS: h.CommissionBPS, IssuedAt: h.IssuedAt, ExpiresAt: h.ExpiresAt, Raw: raw})
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func checkSameHold(prev ledger.Hold, h protocol.EscrowHold) error {
 
 // release returns a renter's hold for a job the provider confirms never ran.
 func (s *holds) release(ctx context.Context, renter peer.ID, job string) (ledger.Hold, error) {
-	h, err := s.ledger.GetHold(job)
+	h, err := s.ledger.Escrow.GetHold(job)
 	switch {
 	case err != nil:
 		return h, fmt.Errorf("job %s: no hold: %w", job, err)
@@ -122,7 +122,7 @@ func (s *holds) release(ctx context.Context, renter peer.ID, job string) (ledger
 	if !a.Release || a.Job != job {
 		return h, fmt.Errorf("the provider does not release job %s: %s", job, a.Reason)
 	}
-	h, err = s.ledger.ReleaseHold(job)
+	h, err = s.ledger.Escrow.ReleaseHold(job)
 	if err == nil {
 		s.log.Info("hold released: the job never ran", "job", job, "renter", renter, "usdc", h.Amount.String())
 	}

@@ -188,7 +188,7 @@ func TestAbandonedJob(t *testing.T) {
 	if n, err := d.ReleaseExpired(); err != nil || n != 2 {
 		t.Fatalf("released %d: %v", n, err)
 	}
-	rs, _ := d.ledger.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
+	rs, _ := d.ledger.Reliability.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
 	if rs.Reliability.Completion.Total != 1 || rs.Reliability.Completion.Good != 0 || len(rs.Events) != 1 || rs.Events[0] != protocol.WhyAbandoned(j.id, 300) {
 		t.Fatalf("completion %+v, events %v", rs.Reliability.Completion, rs.Events)
 	}
@@ -198,7 +198,7 @@ func TestAbandonedJob(t *testing.T) {
 	// The provider's report arriving later does not count the job a second time.
 	j.countersignReceipt(t)
 	d.net.report(t, d.provHost, j.report())
-	rs, _ = d.ledger.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
+	rs, _ = d.ledger.Reliability.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
 	if rs.Reliability.Completion.Total != 1 {
 		t.Fatalf("the job counted %v times", rs.Reliability.Completion.Total)
 	}

@@ -29,7 +29,7 @@ func (w *Wallet) ReportJob(ctx context.Context, j ledger.Job) {
 		return
 	}
 	sentCountersig := len(j.ReceiptCountersig) > 0
-	w.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+	w.ledger.Jobs.UpdateJob(j.ID, func(j *ledger.Job) error {
 		if answer["ok"] == "true" {
 			if j.ReportedAt.IsZero() {
 				j.ReportedAt = w.clock.Now()

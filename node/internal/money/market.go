@@ -32,7 +32,7 @@ import (
 type Market struct {
 	clock    clock.Clock
 	metrics  *metrics.Metrics
-	ledger   *ledger.Ledger
+	ledger   Stores
 	trust    protocol.Trust
 	role     string
 	provider config.ProviderConfig
@@ -54,7 +54,7 @@ func NewMarket(d Deps, trusted []peer.ID) *Market {
 type marketStats struct {
 	id     peer.ID
 	key    crypto.PrivKey // signs the statistics
-	ledger *ledger.Ledger
+	ledger Stores
 	clock  clock.Clock
 	log    *slog.Logger
 	offers Offers
@@ -102,14 +102,14 @@ func (s *marketStats) compute(now time.Time) (protocol.MarketStats, error) {
 			}
 		}
 	}
-	reports, err := s.ledger.JobReports(now.Add(-window))
+	reports, err := s.ledger.Escrow.JobReports(now.Add(-window))
 	if err != nil {
 		return protocol.MarketStats{}, err
 	}
 	for _, r := range reports {
 		// Only jobs paid through an escrow hold count: anyone can sign a lease with a
 		// renter of its own, nobody can make the coordinator charge one.
-		if h, err := s.ledger.GetHold(r.Job); err != nil || h.State != ledger.HoldCharged || h.Provider != r.Provider {
+		if h, err := s.ledger.Escrow.GetHold(r.Job); err != nil || h.State != ledger.HoldCharged || h.Provider != r.Provider {
 			continue
 		}
 		l, _, err := protocol.OpenLease(r.Lease)
@@ -227,7 +227,7 @@ func (m *Market) RecommendPrice(model, region string) ([]api.PriceAdvice, error)
 				own[it.Model] = it.PricePerGPUHour
 			}
 		}
-		if prices, err := m.ledger.Prices(); err == nil {
+		if prices, err := m.ledger.Own.Prices(); err == nil {
 			for k, v := range prices {
 				own[k] = v
 			}

@@ -32,7 +32,7 @@ const (
 // payoutMachine settles payout batches on the chain.
 type payoutMachine struct {
 	key      crypto.PrivKey // signs the batch records
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	log      *slog.Logger
 	treasury *treasury
@@ -69,7 +69,7 @@ func (m *payoutMachine) sign(b *ledger.Batch) error {
 		return err
 	}
 	b.Record = raw
-	return m.ledger.PutBatch(*b)
+	return m.ledger.Payouts.PutBatch(*b)
 }
 
 // step marks a point of the state machine: the observer (tests) may stop the run there,
@@ -93,7 +93,7 @@ func (m *payoutMachine) settle(ctx context.Context, b *ledger.Batch) error {
 	}
 	if b.State == protocol.BatchPlanned {
 		b.State = protocol.BatchSettling
-		if err := m.ledger.PutBatch(*b); err != nil {
+		if err := m.ledger.Payouts.PutBatch(*b); err != nil {
 			return err
 		}
 	}
@@ -113,7 +113,7 @@ func (m *payoutMachine) settle(ctx context.Context, b *ledger.Batch) error {
 		}
 		if err != nil {
 			b.Error = err.Error()
-			m.ledger.PutBatch(*b)
+			m.ledger.Payouts.PutBatch(*b)
 			return fmt.Errorf("batch %s, transaction %d of %d: %w", b.Batch, i+1, len(b.Txs), err)
 		}
 	}
@@ -190,7 +190,7 @@ func (m *payoutMachine) settleSigned(ctx context.Context, b *ledger.Batch, i int
 		// after MaxTxFailures, replan splits or defers its payouts.
 		tx.State = ledger.TxPlanned
 		tx.Failures++
-		m.ledger.PutBatch(*b)
+		m.ledger.Payouts.PutBatch(*b)
 		return fmt.Errorf("transaction %s failed on chain (%d of %d tries): %s", tx.Signature, tx.Failures, MaxTxFailures, st.Err)
 	case st.Found && st.Confirmed && st.Err == "":
 		return m.confirmTx(ctx, b, i)
@@ -208,7 +208,7 @@ func (m *payoutMachine) settleSigned(ctx context.Context, b *ledger.Batch, i int
 		}
 		m.log.Info("payout transaction expired unseen: signing it again", "batch", b.Batch, "signature", tx.Signature)
 		tx.State = ledger.TxPlanned
-		return m.ledger.PutBatch(*b)
+		return m.ledger.Payouts.PutBatch(*b)
 	}
 	if !st.Found {
 		if err := m.chain().Send(ctx, tx.Raw); err != nil {
@@ -268,7 +268,7 @@ func (m *payoutMachine) signTx(ctx context.Context, b *ledger.Batch, i int) erro
 	}
 	tx.Raw, tx.Signature, tx.LastValid, tx.Slot, tx.State = raw, sig.String(), lastValid, slot, ledger.TxSigned
 	tx.Attempts++
-	return m.ledger.PutBatch(*b)
+	return m.ledger.Payouts.PutBatch(*b)
 }
 
 // confirmTx records a confirmed transaction and the payouts it paid.
@@ -284,7 +284,7 @@ func (m *payoutMachine) confirmTx(ctx context.Context, b *ledger.Batch, i int) e
 	for _, pi := range tx.Payouts {
 		b.Payouts[pi].Transaction, b.Payouts[pi].Paid = tx.Signature, true
 	}
-	if err := m.ledger.PutBatch(*b); err != nil {
+	if err := m.ledger.Payouts.PutBatch(*b); err != nil {
 		return err
 	}
 	return m.step(StepConfirmed)
@@ -346,7 +346,7 @@ func (m *payoutMachine) replan(ctx context.Context, b *ledger.Batch, force map[s
 	if len(out) == 0 {
 		if len(txs) != len(b.Txs) {
 			b.Txs = txs
-			return m.ledger.PutBatch(*b)
+			return m.ledger.Payouts.PutBatch(*b)
 		}
 		return nil
 	}
@@ -392,7 +392,7 @@ func (m *payoutMachine) replan(ctx context.Context, b *ledger.Batch, force map[s
 		delete(b.Settings, d.Provider)
 	}
 	b.Deferred = append(b.Deferred, deferred...)
-	if err := m.ledger.DeferPayouts(*b, deferred); err != nil {
+	if err := m.ledger.Payouts.DeferPayouts(*b, deferred); err != nil {
 		return err
 	}
 	return m.sign(b)

@@ -38,7 +38,7 @@ func (c *coordinator) payees(t *testing.T, n int) []provider {
 // second landing of a payout would need one more).
 func (c *coordinator) paidOnce(t *testing.T) {
 	t.Helper()
-	bs, err := c.ledger.Batches()
+	bs, err := c.ledger.Payouts.Batches()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func (c *coordinator) paidOnce(t *testing.T) {
 // onlyBatch is the coordinator's one batch.
 func (c *coordinator) onlyBatch(t *testing.T) ledger.Batch {
 	t.Helper()
-	bs, err := c.ledger.Batches()
+	bs, err := c.ledger.Payouts.Batches()
 	if err != nil || len(bs) != 1 {
 		t.Fatalf("%d batches: %v", len(bs), err)
 	}
@@ -298,7 +298,7 @@ func TestPayoutRefusedBeforeSending(t *testing.T) {
 	if _, err := c.RunPayouts(context.Background(), runNow); !errors.Is(err, chain.ErrUnderfunded) {
 		t.Fatalf("underfunded: %v", err)
 	}
-	if bs, _ := c.ledger.Batches(); len(bs) != 0 || c.chain.sends != 0 {
+	if bs, _ := c.ledger.Payouts.Batches(); len(bs) != 0 || c.chain.sends != 0 {
 		t.Fatalf("%d batches stored, %d sends before the checks passed", len(bs), c.chain.sends)
 	}
 	c.chain.usdc = 1_000_000_000
@@ -335,7 +335,7 @@ func TestPayoutFailedOnChain(t *testing.T) {
 	for range 4 {
 		last, _ = c.RunPayouts(context.Background(), runNow)
 	}
-	b, _ := c.ledger.GetBatch(first)
+	b, _ := c.ledger.Payouts.GetBatch(first)
 	if len(b.Txs) != 1 || len(b.Payouts) != 1 || len(b.Deferred) != 1 || b.State != protocol.BatchSettled {
 		t.Fatalf("after the split: %d transactions, %d payouts, deferred %+v, %s", len(b.Txs), len(b.Payouts), b.Deferred, b.State)
 	}
@@ -374,7 +374,7 @@ func TestPayoutClosedTokenAccount(t *testing.T) {
 	if err != nil || len(next.Payouts) != 1 || next.Payouts[0].Provider != griefer.id.String() {
 		t.Fatalf("the next batch: %+v %v", next, err)
 	}
-	b, _ := c.ledger.GetBatch(next.BatchID)
+	b, _ := c.ledger.Payouts.GetBatch(next.BatchID)
 	if !slices.Equal(b.Txs[0].CreateATA, []int{0}) {
 		t.Fatal("the next batch does not create the griefer's token account")
 	}

@@ -28,7 +28,7 @@ import (
 // payouts plans payout batches, has the state machine settle them, and keeps them.
 type payouts struct {
 	id     peer.ID
-	ledger *ledger.Ledger
+	ledger Stores
 	clock  clock.Clock
 	log    *slog.Logger
 	// cfg's min_payout_usdc and commission_bps shape a batch.
@@ -102,7 +102,7 @@ func (s *payouts) run(ctx context.Context, o runOptions) (api.BatchView, error) 
 		v.Skipped = skipped
 		return v, nil
 	}
-	if err := s.ledger.CreateBatch(b); err != nil {
+	if err := s.ledger.Payouts.CreateBatch(b); err != nil {
 		return api.BatchView{}, err
 	}
 	if err := s.machine.sign(&b); err != nil {
@@ -124,7 +124,7 @@ func (s *payouts) plan(ctx context.Context, o runOptions) (ledger.Batch, []strin
 	if o.Min != nil {
 		min = *o.Min
 	}
-	earnings, err := l.Earnings("")
+	earnings, err := l.Payouts.Earnings("")
 	if err != nil {
 		return ledger.Batch{}, nil, err
 	}
@@ -141,7 +141,7 @@ func (s *payouts) plan(ctx context.Context, o runOptions) (ledger.Batch, []strin
 	var usdcTotal protocol.MicroUSDC
 	for _, p := range providers {
 		pp := pending[p]
-		settings, err := l.GetPayoutSettings(p)
+		settings, err := l.Payouts.GetPayoutSettings(p)
 		switch {
 		case errors.Is(err, ledger.ErrNotFound):
 			skipped = append(skipped, fmt.Sprintf("%s: %s USDC pending but no payout settings received", p, pp.Amount))
@@ -181,7 +181,7 @@ func (s *payouts) plan(ctx context.Context, o runOptions) (ledger.Batch, []strin
 	// The ID first: the transactions are sized with the memo that names it.
 	b.Batch = "dry-run"
 	if !o.DryRun {
-		if b.Batch, err = l.NextBatchID(now); err != nil {
+		if b.Batch, err = l.Payouts.NextBatchID(now); err != nil {
 			return ledger.Batch{}, nil, err
 		}
 	}
@@ -263,10 +263,10 @@ func (s *payouts) resume(ctx context.Context) error {
 }
 
 func (s *payouts) resumeLocked(ctx context.Context) error {
-	if err := s.ledger.FinishMarking(); err != nil {
+	if err := s.ledger.Payouts.FinishMarking(); err != nil {
 		return err
 	}
-	batches, err := s.ledger.Batches()
+	batches, err := s.ledger.Payouts.Batches()
 	if err != nil {
 		return err
 	}
@@ -289,7 +289,7 @@ func (s *payouts) resumeLocked(ctx context.Context) error {
 func (s *payouts) Replan(ctx context.Context, id string, providers []string) (api.BatchView, error) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	b, err := s.ledger.GetBatch(id)
+	b, err := s.ledger.Payouts.GetBatch(id)
 	if err != nil {
 		return api.BatchView{}, fmt.Errorf("%w: batch %s", api.ErrNotFound, id)
 	}
@@ -321,7 +321,7 @@ func (s *payouts) Replan(ctx context.Context, id string, providers []string) (ap
 func (s *payouts) ConfirmBankPayouts(id, reference string, providers []string) (api.BatchView, error) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	b, err := s.ledger.GetBatch(id)
+	b, err := s.ledger.Payouts.GetBatch(id)
 	if err != nil {
 		return api.BatchView{}, fmt.Errorf("batch %s: %w", id, err)
 	}
@@ -350,7 +350,7 @@ func (s *payouts) ConfirmBankPayouts(id, reference string, providers []string) (
 
 // Batch returns a payout batch.
 func (s *payouts) Batch(id string) (api.BatchView, []byte, error) {
-	b, err := s.ledger.GetBatch(id)
+	b, err := s.ledger.Payouts.GetBatch(id)
 	if err != nil {
 		return api.BatchView{}, nil, fmt.Errorf("batch %s: %w", id, err)
 	}
@@ -359,7 +359,7 @@ func (s *payouts) Batch(id string) (api.BatchView, []byte, error) {
 
 // Batches lists the payout batches, newest first.
 func (s *payouts) Batches() ([]api.BatchView, error) {
-	bs, err := s.ledger.Batches()
+	bs, err := s.ledger.Payouts.Batches()
 	out := make([]api.BatchView, len(bs))
 	for i, b := range bs {
 		out[i] = s.view(b)
@@ -372,7 +372,7 @@ func (s *payouts) Batches() ([]api.BatchView, error) {
 // older ones are left.
 func (s *payouts) batchPage(after string, budget int) (records [][]byte, more bool, err error) {
 	size := 0
-	err = s.ledger.BatchesBefore(after, func(b ledger.Batch) bool {
+	err = s.ledger.Payouts.BatchesBefore(after, func(b ledger.Batch) bool {
 		if len(b.Record) == 0 {
 			return true
 		}

@@ -122,7 +122,7 @@ func TestPayoutDryRun(t *testing.T) {
 	if err != nil || v.BatchID != "dry-run" || len(v.Payouts) != 2 || v.Total != 1_800_000 {
 		t.Fatalf("dry run: %+v %v", v, err)
 	}
-	if bs, _ := c.ledger.Batches(); len(bs) != 0 || c.chain.sends != 0 {
+	if bs, _ := c.ledger.Payouts.Batches(); len(bs) != 0 || c.chain.sends != 0 {
 		t.Fatalf("a dry run stored %d batches and sent %d transactions", len(bs), c.chain.sends)
 	}
 	c.chain.usdc = 0
@@ -147,7 +147,7 @@ func TestScheduledPayouts(t *testing.T) {
 		c.earn(t, weekly.party, 1_000_000)
 		c.earn(t, monthly.party, 1_000_000)
 	}
-	batches := func() []ledger.Batch { bs, _ := c.ledger.Batches(); return bs }
+	batches := func() []ledger.Batch { bs, _ := c.ledger.Payouts.Batches(); return bs }
 	paidIn := func(b ledger.Batch) []string {
 		var out []string
 		for _, p := range b.Payouts {

@@ -101,7 +101,7 @@ var holdAmount = protocol.HoldAmount(testPrice, testGPUs, 3600)
 func (c *coordinator) deposit(t testing.TB, renter party, amount protocol.MicroUSDC) {
 	t.Helper()
 	jobSeq++
-	if _, _, err := c.ledger.CreditDeposit(ledger.Deposit{Signature: fmt.Sprint("deposit-", jobSeq), Renter: renter.id.String(), Amount: amount}); err != nil {
+	if _, _, err := c.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: fmt.Sprint("deposit-", jobSeq), Renter: renter.id.String(), Amount: amount}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -131,7 +131,7 @@ func (n *testNet) report(t testing.TB, from host.Host, r protocol.JobReport) map
 
 func (c *coordinator) account(t testing.TB, p party) ledger.Account {
 	t.Helper()
-	a, err := c.ledger.GetAccount(p.id.String())
+	a, err := c.ledger.Escrow.GetAccount(p.id.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func (c *coordinator) account(t testing.TB, p party) ledger.Account {
 
 func (c *coordinator) holdOf(t testing.TB, j *job) ledger.Hold {
 	t.Helper()
-	h, err := c.ledger.GetHold(j.id)
+	h, err := c.ledger.Escrow.GetHold(j.id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func (c *coordinator) holdOf(t testing.TB, j *job) ledger.Hold {
 // earnings are the provider's earnings at the coordinator.
 func (c *coordinator) earnings(t testing.TB, p party) []ledger.Earning {
 	t.Helper()
-	es, err := c.ledger.Earnings(p.id.String())
+	es, err := c.ledger.Payouts.Earnings(p.id.String())
 	if err != nil {
 		t.Fatal(err)
 	}

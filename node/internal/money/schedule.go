@@ -67,7 +67,7 @@ func (s *payouts) ScheduledPayouts(ctx context.Context) {
 	var keys []string
 	for _, sch := range []string{protocol.PayoutWeekly, protocol.PayoutMonthly} {
 		key := sch + "/" + lastDue(sch, now).Format("2006-01-02")
-		if done, _ := s.ledger.ScheduledPayoutDone(key); !done {
+		if done, _ := s.ledger.Payouts.ScheduledPayoutDone(key); !done {
 			schedules[sch] = true
 			keys = append(keys, key)
 		}
@@ -81,7 +81,7 @@ func (s *payouts) ScheduledPayouts(ctx context.Context) {
 		return
 	}
 	for _, k := range keys {
-		s.ledger.MarkScheduledPayoutDone(k)
+		s.ledger.Payouts.MarkScheduledPayoutDone(k)
 	}
 	if v.BatchID != "" && v.State != "empty" {
 		s.log.Info("scheduled payouts", "batch", v.BatchID, "payouts", len(v.Payouts), "usdc", v.TotalUSDC)

@@ -21,7 +21,7 @@ import (
 // Deps are what every part of money needs.
 type Deps struct {
 	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
+	Ledger  Stores
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
@@ -30,6 +30,19 @@ type Deps struct {
 	Config config.Config
 	// Home is the home folder: relative key file paths are under it.
 	Home string
+}
+
+// Stores are the ledger's stores money keeps its records in: every node's jobs (the
+// receipts it reports, the earnings it counts), its wallet (its deposits and payout
+// settings) and its own prices (the market's recommendation); a coordinator's escrow book,
+// payouts and providers' reliability (its settlement's).
+type Stores struct {
+	Jobs        *ledger.JobStore
+	Wallet      *ledger.WalletStore
+	Own         *ledger.ProviderStore
+	Escrow      *ledger.EscrowStore
+	Payouts     *ledger.PayoutStore
+	Reliability *ledger.ReliabilityStore
 }
 
 // SettlementDeps are what a coordinator's settlement needs besides Deps.

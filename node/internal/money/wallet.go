@@ -32,7 +32,7 @@ import (
 type Wallet struct {
 	peer    *p2p.Peer
 	id      peer.ID
-	ledger  *ledger.Ledger
+	ledger  Stores
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -245,7 +245,7 @@ func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC, coordin
 		return api.DepositView{}, err
 	}
 	d := ledger.OwnDeposit{Signature: sig.String(), Amount: amount, Raw: raw, LastValid: lastValid, SentAt: w.clock.Now(), Coordinator: to.String()}
-	if err := w.ledger.PutOwnDeposit(d); err != nil {
+	if err := w.ledger.Wallet.PutOwnDeposit(d); err != nil {
 		return api.DepositView{}, err
 	}
 	if err := c.Send(ctx, raw); err != nil {
@@ -261,7 +261,7 @@ func (w *Wallet) Deposit(ctx context.Context, amount protocol.MicroUSDC, coordin
 	}
 	if st.Err != "" {
 		d.Error, d.Raw = st.Err, nil
-		w.ledger.PutOwnDeposit(d)
+		w.ledger.Wallet.PutOwnDeposit(d)
 		return api.DepositView{}, fmt.Errorf("deposit %s failed on chain: %s", sig, st.Err)
 	}
 	v, err := w.claim(ctx, d)
@@ -292,7 +292,7 @@ func (w *Wallet) claim(ctx context.Context, d ledger.OwnDeposit) (api.DepositVie
 		return v, fmt.Errorf("deposit %s is on chain but not credited yet (gpunex wallet claim %s retries): %w", d.Signature, d.Signature, err)
 	}
 	d.Claimed, d.Raw, d.Error = true, nil, ""
-	w.ledger.PutOwnDeposit(d)
+	w.ledger.Wallet.PutOwnDeposit(d)
 	v.Credited = true
 	if resp.Account != nil {
 		b := balanceView(*resp.Account, nil)
@@ -307,13 +307,13 @@ func (w *Wallet) claim(ctx context.Context, d ledger.OwnDeposit) (api.DepositVie
 func (w *Wallet) ClaimDeposits(ctx context.Context, signature, coordinator string) ([]api.DepositView, error) {
 	if signature != "" {
 		d := ledger.OwnDeposit{Signature: signature, Coordinator: coordinator}
-		if own, err := w.ledger.OwnDeposit(signature); err == nil && coordinator == "" {
+		if own, err := w.ledger.Wallet.OwnDeposit(signature); err == nil && coordinator == "" {
 			d.Coordinator = own.Coordinator
 		}
 		v, err := w.claim(ctx, d)
 		return []api.DepositView{v}, err
 	}
-	deps, err := w.ledger.OwnDeposits()
+	deps, err := w.ledger.Wallet.OwnDeposits()
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +385,7 @@ func (w *Wallet) InitWallet() (string, error) {
 // PayoutSettings returns the provider's payout settings in force: those chosen from the
 // dashboard (SetPayoutSettings) or else [payout] of config.toml; nil when there are none.
 func (w *Wallet) PayoutSettings() (ps *protocol.PayoutSettings, fromConfig bool, err error) {
-	ps, err = w.ledger.OwnPayoutSettings()
+	ps, err = w.ledger.Wallet.OwnPayoutSettings()
 	if errors.Is(err, ledger.ErrNotFound) {
 		return w.cfg.Payout.Settings(), true, nil
 	}
@@ -401,7 +401,7 @@ func (w *Wallet) SetPayoutSettings(ps *protocol.PayoutSettings) error {
 			return err
 		}
 	}
-	if err := w.ledger.SetOwnPayoutSettings(ps); err != nil {
+	if err := w.ledger.Wallet.SetOwnPayoutSettings(ps); err != nil {
 		return err
 	}
 	// Until the loop signs and delivers them, no coordinator has these settings.
@@ -466,7 +466,7 @@ func (w *Wallet) deliverPayoutSettings(ctx context.Context) (poked bool) {
 		return false
 	}
 	ps.Provider, ps.IssuedAt = w.id.String(), w.clock.Now().UTC()
-	seq, err := w.ledger.NextPayoutSettingsSeq(ps.IssuedAt)
+	seq, err := w.ledger.Wallet.NextPayoutSettingsSeq(ps.IssuedAt)
 	if err != nil {
 		w.log.Warn("payout settings not sent", "err", err)
 		return false
@@ -554,7 +554,7 @@ func (w *Wallet) ReportLoop(ctx context.Context) {
 // a time, and returns when all were tried or ctx ends: from reportLoop, and at shutdown (the
 // jobs stopped then have theirs).
 func (w *Wallet) DeliverReports(ctx context.Context) {
-	jobs, _ := w.ledger.Jobs()
+	jobs, _ := w.ledger.Jobs.Jobs()
 	slots := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for _, j := range jobs {
@@ -583,7 +583,7 @@ func (w *Wallet) DeliverReports(ctx context.Context) {
 // and every minute while any is left.
 func (w *Wallet) ClaimLoop(ctx context.Context) {
 	for {
-		deps, _ := w.ledger.OwnDeposits()
+		deps, _ := w.ledger.Wallet.OwnDeposits()
 		for _, d := range deps {
 			if !d.Claimed && d.Error == "" && w.DepositLanded(ctx, &d) {
 				if _, err := w.claim(ctx, d); err != nil {
@@ -603,7 +603,7 @@ func (w *Wallet) ClaimLoop(ctx context.Context) {
 // must confirm that the job never ran. The coordinator is the hold's signer, from the
 // job's proposal when this node keeps the job, else coordinator ("": the home one).
 func (w *Wallet) ReleaseHold(ctx context.Context, job, coordinator string) (api.BalanceView, error) {
-	if j, err := w.ledger.GetJob(job); err == nil && coordinator == "" {
+	if j, err := w.ledger.Jobs.GetJob(job); err == nil && coordinator == "" {
 		coordinator = protocol.HoldCoordinator(j.Proposal).String()
 	}
 	c, err := w.coordinator(coordinator)
@@ -668,7 +668,7 @@ func (w *Wallet) DepositLanded(ctx context.Context, d *ledger.OwnDeposit) bool {
 		}
 		return false // claimed at the next round, once confirmed
 	}
-	w.ledger.PutOwnDeposit(*d)
+	w.ledger.Wallet.PutOwnDeposit(*d)
 	w.log.Warn("deposit not credited", "signature", d.Signature, "why", d.Error)
 	return false
 }

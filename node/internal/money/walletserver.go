@@ -38,7 +38,7 @@ const (
 // walletServer answers wallet requests from the settlement's parts.
 type walletServer struct {
 	id       peer.ID
-	ledger   *ledger.Ledger
+	ledger   Stores
 	clock    clock.Clock
 	metrics  *metrics.Metrics
 	peers    Misbehaviour
@@ -162,21 +162,21 @@ func (s *walletServer) serveClaim(ctx context.Context, _ peer.ID, req protocol.W
 	if err != nil {
 		return protocol.WalletResponse{}, err
 	}
-	a, err := s.ledger.GetAccount(d.Renter)
+	a, err := s.ledger.Escrow.GetAccount(d.Renter)
 	return protocol.WalletResponse{Deposit: &d, Credited: credited, Account: &a}, err
 }
 
 // serveBalance answers remote's account with its latest holds and deposits.
 func (s *walletServer) serveBalance(_ context.Context, remote peer.ID, _ protocol.WalletRequest) (protocol.WalletResponse, error) {
-	a, err := s.ledger.GetAccount(remote.String())
+	a, err := s.ledger.Escrow.GetAccount(remote.String())
 	if err != nil {
 		return protocol.WalletResponse{}, err
 	}
-	holds, err := s.ledger.RenterHolds(remote.String(), MaxBalanceRows)
+	holds, err := s.ledger.Escrow.RenterHolds(remote.String(), MaxBalanceRows)
 	if err != nil {
 		return protocol.WalletResponse{}, err
 	}
-	deps, err := s.ledger.RenterDeposits(remote.String(), MaxBalanceRows)
+	deps, err := s.ledger.Escrow.RenterDeposits(remote.String(), MaxBalanceRows)
 	return protocol.WalletResponse{Account: &a, Holds: holds, Deposits: deps}, err
 }
 
@@ -192,7 +192,7 @@ func (s *walletServer) serveRelease(ctx context.Context, remote peer.ID, req pro
 	if err != nil {
 		return protocol.WalletResponse{}, err
 	}
-	a, err := s.ledger.GetAccount(h.Renter)
+	a, err := s.ledger.Escrow.GetAccount(h.Renter)
 	return protocol.WalletResponse{Account: &a}, err
 }
 
@@ -205,7 +205,7 @@ func (s *walletServer) serveSettings(_ context.Context, remote peer.ID, req prot
 	if signer != remote {
 		return protocol.WalletResponse{}, fmt.Errorf("payout settings signed by %s, sent by %s", signer, remote)
 	}
-	_, err = s.ledger.PutPayoutSettings(ledger.PayoutSettings{PayoutSettings: *ps, Raw: req.Settings})
+	_, err = s.ledger.Payouts.PutPayoutSettings(ledger.PayoutSettings{PayoutSettings: *ps, Raw: req.Settings})
 	return protocol.WalletResponse{}, err
 }
 

@@ -127,7 +127,7 @@ func TestWalletRefusals(t *testing.T) {
 	if resp := n.wallet(t, h, protocol.WalletRequest{Op: "settings", Settings: raw}); !strings.Contains(resp.Error, "payout settings signed by "+other.id.String()+", sent by "+p.id.String()) {
 		t.Fatalf("another's settings: %q", resp.Error)
 	}
-	if _, err := c.ledger.GetPayoutSettings(other.id.String()); err == nil {
+	if _, err := c.ledger.Payouts.GetPayoutSettings(other.id.String()); err == nil {
 		t.Fatal("settings sent by another peer were kept")
 	}
 }

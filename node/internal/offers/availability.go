@@ -50,7 +50,7 @@ func (p *Publisher) SetAvailability(ctx context.Context, a *ledger.Availability)
 	if p.closed {
 		return nil, errShuttingDown
 	}
-	if err := p.ledger.SetAvailability(a); err != nil {
+	if err := p.own.SetAvailability(a); err != nil {
 		return nil, err
 	}
 	p.sched = sched
@@ -69,7 +69,7 @@ func (p *Publisher) SetAvailability(ctx context.Context, a *ledger.Availability)
 func (p *Publisher) Availability() (protocol.Schedule, *ledger.Availability, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	a, err := p.ledger.Availability()
+	a, err := p.own.Availability()
 	return p.sched, a, err
 }
 
@@ -123,7 +123,7 @@ func (p *Publisher) follow(ctx context.Context, a *ledger.Availability) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cur, lerr := p.ledger.Availability()
+	cur, lerr := p.own.Availability()
 	if lerr != nil || cur == nil || !cur.SetAt.Equal(a.SetAt) || p.closed {
 		return // set again meanwhile: that one stands
 	}
@@ -137,7 +137,7 @@ func (p *Publisher) follow(ctx context.Context, a *ledger.Availability) {
 		p.log.Info("availability changed by its calendar", "source", a.Source, "was", p.sched.String(), "now", sched.String())
 		cur.Timezone, cur.Windows = sched.Timezone(), sched.Windows()
 	}
-	if err := p.ledger.SetAvailability(cur); err != nil {
+	if err := p.own.SetAvailability(cur); err != nil {
 		p.log.Warn("recording the availability failed", "err", err)
 		return
 	}

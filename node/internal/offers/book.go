@@ -20,7 +20,7 @@ import (
 // whatever the channel (gossip, DHT, offer stream, catalogue sync, its own publisher). It is where the stateful rule
 // lives: an offer older than one already seen from the same provider is a replay.
 type Book struct {
-	ledger  *ledger.Ledger
+	seen    *ledger.OfferStore // the offers it flushes and loads
 	trust   *Trust
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -38,9 +38,9 @@ type bookEntry struct {
 	receivedAt time.Time
 }
 
-func NewBook(l *ledger.Ledger, trust *Trust, m *metrics.Metrics, log *slog.Logger, clk clock.Clock) *Book {
+func NewBook(l *ledger.OfferStore, trust *Trust, m *metrics.Metrics, log *slog.Logger, clk clock.Clock) *Book {
 	return &Book{
-		ledger: l, trust: trust, metrics: m, log: log, clock: clk,
+		seen: l, trust: trust, metrics: m, log: log, clock: clk,
 		offers:  map[peer.ID]*bookEntry{},
 		dirty:   map[peer.ID]bool{},
 		changed: make(chan struct{}),
@@ -50,7 +50,7 @@ func NewBook(l *ledger.Ledger, trust *Trust, m *metrics.Metrics, log *slog.Logge
 // Load restores the offers seen before a restart, so that replays stay rejected.
 func (b *Book) Load() error {
 	now := b.clock.Now()
-	seen, err := b.ledger.SeenOffers(now)
+	seen, err := b.seen.SeenOffers(now)
 	if err != nil {
 		return err
 	}
@@ -270,9 +270,9 @@ func (b *Book) Flush() error {
 	b.mu.Unlock()
 	var errs []error
 	if len(batch) > 0 {
-		errs = append(errs, b.ledger.SaveSeenOffers(batch))
+		errs = append(errs, b.seen.SaveSeenOffers(batch))
 	}
-	_, err := b.ledger.PruneSeenOffers(now)
+	_, err := b.seen.PruneSeenOffers(now)
 	return errors.Join(append(errs, err)...)
 }
 

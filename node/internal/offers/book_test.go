@@ -40,11 +40,11 @@ func newTestBook(t *testing.T) (*ledger.Ledger, *metrics.Metrics, *Book) {
 	}
 	t.Cleanup(func() { l.Close() })
 	m := metrics.New(func() float64 { return 0 }, func() float64 { return 0 })
-	ts, err := NewTrust(l, []peer.ID{testCoordinatorID}, nil)
+	ts, err := NewTrust(l.Offers, []peer.ID{testCoordinatorID}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, m, NewBook(l, ts, m, quietLogger(), clock.System())
+	return l, m, NewBook(l.Offers, ts, m, quietLogger(), clock.System())
 }
 
 func newTestKey(t *testing.T) crypto.PrivKey {
@@ -88,7 +88,7 @@ func TestOfferBookBatchRules(t *testing.T) {
 	if err := b.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := NewBook(l, b.trust, m, quietLogger(), clock.System())
+	b2 := NewBook(l.Offers, b.trust, m, quietLogger(), clock.System())
 	if err := b2.Load(); err != nil {
 		t.Fatal(err)
 	}

@@ -39,11 +39,11 @@ func (p *Publisher) AddMaintenance(m ledger.Maintenance) (ledger.Maintenance, er
 	var id [4]byte
 	rand.Read(id[:])
 	m.ID = hex.EncodeToString(id[:])
-	ms, err := p.ledger.MaintenanceList()
+	ms, err := p.own.MaintenanceList()
 	if err != nil {
 		return m, err
 	}
-	if err := p.ledger.SetMaintenance(append(ms, m)); err != nil {
+	if err := p.own.SetMaintenance(append(ms, m)); err != nil {
 		return m, err
 	}
 	p.Poke()
@@ -52,7 +52,7 @@ func (p *Publisher) AddMaintenance(m ledger.Maintenance) (ledger.Maintenance, er
 
 // RemoveMaintenance removes a window or rule by ID.
 func (p *Publisher) RemoveMaintenance(id string) error {
-	ms, err := p.ledger.MaintenanceList()
+	ms, err := p.own.MaintenanceList()
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func (p *Publisher) RemoveMaintenance(id string) error {
 	if i < 0 {
 		return fmt.Errorf("%w: no maintenance %s", api.ErrNotFound, id)
 	}
-	if err := p.ledger.SetMaintenance(slices.Delete(ms, i, i+1)); err != nil {
+	if err := p.own.SetMaintenance(slices.Delete(ms, i, i+1)); err != nil {
 		return err
 	}
 	p.Poke()
@@ -70,7 +70,7 @@ func (p *Publisher) RemoveMaintenance(id string) error {
 // MaintenanceWindows expands the planned maintenance into the windows an offer issued at
 // now announces: those not over yet, within the horizon, earliest first, at most the cap.
 func (p *Publisher) MaintenanceWindows(now time.Time) []protocol.MaintenanceWindow {
-	ms, err := p.ledger.MaintenanceList()
+	ms, err := p.own.MaintenanceList()
 	if err != nil {
 		return nil
 	}

@@ -32,8 +32,11 @@ type Attestations interface {
 
 // PublisherDeps are what a provider's publisher needs.
 type PublisherDeps struct {
-	Peer      *p2p.Peer
-	Ledger    *ledger.Ledger
+	Peer *p2p.Peer
+	// Own keeps the provider's prices, offer sequence, availability and maintenance;
+	// Applicant its certificate, which every offer carries.
+	Own       *ledger.ProviderStore
+	Applicant *ledger.ApplicantStore
 	Catalogue *Catalogue
 	// Topic is the offers gossip topic.
 	Topic    *p2p.Topic
@@ -49,7 +52,8 @@ type PublisherDeps struct {
 type Publisher struct {
 	peer      *p2p.Peer
 	id        peer.ID
-	ledger    *ledger.Ledger
+	own       *ledger.ProviderStore
+	applicant *ledger.ApplicantStore
 	catalogue *Catalogue
 	topic     *p2p.Topic
 	metrics   *metrics.Metrics
@@ -96,7 +100,7 @@ func NewPublisher(d PublisherDeps) (*Publisher, error) {
 		return nil, err
 	}
 	p := &Publisher{
-		peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, catalogue: d.Catalogue, topic: d.Topic,
+		peer: d.Peer, id: d.Peer.ID, own: d.Own, applicant: d.Applicant, catalogue: d.Catalogue, topic: d.Topic,
 		metrics: d.Metrics, log: d.Log, clock: d.Clock, cfg: d.Offers,
 		sched: sched, configSched: sched, base: items,
 		region:     protocol.NormalizeRegion(d.Provider.Region),
@@ -104,7 +108,7 @@ func NewPublisher(d PublisherDeps) (*Publisher, error) {
 		followWake: make(chan struct{}, 1),
 		announce:   make(chan []byte, 1),
 	}
-	set, err := d.Ledger.Availability()
+	set, err := d.Own.Availability()
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +220,7 @@ func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, erro
 		o.Withdrawn = withdrawn
 		return o, nil
 	}
-	prices, err := p.ledger.Prices()
+	prices, err := p.own.Prices()
 	if err != nil {
 		return o, err
 	}
@@ -272,7 +276,7 @@ var errShuttingDown = errors.New("the provider is shutting down: try again once 
 // certificate returns the provider's certificate if it is valid now: issued by a trusted
 // coordinator, unexpired, unrevoked.
 func (p *Publisher) certificate(now time.Time) (*protocol.SignedCertificate, error) {
-	raw, err := p.ledger.OwnCertificate()
+	raw, err := p.applicant.OwnCertificate()
 	if errors.Is(err, ledger.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no certificate yet (apply with `gpunex apply`; offers are published once a coordinator approves)", errNotCertified)
 	}
@@ -309,7 +313,7 @@ func (p *Publisher) publishLocked(ctx context.Context, withdrawn string) error {
 	if err != nil {
 		return err
 	}
-	if o.Seq, err = p.ledger.NextOfferSeq(now); err != nil {
+	if o.Seq, err = p.own.NextOfferSeq(now); err != nil {
 		return err
 	}
 	raw, err := protocol.Seal(protocol.KindOffer, o, p.peer.Key)
@@ -407,7 +411,7 @@ func (p *Publisher) SetPrice(ctx context.Context, model string, price protocol.M
 	if p.closed {
 		return nil, errShuttingDown
 	}
-	if err := p.ledger.SetPrice(model, price); err != nil {
+	if err := p.own.SetPrice(model, price); err != nil {
 		return nil, err
 	}
 	if err := p.publishLocked(ctx, ""); err != nil {

@@ -32,7 +32,7 @@ func newPublisher(t *testing.T, w *world, approved []protocol.CertifiedGPU, wind
 	t.Helper()
 	if approved != nil {
 		me := provider{key: w.key, id: w.peer.ID}
-		if err := w.ledger.SetOwnCertificate(testCertificate(t, testCoordinatorKey, me.id, approved, w.clock.Now())); err != nil {
+		if err := w.ledger.Applicant.SetOwnCertificate(testCertificate(t, testCoordinatorKey, me.id, approved, w.clock.Now())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +43,7 @@ func newPublisher(t *testing.T, w *world, approved []protocol.CertifiedGPU, wind
 	cfg := config.Defaults(config.RoleProvider)
 	cfg.Provider = config.ProviderConfig{Region: "EU-West", Availability: config.AvailabilityConfig{Timezone: "UTC", Windows: windows},
 		GPUs: []config.GPUConfig{{Model: "l4-24gb", Count: 4, VRAMGB: 24, PriceUSDC: "1.50"}, {Model: "A100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "3.00"}}}
-	p, err := NewPublisher(PublisherDeps{Peer: w.peer, Ledger: w.ledger, Catalogue: w.cat, Topic: topic, Metrics: w.metrics, Log: quietLogger(),
+	p, err := NewPublisher(PublisherDeps{Peer: w.peer, Own: w.ledger.Provider, Applicant: w.ledger.Applicant, Catalogue: w.cat, Topic: topic, Metrics: w.metrics, Log: quietLogger(),
 		Clock: w.clock, Provider: cfg.Provider, Offers: cfg.Offers})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestPublisherOffersWhatIsCertified(t *testing.T) {
 		}
 	}
 	// The certificate now approves the A100s too.
-	if err := w.ledger.SetOwnCertificate(testCertificate(t, testCoordinatorKey, w.peer.ID,
+	if err := w.ledger.Applicant.SetOwnCertificate(testCertificate(t, testCoordinatorKey, w.peer.ID,
 		[]protocol.CertifiedGPU{{Model: "L4-24GB", Count: 8}, {Model: "A100-80GB", Count: 2}}, w.clock.Now())); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestPublisherWithdraws(t *testing.T) {
 	if _, err := p.build(w.clock.Now(), ""); !errors.Is(err, errNotCertified) || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("with the certificate revoked: %v", err)
 	}
-	if err := w.ledger.SetOwnCertificate(nil); err != nil {
+	if err := w.ledger.Applicant.SetOwnCertificate(nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.publish(context.Background()); !errors.Is(err, errNotCertified) {
@@ -283,7 +283,7 @@ func TestTrustStore(t *testing.T) {
 	}
 	other, _ := recordtest.NewKey()
 	otherID, _ := peer.IDFromPrivateKey(other)
-	trust, err := NewTrust(w.ledger, []peer.ID{otherID}, nil)
+	trust, err := NewTrust(w.ledger.Offers, []peer.ID{otherID}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func TestOfferExpiry(t *testing.T) {
 	if so, _ := w.book.Get(a.id); so != nil {
 		t.Fatal("Flush kept an expired offer")
 	}
-	again := NewBook(w.ledger, w.trust, w.metrics, quietLogger(), w.clock)
+	again := NewBook(w.ledger.Offers, w.trust, w.metrics, quietLogger(), w.clock)
 	if err := again.Load(); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestRevocations(t *testing.T) {
 	if _, _, err := w.book.Accept(w.offer(renewed, 3, 1_000_000, nil), "gossip"); err != nil {
 		t.Fatalf("an offer with a certificate issued after the revocation: %v", err)
 	}
-	trust, err := NewTrust(w.ledger, []peer.ID{testCoordinatorID}, nil)
+	trust, err := NewTrust(w.ledger.Offers, []peer.ID{testCoordinatorID}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 // Trust decides whether a provider is certified: the coordinators this node trusts,
 // and the revocations it knows (kept in the ledger, so they outlive restarts).
 type Trust struct {
-	trust  protocol.Trust
-	ledger *ledger.Ledger
+	trust protocol.Trust
+	store *ledger.OfferStore // keeps the revocations known
 	// models are the model catalogues attestations are checked with.
 	models protocol.ModelsLookup
 
@@ -86,11 +86,11 @@ func (t *Trust) attestation(raw []byte, now time.Time) (*protocol.SignedAttestat
 
 // NewTrust returns the trust store of a node that trusts the given coordinators and checks
 // attestations with the model catalogues models holds (nil: the first catalogue only).
-func NewTrust(l *ledger.Ledger, trusted []peer.ID, models protocol.ModelsLookup) (*Trust, error) {
+func NewTrust(l *ledger.OfferStore, trusted []peer.ID, models protocol.ModelsLookup) (*Trust, error) {
 	if models == nil {
 		models = protocol.FirstModelsOnly
 	}
-	t := &Trust{trust: protocol.NewTrust(trusted...), ledger: l, models: models, revs: map[peer.ID][]*protocol.SignedRevocation{}}
+	t := &Trust{trust: protocol.NewTrust(trusted...), store: l, models: models, revs: map[peer.ID][]*protocol.SignedRevocation{}}
 	raws, err := l.Revocations()
 	if err != nil {
 		return nil, fmt.Errorf("load revocations: %w", err)
@@ -160,7 +160,7 @@ func (t *Trust) addRevocation(raw []byte, now time.Time) (r *protocol.SignedRevo
 	}
 	t.revs[r.Provider] = append(kept, r)
 	t.mu.Unlock()
-	if err := t.ledger.SaveRevocation(r.Signer.String(), r.Provider.String(), raw); err != nil {
+	if err := t.store.SaveRevocation(r.Signer.String(), r.Provider.String(), raw); err != nil {
 		return nil, false, err
 	}
 	return r, true, nil

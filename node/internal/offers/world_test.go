@@ -48,10 +48,10 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.ledger.Close() })
-	if w.trust, err = NewTrust(w.ledger, []peer.ID{testCoordinatorID}, nil); err != nil {
+	if w.trust, err = NewTrust(w.ledger.Offers, []peer.ID{testCoordinatorID}, nil); err != nil {
 		t.Fatal(err)
 	}
-	w.book = NewBook(w.ledger, w.trust, w.metrics, quietLogger(), w.clock)
+	w.book = NewBook(w.ledger.Offers, w.trust, w.metrics, quietLogger(), w.clock)
 	w.key, _ = recordtest.NewKey()
 	if w.peer, err = p2p.New(p2p.Options{Key: w.key, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, OfferValidator: w.book.DHTValidator()}); err != nil {
 		t.Fatal(err)

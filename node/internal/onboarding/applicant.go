@@ -47,11 +47,15 @@ type RevocationsKnown interface {
 
 // ApplicantDeps are what a provider's applicant needs.
 type ApplicantDeps struct {
-	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
-	Clock   clock.Clock
-	Log     *slog.Logger
-	Metrics *metrics.Metrics
+	Peer *p2p.Peer
+	// Applicant keeps the provider's application and certificate, Notifications the
+	// coordinator's notifications, Serials the applications' sequences.
+	Applicant     *ledger.ApplicantStore
+	Notifications *ledger.NotificationStore
+	Serials       *ledger.SerialStore
+	Clock         clock.Clock
+	Log           *slog.Logger
+	Metrics       *metrics.Metrics
 	// Trusted are the coordinators this provider trusts; it applies to the first.
 	Trusted     []peer.ID
 	Revocations RevocationsKnown
@@ -65,18 +69,20 @@ type ApplicantDeps struct {
 // Applicant is a provider's onboarding: its application, the coordinator's notifications,
 // and the certificate it holds.
 type Applicant struct {
-	peer        *p2p.Peer
-	id          peer.ID
-	ledger      *ledger.Ledger
-	clock       clock.Clock
-	log         *slog.Logger
-	metrics     *metrics.Metrics
-	trusted     []peer.ID
-	trust       protocol.Trust
-	revocations RevocationsKnown
-	publisher   Poker
-	alert       func(key, subject, body string)
-	detect      func() ([]bench.GPUInfo, error)
+	peer          *p2p.Peer
+	id            peer.ID
+	applicant     *ledger.ApplicantStore
+	notifications *ledger.NotificationStore
+	serials       *ledger.SerialStore
+	clock         clock.Clock
+	log           *slog.Logger
+	metrics       *metrics.Metrics
+	trusted       []peer.ID
+	trust         protocol.Trust
+	revocations   RevocationsKnown
+	publisher     Poker
+	alert         func(key, subject, body string)
+	detect        func() ([]bench.GPUInfo, error)
 
 	wake chan struct{}
 	mu   sync.Mutex // one change of the own application at a time
@@ -84,7 +90,8 @@ type Applicant struct {
 
 // NewApplicant returns a provider's applicant; Run delivers and follows its application.
 func NewApplicant(d ApplicantDeps) *Applicant {
-	return &Applicant{peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
+	return &Applicant{peer: d.Peer, id: d.Peer.ID, applicant: d.Applicant, notifications: d.Notifications, serials: d.Serials,
+		clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		trusted: d.Trusted, trust: protocol.NewTrust(d.Trusted...), revocations: d.Revocations, publisher: d.Publisher,
 		detect: d.Detect, alert: d.Alert, wake: make(chan struct{}, 1)}
 }
@@ -151,7 +158,7 @@ func (a *Applicant) Submit(form protocol.Application) (ledger.OwnApplication, er
 		ID: form.ID, Seq: seq, Raw: raw, Coordinator: coord.String(), Status: api.StatusQueued,
 		SubmittedAt: now, UpdatedAt: now,
 	}
-	if err := a.ledger.SetOwnApplication(own); err != nil {
+	if err := a.applicant.SetOwnApplication(own); err != nil {
 		return own, err
 	}
 	a.log.Info("application queued", "id", form.ID, "coordinator", coord, "differences", form.Differences)
@@ -160,7 +167,7 @@ func (a *Applicant) Submit(form protocol.Application) (ledger.OwnApplication, er
 }
 
 func (a *Applicant) seal(app protocol.Application, now time.Time) ([]byte, uint64, error) {
-	seq, err := a.ledger.NextSerial("application", now)
+	seq, err := a.serials.NextSerial("application", now)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -177,7 +184,7 @@ func (a *Applicant) seal(app protocol.Application, now time.Time) ([]byte, uint6
 func (a *Applicant) Answer(message string) (ledger.OwnApplication, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	own, err := a.ledger.GetOwnApplication()
+	own, err := a.applicant.GetOwnApplication()
 	if errors.Is(err, ledger.ErrNotFound) {
 		return own, fmt.Errorf("%w: no application yet (gpunex apply)", api.ErrNotFound)
 	}
@@ -203,7 +210,7 @@ func (a *Applicant) Answer(message string) (ledger.OwnApplication, error) {
 	if err != nil {
 		return own, err
 	}
-	own, err = a.ledger.UpdateOwnApplication(func(o *ledger.OwnApplication) error {
+	own, err = a.applicant.UpdateOwnApplication(func(o *ledger.OwnApplication) error {
 		o.Raw, o.Seq, o.Delivered, o.Attempts, o.LastError, o.UpdatedAt = raw, seq, false, 0, "", now
 		return nil
 	})
@@ -217,7 +224,7 @@ func (a *Applicant) Run(ctx context.Context) {
 	retry := ApplyRetryMin
 	for {
 		wait := time.Duration(0)
-		own, err := a.ledger.GetOwnApplication()
+		own, err := a.applicant.GetOwnApplication()
 		switch {
 		case errors.Is(err, ledger.ErrNotFound):
 			wait = time.Hour
@@ -268,7 +275,7 @@ func (a *Applicant) Run(ctx context.Context) {
 func (a *Applicant) note(f func(o *ledger.OwnApplication)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.ledger.UpdateOwnApplication(func(o *ledger.OwnApplication) error { f(o); return nil })
+	a.applicant.UpdateOwnApplication(func(o *ledger.OwnApplication) error { f(o); return nil })
 }
 
 // exchange sends one request to the coordinator and takes in its answer.
@@ -336,7 +343,7 @@ func (a *Applicant) TakeNotification(raw []byte, source string) error {
 	if sn.Tier != "" {
 		subject += " (" + sn.Tier + ")"
 	}
-	added, err := a.ledger.AddNotification(ledger.Notification{
+	added, err := a.notifications.AddNotification(ledger.Notification{
 		ReceivedAt: now, From: sn.Signer.String(), Seq: sn.Seq, Subject: subject, Body: sn.Message, Raw: raw,
 	})
 	if err != nil || !added {
@@ -345,7 +352,7 @@ func (a *Applicant) TakeNotification(raw []byte, source string) error {
 	a.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindNotification), source).Inc()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	own, err := a.ledger.GetOwnApplication()
+	own, err := a.applicant.GetOwnApplication()
 	if err == nil && own.ID != sn.Application {
 		// About an earlier application, while a newer one is reviewed or was refused: a
 		// renewal or a revocation of the certificate held.
@@ -354,7 +361,7 @@ func (a *Applicant) TakeNotification(raw []byte, source string) error {
 			return a.TakeNewerCertificate(sn.Certificate)
 		case sn.Status == protocol.StatusRevoked:
 			if held := a.HeldCertificate(); held != nil && held.Application == sn.Application && held.Signer == sn.Signer {
-				return a.ledger.SetOwnCertificate(nil)
+				return a.applicant.SetOwnCertificate(nil)
 			}
 		}
 		return nil
@@ -363,12 +370,12 @@ func (a *Applicant) TakeNotification(raw []byte, source string) error {
 		return nil // about an older application, or older than the status held
 	}
 	if len(sn.Certificate) > 0 {
-		if err := a.ledger.SetOwnCertificate(sn.Certificate); err != nil {
+		if err := a.applicant.SetOwnCertificate(sn.Certificate); err != nil {
 			return err
 		}
 	}
 	if sn.Status == protocol.StatusRevoked {
-		if err := a.ledger.SetOwnCertificate(nil); err != nil {
+		if err := a.applicant.SetOwnCertificate(nil); err != nil {
 			return err
 		}
 		if a.alert != nil {
@@ -376,7 +383,7 @@ func (a *Applicant) TakeNotification(raw []byte, source string) error {
 				"\nThe node stopped offering its GPUs. Apply again once the cause is fixed: gpunex apply.")
 		}
 	}
-	_, err = a.ledger.UpdateOwnApplication(func(o *ledger.OwnApplication) error {
+	_, err = a.applicant.UpdateOwnApplication(func(o *ledger.OwnApplication) error {
 		o.Status, o.Tier, o.Message, o.UpdatedAt, o.NotificationSeq = sn.Status, sn.Tier, sn.Message, now, sn.Seq
 		o.DecisionDue = sn.DecisionDue
 		return nil
@@ -399,7 +406,7 @@ func (a *Applicant) TakeNewerCertificate(raw []byte) error {
 	if h := a.HeldCertificate(); h != nil && (h.Application != c.Application || h.Signer != c.Signer || !c.IssuedAt.After(h.IssuedAt)) {
 		return nil
 	}
-	if err := a.ledger.SetOwnCertificate(raw); err != nil {
+	if err := a.applicant.SetOwnCertificate(raw); err != nil {
 		return err
 	}
 	a.log.Info("certificate renewed", "serial", c.Serial, "expires_at", c.ExpiresAt)
@@ -411,7 +418,7 @@ func (a *Applicant) TakeNewerCertificate(raw []byte) error {
 
 // heldCertificate opens the certificate this node holds (nil when none or unreadable).
 func (a *Applicant) HeldCertificate() *protocol.SignedCertificate {
-	raw, err := a.ledger.OwnCertificate()
+	raw, err := a.applicant.OwnCertificate()
 	if err != nil || len(raw) == 0 {
 		return nil
 	}
@@ -479,7 +486,7 @@ func (a *Applicant) View(own ledger.OwnApplication) api.OwnApplicationView {
 	if app, err := protocol.OpenApplication(own.Raw); err == nil {
 		v.Application = app
 	}
-	if raw, err := a.ledger.OwnCertificate(); err == nil {
+	if raw, err := a.applicant.OwnCertificate(); err == nil {
 		if c, err := protocol.CheckCertificate(raw, a.clock.Now(), a.trust); err == nil && a.revocations.RevocationOf(c) == nil {
 			v.Certificate = &c.Certificate
 		}

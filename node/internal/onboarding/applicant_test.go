@@ -43,7 +43,7 @@ func newTestProvider(t *testing.T, tc *testCoord, skew time.Duration, notify boo
 	pp := newTestPeer(t, nil)
 	connect(t, pp, tc.peer)
 	tp := &testProvider{ledger: newTestLedger(t), clock: clock.NewFake(tc.clock.Now().Add(skew)), publisher: &pokes{}}
-	tp.Applicant = NewApplicant(ApplicantDeps{Peer: pp, Ledger: tp.ledger, Clock: tp.clock, Log: quietLogger(), Metrics: metrics.New(nil, nil),
+	tp.Applicant = NewApplicant(ApplicantDeps{Peer: pp, Applicant: tp.ledger.Applicant, Notifications: tp.ledger.Notifications, Serials: tp.ledger.Serials, Clock: tp.clock, Log: quietLogger(), Metrics: metrics.New(nil, nil),
 		Trusted: []peer.ID{tc.peer.ID}, Revocations: tc.revs, Publisher: tp.publisher,
 		Detect: func() ([]bench.GPUInfo, error) {
 			return []bench.GPUInfo{{Model: "L4-24GB", VRAMGB: 24, Simulated: true}, {Model: "L4-24GB", VRAMGB: 24, Simulated: true}}, nil
@@ -66,7 +66,7 @@ func newTestProvider(t *testing.T, tc *testCoord, skew time.Duration, notify boo
 
 func (tp *testProvider) own(t *testing.T) ledger.OwnApplication {
 	t.Helper()
-	o, err := tp.ledger.GetOwnApplication()
+	o, err := tp.ledger.Applicant.GetOwnApplication()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,11 +79,11 @@ func (tp *testProvider) until(t *testing.T, what string, step time.Duration, con
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if o, err := tp.ledger.GetOwnApplication(); err == nil && cond(o) {
+		if o, err := tp.ledger.Applicant.GetOwnApplication(); err == nil && cond(o) {
 			return o
 		}
 		if time.Now().After(deadline) {
-			o, _ := tp.ledger.GetOwnApplication()
+			o, _ := tp.ledger.Applicant.GetOwnApplication()
 			t.Fatalf("timed out waiting for %s: %+v", what, o)
 		}
 		tp.clock.Advance(step)
@@ -123,7 +123,7 @@ func TestApplicantDelivery(t *testing.T) {
 	if !o.Delivered || o.LastError != "" || o.DecisionDue.IsZero() {
 		t.Fatalf("delivered: %+v", o)
 	}
-	app, err := tc.ledger.GetApplication(own.ID)
+	app, err := tc.ledger.Applications.GetApplication(own.ID)
 	if err != nil || len(app.Events) != 1 {
 		t.Fatalf("the coordinator's queue: %+v %v", app, err)
 	}
@@ -144,7 +144,7 @@ func TestApplicantDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp.until(t, "the answer delivered", ApplyRetryMin, func(o ledger.OwnApplication) bool { return o.Delivered && o.Status == protocol.StatusPending })
-	if a, _ := tc.ledger.GetApplication(own.ID); a.Status != protocol.StatusPending || !strings.Contains(trail(a), "answered by provider") {
+	if a, _ := tc.ledger.Applications.GetApplication(own.ID); a.Status != protocol.StatusPending || !strings.Contains(trail(a), "answered by provider") {
 		t.Fatalf("the coordinator after the answer: %s %q", a.Status, trail(a))
 	}
 	if _, err := tp.Answer("again"); !errors.Is(err, api.ErrInvalid) {
@@ -210,7 +210,7 @@ func TestApplicantRefusedOrWaiting(t *testing.T) {
 	MaxOpenApplications = 10
 	tc.mu.Unlock()
 	waiting.until(t, "delivered once there is room", ApplyRetryMax, status(protocol.StatusPending))
-	if _, err := tc.ledger.GetApplication(own.ID); err != nil {
+	if _, err := tc.ledger.Applications.GetApplication(own.ID); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -267,7 +267,7 @@ func TestApplicantFollowsStatus(t *testing.T) {
 // untrusted coordinator is refused.
 func TestApplicantNotifications(t *testing.T) {
 	tc, tp, own := pendingApplicant(t)
-	pending, _ := tc.ledger.GetApplication(own.ID)
+	pending, _ := tc.ledger.Applications.GetApplication(own.ID)
 	approved := tc.decide(t, own.ID, "approve", "")
 	if err := tp.TakeNotification(approved.Notification, "push"); err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestApplicantNotifications(t *testing.T) {
 	if err := tp.TakeNotification(approved.Notification, "push"); err != nil {
 		t.Fatal(err)
 	}
-	if ns, _ := tp.ledger.Notifications(); len(ns) != 2 {
+	if ns, _ := tp.ledger.Notifications.Notifications(); len(ns) != 2 {
 		t.Fatalf("%d notifications kept; want the pending and the approval, once each", len(ns))
 	}
 	held := tp.HeldCertificate()

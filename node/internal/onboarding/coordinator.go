@@ -79,12 +79,16 @@ type Publisher interface {
 
 // CoordinatorDeps are what a coordinator's onboarding needs.
 type CoordinatorDeps struct {
-	Peer    *p2p.Peer
-	Ledger  *ledger.Ledger
-	Clock   clock.Clock
-	Log     *slog.Logger
-	Metrics *metrics.Metrics
-	Config  config.CoordinatorConfig
+	Peer *p2p.Peer
+	// Applications keeps the queue, Links the providers' link measurements (read for the
+	// tier), Serials the certificates' serials and the notifications' sequences.
+	Applications *ledger.ApplicationStore
+	Links        *ledger.LinkStore
+	Serials      *ledger.SerialStore
+	Clock        clock.Clock
+	Log          *slog.Logger
+	Metrics      *metrics.Metrics
+	Config       config.CoordinatorConfig
 	// Trust holds the coordinators this one trusts, itself included.
 	Trust       protocol.Trust
 	Revocations Revocations
@@ -97,17 +101,19 @@ type CoordinatorDeps struct {
 
 // Coordinator runs the coordinator's onboarding.
 type Coordinator struct {
-	peer        *p2p.Peer
-	id          peer.ID
-	ledger      *ledger.Ledger
-	clock       clock.Clock
-	log         *slog.Logger
-	metrics     *metrics.Metrics
-	cfg         config.CoordinatorConfig
-	trust       protocol.Trust
-	revocations Revocations
-	revTopic    Publisher
-	models      func() *protocol.ModelCatalogue
+	peer         *p2p.Peer
+	id           peer.ID
+	applications *ledger.ApplicationStore
+	links        *ledger.LinkStore
+	serials      *ledger.SerialStore
+	clock        clock.Clock
+	log          *slog.Logger
+	metrics      *metrics.Metrics
+	cfg          config.CoordinatorConfig
+	trust        protocol.Trust
+	revocations  Revocations
+	revTopic     Publisher
+	models       func() *protocol.ModelCatalogue
 
 	out *notify.Notices
 	cal *ReviewCalendar
@@ -138,11 +144,12 @@ func NewCoordinator(d CoordinatorDeps) (*Coordinator, error) {
 	if d.Models == nil {
 		d.Models = protocol.FirstModels
 	}
-	queue, err := newQueueIndex(d.Ledger)
+	queue, err := newQueueIndex(d.Applications)
 	if err != nil {
 		return nil, fmt.Errorf("reading the application queue: %w", err)
 	}
-	return &Coordinator{cal: cal, models: d.Models, peer: d.Peer, id: d.Peer.ID, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics,
+	return &Coordinator{cal: cal, models: d.Models, peer: d.Peer, id: d.Peer.ID,
+		applications: d.Applications, links: d.Links, serials: d.Serials, clock: d.Clock, log: d.Log, metrics: d.Metrics,
 		cfg: d.Config, trust: d.Trust, revocations: d.Revocations, revTopic: d.RevocationsTopic,
 		out: notify.New(oc, d.Log.With("subsystem", "notify"), d.Clock), rate: p2p.NewPeerRate(applicationsPerMinute),
 		submitPeers: p2p.NewBudget[peer.ID](SubmitsPerHour/60.0, SubmitsPerHour),
@@ -233,12 +240,12 @@ func (c *Coordinator) latestOf(p peer.ID) (latest, approved ledger.Application, 
 	if s.latest == "" {
 		return latest, approved, false
 	}
-	latest, err := c.ledger.GetApplication(s.latest)
+	latest, err := c.applications.GetApplication(s.latest)
 	if err != nil {
 		return latest, approved, false
 	}
 	if s.approved != "" {
-		approved, _ = c.ledger.GetApplication(s.approved)
+		approved, _ = c.applications.GetApplication(s.approved)
 	}
 	return latest, approved, true
 }
@@ -280,7 +287,7 @@ func (c *Coordinator) SubmitFrom(raw []byte, network string) (ledger.Application
 	}
 	actor := "provider " + app.Provider
 	proposed, why := protocol.ProposeTier(app)
-	same, err := c.ledger.GetApplication(app.ID)
+	same, err := c.applications.GetApplication(app.ID)
 	switch {
 	case err == nil:
 		switch {
@@ -348,7 +355,7 @@ func (c *Coordinator) SubmitFrom(raw []byte, network string) (ledger.Application
 
 // sign writes the signed notification of an application's current status into a.
 func (c *Coordinator) sign(a *ledger.Application, cert []byte, now time.Time) error {
-	seq, err := c.ledger.NextSerial("notification", now)
+	seq, err := c.serials.NextSerial("notification", now)
 	if err != nil {
 		return err
 	}
@@ -434,7 +441,7 @@ func (c *Coordinator) Decide(id string, d api.Decision) (ledger.Application, err
 
 // issue signs a certificate for an approved application.
 func (c *Coordinator) issue(app *protocol.Application, tier string, now time.Time) ([]byte, error) {
-	serial, err := c.ledger.NextSerial("certificate", now)
+	serial, err := c.serials.NextSerial("certificate", now)
 	if err != nil {
 		return nil, err
 	}
@@ -586,7 +593,7 @@ func (c *Coordinator) tell(a ledger.Application, mail bool) {
 // Applications lists the queue, optionally only one status, oldest first or (byDue) by
 // due date.
 func (c *Coordinator) Applications(status string, byDue bool) ([]api.ApplicationView, error) {
-	apps, err := c.ledger.Applications()
+	apps, err := c.applications.Applications()
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func TestSubmissionRules(t *testing.T) {
 
 	// A new application supersedes the open one; the older one's records are replays.
 	newer := tc.submitNew(t, ada, form())
-	old, _ := tc.ledger.GetApplication(app.ID)
+	old, _ := tc.ledger.Applications.GetApplication(app.ID)
 	if old.Status != protocol.StatusRejected || old.Message != "superseded by application "+newer.ID || !strings.HasSuffix(trail(old), "superseded by provider") {
 		t.Fatalf("the replaced application: %s %q %q", old.Status, old.Message, trail(old))
 	}
@@ -205,7 +205,7 @@ func TestEnterpriseRestsOnTheMeasuredLink(t *testing.T) {
 	tc := newTestCoordinator(t, nil)
 	ada := newTestApplicant()
 	app := tc.submitNew(t, ada, form())
-	if err := tc.ledger.SetLinkMeasurement(ledger.LinkMeasurement{Provider: ada.id.String(), MeasuredAt: tc.clock.Now(), UpMbps: 95, DownMbps: 940}); err != nil {
+	if err := tc.ledger.Links.SetLinkMeasurement(ledger.LinkMeasurement{Provider: ada.id.String(), MeasuredAt: tc.clock.Now(), UpMbps: 95, DownMbps: 940}); err != nil {
 		t.Fatal(err)
 	}
 	v := tc.View(app, true)
@@ -244,7 +244,7 @@ func TestRevocation(t *testing.T) {
 	if tc.gossip.count() != 1 || len(tc.revs.all()) != 1 {
 		t.Fatalf("gossiped %d, taken in %d", tc.gossip.count(), len(tc.revs.all()))
 	}
-	got, _ := tc.ledger.GetApplication(app.ID)
+	got, _ := tc.ledger.Applications.GetApplication(app.ID)
 	if got.Status != protocol.StatusRevoked || got.Message != "benchmarks faked" || !strings.HasSuffix(trail(got), "revoked by operator") {
 		t.Fatalf("the revoked application: %s %q %q", got.Status, got.Message, trail(got))
 	}
@@ -291,7 +291,7 @@ func TestRenewal(t *testing.T) {
 	if n, err := tc.renewDue(tc.clock.Now()); n != 1 || err != nil {
 		t.Fatalf("renewed %d 9 days before expiry (%v); want Ada's only", n, err)
 	}
-	renewed, _ := tc.ledger.GetApplication(adaApp.ID)
+	renewed, _ := tc.ledger.Applications.GetApplication(adaApp.ID)
 	old, _ := protocol.OpenCertificate(adaApp.Certificate, nil)
 	cert, err := protocol.CheckCertificate(renewed.Certificate, tc.clock.Now(), protocol.NewTrust(tc.peer.ID))
 	if err != nil {
@@ -326,14 +326,14 @@ func TestTierRule(t *testing.T) {
 	ada := newTestApplicant()
 	app := tc.decide(t, tc.submitNew(t, ada, form()).ID, "approve", "")
 	measure := func(up float64) {
-		if err := tc.ledger.SetLinkMeasurement(ledger.LinkMeasurement{Provider: ada.id.String(), MeasuredAt: tc.clock.Now(), UpMbps: up, DownMbps: 900}); err != nil {
+		if err := tc.ledger.Links.SetLinkMeasurement(ledger.LinkMeasurement{Provider: ada.id.String(), MeasuredAt: tc.clock.Now(), UpMbps: up, DownMbps: 900}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	check := func(wantMoved int, wantLast string) ledger.Application {
 		t.Helper()
 		moved, err := tc.CheckTiers(tc.clock.Now())
-		a, _ := tc.ledger.GetApplication(app.ID)
+		a, _ := tc.ledger.Applications.GetApplication(app.ID)
 		if err != nil || moved != wantMoved || a.Events[len(a.Events)-1].Action != wantLast {
 			t.Fatalf("moved %d (%v), last event %s; want %d, %s", moved, err, a.Events[len(a.Events)-1].Action, wantMoved, wantLast)
 		}

@@ -155,7 +155,7 @@ func (c *Coordinator) Remind(ctx context.Context) int {
 	now := c.clock.Now()
 	sent := 0
 	for _, id := range ids {
-		a, err := c.ledger.GetApplication(id)
+		a, err := c.applications.GetApplication(id)
 		if err != nil {
 			c.log.Warn("reminders: the application cannot be read", "application", id, "err", err)
 			continue

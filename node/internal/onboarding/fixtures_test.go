@@ -157,7 +157,7 @@ func newTestCoordinator(t testing.TB, configure func(*config.CoordinatorConfig))
 // restart builds the coordinator again on the same ledger, clock and peer (a restart).
 func (tc *testCoord) restart(t testing.TB) {
 	t.Helper()
-	c, err := NewCoordinator(CoordinatorDeps{Peer: tc.peer, Ledger: tc.ledger, Clock: tc.clock, Log: quietLogger(),
+	c, err := NewCoordinator(CoordinatorDeps{Peer: tc.peer, Applications: tc.ledger.Applications, Links: tc.ledger.Links, Serials: tc.ledger.Serials, Clock: tc.clock, Log: quietLogger(),
 		Metrics: tc.metrics, Config: tc.cfg, Trust: protocol.NewTrust(tc.peer.ID), Revocations: tc.revs, RevocationsTopic: tc.gossip})
 	if err != nil {
 		t.Fatal(err)

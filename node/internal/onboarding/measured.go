@@ -23,7 +23,7 @@ const LinkTolerance = 0.5
 // measuredLink is the coordinator's latest measurement of a provider's link, nil when it
 // has none.
 func (c *Coordinator) measuredLink(provider string) *ledger.LinkMeasurement {
-	m, err := c.ledger.LinkMeasurement(provider)
+	m, err := c.links.LinkMeasurement(provider)
 	if err != nil {
 		return nil
 	}

@@ -57,7 +57,7 @@ type queueIndex struct {
 }
 
 // newQueueIndex builds the index of the queue in l.
-func newQueueIndex(l *ledger.Ledger) (*queueIndex, error) {
+func newQueueIndex(l *ledger.ApplicationStore) (*queueIndex, error) {
 	q := &queueIndex{apps: map[string]*queueEntry{}, providers: map[string][]string{},
 		summaries: map[string]providerSummary{}, openByNet: map[string]int{}}
 	apps, err := l.Applications()
@@ -225,7 +225,7 @@ func (q *queueIndex) closedBefore(now time.Time, supersededFor, rejectedFor time
 
 // put stores a new application from a network and indexes it.
 func (c *Coordinator) put(a ledger.Application, network string) error {
-	if err := c.ledger.PutApplicationFrom(a, network); err != nil {
+	if err := c.applications.PutApplicationFrom(a, network); err != nil {
 		return err
 	}
 	c.queue.put(a, network)
@@ -234,7 +234,7 @@ func (c *Coordinator) put(a ledger.Application, network string) error {
 
 // update changes an application in the ledger and its index.
 func (c *Coordinator) update(id string, f func(a *ledger.Application) error) (ledger.Application, error) {
-	a, err := c.ledger.UpdateApplication(id, f)
+	a, err := c.applications.UpdateApplication(id, f)
 	if err == nil {
 		c.queue.put(a, "")
 	}
@@ -283,7 +283,7 @@ func (c *Coordinator) Prune(now time.Time) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	if err := c.ledger.DeleteApplications(ids); err != nil {
+	if err := c.applications.DeleteApplications(ids); err != nil {
 		return 0, err
 	}
 	c.queue.remove(ids)

@@ -146,7 +146,7 @@ func TestClosedApplicationsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	newer := tc.submitNew(t, changer, form())
-	if a, _ := tc.ledger.GetApplication(old.ID); a.Status != protocol.StatusRejected || a.Message != "superseded by application "+newer.ID {
+	if a, _ := tc.ledger.Applications.GetApplication(old.ID); a.Status != protocol.StatusRejected || a.Message != "superseded by application "+newer.ID {
 		t.Fatalf("the replaced application: %s %q", a.Status, a.Message)
 	}
 	rejectedApp := tc.decide(t, tc.submitNew(t, rejected, form()).ID, "reject", "GPUs not reachable")
@@ -156,7 +156,7 @@ func TestClosedApplicationsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := func(id string) bool {
-		_, err := tc.ledger.GetApplication(id)
+		_, err := tc.ledger.Applications.GetApplication(id)
 		return errors.Is(err, ledger.ErrNotFound)
 	}
 	count := func() int {

@@ -113,7 +113,7 @@ func (c *Coordinator) latestApproved(errs *[]error) []ledger.Application {
 	sort.Strings(ids)
 	var out []ledger.Application
 	for _, id := range ids {
-		a, err := c.ledger.GetApplication(id)
+		a, err := c.applications.GetApplication(id)
 		if err != nil {
 			*errs = append(*errs, fmt.Errorf("application %s: %w", id, err))
 			continue
@@ -128,7 +128,7 @@ func (c *Coordinator) latestApproved(errs *[]error) []ledger.Application {
 // reissue signs a new certificate with the same provider, application, tier, GPUs and
 // commitment as old, a new serial, valid from now for coordinator.certificate_validity.
 func (c *Coordinator) reissue(old *protocol.Certificate, now time.Time) ([]byte, error) {
-	serial, err := c.ledger.NextSerial("certificate", now)
+	serial, err := c.serials.NextSerial("certificate", now)
 	if err != nil {
 		return nil, err
 	}

@@ -133,7 +133,7 @@ func (c *Coordinator) tierStep(a *ledger.Application, old *protocol.SignedCertif
 		if err := c.revocations.TakeRevocation(revocation, "self"); err != nil {
 			return tierUnchanged, nil, err
 		}
-		serial, err := c.ledger.NextSerial("certificate", now)
+		serial, err := c.serials.NextSerial("certificate", now)
 		if err != nil {
 			return tierUnchanged, nil, err
 		}

@@ -97,13 +97,15 @@ type Offers interface {
 
 // ScorerDeps are what the coordinator's scorer needs.
 type ScorerDeps struct {
-	Peer        *p2p.Peer
-	Ledger      *ledger.Ledger
-	Clock       clock.Clock
-	Log         *slog.Logger
-	Metrics     *metrics.Metrics // nil: not counted (the scale benchmark)
-	Coordinator config.CoordinatorConfig
-	Offers      Offers
+	Peer         *p2p.Peer
+	Reliability  *ledger.ReliabilityStore // each provider's state
+	Applications *ledger.ApplicationStore // the certified providers (read)
+	Serials      *ledger.SerialStore      // the score records' sequences
+	Clock        clock.Clock
+	Log          *slog.Logger
+	Metrics      *metrics.Metrics // nil: not counted (the scale benchmark)
+	Coordinator  config.CoordinatorConfig
+	Offers       Offers
 	// Topic is the scores gossip topic.
 	Topic *p2p.Topic
 	// Probe, Providers and Publish replace the network probe, the ledger's certified
@@ -115,15 +117,17 @@ type ScorerDeps struct {
 
 // Scorer is the coordinator's side: probe schedule, state, score records.
 type Scorer struct {
-	peer    *p2p.Peer
-	id      peer.ID
-	key     crypto.PrivKey
-	ledger  *ledger.Ledger
-	clock   clock.Clock
-	log     *slog.Logger
-	metrics *metrics.Metrics
-	cfg     config.CoordinatorConfig
-	offers  Offers
+	peer         *p2p.Peer
+	id           peer.ID
+	key          crypto.PrivKey
+	reliability  *ledger.ReliabilityStore
+	applications *ledger.ApplicationStore
+	serials      *ledger.SerialStore
+	clock        clock.Clock
+	log          *slog.Logger
+	metrics      *metrics.Metrics
+	cfg          config.CoordinatorConfig
+	offers       Offers
 
 	probeFn     func(ctx context.Context, p peer.ID) error
 	providersFn func() ([]peer.ID, error)
@@ -132,7 +136,8 @@ type Scorer struct {
 
 // NewScorer returns the coordinator's scorer; Run starts its schedule.
 func NewScorer(d ScorerDeps) *Scorer {
-	sc := &Scorer{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Coordinator, offers: d.Offers,
+	sc := &Scorer{peer: d.Peer, reliability: d.Reliability, applications: d.Applications, serials: d.Serials,
+		clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Coordinator, offers: d.Offers,
 		probeFn: d.Probe, providersFn: d.Providers, publishFn: d.Publish}
 	if d.Peer != nil {
 		sc.id, sc.key = d.Peer.ID, d.Peer.Key
@@ -154,7 +159,7 @@ func (sc *Scorer) UseKey(id peer.ID, key crypto.PrivKey) { sc.id, sc.key = id, k
 
 // certified lists the providers whose application is approved.
 func (sc *Scorer) certified() ([]peer.ID, error) {
-	apps, err := sc.ledger.Applications()
+	apps, err := sc.applications.Applications()
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +212,7 @@ func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 		}
 	}
 	so, _ := sc.offers.Get(p)
-	st, uerr := sc.ledger.UpdateReliability(p.String(), func(s *ledger.ReliabilityState) error {
+	st, uerr := sc.reliability.UpdateReliability(p.String(), func(s *ledger.ReliabilityState) error {
 		if owes {
 			good := 1.0
 			if err != nil {
@@ -265,7 +270,7 @@ func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now t
 	if st.LastScore >= 0 && !moved && now.Sub(st.LastPublished) < refresh {
 		return
 	}
-	seq, err := sc.ledger.NextSerial("score", now)
+	seq, err := sc.serials.NextSerial("score", now)
 	if err != nil {
 		return
 	}
@@ -273,7 +278,7 @@ func (sc *Scorer) publish(ctx context.Context, st ledger.ReliabilityState, now t
 	if st.LastScore >= 0 {
 		trend = score - st.LastScore
 	}
-	sc.ledger.UpdateReliability(st.Provider, func(s *ledger.ReliabilityState) error {
+	sc.reliability.UpdateReliability(st.Provider, func(s *ledger.ReliabilityState) error {
 		s.LastScore, s.LastPublished = score, now
 		return nil
 	})

@@ -131,7 +131,7 @@ func TestProbesFollowTheDeclaredSchedule(t *testing.T) {
 		t.Fatalf("the provider of no offer was probed %d times in a week; want about 2016", n)
 	}
 	for _, p := range s.providers {
-		st, _ := s.sc.ledger.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
+		st, _ := s.sc.reliability.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
 		if st.LastScore < 90 || st.EventsTotal != 0 {
 			t.Fatalf("a provider that answered every probe it owed: score %d, events %v", st.LastScore, st.Events)
 		}
@@ -169,9 +169,9 @@ func TestScoreRecords(t *testing.T) {
 	for i := range probes {
 		before := sent.count()
 		now := s.clock.Now()
-		prev, _ := s.sc.ledger.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
+		prev, _ := s.sc.reliability.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
 		probe()
-		st, _ := s.sc.ledger.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
+		st, _ := s.sc.reliability.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
 		score := st.Reliability.Score(now, halfLife)
 		worth := score-prev.LastScore >= ScoreStep || prev.LastScore-score >= ScoreStep || now.Sub(prev.LastPublished) >= ScoreRefresh
 		if published := sent.count() > before; published != worth {
@@ -192,11 +192,11 @@ func TestScoreRecords(t *testing.T) {
 	// Maintenance, then night hours of a schedule: not probed, nothing counted.
 	offers[p] = offerWith("24/7", protocol.MaintenanceWindow{From: s.clock.Now().Add(-time.Minute), To: s.clock.Now().Add(time.Hour)})
 	before := len(log.times(p))
-	stBefore, _ := s.sc.ledger.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
+	stBefore, _ := s.sc.reliability.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
 	probe()
 	offers[p] = offerWith("mon-fri 08:00-09:00")
 	probe()
-	st, _ := s.sc.ledger.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
+	st, _ := s.sc.reliability.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
 	if len(log.times(p)) != before || st.EventsTotal != stBefore.EventsTotal {
 		t.Fatalf("probed %d times in maintenance and outside the declared hours", len(log.times(p))-before)
 	}
@@ -226,7 +226,7 @@ func TestBenchmarkConsistency(t *testing.T) {
 	s.sc.offers = offers
 	s.sc.probeFn = newProbeLog(s.clock).probe
 	state := func() ledger.ReliabilityState {
-		st, _ := s.sc.ledger.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
+		st, _ := s.sc.reliability.UpdateReliability(p.String(), func(*ledger.ReliabilityState) error { return nil })
 		return st
 	}
 	s.sc.probeOne(context.Background(), p)
@@ -276,15 +276,15 @@ func TestUptimeProbeOverTheNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := l.PutApplication(ledger.Application{ID: "0123456789ab", Provider: pp.ID.String(), Status: protocol.StatusApproved}); err != nil {
+	if err := l.Applications.PutApplication(ledger.Application{ID: "0123456789ab", Provider: pp.ID.String(), Status: protocol.StatusApproved}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.PutApplication(ledger.Application{ID: "0123456789ac", Provider: sp.ID.String(), Status: protocol.StatusRejected}); err != nil {
+	if err := l.Applications.PutApplication(ledger.Application{ID: "0123456789ac", Provider: sp.ID.String(), Status: protocol.StatusRejected}); err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.New(nil, nil)
 	cfg := newSimulated(t, 0, 0, time.Minute).sc.cfg
-	sc := NewScorer(ScorerDeps{Peer: cp, Ledger: l, Clock: clock.System(), Log: quietLogger(), Metrics: m, Coordinator: cfg,
+	sc := NewScorer(ScorerDeps{Peer: cp, Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Clock: clock.System(), Log: quietLogger(), Metrics: m, Coordinator: cfg,
 		Offers: heldOffers{}, Publish: (&scoresSent{}).publish})
 	if ps, err := sc.providersFn(); err != nil || len(ps) != 1 || ps[0] != pp.ID {
 		t.Fatalf("the providers probed: %v %v", ps, err)
@@ -293,7 +293,7 @@ func TestUptimeProbeOverTheNetwork(t *testing.T) {
 	if answered != 1 || testutil.ToFloat64(m.UptimeProbes.WithLabelValues("answered")) != 1 {
 		t.Fatalf("the trusted coordinator's probe: answered %d", answered)
 	}
-	stranger := NewScorer(ScorerDeps{Peer: sp, Ledger: l, Clock: clock.System(), Log: quietLogger(), Coordinator: cfg,
+	stranger := NewScorer(ScorerDeps{Peer: sp, Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Clock: clock.System(), Log: quietLogger(), Coordinator: cfg,
 		Offers: heldOffers{}, Publish: (&scoresSent{}).publish})
 	if err := stranger.probe(context.Background(), pp.ID); err == nil || answered != 1 {
 		t.Fatalf("an untrusted coordinator's probe: %v, answered %d", err, answered)

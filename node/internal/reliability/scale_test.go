@@ -55,7 +55,7 @@ func newSimulated(t testing.TB, n, downEvery int, every time.Duration) *simulate
 	}
 	cfg := config.Defaults(config.RoleCoordinator).Coordinator
 	cfg.ProbeInterval = config.Duration{Duration: every}
-	s.sc = NewScorer(ScorerDeps{Ledger: l, Clock: s.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Coordinator: cfg, Offers: noOffers{},
+	s.sc = NewScorer(ScorerDeps{Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Clock: s.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Coordinator: cfg, Offers: noOffers{},
 		Probe: func(_ context.Context, p peer.ID) error {
 			s.probes.Add(1)
 			if s.down[p] {
@@ -117,11 +117,11 @@ func TestScheduleSpreadsProbes(t *testing.T) {
 	}
 	// A record is published again at the first probe after it is ScoreRefresh old.
 	stale := ScoreRefresh + every*3/2
-	down, _ := s.sc.ledger.UpdateReliability(s.providers[0].String(), func(*ledger.ReliabilityState) error { return nil })
+	down, _ := s.sc.reliability.UpdateReliability(s.providers[0].String(), func(*ledger.ReliabilityState) error { return nil })
 	if down.LastScore >= 60 || down.EventsTotal < 60 || s.clock.Now().Sub(down.LastPublished) > stale {
 		t.Fatalf("a provider that never answers: %+v", down)
 	}
-	up, _ := s.sc.ledger.UpdateReliability(s.providers[1].String(), func(*ledger.ReliabilityState) error { return nil })
+	up, _ := s.sc.reliability.UpdateReliability(s.providers[1].String(), func(*ledger.ReliabilityState) error { return nil })
 	if up.LastScore < 90 || s.clock.Now().Sub(up.LastPublished) > stale {
 		t.Fatalf("a steady provider: score %d, published %s ago", up.LastScore, s.clock.Now().Sub(up.LastPublished))
 	}
@@ -176,7 +176,7 @@ func TestRunProbesAndStops(t *testing.T) {
 	if per := float64(s.probes.Load()) / (n - 1); per < 4 || per > 16 {
 		t.Fatalf("%.1f probes per provider in 1 s at one per %s", per, every)
 	}
-	if st, _ := s.sc.ledger.UpdateReliability(hung.String(), func(*ledger.ReliabilityState) error { return nil }); st.EventsTotal != 0 {
+	if st, _ := s.sc.reliability.UpdateReliability(hung.String(), func(*ledger.ReliabilityState) error { return nil }); st.EventsTotal != 0 {
 		t.Fatalf("a probe cut short by the stop counted: %v", st.Events)
 	}
 }
