@@ -78,11 +78,37 @@ func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Rep
 	}
 	rep.Batch, rep.Coordinator, rep.Trusted, rep.State, rep.Payouts = b.Batch, b.Coordinator, trust != nil, b.State, len(b.Payouts)
 
-	// 1. Recompute each receipt's share from the records both sides signed.
-	type share struct {
-		provider string
-		net      protocol.MicroUSDC
+	shares := receiptShares(bundle, b, o, &rep, bad)
+	checkPayouts(bundle, b, shares, &rep, bad)
+	checkKnownBatches(b, o, trust, &rep, bad)
+	// The chain: each USDC payout's transaction moved exactly that amount to that
+	// recipient's token account, from the treasury, in the batch's mint, with its memo.
+	var usdc []protocol.Payout
+	for _, p := range b.Payouts {
+		if p.Method == protocol.PayoutUSDC && p.Paid {
+			usdc = append(usdc, p)
+		}
 	}
+	if len(usdc) == 0 {
+		return rep
+	}
+	if o.RPC == "" {
+		bad("no Solana RPC endpoint given: the %d USDC payouts were not checked on chain", len(usdc))
+		return rep
+	}
+	auditChain(ctx, chain.Dial(o.RPC), b, usdc, bad, &rep)
+	return rep
+}
+
+// share is what one receipt pays its provider, recomputed from the records.
+type share struct {
+	provider string
+	net      protocol.MicroUSDC
+}
+
+// receiptShares recomputes each receipt's share from the records both sides signed, by the
+// receipt's digest, naming a job paid twice (in this batch, or in a batch known before).
+func receiptShares(bundle protocol.AuditBundle, b *protocol.SignedBatch, o Options, rep *Report, bad func(string, ...any)) map[string]share {
 	shares := map[string]share{}
 	jobs := map[string]string{} // job -> receipt
 	for i, r := range bundle.Receipts {
@@ -107,6 +133,12 @@ func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Rep
 		}
 		shares[sha] = share{provider, net}
 	}
+	return shares
+}
+
+// checkPayouts checks each payout against its receipts' shares and the provider's signed
+// settings.
+func checkPayouts(bundle protocol.AuditBundle, b *protocol.SignedBatch, shares map[string]share, rep *Report, bad func(string, ...any)) {
 	// Each provider's settings are its latest signed before the batch: settings signed
 	// later cannot explain where the batch sent the money.
 	settings := map[string]*protocol.PayoutSettings{}
@@ -158,7 +190,11 @@ func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Rep
 	}
 	rep.TotalUSDC = total.String()
 
-	// 2. No receipt paid twice across the batches known.
+}
+
+// checkKnownBatches checks that no receipt and no transaction of the batch is claimed by
+// another batch known.
+func checkKnownBatches(b *protocol.SignedBatch, o Options, trust protocol.Trust, rep *Report, bad func(string, ...any)) {
 	seen := map[string]bool{b.Batch: true}
 	for _, raw := range o.Known {
 		other, err := protocol.CheckBatch(raw, trust)
@@ -186,23 +222,6 @@ func Batch(ctx context.Context, bundle protocol.AuditBundle, o Options) (rep Rep
 		}
 	}
 
-	// 3. The chain: each USDC payout's transaction moved exactly that amount to that
-	// recipient's token account, from the treasury, in the batch's mint, with its memo.
-	var usdc []protocol.Payout
-	for _, p := range b.Payouts {
-		if p.Method == protocol.PayoutUSDC && p.Paid {
-			usdc = append(usdc, p)
-		}
-	}
-	if len(usdc) == 0 {
-		return rep
-	}
-	if o.RPC == "" {
-		bad("no Solana RPC endpoint given: the %d USDC payouts were not checked on chain", len(usdc))
-		return rep
-	}
-	auditChain(ctx, chain.Dial(o.RPC), b, usdc, bad, &rep)
-	return rep
 }
 
 // addChecked adds v (non-negative) to *sum unless that would overflow.

@@ -97,140 +97,168 @@ func (s *SMTPServer) Connections() int {
 	return s.conns
 }
 
+// smtpSession is one client's SMTP session with the test server.
+type smtpSession struct {
+	s               *SMTPServer
+	conn            net.Conn
+	r               *bufio.Reader
+	w               *bufio.Writer
+	overTLS, authed bool
+	authUser, from  string
+	rcpts           []string
+}
+
 func (s *SMTPServer) serve(conn net.Conn) {
-	defer func() { conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	r := bufio.NewReader(conn)
-	w := bufio.NewWriter(conn)
-	reply := func(lines ...string) {
-		for _, l := range lines {
-			w.WriteString(l + "\r\n")
-		}
-		w.Flush()
-	}
-	readLine := func() (string, bool) {
-		l, err := r.ReadString('\n')
-		if err != nil {
-			return "", false
-		}
-		return strings.TrimRight(l, "\r\n"), true
-	}
-	var (
-		overTLS, authed bool
-		authUser, from  string
-		rcpts           []string
-	)
-	checkPlain := func(b64 string) {
-		raw, err := base64.StdEncoding.DecodeString(b64)
-		parts := strings.Split(string(raw), "\x00")
-		if err != nil || len(parts) != 3 {
-			reply("501 5.5.2 malformed AUTH PLAIN")
-			return
-		}
-		if parts[1] != s.user || parts[2] != s.pass {
-			// Echo the credentials, as careless servers do: the client must not pass them on.
-			reply("535 5.7.8 authentication failed for " + parts[1] + " with password " + parts[2])
-			return
-		}
-		authed, authUser = true, parts[1]
-		reply("235 2.7.0 authentication succeeded")
-	}
-	reply("220 mx.test ESMTP ready")
+	ss := &smtpSession{s: s, conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
+	defer func() { ss.conn.Close() }()
+	ss.reply("220 mx.test ESMTP ready")
 	for {
-		line, ok := readLine()
+		line, ok := ss.readLine()
 		if !ok {
 			return
 		}
 		verb, arg, _ := strings.Cut(line, " ")
-		switch strings.ToUpper(verb) {
-		case "EHLO":
-			lines := []string{"250-mx.test hello " + arg, "250-8BITMIME", "250-AUTH PLAIN"}
-			if !overTLS {
-				lines = append(lines, "250-STARTTLS")
-			}
-			reply(append(lines, "250 SIZE 1000000")...)
-		case "HELO":
-			reply("250 mx.test")
-		case "STARTTLS":
-			if s.tls == nil || overTLS {
-				reply("454 4.7.0 TLS not available")
-				continue
-			}
-			reply("220 2.0.0 go ahead")
-			tc := tls.Server(conn, s.tls)
-			if err := tc.Handshake(); err != nil {
-				return
-			}
-			conn, overTLS = tc, true
-			r, w = bufio.NewReader(conn), bufio.NewWriter(conn)
-			authed, authUser, from, rcpts = false, "", "", nil
-		case "AUTH":
-			mech, initial, _ := strings.Cut(arg, " ")
-			if !strings.EqualFold(mech, "PLAIN") {
-				reply("504 5.5.4 mechanism not supported")
-				continue
-			}
-			if initial == "" {
-				reply("334 ")
-				if initial, ok = readLine(); !ok {
-					return
-				}
-			}
-			checkPlain(initial)
-		case "*":
-			reply("501 5.0.0 authentication cancelled")
-		case "MAIL":
-			if s.user != "" && !authed {
-				reply("530 5.7.0 authentication required")
-				continue
-			}
-			if from = smtpPath(arg, "FROM:"); from == "" {
-				reply("501 5.1.7 bad sender address syntax")
-				continue
-			}
-			reply("250 2.1.0 ok")
-		case "RCPT":
-			to := smtpPath(arg, "TO:")
-			if to == "" || from == "" {
-				reply("503 5.5.1 need MAIL first, then a valid <address>")
-				continue
-			}
-			rcpts = append(rcpts, to)
-			reply("250 2.1.5 ok")
-		case "DATA":
-			if from == "" || len(rcpts) == 0 {
-				reply("503 5.5.1 need MAIL and RCPT first")
-				continue
-			}
-			reply("354 end data with <CR><LF>.<CR><LF>")
-			var data bytes.Buffer
-			for {
-				l, ok := readLine()
-				if !ok {
-					return
-				}
-				if l == "." {
-					break
-				}
-				data.WriteString(strings.TrimPrefix(l, ".") + "\r\n") // dot-unstuffing
-			}
-			s.mu.Lock()
-			s.msgs = append(s.msgs, Mail{From: from, To: rcpts, Data: data.Bytes(), AuthUser: authUser, OverTLS: overTLS})
-			s.mu.Unlock()
-			from, rcpts = "", nil
-			reply("250 2.0.0 queued")
-		case "RSET":
-			from, rcpts = "", nil
-			reply("250 2.0.0 ok")
-		case "NOOP":
-			reply("250 2.0.0 ok")
-		case "QUIT":
-			reply("221 2.0.0 bye")
+		if !ss.command(strings.ToUpper(verb), arg) {
 			return
-		default:
-			reply("500 5.5.2 unknown command")
 		}
 	}
+}
+
+func (ss *smtpSession) reply(lines ...string) {
+	for _, l := range lines {
+		ss.w.WriteString(l + "\r\n")
+	}
+	ss.w.Flush()
+}
+
+func (ss *smtpSession) readLine() (string, bool) {
+	l, err := ss.r.ReadString('\n')
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimRight(l, "\r\n"), true
+}
+
+// command answers one command; false ends the session.
+func (ss *smtpSession) command(verb, arg string) bool {
+	switch verb {
+	case "EHLO":
+		lines := []string{"250-mx.test hello " + arg, "250-8BITMIME", "250-AUTH PLAIN"}
+		if !ss.overTLS {
+			lines = append(lines, "250-STARTTLS")
+		}
+		ss.reply(append(lines, "250 SIZE 1000000")...)
+	case "HELO":
+		ss.reply("250 mx.test")
+	case "STARTTLS":
+		return ss.startTLS()
+	case "AUTH":
+		return ss.auth(arg)
+	case "*":
+		ss.reply("501 5.0.0 authentication cancelled")
+	case "MAIL":
+		if ss.s.user != "" && !ss.authed {
+			ss.reply("530 5.7.0 authentication required")
+			return true
+		}
+		if ss.from = smtpPath(arg, "FROM:"); ss.from == "" {
+			ss.reply("501 5.1.7 bad sender address syntax")
+			return true
+		}
+		ss.reply("250 2.1.0 ok")
+	case "RCPT":
+		to := smtpPath(arg, "TO:")
+		if to == "" || ss.from == "" {
+			ss.reply("503 5.5.1 need MAIL first, then a valid <address>")
+			return true
+		}
+		ss.rcpts = append(ss.rcpts, to)
+		ss.reply("250 2.1.5 ok")
+	case "DATA":
+		return ss.data()
+	case "RSET":
+		ss.from, ss.rcpts = "", nil
+		ss.reply("250 2.0.0 ok")
+	case "NOOP":
+		ss.reply("250 2.0.0 ok")
+	case "QUIT":
+		ss.reply("221 2.0.0 bye")
+		return false
+	default:
+		ss.reply("500 5.5.2 unknown command")
+	}
+	return true
+}
+
+func (ss *smtpSession) startTLS() bool {
+	if ss.s.tls == nil || ss.overTLS {
+		ss.reply("454 4.7.0 TLS not available")
+		return true
+	}
+	ss.reply("220 2.0.0 go ahead")
+	tc := tls.Server(ss.conn, ss.s.tls)
+	if err := tc.Handshake(); err != nil {
+		return false
+	}
+	ss.conn, ss.overTLS = tc, true
+	ss.r, ss.w = bufio.NewReader(tc), bufio.NewWriter(tc)
+	ss.authed, ss.authUser, ss.from, ss.rcpts = false, "", "", nil
+	return true
+}
+
+func (ss *smtpSession) auth(arg string) bool {
+	mech, initial, _ := strings.Cut(arg, " ")
+	if !strings.EqualFold(mech, "PLAIN") {
+		ss.reply("504 5.5.4 mechanism not supported")
+		return true
+	}
+	if initial == "" {
+		ss.reply("334 ")
+		var ok bool
+		if initial, ok = ss.readLine(); !ok {
+			return false
+		}
+	}
+	raw, err := base64.StdEncoding.DecodeString(initial)
+	parts := strings.Split(string(raw), "\x00")
+	if err != nil || len(parts) != 3 {
+		ss.reply("501 5.5.2 malformed AUTH PLAIN")
+		return true
+	}
+	if parts[1] != ss.s.user || parts[2] != ss.s.pass {
+		// Echo the credentials, as careless servers do: the client must not pass them on.
+		ss.reply("535 5.7.8 authentication failed for " + parts[1] + " with password " + parts[2])
+		return true
+	}
+	ss.authed, ss.authUser = true, parts[1]
+	ss.reply("235 2.7.0 authentication succeeded")
+	return true
+}
+
+func (ss *smtpSession) data() bool {
+	if ss.from == "" || len(ss.rcpts) == 0 {
+		ss.reply("503 5.5.1 need MAIL and RCPT first")
+		return true
+	}
+	ss.reply("354 end data with <CR><LF>.<CR><LF>")
+	var data bytes.Buffer
+	for {
+		l, ok := ss.readLine()
+		if !ok {
+			return false
+		}
+		if l == "." {
+			break
+		}
+		data.WriteString(strings.TrimPrefix(l, ".") + "\r\n") // dot-unstuffing
+	}
+	ss.s.mu.Lock()
+	ss.s.msgs = append(ss.s.msgs, Mail{From: ss.from, To: ss.rcpts, Data: data.Bytes(), AuthUser: ss.authUser, OverTLS: ss.overTLS})
+	ss.s.mu.Unlock()
+	ss.from, ss.rcpts = "", nil
+	ss.reply("250 2.0.0 queued")
+	return true
 }
 
 // smtpPath returns the address of "FROM:<a@b> BODY=8BITMIME" (prefix "FROM:"), or "".
