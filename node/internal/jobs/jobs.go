@@ -1,5 +1,27 @@
 // Package jobs runs jobs: the provider's job runner (proposals, GPU leases, the sandbox, job
 // watchers, receipts) and every node's renter side (propose, follow, cancel, fetch).
+//
+// One file per concern; a request's two ends share its file, but for the job stream
+// (decide.go, propose.go):
+//
+//   - runner.go, renter.go: the provider's Runner and the renter's Renter, with their Deps.
+//   - decide.go: the job stream's provider end (HandleJob): rate limit, proposal checks,
+//     the provider's policy, the escrow check, the lease.
+//   - propose.go: the job stream's renter end (ProposeJob): proposal, escrow hold, lease
+//     countersigned, image sent, start awaited. placement.go: a job asked for by model.
+//   - gpuslots.go: the GPU slots: leases by model, delisted and lost GPUs, cleaning
+//     between renters, hold after a restart.
+//   - images.go: a job's image received or pulled, the per-renter cache, pruning.
+//   - lifecycle.go: a job's start in the sandbox, its watch, its end and receipt;
+//     Reconcile after a restart; StopAll.
+//   - control.go: the job-control stream (HandleControl, and the renter's control): one
+//     request per stream, dispatched by op; status and cancel. A new per-job request
+//     starts here.
+//   - metering.go: usage checkpoints, both ends; the unmetered stop; abandoned jobs.
+//   - output.go: logs and output, both ends; the retention cleanup.
+//   - receipts.go: the renter's countersignature or dispute of a final receipt.
+//   - holdrelease.go: the answer to a coordinator releasing a job's hold.
+//   - jobs.go: the frames and the job view both sides share.
 package jobs
 
 import (

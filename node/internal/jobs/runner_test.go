@@ -231,14 +231,14 @@ func TestGPUCleanedBetweenRenters(t *testing.T) {
 	clk := r.clock.(*clock.Fake)
 	attempts := make(chan string, 10)
 	fail := make(chan error, 10)
-	r.cleanGPU = func(uuid string) error { attempts <- uuid; return <-fail }
-	r.mu.Lock()
-	real, sim := r.gpus[0].gpu.UUID, r.gpus[1].gpu.UUID
-	r.gpus[0].gpu.Simulated = false
-	r.gpus[0].job, r.gpus[1].job = "job-1", "job-1"
-	r.mu.Unlock()
+	r.gpus.cleanGPU = func(uuid string) error { attempts <- uuid; return <-fail }
+	r.gpus.mu.Lock()
+	real, sim := r.gpus.list[0].gpu.UUID, r.gpus.list[1].gpu.UUID
+	r.gpus.list[0].gpu.Simulated = false
+	r.gpus.list[0].job, r.gpus.list[1].job = "job-1", "job-1"
+	r.gpus.mu.Unlock()
 	removed := make(chan struct{})
-	r.releaseAfterCleaning("job-1", removed)
+	r.gpus.releaseAfterCleaning("job-1", removed)
 	if r.Busy(sim) {
 		t.Fatal("a simulated GPU is held after its job")
 	}
