@@ -45,21 +45,13 @@ type gpuSlots struct {
 	attest Attestations    // nil until UseAttestations
 	// healthCheck probes the GPUs (UseHealthCheck); nil until the node sets it.
 	healthCheck func()
-	// detectErr says why the probe found no GPU at start; cleared when a later probe
-	// finds one.
-	detectErr error
-	closed    bool // the runner stopped: a GPU that failed to clean is not tried again
+	closed      bool // the runner stopped: a GPU that failed to clean is not tried again
 }
 
-// newGPUSlots returns a slot for each usable GPU the probe finds (with its real UUID and
+// newGPUSlots returns a slot for each usable GPU the probe found (with its real UUID and
 // index, or a simulated one where the configuration declares it).
-func newGPUSlots(probe func() (bench.Probe, error), log *slog.Logger, clk clock.Clock, clean func(uuid string) error, wg *sync.WaitGroup) *gpuSlots {
+func newGPUSlots(gpus []bench.GPUInfo, log *slog.Logger, clk clock.Clock, clean func(uuid string) error, wg *sync.WaitGroup) *gpuSlots {
 	g := &gpuSlots{log: log, clock: clk, cleanGPU: clean, wg: wg}
-	gpus, err := detectGPUs(probe)
-	if err != nil {
-		g.detectErr = fmt.Errorf("GPU detection: %w", err)
-		log.Warn("no GPUs for jobs", "err", err)
-	}
 	for _, info := range gpus {
 		if !usable(info) {
 			if info.Health.Error == "" && info.UUID != "" {
@@ -91,13 +83,6 @@ func detectGPUs(open func() (bench.Probe, error)) ([]bench.GPUInfo, error) {
 // device node.
 func usable(g bench.GPUInfo) bool {
 	return g.Health.Error == "" && g.UUID != "" && (g.Simulated || g.DeviceMinor >= 0)
-}
-
-// unavailable says why no GPU can be leased at all (none found at start), nil otherwise.
-func (g *gpuSlots) unavailable() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.detectErr
 }
 
 // reserve takes n free GPUs of a model for a job, or says how many are free.
@@ -205,8 +190,9 @@ const ReasonGPULost = "lost: "
 // probed takes the latest list of the machine's GPUs (Runner.Probed) and returns the
 // running jobs to stop, each with its "lost" reason: those on a GPU the probe no longer
 // finds healthy, which is leased to no new job until a probe finds it again. A healthy GPU
-// the slots did not have (lost when the runner started) gets a slot.
-func (g *gpuSlots) probed(gpus []bench.GPUInfo) (stop map[string]string) {
+// the slots did not have (lost when the runner started) gets a slot. found says whether
+// the probe found any healthy GPU.
+func (g *gpuSlots) probed(gpus []bench.GPUInfo) (stop map[string]string, found bool) {
 	healthy := map[string]bench.GPUInfo{}
 	why := map[int]string{} // by index: the probe's error for a GPU it cannot use
 	for _, info := range gpus {
@@ -244,10 +230,7 @@ func (g *gpuSlots) probed(gpus []bench.GPUInfo) (stop map[string]string) {
 			g.log.Info("GPU available for jobs", "uuid", info.UUID, "model", info.Model)
 		}
 	}
-	if len(healthy) > 0 {
-		g.detectErr = nil
-	}
-	return stop
+	return stop, len(healthy) > 0
 }
 
 // lostUnder checks the GPUs now and says which of the job's GPUs failed, "" when none: one
@@ -417,7 +400,13 @@ func (r *Runner) RunningJobs() int { return r.gpus.runningJobs() }
 // finds it again, a job running on it is stopped with a "lost" reason naming it, and a
 // healthy GPU the runner did not have (lost when it started) gets a slot.
 func (r *Runner) Probed(gpus []bench.GPUInfo) {
-	for job, reason := range r.gpus.probed(gpus) {
+	stop, found := r.gpus.probed(gpus)
+	if found {
+		r.mu.Lock()
+		r.detectErr = nil
+		r.mu.Unlock()
+	}
+	for job, reason := range stop {
 		// The provider's fault (a "lost" reason): the renter is not charged, and the
 		// coordinator counts it against the provider's job completion.
 		r.wg.Add(1)

@@ -3,6 +3,8 @@ package jobs
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -121,3 +123,22 @@ func (r *Runner) pruneImages() {
 		r.log.Warn("pruning the image cache failed", "err", err)
 	}
 }
+
+// hashingReader computes the SHA-256 of what is read through it.
+type hashingReader struct {
+	r io.Reader
+	h interface {
+		io.Writer
+		Sum([]byte) []byte
+	}
+}
+
+func newHashingReader(r io.Reader) *hashingReader { return &hashingReader{r: r, h: sha256.New()} }
+
+func (h *hashingReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.h.Write(p[:n])
+	return n, err
+}
+
+func (h *hashingReader) sum() string { return hex.EncodeToString(h.h.Sum(nil)) }

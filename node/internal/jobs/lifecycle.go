@@ -14,9 +14,12 @@ import (
 	"github.com/gpunex/gpunex/sandbox"
 )
 
-// A job's life on the provider: started in the sandbox (start), watched until it ends
-// (watch), ended with its receipt, its GPUs freed and its container removed (finish);
-// found again after a restart (Reconcile); stopped at shutdown (StopAll).
+// A job's life on the provider: its folder (jobDir: the image archive while it arrives,
+// the log, the output), started in the sandbox (start), watched until it ends (watch),
+// ended with its receipt, its GPUs freed and its container removed (finish); found again
+// after a restart (Reconcile); stopped at shutdown (StopAll).
+
+func (r *Runner) jobDir(id string) string { return filepath.Join(r.dir, id) }
 
 // start runs the job in the sandbox and watches it.
 func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus []sandbox.GPU) error {

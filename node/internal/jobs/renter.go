@@ -104,9 +104,3 @@ func (r *Renter) Jobs() ([]api.JobView, error) {
 	}
 	return out, nil
 }
-
-// live says whether an offer is unexpired, not withdrawn and certified at now (as the
-// offer book counts it).
-func live(so *protocol.SignedOffer, now time.Time) bool {
-	return so.Offer.Withdrawn == "" && now.Before(so.Offer.ExpiresAt) && so.Cert != nil && now.Before(so.Cert.ExpiresAt)
-}

@@ -2,9 +2,9 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -91,12 +91,15 @@ type Runner struct {
 	rate  *p2p.PeerRate
 	nets  *p2p.NetworkBudget // proposals per network (IPv4 address, IPv6 /64)
 
-	mu      sync.Mutex
-	cancels map[string]context.CancelFunc // running jobs' watchers
-	images  map[string]string             // image references by archive SHA-256
-	imports map[string]*sync.Mutex        // one import per archive at a time
-	closed  bool
-	wg      sync.WaitGroup
+	mu sync.Mutex
+	// detectErr says why the probe found no GPU at start; cleared when a later probe
+	// finds one.
+	detectErr error
+	cancels   map[string]context.CancelFunc // running jobs' watchers
+	images    map[string]string             // image references by archive SHA-256
+	imports   map[string]*sync.Mutex        // one import per archive at a time
+	closed    bool
+	wg        sync.WaitGroup
 }
 
 // NewRunner returns a provider's job runner with the GPUs the probe finds. The node then
@@ -113,8 +116,13 @@ func NewRunner(d Deps) (*Runner, error) {
 	if clean == nil {
 		clean = func(uuid string) error { return cleanGPU(d.Probe, d.Log, uuid) }
 	}
-	r.gpus = newGPUSlots(d.Probe, d.Log, d.Clock, clean, &r.wg)
+	// The GPUs jobs get are the ones the probe finds, with their real UUIDs and indexes
+	// (simulated ones where the configuration declares them).
+	gpus, err := detectGPUs(d.Probe)
+	if err != nil {
+		r.detectErr = fmt.Errorf("GPU detection: %w", err)
+		r.log.Warn("no GPUs for jobs", "err", err)
+	}
+	r.gpus = newGPUSlots(gpus, d.Log, d.Clock, clean, &r.wg)
 	return r, nil
 }
-
-func (r *Runner) jobDir(id string) string { return filepath.Join(r.dir, id) }
