@@ -1,16 +1,34 @@
 // Package jobs runs jobs: the provider's job runner (proposals, GPU leases, the sandbox, job
 // watchers, receipts) and every node's renter side (propose, follow, cancel, fetch).
+//
+// One file per concern; a stream's two ends share its file:
+//
+//   - runner.go, renter.go: the provider's Runner and the renter's Renter, with their Deps.
+//   - negotiation.go: the job stream, both ends, in the order a job goes through them: the
+//     renter's proposal (ProposeJob) with its escrow hold, the provider's decision
+//     (HandleJob: rate limit, proposal checks, policy, escrow check, lease), the lease
+//     countersigned, the image archive sent, the start awaited; the frames of both job
+//     streams. placement.go: a job asked for by model, placed on the best offer.
+//   - gpuslots.go: the GPU slots: leases by model, delisted and lost GPUs, cleaning
+//     between renters, hold after a restart.
+//   - images.go: a job's image received or pulled, the per-renter cache, pruning.
+//   - lifecycle.go: a job's folder, its start in the sandbox, its watch, its end and
+//     receipt; Reconcile after a restart; StopAll.
+//   - control.go: the job-control stream (HandleControl, and the renter's control): one
+//     request per stream, dispatched by op; status and cancel. A new per-job request
+//     starts here.
+//   - metering.go: usage checkpoints, both ends; the unmetered stop; abandoned jobs.
+//   - output.go: logs and output, both ends; the retention cleanup.
+//   - receipts.go: the renter's countersignature or dispute of a final receipt.
+//   - holdrelease.go: the answer to a coordinator releasing a job's hold.
+//   - jobs.go: the job view and the stored records both sides read back.
 package jobs
 
 import (
-	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -82,40 +100,6 @@ func openReceipt(raw []byte) (*protocol.Receipt, error) {
 		return nil, err
 	}
 	return &r, nil
-}
-
-func sendMsg(w io.Writer, m protocol.JobMsg) error { return protocol.WriteJSONFrame(w, m) }
-
-func readMsg(r *bufio.Reader) (protocol.JobMsg, error) {
-	var m protocol.JobMsg
-	err := protocol.ReadJSONFrame(r, protocol.MaxJobFrame, &m)
-	return m, err
-}
-
-// hashingReader computes the SHA-256 of what is read through it.
-type hashingReader struct {
-	r io.Reader
-	h interface {
-		io.Writer
-		Sum([]byte) []byte
-	}
-}
-
-func newHashingReader(r io.Reader) *hashingReader { return &hashingReader{r: r, h: sha256.New()} }
-
-func (h *hashingReader) Read(p []byte) (int, error) {
-	n, err := h.r.Read(p)
-	h.h.Write(p[:n])
-	return n, err
-}
-
-func (h *hashingReader) sum() string { return hex.EncodeToString(h.h.Sum(nil)) }
-
-// fileSHA256 hashes a file and returns its hex digest and size.
-func fileSHA256(r io.Reader) (string, int64, error) {
-	h := sha256.New()
-	n, err := io.Copy(h, r)
-	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
 func jobErr(format string, args ...any) error {

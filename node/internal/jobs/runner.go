@@ -1,0 +1,128 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/bench"
+	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/metrics"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
+)
+
+// Publisher is the provider's offer as the job runner sees it (the offers subsystem's
+// publisher).
+type Publisher interface {
+	// Current returns the offer as last published, nil before the first.
+	Current() *protocol.SignedOffer
+	// Open says whether the provider's availability schedule is open at now.
+	Open(now time.Time) bool
+}
+
+// Attestations give the provider's latest benchmark attestation (the benchmark runner): a
+// GPU it delists is leased to no job.
+type Attestations interface {
+	Latest() *protocol.SignedAttestation
+}
+
+// Reporter sends a provider's job, with its final receipt, to its coordinator (the money
+// subsystem).
+type Reporter interface {
+	ReportJob(ctx context.Context, j ledger.Job)
+}
+
+// Deps are what a provider's job runner needs.
+type Deps struct {
+	// Peer gives the provider's ID and key (leases and receipts are signed with it).
+	Peer    *p2p.Peer
+	Ledger  *ledger.JobStore
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	Jobs    config.JobsConfig
+	// Trusted are the coordinators whose escrow holds count and who may ask for a hold's
+	// release.
+	Trusted []peer.ID
+	// Runtime is the sandbox jobs run in; nil when jobs cannot run here, and RuntimeErr
+	// says why (proposals are then refused with it).
+	Runtime    sandbox.Runtime
+	RuntimeErr error
+	// Dir holds the per-job folders (image archive, log, output); it is created if need be.
+	Dir string
+	// Probe opens the machine's GPU probe (NVML, or the simulated GPUs of the
+	// configuration): the GPUs jobs get are the ones it finds.
+	Probe func() (bench.Probe, error)
+	// CleanGPU makes a real GPU fit for the next renter after a job: no process left on
+	// it, its memory cleared (cleanGPU, through NVML and CUDA, by default).
+	CleanGPU func(uuid string) error
+	// Publisher is the provider's offer; nil refuses every proposal as outside the
+	// availability window.
+	Publisher Publisher
+	Reports   Reporter
+}
+
+// Runner is the provider's side of jobs: it decides on proposals by its policy, reserves
+// GPUs, receives images, runs jobs in the sandbox, watches them, and writes receipts.
+type Runner struct {
+	peer      *p2p.Peer
+	ledger    *ledger.JobStore
+	clock     clock.Clock
+	log       *slog.Logger
+	metrics   *metrics.Metrics
+	cfg       config.JobsConfig
+	trusted   []peer.ID
+	publisher Publisher
+	reports   Reporter
+
+	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
+	rtErr error
+	dir   string // per-job folders: image archive, log, output
+	gpus  *gpuSlots
+	rate  *p2p.PeerRate
+	nets  *p2p.NetworkBudget // proposals per network (IPv4 address, IPv6 /64)
+
+	mu sync.Mutex
+	// detectErr says why the probe found no GPU at start; cleared when a later probe
+	// finds one.
+	detectErr error
+	cancels   map[string]context.CancelFunc // running jobs' watchers
+	images    map[string]string             // image references by archive SHA-256
+	imports   map[string]*sync.Mutex        // one import per archive at a time
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+// NewRunner returns a provider's job runner with the GPUs the probe finds. The node then
+// runs Reconcile, hands it the benchmark runner (UseAttestations) and registers its
+// stream handlers.
+func NewRunner(d Deps) (*Runner, error) {
+	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
+		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
+		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
+	clean := d.CleanGPU
+	if clean == nil {
+		clean = func(uuid string) error { return cleanGPU(d.Probe, d.Log, uuid) }
+	}
+	// The GPUs jobs get are the ones the probe finds, with their real UUIDs and indexes
+	// (simulated ones where the configuration declares them).
+	gpus, err := detectGPUs(d.Probe)
+	if err != nil {
+		r.detectErr = fmt.Errorf("GPU detection: %w", err)
+		r.log.Warn("no GPUs for jobs", "err", err)
+	}
+	r.gpus = newGPUSlots(gpus, d.Log, d.Clock, clean, &r.wg)
+	return r, nil
+}
