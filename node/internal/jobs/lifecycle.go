@@ -87,6 +87,7 @@ func (r *Runner) watch(id string) {
 
 // finish writes the final receipt of a job, frees its GPUs and removes its container.
 func (r *Runner) finish(id string, exit sandbox.Exit) {
+	defer r.sessions.forget(id)
 	j, err := r.ledger.GetJob(id)
 	if err != nil || j.State == ledger.JobEnded {
 		return

@@ -90,6 +90,8 @@ type Runner struct {
 	gpus  *gpuSlots
 	rate  *p2p.PeerRate
 	nets  *p2p.NetworkBudget // proposals per network (IPv4 address, IPv6 /64)
+	// sessions counts the renters' sessions with their running jobs (sessions.go).
+	sessions *jobSessions
 
 	mu sync.Mutex
 	// detectErr says why the probe found no GPU at start; cleared when a later probe
@@ -111,7 +113,7 @@ func NewRunner(d Deps) (*Runner, error) {
 	}
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
 		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
-		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}}
+		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions()}
 	clean := d.CleanGPU
 	if clean == nil {
 		clean = func(uuid string) error { return cleanGPU(d.Probe, d.Log, uuid) }

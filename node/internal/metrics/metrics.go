@@ -21,8 +21,11 @@ type Metrics struct {
 	APIRequests      *prometheus.CounterVec
 	// Jobs (provider side).
 	JobProposals *prometheus.CounterVec
-	JobsStarted  prometheus.Counter
-	JobsEnded    *prometheus.CounterVec
+	// JobSessions counts a renter's sessions with its running jobs (port tunnels, shells,
+	// inputs) by kind and outcome: opened, or the refusal's reason.
+	JobSessions *prometheus.CounterVec
+	JobsStarted prometheus.Counter
+	JobsEnded   *prometheus.CounterVec
 	// UptimeProbes counts a coordinator's probes by outcome (answered, missed).
 	UptimeProbes *prometheus.CounterVec
 }
@@ -63,6 +66,10 @@ func New(peers, penalised func() float64) *Metrics {
 			Name: "gpunex_job_proposals_total",
 			Help: "Job proposals by outcome: accepted, countered, policy, rate_limited, image_digest, countersign_failed, or the rejection reason of the record (invalid, expired, wrong_signer, ...).",
 		}, []string{"outcome"}),
+		JobSessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_job_sessions_total",
+			Help: "A renter's sessions with its running jobs by kind (tunnel, exec, input) and outcome: opened, not_renter, not_running, limit, rate_limited, other.",
+		}, []string{"kind", "outcome"}),
 		JobsStarted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpunex_jobs_started_total",
 			Help: "Jobs whose container this provider started.",
@@ -81,7 +88,7 @@ func New(peers, penalised func() float64) *Metrics {
 	for _, r := range []string{"exited", "oom", "lease_expired", "cancelled by the renter", "provider shutting down", "lost"} {
 		m.JobsEnded.WithLabelValues(r)
 	}
-	m.Registry.MustRegister(m.JobProposals, m.UptimeProbes, m.JobsStarted, m.JobsEnded,
+	m.Registry.MustRegister(m.JobProposals, m.JobSessions, m.UptimeProbes, m.JobsStarted, m.JobsEnded,
 		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),
