@@ -1,0 +1,283 @@
+package benchmarks
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// rawRun is a bench-net stream driven by hand, as a stranger's or a careless provider's
+// would be.
+type rawRun struct {
+	t  testing.TB
+	s  network.Stream
+	in *bufio.Reader
+}
+
+func openRaw(t testing.TB, from *p2p.Peer, coord *testCoordinator) *rawRun {
+	t.Helper()
+	connect(t, from, coord.peer)
+	s, err := from.Host.NewStream(context.Background(), coord.peer.ID, libp2pprotocol.ID(protocol.BenchNetProtocol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Reset() })
+	s.SetDeadline(time.Now().Add(time.Minute))
+	return &rawRun{t: t, s: s, in: bufio.NewReader(s)}
+}
+
+func (r *rawRun) send(m protocol.BenchNetMsg) {
+	r.t.Helper()
+	if err := protocol.WriteJSONFrame(r.s, m); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// read reads one answer; an error when the stream ended.
+func (r *rawRun) read() (protocol.BenchNetMsg, error) {
+	var m protocol.BenchNetMsg
+	err := protocol.ReadJSONFrame(r.in, protocol.MaxBenchNetAnswer, &m)
+	return m, err
+}
+
+// ask sends a request and reads its answer, which must come.
+func (r *rawRun) ask(m protocol.BenchNetMsg) protocol.BenchNetMsg {
+	r.t.Helper()
+	r.send(m)
+	a, err := r.read()
+	if err != nil {
+		r.t.Fatalf("%s: no answer: %v", m.Op, err)
+	}
+	return a
+}
+
+// refused asks and wants an error holding why, and the stream's end after it.
+func (r *rawRun) refused(m protocol.BenchNetMsg, why string) {
+	r.t.Helper()
+	if a := r.ask(m); !strings.Contains(a.Error, why) {
+		r.t.Fatalf("%s %d: answer %+v, want an error with %q", m.Op, m.Size, a, why)
+	}
+	if _, err := r.read(); err == nil {
+		r.t.Fatalf("the stream goes on after a refused %s", m.Op)
+	}
+}
+
+// challenge asks for the run's challenge.
+func (r *rawRun) challenge() protocol.BenchNetMsg {
+	r.t.Helper()
+	a := r.ask(protocol.BenchNetMsg{Op: "challenge"})
+	if a.Error != "" || len(a.Record) == 0 {
+		r.t.Fatalf("challenge: %+v", a)
+	}
+	return a
+}
+
+// down asks for size bytes and reads them.
+func (r *rawRun) down(size int64) {
+	r.t.Helper()
+	r.send(protocol.BenchNetMsg{Op: "down", Size: size})
+	if _, err := io.CopyN(io.Discard, r.in, size); err != nil {
+		r.t.Fatalf("download: %v", err)
+	}
+}
+
+// up sends size bytes and reads the acknowledgement.
+func (r *rawRun) up(size int64) {
+	r.t.Helper()
+	r.send(protocol.BenchNetMsg{Op: "up", Size: size})
+	if _, err := r.s.Write(make([]byte, size)); err != nil {
+		r.t.Fatal(err)
+	}
+	if a, err := r.read(); err != nil || a.Error != "" {
+		r.t.Fatalf("upload: %+v %v", a, err)
+	}
+}
+
+// TestChallengeNamesTheAsker: a challenge names the stream's remote peer, is signed by the
+// coordinator and dated by its clock, and names the coordinator's latest model catalogue,
+// which goes with it.
+func TestChallengeNamesTheAsker(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newRationedCoordinator(t, clk)
+	asker := newTestPeer(t)
+	a := openRaw(t, asker, coord).challenge()
+	ch, _, err := protocol.CheckChallenge(a.Record, protocol.NewTrust(coord.peer.ID), asker.ID)
+	if err != nil || ch.Provider != asker.ID.String() || !ch.IssuedAt.Equal(testStart) || ch.ModelsSeq != 0 || len(a.Models) != 0 {
+		t.Fatalf("challenge %+v, %d bytes of models: %v", ch, len(a.Models), err)
+	}
+	cat := signCatalogue(t, coord.peer.Key, 3, func(protocol.ModelEntry) bool { return true })
+	coord.models.add(cat)
+	a = openRaw(t, asker, coord).challenge()
+	if ch, _, err := protocol.CheckChallenge(a.Record, protocol.NewTrust(coord.peer.ID), asker.ID); err != nil || ch.ModelsSeq != 3 || string(a.Models) != string(cat.Raw) {
+		t.Fatalf("challenge with a catalogue: %+v: %v", ch, err)
+	}
+}
+
+// TestOneRunPerStream: a stream carries one run: a second challenge, a 17th ping, a second
+// download or an unknown request end it, with the reason.
+func TestOneRunPerStream(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newRationedCoordinator(t, clk)
+	p := newTestPeer(t)
+
+	r := openRaw(t, p, coord)
+	r.challenge()
+	r.refused(protocol.BenchNetMsg{Op: "challenge"}, `at most 1 "challenge"`)
+
+	r = openRaw(t, p, coord)
+	for i := 0; i < 16; i++ {
+		if a := r.ask(protocol.BenchNetMsg{Op: "ping"}); a.Op != "ping" || a.Error != "" {
+			t.Fatalf("ping %d: %+v", i, a)
+		}
+	}
+	r.refused(protocol.BenchNetMsg{Op: "ping"}, `at most 16 "ping"`)
+
+	r = openRaw(t, p, coord)
+	r.refused(protocol.BenchNetMsg{Op: "shell"}, `at most 0 "shell"`)
+
+	r = openRaw(t, p, coord)
+	r.challenge()
+	r.down(protocol.MinReceiptBytes)
+	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinReceiptBytes}, `at most 1 "down"`)
+}
+
+// TestTransferTurnRules: the transfer turn goes to a run that asked for its challenge, for
+// a transfer that counts (1 MiB to 64 MiB); a receipt needs a challenge too.
+func TestTransferTurnRules(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newRationedCoordinator(t, clk)
+	p := newTestPeer(t)
+	openRaw(t, p, coord).refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinReceiptBytes}, "transfer refused: ask for a challenge first")
+	r := openRaw(t, p, coord)
+	r.challenge()
+	r.refused(protocol.BenchNetMsg{Op: "up", Size: 64 << 10}, "transfer refused: a transfer of at least 1 MiB")
+	r = openRaw(t, p, coord)
+	r.challenge()
+	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer + 1}, "at most 64 MiB each")
+	r = openRaw(t, p, coord)
+	r.refused(protocol.BenchNetMsg{Op: "down", Size: -1}, "transfer of -1 bytes refused")
+	if a := openRaw(t, p, coord).ask(protocol.BenchNetMsg{Op: "receipt"}); !strings.Contains(a.Error, "a receipt is for a run with a challenge") || len(a.Record) != 0 {
+		t.Fatalf("a receipt without a challenge: %+v", a)
+	}
+	if len(coord.transfers) != 0 {
+		t.Fatal("a refused run holds the transfer turn")
+	}
+}
+
+// TestTurnsPerHour: one peer gets turnsPerHour turns in any hour, whoever else takes theirs.
+func TestTurnsPerHour(t *testing.T) {
+	coord := newRationedCoordinator(t, clock.NewFake(testStart))
+	p, q := newTestPeer(t).ID, newTestPeer(t).ID
+	for i := 0; i < turnsPerHour; i++ {
+		if !coord.takeTurn(p, testStart.Add(time.Duration(i)*time.Minute)) {
+			t.Fatalf("turn %d refused", i+1)
+		}
+	}
+	if coord.takeTurn(p, testStart.Add(59*time.Minute)) {
+		t.Fatal("a turn past the hour's")
+	}
+	if !coord.takeTurn(q, testStart.Add(59*time.Minute)) {
+		t.Fatal("another peer refused for the first's turns")
+	}
+	if !coord.takeTurn(p, testStart.Add(time.Hour)) {
+		t.Fatal("the first turn's hour is over, and still refused")
+	}
+}
+
+// TestReceiptOfWhatWasMeasured: the receipt is what the coordinator measured on the stream:
+// the round trips between its answers and the next pings, the bytes moved each way. A run
+// that moved nothing gets a receipt that counts for nothing, and no link is kept.
+func TestReceiptOfWhatWasMeasured(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newRationedCoordinator(t, clk)
+	p := newTestPeer(t)
+	r := openRaw(t, p, coord)
+	ch, _, _ := protocol.CheckChallenge(r.challenge().Record, protocol.NewTrust(coord.peer.ID), p.ID)
+	for i := 0; i < 10; i++ {
+		r.ask(protocol.BenchNetMsg{Op: "ping"})
+	}
+	r.down(2 << 20)
+	r.up(1 << 20)
+	a := r.ask(protocol.BenchNetMsg{Op: "receipt"})
+	rc, err := protocol.CheckNetworkReceipt(a.Record, ch, p.ID.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.RTTSamples != 9 || rc.Bytes != 1<<20 || rc.UpMbps <= 0 || rc.DownMbps <= 0 || rc.Minimum != lenientMinimum || !rc.MeasuredAt.Equal(testStart) {
+		t.Fatalf("receipt: %+v", rc)
+	}
+	if m, ok := coord.links.of(p.ID); !ok || m.Bytes != 1<<20 || m.DownMbps != rc.DownMbps {
+		t.Fatalf("link kept: %+v %v", m, ok)
+	}
+	if len(coord.transfers) != 0 {
+		t.Fatal("the turn is held after the upload")
+	}
+
+	idle := newTestPeer(t)
+	r = openRaw(t, idle, coord)
+	ch, _, _ = protocol.CheckChallenge(r.challenge().Record, protocol.NewTrust(coord.peer.ID), idle.ID)
+	rc, err = protocol.CheckNetworkReceipt(r.ask(protocol.BenchNetMsg{Op: "receipt"}).Record, ch, idle.ID.String())
+	if err != nil || rc.Bytes != 0 || rc.RTTSamples != 0 {
+		t.Fatalf("the receipt of a run that moved nothing: %+v %v", rc, err)
+	}
+	if why := protocol.HostShortfall(rc, protocol.StorageBenchmark{}, rc.Minimum); !strings.HasPrefix(why, "network not measured by the coordinator") {
+		t.Fatalf("it counts: %q", why)
+	}
+	if _, ok := coord.links.of(idle.ID); ok {
+		t.Fatal("a link kept for a run that moved nothing")
+	}
+}
+
+// TestTransferTurnBounded: runs transfer one at a time; a run that takes the turn and then
+// stalls loses its stream and the turn after TransferHold, and the run waiting behind it
+// completes.
+func TestTransferTurnBounded(t *testing.T) {
+	hold := TransferHold
+	TransferHold = time.Second
+	t.Cleanup(func() { TransferHold = hold })
+	clk := clock.NewFake(testStart)
+	coord := newTestCoordinator(t, clk)
+	hog := openRaw(t, newTestPeer(t), coord)
+	hog.challenge()
+	taken := time.Now()                // before the hog's turn began
+	hog.down(protocol.MinReceiptBytes) // and no upload: it keeps the turn
+	if len(coord.transfers) != 1 {
+		t.Fatal("the run holds no turn")
+	}
+	prov := newTestProvider(t, clk, coord, h100)
+	a := prov.run(t)
+	if a.Receipt == nil || a.Receipt.Bytes < protocol.MinReceiptBytes {
+		t.Fatalf("the run behind the hog: %+v", a.Receipt)
+	}
+	if since := time.Since(taken); since < TransferHold {
+		t.Fatalf("the run transferred during the hog's turn (%s after it began)", since)
+	}
+	if _, err := hog.read(); err == nil {
+		t.Fatal("the hog's stream outlived its turn")
+	}
+}
+
+// TestStreamsPerMinute: a peer opening more than benchRunsPerMinute streams a minute has
+// the next reset before anything is answered.
+func TestStreamsPerMinute(t *testing.T) {
+	coord := newRationedCoordinator(t, clock.NewFake(testStart))
+	p := newTestPeer(t)
+	for i := 0; i < benchRunsPerMinute; i++ {
+		openRaw(t, p, coord).challenge()
+	}
+	r := openRaw(t, p, coord)
+	r.send(protocol.BenchNetMsg{Op: "challenge"})
+	if a, err := r.read(); err == nil {
+		t.Fatalf("stream %d answered: %+v", benchRunsPerMinute+1, a)
+	}
+}
