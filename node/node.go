@@ -392,6 +392,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 
 	n.peer.Handle(protocol.ApplyProtocol, n.coord.HandleApply)
 	n.peer.Handle(protocol.BenchNetProtocol, n.benchCoord.HandleBenchNet)
+	n.peer.Handle(protocol.BenchNetProtocolV1, n.benchCoord.HandleBenchNetV1)
 	n.peer.Handle(protocol.JobReportProtocol, n.settlement.HandleJobReport)
 	n.peer.Handle(protocol.WalletProtocol, n.settlement.HandleWallet)
 	n.goLoop(func() { n.coord.RenewLoop(runCtx) })

@@ -20,7 +20,10 @@ import (
 
 // The bench-net stream (docs/protocols/benchmarks.md, section 4), both ends: the
 // coordinator serves one benchmark run per stream (a challenge, pings, a transfer each way,
-// its receipt of what it measured), the provider's runner asks for them.
+// its receipt of what it measured), the provider's runner asks for them. Requests are in
+// lock step with the answers: every answer holds a fresh token that the next ping, download
+// or upload echoes, so that none is sent before the answer it follows has arrived (what
+// the coordinator times would otherwise be the provider's sending, not the link).
 
 // netOpLimits bound the requests of one stream: one benchmark run per stream, one
 // challenge, ten round trips (a few more allowed), one transfer each way, one receipt.
@@ -49,7 +52,7 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 		}
 		arrived := time.Now()
 		r.timeArrival(m.Op, arrived)
-		if !r.withinLimits(m) {
+		if !r.withinLimits(m) || !r.inStep(m) {
 			return
 		}
 		if (m.Op == "down" || m.Op == "up") && !r.holding {
@@ -62,14 +65,33 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 		if !ok {
 			return
 		}
-		if reply == nil {
-			continue // the download's bytes are the answer
-		}
-		if err := protocol.WriteJSONFrame(s, *reply); err != nil {
+		if err := protocol.WriteJSONFrame(s, reply); err != nil {
 			return
 		}
 		r.answered = time.Now()
 	}
+}
+
+// HandleBenchNetV1 answers a provider still on the first bench-net protocol, which this
+// coordinator no longer measures: its first request gets an error that tells its operator
+// to upgrade (the provider logs it as its run's failure), and the stream ends.
+func (c *Coordinator) HandleBenchNetV1(s network.Stream) {
+	defer s.Close()
+	remote := s.Conn().RemotePeer()
+	if !c.rate.Allow(remote, time.Now()) {
+		c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "rate_limited").Inc()
+		c.peer.Misbehaved(remote)
+		s.Reset()
+		return
+	}
+	s.SetDeadline(time.Now().Add(time.Minute))
+	var m protocol.BenchNetMsg
+	if err := protocol.ReadJSONFrame(bufio.NewReader(s), protocol.MaxBenchNetRequest, &m); err != nil {
+		return
+	}
+	c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "unknown_version").Inc()
+	protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("this coordinator measures over %s: upgrade gpunex on this provider "+
+		"to benchmark against it (docs/protocols/benchmarks.md, section 4); the attestation held stays valid until it expires", protocol.BenchNetProtocol)})
 }
 
 // netRun is one bench-net stream on the coordinator: the run's challenge, what this end
@@ -89,7 +111,8 @@ type netRun struct {
 	downBytes, upBytes    int64
 	downTook, upTook      time.Duration
 	lastWasPing, inFlight bool
-	holding               bool // this run's turn to transfer
+	holding               bool   // this run's turn to transfer
+	token                 string // of the latest answer: the next ping or transfer echoes it
 }
 
 // release gives the transfer turn back, when the run holds it.
@@ -131,6 +154,38 @@ func (r *netRun) withinLimits(m protocol.BenchNetMsg) bool {
 	return true
 }
 
+// inStep checks that a ping or a transfer echoes the token of the answer before it, and
+// that the upload follows the download (whose end it echoes): one sent before that answer
+// arrived is refused, and counted as misbehaving.
+func (r *netRun) inStep(m protocol.BenchNetMsg) bool {
+	if m.Op != "ping" && m.Op != "down" && m.Op != "up" {
+		return true
+	}
+	why := ""
+	switch {
+	case r.token == "":
+		why = "ask for a challenge first"
+	case m.Op == "up" && r.ops["down"] == 0:
+		why = "download first: the upload echoes the token that ends the download"
+	case m.Token != r.token:
+		why = "each ping, download and upload echoes the token of the answer before it: send it once that answer has arrived"
+	default:
+		return true
+	}
+	r.c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "out_of_step").Inc()
+	r.c.peer.Misbehaved(r.remote)
+	protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: why})
+	return false
+}
+
+// nextToken draws the token of the answer being written.
+func (r *netRun) nextToken() string {
+	var b [8]byte
+	rand.Read(b[:])
+	r.token = hex.EncodeToString(b[:])
+	return r.token
+}
+
 // takeTransferTurn waits for the coordinator's transfer turn for the run's first transfer,
 // or tells the provider why it gets none.
 func (r *netRun) takeTransferTurn(m protocol.BenchNetMsg) bool {
@@ -141,8 +196,8 @@ func (r *netRun) takeTransferTurn(m protocol.BenchNetMsg) bool {
 	switch {
 	case r.challenge.Nonce == "":
 		why = "ask for a challenge first"
-	case m.Size < protocol.MinReceiptBytes:
-		why = fmt.Sprintf("a transfer of at least %d MiB", protocol.MinReceiptBytes>>20)
+	case m.Size < protocol.MinBenchTransfer:
+		why = fmt.Sprintf("a transfer of at least %d MiB", protocol.MinBenchTransfer>>20)
 	case !c.takeTurn(r.remote, time.Now()):
 		why = fmt.Sprintf("at most %d benchmark runs an hour", turnsPerHour)
 	}
@@ -165,36 +220,40 @@ func (r *netRun) takeTransferTurn(m protocol.BenchNetMsg) bool {
 	}
 }
 
-// answer serves one request: the frame to answer with, nil for a download (its bytes are
-// the answer); false ends the stream.
-func (r *netRun) answer(m protocol.BenchNetMsg, arrived time.Time) (*protocol.BenchNetMsg, bool) {
+// answer serves one request and returns the frame to answer with (after a download's
+// bytes, the frame that ends them); false ends the stream.
+func (r *netRun) answer(m protocol.BenchNetMsg, arrived time.Time) (protocol.BenchNetMsg, bool) {
 	switch m.Op {
 	case "challenge":
 		reply := r.newChallenge()
-		return &reply, true
+		reply.Token = r.nextToken()
+		return reply, true
 	case "ping":
-		return &protocol.BenchNetMsg{Op: m.Op}, true
+		return protocol.BenchNetMsg{Op: m.Op, Token: r.nextToken()}, true
 	case "down":
+		// The turn is the run's: a frame says so (a refusal is a frame too), then the bytes.
+		if err := protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Size: m.Size}); err != nil {
+			return protocol.BenchNetMsg{}, false
+		}
 		r.downStart, r.downBytes, r.inFlight = time.Now(), m.Size, true
 		buf := make([]byte, 64<<10)
 		for left := m.Size; left > 0; left -= int64(len(buf)) {
 			if _, err := r.s.Write(buf[:min(left, int64(len(buf)))]); err != nil {
-				return nil, false
+				return protocol.BenchNetMsg{}, false
 			}
 		}
-		return nil, true
+		return protocol.BenchNetMsg{Op: m.Op, Token: r.nextToken()}, true
 	case "up":
 		if _, err := io.CopyN(io.Discard, r.in, m.Size); err != nil {
-			return nil, false
+			return protocol.BenchNetMsg{}, false
 		}
 		r.upBytes, r.upTook = m.Size, time.Since(arrived)
 		r.release() // the run's transfers are over
-		return &protocol.BenchNetMsg{Op: m.Op}, true
+		return protocol.BenchNetMsg{Op: m.Op, Token: r.nextToken()}, true
 	case "receipt":
-		reply := r.receipt()
-		return &reply, true
+		return r.receipt(), true
 	default:
-		return nil, false
+		return protocol.BenchNetMsg{}, false
 	}
 }
 
@@ -257,9 +316,9 @@ func (r *netRun) receipt() protocol.BenchNetMsg {
 }
 
 // benchNetwork asks the coordinator for a challenge and measures the link: the median of
-// ten round trips, then size bytes each way; then it asks for the coordinator's receipt
-// of what it measured from its end. It returns the challenge, its own figures and the
-// receipt.
+// ten round trips, then size bytes each way (at least protocol.MinBenchTransfer); then it
+// asks for the coordinator's receipt of what it measured from its end. It returns the
+// challenge, its own figures and the receipt.
 func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([]byte, protocol.NetworkBenchmark, []byte, error) {
 	nb := protocol.NetworkBenchmark{Peer: coord.String()}
 	if err := b.peer.Reach(ctx, coord); err != nil {
@@ -267,25 +326,12 @@ func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([
 	}
 	s, err := b.peer.OpenStream(ctx, coord, protocol.BenchNetProtocol)
 	if err != nil {
-		return nil, nb, nil, fmt.Errorf("reach coordinator %s for the benchmarks: %w", coord, err)
+		return nil, nb, nil, fmt.Errorf("reach coordinator %s for the benchmarks over %s (a coordinator older than this node does not speak it): %w", coord, protocol.BenchNetProtocol, err)
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(2 * time.Minute))
-	in := bufio.NewReader(s)
-	ask := func(m protocol.BenchNetMsg) (protocol.BenchNetMsg, error) {
-		var r protocol.BenchNetMsg
-		if err := protocol.WriteJSONFrame(s, m); err != nil {
-			return r, err
-		}
-		if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetAnswer, &r); err != nil {
-			return r, err
-		}
-		if r.Error != "" {
-			return r, errors.New(r.Error)
-		}
-		return r, nil
-	}
-	ch, err := ask(protocol.BenchNetMsg{Op: "challenge"})
+	c := &netClient{s: s, in: bufio.NewReader(s)}
+	ch, err := c.ask(protocol.BenchNetMsg{Op: "challenge"})
 	if err != nil {
 		return nil, nb, nil, fmt.Errorf("challenge: %w", err)
 	}
@@ -298,47 +344,98 @@ func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([
 	var rtts []time.Duration
 	for i := 0; i < 10; i++ {
 		t0 := time.Now()
-		if _, err := ask(protocol.BenchNetMsg{Op: "ping"}); err != nil {
+		if _, err := c.ask(protocol.BenchNetMsg{Op: "ping"}); err != nil {
 			return nil, nb, nil, fmt.Errorf("ping: %w", err)
 		}
 		rtts = append(rtts, time.Since(t0))
 	}
 	slices.Sort(rtts)
 	nb.RTTMilli = float64(rtts[len(rtts)/2].Microseconds()) / 1000
-	t0 := time.Now()
-	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "down", Size: size}); err != nil {
-		return nil, nb, nil, err
-	}
-	if _, err := io.CopyN(io.Discard, in, size); err != nil {
+	size = max(size, protocol.MinBenchTransfer)
+	if nb.DownMbps, err = c.download(size); err != nil {
 		return nil, nb, nil, fmt.Errorf("download: %w", err)
 	}
-	nb.DownMbps = megabits(size, time.Since(t0))
-	t0 = time.Now()
-	if err := protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "up", Size: size}); err != nil {
-		return nil, nb, nil, err
+	if nb.UpMbps, err = c.upload(size, b.simulatedUpload()); err != nil {
+		return nil, nb, nil, fmt.Errorf("upload: %w", err)
+	}
+	receipt, err := c.ask(protocol.BenchNetMsg{Op: "receipt"})
+	if err != nil {
+		return nil, nb, nil, fmt.Errorf("the coordinator's network receipt: %w", err)
+	}
+	return ch.Record, nb, receipt.Record, nil
+}
+
+// netClient is the provider's end of a bench-net stream: it sends each request once the
+// answer before it has arrived, with that answer's token.
+type netClient struct {
+	s     network.Stream
+	in    *bufio.Reader
+	token string // of the latest answer
+}
+
+// send writes a request, echoing the latest answer's token.
+func (c *netClient) send(m protocol.BenchNetMsg) error {
+	m.Token = c.token
+	return protocol.WriteJSONFrame(c.s, m)
+}
+
+// read reads an answer and keeps its token; an answer with an error is that error.
+func (c *netClient) read() (protocol.BenchNetMsg, error) {
+	var r protocol.BenchNetMsg
+	if err := protocol.ReadJSONFrame(c.in, protocol.MaxBenchNetAnswer, &r); err != nil {
+		return r, err
+	}
+	if r.Error != "" {
+		return r, errors.New(r.Error)
+	}
+	c.token = r.Token
+	return r, nil
+}
+
+func (c *netClient) ask(m protocol.BenchNetMsg) (protocol.BenchNetMsg, error) {
+	if err := c.send(m); err != nil {
+		return protocol.BenchNetMsg{}, err
+	}
+	return c.read()
+}
+
+// download asks for size bytes and reads them once the coordinator gives the run its turn,
+// and the frame that ends them; it returns the rate it saw.
+func (c *netClient) download(size int64) (float64, error) {
+	if _, err := c.ask(protocol.BenchNetMsg{Op: "down", Size: size}); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if _, err := io.CopyN(io.Discard, c.in, size); err != nil {
+		return 0, err
+	}
+	mbps := megabits(size, time.Since(t0))
+	_, err := c.read()
+	return mbps, err
+}
+
+// upload sends size bytes, no faster than rate bits a second when rate is set (a slow
+// link simulated), and returns the rate it saw once the coordinator acknowledged them.
+func (c *netClient) upload(size int64, rate float64) (float64, error) {
+	t0 := time.Now()
+	if err := c.send(protocol.BenchNetMsg{Op: "up", Size: size}); err != nil {
+		return 0, err
 	}
 	zero := make([]byte, 64<<10)
-	rate := b.simulatedUpload() // bits per second; 0: none
 	for sent := int64(0); sent < size; {
-		n, err := s.Write(zero[:min(size-sent, int64(len(zero)))])
+		n, err := c.s.Write(zero[:min(size-sent, int64(len(zero)))])
 		if err != nil {
-			return nil, nb, nil, fmt.Errorf("upload: %w", err)
+			return 0, err
 		}
 		sent += int64(n)
 		if rate > 0 {
 			time.Sleep(time.Until(t0.Add(time.Duration(float64(sent*8) / rate * float64(time.Second)))))
 		}
 	}
-	var ack protocol.BenchNetMsg
-	if err := protocol.ReadJSONFrame(in, protocol.MaxBenchNetRequest, &ack); err != nil {
-		return nil, nb, nil, fmt.Errorf("upload: %w", err)
+	if _, err := c.read(); err != nil {
+		return 0, err
 	}
-	nb.UpMbps = megabits(size, time.Since(t0))
-	receipt, err := ask(protocol.BenchNetMsg{Op: "receipt"})
-	if err != nil {
-		return nil, nb, nil, fmt.Errorf("the coordinator's network receipt: %w", err)
-	}
-	return ch.Record, nb, receipt.Record, nil
+	return megabits(size, time.Since(t0)), nil
 }
 
 func megabits(bytes int64, d time.Duration) float64 {

@@ -19,9 +19,10 @@ import (
 // rawRun is a bench-net stream driven by hand, as a stranger's or a careless provider's
 // would be.
 type rawRun struct {
-	t  testing.TB
-	s  network.Stream
-	in *bufio.Reader
+	t     testing.TB
+	s     network.Stream
+	in    *bufio.Reader
+	token string // of the latest answer
 }
 
 func openRaw(t testing.TB, from *p2p.Peer, coord *testCoordinator) *rawRun {
@@ -76,31 +77,52 @@ func (r *rawRun) refused(m protocol.BenchNetMsg, why string) {
 func (r *rawRun) challenge() protocol.BenchNetMsg {
 	r.t.Helper()
 	a := r.ask(protocol.BenchNetMsg{Op: "challenge"})
-	if a.Error != "" || len(a.Record) == 0 {
+	if a.Error != "" || len(a.Record) == 0 || a.Token == "" {
 		r.t.Fatalf("challenge: %+v", a)
 	}
+	r.token = a.Token
 	return a
 }
 
-// down asks for size bytes and reads them.
+// ping sends a ping that echoes the latest answer's token and reads its answer.
+func (r *rawRun) ping() {
+	r.t.Helper()
+	a := r.ask(protocol.BenchNetMsg{Op: "ping", Token: r.token})
+	if a.Op != "ping" || a.Error != "" || a.Token == "" || a.Token == r.token {
+		r.t.Fatalf("ping: %+v", a)
+	}
+	r.token = a.Token
+}
+
+// down asks for size bytes and reads the frame that gives the turn, the bytes, and the
+// frame that ends them.
 func (r *rawRun) down(size int64) {
 	r.t.Helper()
-	r.send(protocol.BenchNetMsg{Op: "down", Size: size})
+	if a := r.ask(protocol.BenchNetMsg{Op: "down", Size: size, Token: r.token}); a.Op != "down" || a.Size != size || a.Error != "" {
+		r.t.Fatalf("download: %+v", a)
+	}
 	if _, err := io.CopyN(io.Discard, r.in, size); err != nil {
 		r.t.Fatalf("download: %v", err)
 	}
+	a, err := r.read()
+	if err != nil || a.Op != "down" || a.Error != "" || a.Token == "" {
+		r.t.Fatalf("the download's end: %+v %v", a, err)
+	}
+	r.token = a.Token
 }
 
 // up sends size bytes and reads the acknowledgement.
 func (r *rawRun) up(size int64) {
 	r.t.Helper()
-	r.send(protocol.BenchNetMsg{Op: "up", Size: size})
+	r.send(protocol.BenchNetMsg{Op: "up", Size: size, Token: r.token})
 	if _, err := r.s.Write(make([]byte, size)); err != nil {
 		r.t.Fatal(err)
 	}
-	if a, err := r.read(); err != nil || a.Error != "" {
+	a, err := r.read()
+	if err != nil || a.Error != "" || a.Token == "" {
 		r.t.Fatalf("upload: %+v %v", a, err)
 	}
+	r.token = a.Token
 }
 
 // TestChallengeNamesTheAsker: a challenge names the stream's remote peer, is signed by the
@@ -135,37 +157,37 @@ func TestOneRunPerStream(t *testing.T) {
 	r.refused(protocol.BenchNetMsg{Op: "challenge"}, `at most 1 "challenge"`)
 
 	r = openRaw(t, p, coord)
+	r.challenge()
 	for i := 0; i < 16; i++ {
-		if a := r.ask(protocol.BenchNetMsg{Op: "ping"}); a.Op != "ping" || a.Error != "" {
-			t.Fatalf("ping %d: %+v", i, a)
-		}
+		r.ping()
 	}
-	r.refused(protocol.BenchNetMsg{Op: "ping"}, `at most 16 "ping"`)
+	r.refused(protocol.BenchNetMsg{Op: "ping", Token: r.token}, `at most 16 "ping"`)
 
 	r = openRaw(t, p, coord)
 	r.refused(protocol.BenchNetMsg{Op: "shell"}, `at most 0 "shell"`)
 
 	r = openRaw(t, p, coord)
 	r.challenge()
-	r.down(protocol.MinReceiptBytes)
-	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinReceiptBytes}, `at most 1 "down"`)
+	r.down(protocol.MinBenchTransfer)
+	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinBenchTransfer, Token: r.token}, `at most 1 "down"`)
 }
 
 // TestTransferTurnRules: the transfer turn goes to a run that asked for its challenge, for
-// a transfer that counts (1 MiB to 64 MiB); a receipt needs a challenge too.
+// a transfer that measures the link (4 MiB to 64 MiB); a receipt needs a challenge too.
 func TestTransferTurnRules(t *testing.T) {
 	clk := clock.NewFake(testStart)
 	coord := newRationedCoordinator(t, clk)
 	p := newTestPeer(t)
-	openRaw(t, p, coord).refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinReceiptBytes}, "transfer refused: ask for a challenge first")
+	openRaw(t, p, coord).refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinBenchTransfer}, "ask for a challenge first")
 	r := openRaw(t, p, coord)
 	r.challenge()
-	r.refused(protocol.BenchNetMsg{Op: "up", Size: 64 << 10}, "transfer refused: a transfer of at least 1 MiB")
+	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinReceiptBytes, Token: r.token}, "transfer refused: a transfer of at least 4 MiB")
 	r = openRaw(t, p, coord)
 	r.challenge()
-	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer + 1}, "at most 64 MiB each")
+	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer + 1, Token: r.token}, "at most 64 MiB each")
 	r = openRaw(t, p, coord)
-	r.refused(protocol.BenchNetMsg{Op: "down", Size: -1}, "transfer of -1 bytes refused")
+	r.challenge()
+	r.refused(protocol.BenchNetMsg{Op: "down", Size: -1, Token: r.token}, "transfer of -1 bytes refused")
 	if a := openRaw(t, p, coord).ask(protocol.BenchNetMsg{Op: "receipt"}); !strings.Contains(a.Error, "a receipt is for a run with a challenge") || len(a.Record) != 0 {
 		t.Fatalf("a receipt without a challenge: %+v", a)
 	}
@@ -204,19 +226,19 @@ func TestReceiptOfWhatWasMeasured(t *testing.T) {
 	r := openRaw(t, p, coord)
 	ch, _, _ := protocol.CheckChallenge(r.challenge().Record, protocol.NewTrust(coord.peer.ID), p.ID)
 	for i := 0; i < 10; i++ {
-		r.ask(protocol.BenchNetMsg{Op: "ping"})
+		r.ping()
 	}
-	r.down(2 << 20)
-	r.up(1 << 20)
+	r.down(2 * protocol.MinBenchTransfer)
+	r.up(protocol.MinBenchTransfer)
 	a := r.ask(protocol.BenchNetMsg{Op: "receipt"})
 	rc, err := protocol.CheckNetworkReceipt(a.Record, ch, p.ID.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc.RTTSamples != 9 || rc.Bytes != 1<<20 || rc.UpMbps <= 0 || rc.DownMbps <= 0 || rc.Minimum != lenientMinimum || !rc.MeasuredAt.Equal(testStart) {
+	if rc.RTTSamples != 9 || rc.Bytes != protocol.MinBenchTransfer || rc.UpMbps <= 0 || rc.DownMbps <= 0 || rc.Minimum != lenientMinimum || !rc.MeasuredAt.Equal(testStart) {
 		t.Fatalf("receipt: %+v", rc)
 	}
-	if m, ok := coord.links.of(p.ID); !ok || m.Bytes != 1<<20 || m.DownMbps != rc.DownMbps {
+	if m, ok := coord.links.of(p.ID); !ok || m.Bytes != protocol.MinBenchTransfer || m.DownMbps != rc.DownMbps {
 		t.Fatalf("link kept: %+v %v", m, ok)
 	}
 	if len(coord.transfers) != 0 {
@@ -249,8 +271,8 @@ func TestTransferTurnBounded(t *testing.T) {
 	coord := newTestCoordinator(t, clk)
 	hog := openRaw(t, newTestPeer(t), coord)
 	hog.challenge()
-	taken := time.Now()                // before the hog's turn began
-	hog.down(protocol.MinReceiptBytes) // and no upload: it keeps the turn
+	taken := time.Now()                 // before the hog's turn began
+	hog.down(protocol.MinBenchTransfer) // and no upload: it keeps the turn
 	if len(coord.transfers) != 1 {
 		t.Fatal("the run holds no turn")
 	}
@@ -280,4 +302,95 @@ func TestStreamsPerMinute(t *testing.T) {
 	if a, err := r.read(); err == nil {
 		t.Fatalf("stream %d answered: %+v", benchRunsPerMinute+1, a)
 	}
+}
+
+// TestPingsCannotBePipelined: pings sent at once, each before the answer to the one
+// before (round trips timed from answers the provider did not wait for), are refused: only
+// the first echoes the token of the answer before it.
+func TestPingsCannotBePipelined(t *testing.T) {
+	coord := newRationedCoordinator(t, clock.NewFake(testStart))
+	r := openRaw(t, newTestPeer(t), coord)
+	r.challenge()
+	for i := 0; i < 10; i++ {
+		r.send(protocol.BenchNetMsg{Op: "ping", Token: r.token})
+	}
+	answered, refusal := 0, ""
+	for i := 0; i < 10 && refusal == ""; i++ {
+		a, err := r.read()
+		if err != nil {
+			break
+		}
+		if refusal = a.Error; refusal == "" {
+			answered++
+		}
+	}
+	if answered != 1 || !strings.Contains(refusal, "token") {
+		t.Fatalf("%d pipelined pings answered, then %q", answered, refusal)
+	}
+}
+
+// TestUploadAfterTheDownload: an upload asked for before the download has arrived (which
+// would time the download to the early request, and the upload from bytes sent long
+// before) is refused: it cannot echo the token that ends the download.
+func TestUploadAfterTheDownload(t *testing.T) {
+	coord := newRationedCoordinator(t, clock.NewFake(testStart))
+	r := openRaw(t, newTestPeer(t), coord)
+	r.challenge()
+	for i := 0; i < 10; i++ {
+		r.ping()
+	}
+	size := int64(protocol.MinBenchTransfer)
+	r.send(protocol.BenchNetMsg{Op: "down", Size: size, Token: r.token})
+	r.send(protocol.BenchNetMsg{Op: "up", Size: size, Token: r.token})
+	go r.s.Write(make([]byte, size)) // the upload, at once
+	if a, err := r.read(); err != nil || a.Op != "down" || a.Size != size {
+		t.Fatalf("the download's turn: %+v %v", a, err)
+	}
+	if _, err := io.CopyN(io.Discard, r.in, size); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		a, err := r.read()
+		if err != nil {
+			t.Fatalf("the stream ended without a refusal: %v", err)
+		}
+		if a.Op == "down" && a.Error == "" {
+			continue // the download's end
+		}
+		if a.Op != "up" || !strings.Contains(a.Error, "token") {
+			t.Fatalf("an early upload answered: %+v", a)
+		}
+		return
+	}
+}
+
+// TestOldProvidersToldToUpgrade: a provider on the first bench-net protocol, whose figures
+// could be flattered, is not measured: its first request is answered with what to do.
+func TestOldProvidersToldToUpgrade(t *testing.T) {
+	coord := newRationedCoordinator(t, clock.NewFake(testStart))
+	old := newTestPeer(t)
+	connect(t, old, coord.peer)
+	s, err := old.Host.NewStream(context.Background(), coord.peer.ID, libp2pprotocol.ID(protocol.BenchNetProtocolV1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := &rawRun{t: t, s: s, in: bufio.NewReader(s)}
+	if a := r.ask(protocol.BenchNetMsg{Op: "challenge"}); a.Op != "challenge" || len(a.Record) != 0 || !strings.Contains(a.Error, "upgrade gpunex on this provider") || !strings.Contains(a.Error, protocol.BenchNetProtocol) {
+		t.Fatalf("an old provider's challenge: %+v", a)
+	}
+	if _, err := r.read(); err == nil {
+		t.Fatal("the old stream goes on")
+	}
+}
+
+// TestUploadFirstRefused: a run's upload comes after its download (it echoes the
+// download's end): an upload first, whose bytes could wait in buffers for the turn, is
+// refused.
+func TestUploadFirstRefused(t *testing.T) {
+	coord := newRationedCoordinator(t, clock.NewFake(testStart))
+	r := openRaw(t, newTestPeer(t), coord)
+	r.challenge()
+	r.ping()
+	r.refused(protocol.BenchNetMsg{Op: "up", Size: protocol.MinBenchTransfer, Token: r.token}, "download first")
 }

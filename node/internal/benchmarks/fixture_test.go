@@ -271,6 +271,7 @@ func newRationedCoordinator(t testing.TB, clk clock.Clock) *testCoordinator {
 	tc := &testCoordinator{peer: newTestPeer(t), clock: clk, models: &catalogues{}, links: &links{}}
 	tc.Coordinator = tc.build(lenientMinimum)
 	tc.peer.Handle(protocol.BenchNetProtocol, tc.HandleBenchNet)
+	tc.peer.Handle(protocol.BenchNetProtocolV1, tc.HandleBenchNetV1)
 	return tc
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+
 	"github.com/gpunex/gpunex/bench"
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/internal/clock"
@@ -19,8 +21,9 @@ var (
 	l4          = bench.SimulatedGPU{Model: "L4-24GB"}
 )
 
-// TestRunSignsAnAttestation: a run measures every GPU, the storage and the link against the
-// coordinator's challenge, and signs an attestation that any validator trusting that
+// TestRunSignsAnAttestation: a run measures every GPU, the storage and the link (at least
+// protocol.MinBenchTransfer each way, whatever bench.network_mb) against the coordinator's
+// challenge, and signs an attestation that any validator trusting that
 // coordinator accepts: the coordinator's receipt inside, a GPU under its threshold delisted
 // with the reason, the host listed. The run is kept (ledger, history), the publisher woken,
 // the job runner told what the probe found, and the coordinator keeps the link it measured.
@@ -54,7 +57,7 @@ func TestRunSignsAnAttestation(t *testing.T) {
 		t.Fatalf("signed by %s for %s", v.Signer, v.Provider)
 	case v.Challenge.Coordinator != coord.peer.ID.String() || v.Challenge.Provider != prov.peer.ID.String():
 		t.Fatalf("challenge: %+v", v.Challenge)
-	case v.Receipt == nil || v.Receipt.Bytes != 1<<20 || v.Receipt.RTTSamples < protocol.MinRTTSamples || v.Receipt.UpMbps <= 0 || v.Receipt.DownMbps <= 0:
+	case v.Receipt == nil || v.Receipt.Bytes != protocol.MinBenchTransfer || v.Receipt.RTTSamples < protocol.MinRTTSamples || v.Receipt.UpMbps <= 0 || v.Receipt.DownMbps <= 0:
 		t.Fatalf("the coordinator's receipt: %+v", v.Receipt)
 	case v.HostBelow != "":
 		t.Fatalf("host delisted on loopback: %s", v.HostBelow)
@@ -79,7 +82,7 @@ func TestRunSignsAnAttestation(t *testing.T) {
 	if prov.publisher.pokes() != 1 || len(prov.leases.probed) != 2 {
 		t.Fatalf("publisher woken %d times; the job runner told of %d GPUs", prov.publisher.pokes(), len(prov.leases.probed))
 	}
-	if m, ok := coord.links.of(prov.peer.ID); !ok || m.Bytes != 1<<20 || m.UpMbps != v.Receipt.UpMbps {
+	if m, ok := coord.links.of(prov.peer.ID); !ok || m.Bytes != protocol.MinBenchTransfer || m.UpMbps != v.Receipt.UpMbps {
 		t.Fatalf("the coordinator's measurement of the link: %+v %v", m, ok)
 	}
 }
@@ -94,6 +97,18 @@ func TestRunNeedsACoordinator(t *testing.T) {
 	d.Trusted = nil
 	if _, err := NewRunner(d).Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "set trust.coordinators") {
 		t.Fatalf("a run without a coordinator: %v", err)
+	}
+}
+
+// TestRunAgainstAnOldCoordinator: a coordinator that does not speak this node's bench-net
+// protocol fails the run with what to look at.
+func TestRunAgainstAnOldCoordinator(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newTestCoordinator(t, clk)
+	coord.peer.Host.RemoveStreamHandler(libp2pprotocol.ID(protocol.BenchNetProtocol))
+	prov := newTestProvider(t, clk, coord, h100)
+	if _, err := prov.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "a coordinator older than this node does not speak it") {
+		t.Fatalf("a run against an old coordinator: %v", err)
 	}
 }
 
