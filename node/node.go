@@ -292,7 +292,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.jobs.UseHealthCheck(n.bench.CheckGPUs)
 	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock,
 		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
-		Publisher: n.publisher, Alert: n.alerts.Event, Detect: func() ([]bench.GPUInfo, error) {
+		Publisher: standingChange{n.publisher, n.bench}, Alert: n.alerts.Event, Detect: func() ([]bench.GPUInfo, error) {
 			gpus, err := DetectGPUs(n.cfg, n.peer.ID)
 			bench.NameGPUs(gpus, current())
 			return gpus, err
@@ -386,7 +386,8 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	}
 	n.relayDesk.Store(n.coord)
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
-		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
+		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger, Models: n.models, Revocations: n.trust, Applications: n.ledger,
+		Log: n.log.With("subsystem", "benchmarks")})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Ledger: n.ledger, Clock: n.clock, Metrics: n.metrics,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 
@@ -401,6 +402,19 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	n.goLoop(func() { scorer.Run(runCtx) })
 	n.goLoop(func() { n.models.RepublishLoop(runCtx) })
 	return nil
+}
+
+// standingChange is what the applicant wakes when this provider's application or
+// certificate changes: the publisher (the offer changes) and the benchmarks (a run the
+// coordinator refused for want of them is tried again).
+type standingChange struct {
+	publisher *offers.Publisher
+	bench     *benchmarks.Runner
+}
+
+func (s standingChange) Poke() {
+	s.publisher.Poke()
+	s.bench.StandingChanged()
 }
 
 // revocationDesk is how a coordinator's onboarding reaches the revocations: the trust store

@@ -265,7 +265,15 @@ type BenchNetMsg struct {
 	// Token is, in an answer, a fresh random text; the next ping, down or up echoes it, so
 	// that no request is sent before the answer it follows has arrived.
 	Token string `json:"token,omitempty"`
-	Error string `json:"error,omitempty"`
+	// Certificate and Application are, in a challenge request, the provider's standing
+	// with the coordinator: its certificate, and the ID of its application. Only a run that
+	// shows a valid certificate or an open application gets the transfer turn.
+	Certificate []byte `json:"certificate,omitempty"`
+	Application string `json:"application,omitempty"`
+	Error       string `json:"error,omitempty"`
+	// Reason names a refusal for programs: not_provider (no standing shown), busy (the turn
+	// did not come in time).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Size limits of the bench-net frames: a request, and an answer carrying a challenge.

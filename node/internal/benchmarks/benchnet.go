@@ -56,10 +56,12 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 			return
 		}
 		if (m.Op == "down" || m.Op == "up") && !r.holding {
-			if !r.takeTransferTurn(m) {
+			if !r.mayTransfer(m) || !r.withinBudget(m) || !r.waitTurn(m) {
 				return
 			}
 			arrived = time.Now() // the turn's wait is not the transfer's
+		} else if (m.Op == "down" || m.Op == "up") && !r.withinBudget(m) {
+			return
 		}
 		reply, ok := r.answer(m, arrived)
 		if !ok {
@@ -111,8 +113,9 @@ type netRun struct {
 	downBytes, upBytes    int64
 	downTook, upTook      time.Duration
 	lastWasPing, inFlight bool
-	holding               bool   // this run's turn to transfer
-	token                 string // of the latest answer: the next ping or transfer echoes it
+	holding               bool     // this run's turn to transfer
+	standing              standing // what the challenge request showed
+	token                 string   // of the latest answer: the next ping or transfer echoes it
 }
 
 // release gives the transfer turn back, when the run holds it.
@@ -135,8 +138,8 @@ func (r *netRun) timeArrival(op string, arrived time.Time) {
 	r.lastWasPing = op == "ping"
 }
 
-// withinLimits counts a request against the stream's limits and a transfer against the
-// source's byte budgets; past them the provider is told why (and counted as misbehaving).
+// withinLimits counts a request against the stream's limits; past them the provider is
+// told why (and counted as misbehaving).
 func (r *netRun) withinLimits(m protocol.BenchNetMsg) bool {
 	c := r.c
 	if r.ops[m.Op]++; r.ops[m.Op] > netOpLimits[m.Op] {
@@ -145,13 +148,23 @@ func (r *netRun) withinLimits(m protocol.BenchNetMsg) bool {
 		protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("one benchmark run per stream: at most %d %q", netOpLimits[m.Op], m.Op)})
 		return false
 	}
-	if (m.Op == "down" || m.Op == "up") && (m.Size < 0 || m.Size > protocol.MaxBenchTransfer || !c.bytes.Take(r.s.Conn(), time.Now(), float64(m.Size))) {
-		c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
-		c.peer.Misbehaved(r.remote)
-		protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("transfer of %d bytes refused: at most %d MiB each, %d MiB an hour per peer", m.Size, protocol.MaxBenchTransfer>>20, BenchBytesPerHour>>20)})
-		return false
+	if (m.Op == "down" || m.Op == "up") && (m.Size < 0 || m.Size > protocol.MaxBenchTransfer) {
+		return r.overBudget(m)
 	}
 	return true
+}
+
+// withinBudget counts a transfer against the byte budgets of its peer and network.
+func (r *netRun) withinBudget(m protocol.BenchNetMsg) bool {
+	return r.c.bytes.Take(r.s.Conn(), time.Now(), float64(m.Size)) || r.overBudget(m)
+}
+
+// overBudget refuses a transfer out of range or over budget (counted as misbehaving).
+func (r *netRun) overBudget(m protocol.BenchNetMsg) bool {
+	r.c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
+	r.c.peer.Misbehaved(r.remote)
+	protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: fmt.Sprintf("transfer of %d bytes refused: at most %d MiB each, %d MiB an hour per peer", m.Size, protocol.MaxBenchTransfer>>20, BenchBytesPerHour>>20)})
+	return false
 }
 
 // inStep checks that a ping or a transfer echoes the token of the answer before it, and
@@ -186,26 +199,34 @@ func (r *netRun) nextToken() string {
 	return r.token
 }
 
-// takeTransferTurn waits for the coordinator's transfer turn for the run's first transfer,
-// or tells the provider why it gets none.
-func (r *netRun) takeTransferTurn(m protocol.BenchNetMsg) bool {
+// mayTransfer says whether the run's first transfer may have the coordinator's turn, or
+// tells the provider why not.
+func (r *netRun) mayTransfer(m protocol.BenchNetMsg) bool {
 	c := r.c
-	// The turn is for a real run: its challenge first, transfers that count, and a
-	// few turns an hour per peer, so that nobody holds it for nothing.
-	why := ""
+	// The turn is for a real run of a provider of this coordinator: its challenge first
+	// (which showed its standing), transfers that count, and a few turns an hour per peer,
+	// so that nobody holds it for nothing.
+	why, reason := "", "over_budget"
 	switch {
 	case r.challenge.Nonce == "":
 		why = "ask for a challenge first"
 	case m.Size < protocol.MinBenchTransfer:
 		why = fmt.Sprintf("a transfer of at least %d MiB", protocol.MinBenchTransfer>>20)
+	case r.standing == stranger:
+		why, reason = "this coordinator measures its certified providers and applicants only: apply first (gpunex apply), or check the certificate this node holds (gpunex status)", "not_provider"
 	case !c.takeTurn(r.remote, time.Now()):
 		why = fmt.Sprintf("at most %d benchmark runs an hour", turnsPerHour)
+	default:
+		return true
 	}
-	if why != "" {
-		c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "over_budget").Inc()
-		protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: "transfer refused: " + why})
-		return false
-	}
+	c.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", reason).Inc()
+	protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: "transfer refused: " + why, Reason: reason})
+	return false
+}
+
+// waitTurn waits for the coordinator's transfer turn, at most transferWait.
+func (r *netRun) waitTurn(m protocol.BenchNetMsg) bool {
+	c := r.c
 	select {
 	case c.transfers <- struct{}{}:
 		r.holding = true
@@ -215,7 +236,7 @@ func (r *netRun) takeTransferTurn(m protocol.BenchNetMsg) bool {
 		r.s.SetDeadline(time.Now().Add(TransferHold))
 		return true
 	case <-time.After(transferWait):
-		protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: "the coordinator is measuring other providers: run the benchmarks again later"})
+		protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: "the coordinator is measuring other providers: run the benchmarks again later", Reason: "busy"})
 		return false
 	}
 }
@@ -225,6 +246,7 @@ func (r *netRun) takeTransferTurn(m protocol.BenchNetMsg) bool {
 func (r *netRun) answer(m protocol.BenchNetMsg, arrived time.Time) (protocol.BenchNetMsg, bool) {
 	switch m.Op {
 	case "challenge":
+		r.standing = r.c.standingOf(r.remote, m)
 		reply := r.newChallenge()
 		reply.Token = r.nextToken()
 		return reply, true
@@ -331,7 +353,9 @@ func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(2 * time.Minute))
 	c := &netClient{s: s, in: bufio.NewReader(s)}
-	ch, err := c.ask(protocol.BenchNetMsg{Op: "challenge"})
+	req := protocol.BenchNetMsg{Op: "challenge"}
+	req.Certificate, req.Application = b.standing(coord)
+	ch, err := c.ask(req)
 	if err != nil {
 		return nil, nb, nil, fmt.Errorf("challenge: %w", err)
 	}
@@ -365,6 +389,25 @@ func (b *Runner) benchNetwork(ctx context.Context, coord peer.ID, size int64) ([
 	return ch.Record, nb, receipt.Record, nil
 }
 
+// standing is what a run shows the coordinator for its transfer turn: the certificate this
+// node holds, and the ID of its application to that coordinator (the coordinator judges
+// both: standingOf).
+func (b *Runner) standing(coord peer.ID) (cert []byte, application string) {
+	cert, _ = b.ledger.OwnCertificate()
+	if own, err := b.ledger.GetOwnApplication(); err == nil && own.Coordinator == coord.String() {
+		application = own.ID
+	}
+	return cert, application
+}
+
+// refusal is the coordinator's refusal of a request, in its words; one for want of a
+// certificate or an application is ErrNotProvider.
+type refusal struct{ text, reason string }
+
+func (e refusal) Error() string { return e.text }
+
+func (e refusal) Is(target error) bool { return target == ErrNotProvider && e.reason == "not_provider" }
+
 // netClient is the provider's end of a bench-net stream: it sends each request once the
 // answer before it has arrived, with that answer's token.
 type netClient struct {
@@ -386,7 +429,7 @@ func (c *netClient) read() (protocol.BenchNetMsg, error) {
 		return r, err
 	}
 	if r.Error != "" {
-		return r, errors.New(r.Error)
+		return r, refusal{r.Error, r.Reason}
 	}
 	c.token = r.Token
 	return r, nil

@@ -34,7 +34,12 @@ type CoordinatorDeps struct {
 	Links Links
 	// Models holds the coordinator's model catalogue, which its challenges name.
 	Models Catalogues
-	Log    *slog.Logger
+	// Revocations and Applications tell whether a provider's certificate was revoked and
+	// whether its application is open: only certified providers and applicants get the
+	// transfer turn. Without them, nobody is certified or applying.
+	Revocations  Revocations
+	Applications Applications
+	Log          *slog.Logger
 }
 
 // Links keeps a coordinator's measurements of providers' links (the ledger).
@@ -59,6 +64,8 @@ type Coordinator struct {
 	transfers chan struct{}
 	minimum   protocol.HostMinimum
 	links     Links
+	revoked   Revocations
+	apps      Applications
 	log       *slog.Logger
 	turnsMu   sync.Mutex
 	turns     map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
@@ -67,32 +74,8 @@ type Coordinator struct {
 	turnsPerHour int
 }
 
-// turnsPerHour is how many transfer turns one peer gets an hour (a run takes one).
-const turnsPerHour = 4
-
-// takeTurn records a turn for p at now, unless p had turnsPerHour in the last hour.
-func (c *Coordinator) takeTurn(p peer.ID, now time.Time) bool {
-	c.turnsMu.Lock()
-	defer c.turnsMu.Unlock()
-	if c.turns == nil || len(c.turns) > 100_000 {
-		c.turns = map[peer.ID][]time.Time{} // a flood of identities costs them their history, not our memory
-	}
-	kept := c.turns[p][:0]
-	for _, t := range c.turns[p] {
-		if now.Sub(t) < time.Hour {
-			kept = append(kept, t)
-		}
-	}
-	if len(kept) >= c.turnsPerHour {
-		c.turns[p] = kept
-		return false
-	}
-	c.turns[p] = append(kept, now)
-	return true
-}
-
-// transferWait is how long a run waits for its turn to transfer.
-const transferWait = 90 * time.Second
+// transferWait is how long a run waits for its turn to transfer. (Tests shorten it.)
+var transferWait = 90 * time.Second
 
 // TransferHold is how long a run may keep its turn: the largest transfers (64 MiB each
 // way) at the listing minimum's rates (20 Mbit/s up, 50 down) take 38 s. (Tests shorten
@@ -112,7 +95,8 @@ const BenchBytesPerHour = 512 << 20
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
 	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
 		bytes:     p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
-		transfers: make(chan struct{}, 1), turnsPerHour: turnsPerHour, minimum: d.Minimum, links: d.Links, models: d.Models, log: d.Log}
+		transfers: make(chan struct{}, 1), turnsPerHour: turnsPerHour, minimum: d.Minimum, links: d.Links, models: d.Models,
+		revoked: d.Revocations, apps: d.Applications, log: d.Log}
 	if c.log == nil {
 		c.log = slog.Default()
 	}

@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/recordtest"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -23,6 +25,9 @@ type rawRun struct {
 	s     network.Stream
 	in    *bufio.Reader
 	token string // of the latest answer
+	// What the challenge request shows of the peer's standing.
+	cert        []byte
+	application string
 }
 
 func openRaw(t testing.TB, from *p2p.Peer, coord *testCoordinator) *rawRun {
@@ -35,6 +40,14 @@ func openRaw(t testing.TB, from *p2p.Peer, coord *testCoordinator) *rawRun {
 	t.Cleanup(func() { s.Reset() })
 	s.SetDeadline(time.Now().Add(time.Minute))
 	return &rawRun{t: t, s: s, in: bufio.NewReader(s)}
+}
+
+// openCertified opens a bench-net stream from p showing a certificate of the coordinator.
+func openCertified(t testing.TB, from *p2p.Peer, coord *testCoordinator) *rawRun {
+	t.Helper()
+	r := openRaw(t, from, coord)
+	r.cert = recordtest.Certificate(t, coord.peer.Key, from.ID, []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, testStart)
+	return r
 }
 
 func (r *rawRun) send(m protocol.BenchNetMsg) {
@@ -76,7 +89,7 @@ func (r *rawRun) refused(m protocol.BenchNetMsg, why string) {
 // challenge asks for the run's challenge.
 func (r *rawRun) challenge() protocol.BenchNetMsg {
 	r.t.Helper()
-	a := r.ask(protocol.BenchNetMsg{Op: "challenge"})
+	a := r.ask(protocol.BenchNetMsg{Op: "challenge", Certificate: r.cert, Application: r.application})
 	if a.Error != "" || len(a.Record) == 0 || a.Token == "" {
 		r.t.Fatalf("challenge: %+v", a)
 	}
@@ -166,7 +179,7 @@ func TestOneRunPerStream(t *testing.T) {
 	r = openRaw(t, p, coord)
 	r.refused(protocol.BenchNetMsg{Op: "shell"}, `at most 0 "shell"`)
 
-	r = openRaw(t, p, coord)
+	r = openCertified(t, p, coord)
 	r.challenge()
 	r.down(protocol.MinBenchTransfer)
 	r.refused(protocol.BenchNetMsg{Op: "down", Size: protocol.MinBenchTransfer, Token: r.token}, `at most 1 "down"`)
@@ -223,7 +236,7 @@ func TestReceiptOfWhatWasMeasured(t *testing.T) {
 	clk := clock.NewFake(testStart)
 	coord := newRationedCoordinator(t, clk)
 	p := newTestPeer(t)
-	r := openRaw(t, p, coord)
+	r := openCertified(t, p, coord)
 	ch, _, _ := protocol.CheckChallenge(r.challenge().Record, protocol.NewTrust(coord.peer.ID), p.ID)
 	for i := 0; i < 10; i++ {
 		r.ping()
@@ -269,7 +282,7 @@ func TestTransferTurnBounded(t *testing.T) {
 	t.Cleanup(func() { TransferHold = hold })
 	clk := clock.NewFake(testStart)
 	coord := newTestCoordinator(t, clk)
-	hog := openRaw(t, newTestPeer(t), coord)
+	hog := openCertified(t, newTestPeer(t), coord)
 	hog.challenge()
 	taken := time.Now()                 // before the hog's turn began
 	hog.down(protocol.MinBenchTransfer) // and no upload: it keeps the turn
@@ -334,7 +347,7 @@ func TestPingsCannotBePipelined(t *testing.T) {
 // before) is refused: it cannot echo the token that ends the download.
 func TestUploadAfterTheDownload(t *testing.T) {
 	coord := newRationedCoordinator(t, clock.NewFake(testStart))
-	r := openRaw(t, newTestPeer(t), coord)
+	r := openCertified(t, newTestPeer(t), coord)
 	r.challenge()
 	for i := 0; i < 10; i++ {
 		r.ping()
@@ -393,4 +406,81 @@ func TestUploadFirstRefused(t *testing.T) {
 	r.challenge()
 	r.ping()
 	r.refused(protocol.BenchNetMsg{Op: "up", Size: protocol.MinBenchTransfer, Token: r.token}, "download first")
+}
+
+// TestBenchNetTurnsForProvidersOnly (security review 2026-12-05, finding 8): a stranger
+// asks for a challenge and a download, then reads nothing, to hold the coordinator's only
+// transfer turn; it is refused the turn, and a certified provider's run gets its receipt
+// at once.
+func TestBenchNetTurnsForProvidersOnly(t *testing.T) {
+	hold, wait := TransferHold, transferWait
+	TransferHold, transferWait = 5*time.Second, time.Second
+	t.Cleanup(func() { TransferHold, transferWait = hold, wait })
+	clk := clock.NewFake(testStart)
+	coord := newTestCoordinator(t, clk)
+	stranger := openRaw(t, newTestPeer(t), coord)
+	stranger.challenge()
+	stranger.send(protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer, Token: stranger.token})
+	if _, err := stranger.in.Peek(1); err != nil { // the coordinator has answered: a refusal, or the turn
+		t.Fatal(err)
+	}
+	prov := newTestProvider(t, clk, coord, h100)
+	a, err := prov.Run(context.Background(), nil)
+	if err != nil || a.Receipt == nil || a.Receipt.Bytes < protocol.MinBenchTransfer {
+		t.Fatalf("a certified provider's run while a stranger asked for the turn: %v", err)
+	}
+	if m, err := stranger.read(); err != nil || !strings.Contains(m.Error, "certified providers and applicants only") {
+		t.Fatalf("the stranger's answer: %+v %v", m, err)
+	}
+}
+
+// TestStandingForTheTurn: the transfer turn goes to a run whose challenge request showed a
+// certificate that holds (a trusted coordinator's, for the stream's peer, unexpired, not
+// revoked) or the ID of the peer's own open application; to no other.
+func TestStandingForTheTurn(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newTestCoordinator(t, clk)
+	other := newTestCoordinator(t, clk) // a coordinator this one does not trust
+	cert := func(key crypto.PrivKey, p *p2p.Peer, at time.Time) []byte {
+		return recordtest.Certificate(t, key, p.ID, []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, at)
+	}
+	revoked, applying, asking, rejected := newTestPeer(t), newTestPeer(t), newTestPeer(t), newTestPeer(t)
+	coord.reviews.revoke(revoked.ID)
+	coord.reviews.apply("aaaaaaaaaaaa", applying.ID, protocol.StatusPending)
+	coord.reviews.apply("bbbbbbbbbbbb", asking.ID, protocol.StatusInfoRequested)
+	coord.reviews.apply("cccccccccccc", rejected.ID, protocol.StatusRejected)
+	someone := newTestPeer(t)
+	for _, c := range []struct {
+		name        string
+		p           *p2p.Peer
+		cert        func(p *p2p.Peer) []byte
+		application string
+		turn        bool
+	}{
+		{"certified", newTestPeer(t), func(p *p2p.Peer) []byte { return cert(coord.peer.Key, p, testStart) }, "", true},
+		{"another's certificate", newTestPeer(t), func(*p2p.Peer) []byte { return cert(coord.peer.Key, someone, testStart) }, "", false},
+		{"an untrusted coordinator's", newTestPeer(t), func(p *p2p.Peer) []byte { return cert(other.peer.Key, p, testStart) }, "", false},
+		{"expired", newTestPeer(t), func(p *p2p.Peer) []byte { return cert(coord.peer.Key, p, testStart.AddDate(0, 0, -31)) }, "", false},
+		{"revoked", revoked, func(p *p2p.Peer) []byte { return cert(coord.peer.Key, p, testStart) }, "", false},
+		{"not a certificate", newTestPeer(t), func(*p2p.Peer) []byte { return []byte("junk") }, "", false},
+		{"pending application", applying, nil, "aaaaaaaaaaaa", true},
+		{"application with a question", asking, nil, "bbbbbbbbbbbb", true},
+		{"rejected application", rejected, nil, "cccccccccccc", false},
+		{"another's application", newTestPeer(t), nil, "aaaaaaaaaaaa", false},
+		{"unknown application", newTestPeer(t), nil, "dddddddddddd", false},
+		{"nothing shown", newTestPeer(t), nil, "", false},
+	} {
+		r := openRaw(t, c.p, coord)
+		if c.cert != nil {
+			r.cert = c.cert(c.p)
+		}
+		r.application = c.application
+		r.challenge()
+		a := r.ask(protocol.BenchNetMsg{Op: "down", Size: protocol.MinBenchTransfer, Token: r.token})
+		if got := a.Error == ""; got != c.turn || (!c.turn && (a.Reason != "not_provider" || !strings.Contains(a.Error, "apply first (gpunex apply)"))) {
+			t.Errorf("%s: the turn's answer %+v", c.name, a)
+		}
+		r.s.Reset()
+		waitUntil(t, "the turn given back", func() bool { return len(coord.transfers) == 0 })
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/recordtest"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -226,6 +227,51 @@ func (l *links) of(provider peer.ID) (ledger.LinkMeasurement, bool) {
 	return m, ok
 }
 
+// reviews are the coordinator's review queue and the revocations it knows.
+type reviews struct {
+	mu      sync.Mutex
+	apps    map[string]ledger.Application
+	revoked map[string]bool // providers whose certificates are revoked
+}
+
+func (r *reviews) GetApplication(id string) (ledger.Application, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.apps[id]
+	if !ok {
+		return a, ledger.ErrNotFound
+	}
+	return a, nil
+}
+
+func (r *reviews) RevocationOf(c *protocol.SignedCertificate) *protocol.SignedRevocation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.revoked[c.Provider] {
+		return &protocol.SignedRevocation{}
+	}
+	return nil
+}
+
+// apply puts an application of provider with status in the queue, under id.
+func (r *reviews) apply(id string, provider peer.ID, status string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.apps == nil {
+		r.apps = map[string]ledger.Application{}
+	}
+	r.apps[id] = ledger.Application{ID: id, Provider: provider.String(), Status: status}
+}
+
+func (r *reviews) revoke(provider peer.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.revoked == nil {
+		r.revoked = map[string]bool{}
+	}
+	r.revoked[provider.String()] = true
+}
+
 // alerts records what the runner told the operator through the alerts.
 type alerts struct {
 	mu   sync.Mutex
@@ -247,10 +293,11 @@ func (a *alerts) all() []string {
 // testCoordinator is a coordinator's side of the benchmarks on its own host.
 type testCoordinator struct {
 	*Coordinator
-	peer   *p2p.Peer
-	clock  clock.Clock
-	models *catalogues
-	links  *links
+	peer    *p2p.Peer
+	clock   clock.Clock
+	models  *catalogues
+	links   *links
+	reviews *reviews
 }
 
 // lenientMinimum is a listing minimum that loopback on a busy machine always passes.
@@ -268,7 +315,7 @@ func newTestCoordinator(t testing.TB, clk clock.Clock) *testCoordinator {
 // newRationedCoordinator starts a coordinator's side with its limits as they are.
 func newRationedCoordinator(t testing.TB, clk clock.Clock) *testCoordinator {
 	t.Helper()
-	tc := &testCoordinator{peer: newTestPeer(t), clock: clk, models: &catalogues{}, links: &links{}}
+	tc := &testCoordinator{peer: newTestPeer(t), clock: clk, models: &catalogues{}, links: &links{}, reviews: &reviews{}}
 	tc.Coordinator = tc.build(lenientMinimum)
 	tc.peer.Handle(protocol.BenchNetProtocol, tc.HandleBenchNet)
 	tc.peer.Handle(protocol.BenchNetProtocolV1, tc.HandleBenchNetV1)
@@ -277,7 +324,8 @@ func newRationedCoordinator(t testing.TB, clk clock.Clock) *testCoordinator {
 
 func (tc *testCoordinator) build(m protocol.HostMinimum) *Coordinator {
 	return NewCoordinator(CoordinatorDeps{Peer: tc.peer, Clock: tc.clock, Metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 }),
-		Trust: protocol.NewTrust(tc.peer.ID), Minimum: m, Links: tc.links, Models: tc.models, Log: quietLogger()})
+		Trust: protocol.NewTrust(tc.peer.ID), Minimum: m, Links: tc.links, Models: tc.models,
+		Revocations: tc.reviews, Applications: tc.reviews, Log: quietLogger()})
 }
 
 // setMinimum has the coordinator hold its providers to m from the next stream on, without
@@ -306,7 +354,25 @@ type testProvider struct {
 	driver string // reported instead of the simulated driver's version, when set
 }
 
+// newTestProvider starts a provider that holds its coordinator's certificate.
 func newTestProvider(t testing.TB, clk *clock.Fake, coord *testCoordinator, gpus ...bench.SimulatedGPU) *testProvider {
+	t.Helper()
+	tp := newUncertifiedProvider(t, clk, coord, gpus...)
+	tp.certify(t, coord)
+	return tp
+}
+
+// certify gives the provider a certificate of coord, valid from the fake clock's start.
+func (tp *testProvider) certify(t testing.TB, coord *testCoordinator) {
+	t.Helper()
+	cert := recordtest.Certificate(t, coord.peer.Key, tp.peer.ID, []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 2}}, testStart)
+	if err := tp.ledger.SetOwnCertificate(cert); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newUncertifiedProvider starts a provider that holds no certificate.
+func newUncertifiedProvider(t testing.TB, clk *clock.Fake, coord *testCoordinator, gpus ...bench.SimulatedGPU) *testProvider {
 	t.Helper()
 	p := newTestPeer(t)
 	connect(t, p, coord.peer)

@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	mrand "math/rand/v2"
 	"strings"
 	"time"
@@ -26,19 +27,49 @@ func (b *Runner) Loop(ctx context.Context) {
 		case <-b.clock.After(500 * time.Millisecond):
 		}
 	}
+	retry := standingRetry
 	for {
+		wait := min(time.Hour, b.cfg.Interval.Duration)
 		if b.Due() {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-			if _, err := b.Run(rctx, nil); err != nil && ctx.Err() == nil {
+			_, err := b.Run(rctx, nil)
+			cancel()
+			switch {
+			case err == nil || ctx.Err() != nil:
+				retry = standingRetry
+			case errors.Is(err, ErrNotProvider):
+				// Not applied yet, or the application or certificate on its way: again
+				// soon, then less and less often (StandingChanged wakes the loop at once).
+				b.log.Info("the coordinator measures its providers and applicants only: benchmarking again once this node has applied", "in", retry)
+				wait, retry = min(wait, retry), min(2*retry, time.Hour)
+			default:
 				b.log.Warn("benchmark run failed; retrying later", "err", err)
 			}
-			cancel()
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.wake:
-		case <-b.clock.After(min(time.Hour, b.cfg.Interval.Duration)):
+		case <-b.clock.After(wait):
+		}
+	}
+}
+
+// standingRetry is the first wait before a run that the coordinator refused for want of a
+// certificate or an application is tried again; each refusal doubles it, up to an hour.
+const standingRetry = 10 * time.Second
+
+// StandingChanged tells the runner that this node's application or certificate changed
+// (the applicant's notifications): a run the coordinator refused for want of them is tried
+// again at once.
+func (b *Runner) StandingChanged() {
+	b.mu.Lock()
+	refused := b.refused
+	b.mu.Unlock()
+	if refused {
+		select {
+		case b.wake <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -103,6 +103,9 @@ type Runner struct {
 	uploadMbps float64
 	// forced makes the next Due true (Wake).
 	forced bool
+	// refused is set while the latest run was refused the coordinator's transfer turn for
+	// want of a certificate or an application (ErrNotProvider).
+	refused bool
 }
 
 // SimulateUpload slows the network benchmark's upload to mbps from the next run on (0:
@@ -177,6 +180,9 @@ func (b *Runner) RunWith(ctx context.Context, coord peer.ID, progress api.Progre
 	}
 	next("network and challenge (coordinator " + coord.String() + ")")
 	challenge, nb, receipt, err := b.benchNetwork(ctx, coord, b.cfg.NetworkMB<<20)
+	b.mu.Lock()
+	b.refused = errors.Is(err, ErrNotProvider)
+	b.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}

@@ -2,11 +2,13 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpunex/gpunex/bench"
 	"github.com/gpunex/gpunex/ledger"
@@ -352,4 +354,52 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestRunRefusedUntilApplied: a provider with neither certificate nor application gets no
+// transfer turn, and is told to apply; its loop tries again after standingRetry, then twice
+// as long, and at once when its application or certificate changes (StandingChanged),
+// which gets it measured as an applicant once its application is open.
+func TestRunRefusedUntilApplied(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newTestCoordinator(t, clk)
+	prov := newUncertifiedProvider(t, clk, coord, h100)
+	refusals := func(n float64) func() bool {
+		return func() bool {
+			return testutil.ToFloat64(coord.metrics.RecordsRejected.WithLabelValues("bench-net", "stream", "not_provider")) == n && clk.Waiters() > 0
+		}
+	}
+	if _, err := prov.Run(context.Background(), nil); !errors.Is(err, ErrNotProvider) || !strings.Contains(err.Error(), "apply first (gpunex apply)") {
+		t.Fatalf("a run before applying: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { prov.Loop(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "the loop's first run, refused", refusals(2))
+	clk.Advance(standingRetry)
+	waitUntil(t, "a retry after standingRetry, refused", refusals(3))
+	clk.Advance(2 * standingRetry)
+	waitUntil(t, "a retry twice as long after, refused", refusals(4))
+	prov.StandingChanged()
+	waitUntil(t, "a run as soon as the standing changed, refused", refusals(5))
+	if prov.Latest() != nil || !prov.refusedNow() {
+		t.Fatal("measured without applying")
+	}
+
+	coord.reviews.apply("0123456789ab", prov.peer.ID, protocol.StatusPending)
+	if err := prov.ledger.SetOwnApplication(ledger.OwnApplication{ID: "0123456789ab", Coordinator: coord.peer.ID.String(), Status: protocol.StatusPending}); err != nil {
+		t.Fatal(err)
+	}
+	prov.StandingChanged()
+	waitUntil(t, "the applicant's run", func() bool { return prov.Latest() != nil })
+	if prov.refusedNow() {
+		t.Fatal("still marked refused after a run")
+	}
+}
+
+func (tp *testProvider) refusedNow() bool {
+	tp.Runner.mu.Lock()
+	defer tp.Runner.mu.Unlock()
+	return tp.Runner.refused
 }
