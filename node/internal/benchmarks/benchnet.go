@@ -121,7 +121,7 @@ type netRun struct {
 // release gives the transfer turn back, when the run holds it.
 func (r *netRun) release() {
 	if r.holding {
-		<-r.c.transfers
+		r.c.turn.give()
 		r.holding = false
 	}
 }
@@ -224,21 +224,18 @@ func (r *netRun) mayTransfer(m protocol.BenchNetMsg) bool {
 	return false
 }
 
-// waitTurn waits for the coordinator's transfer turn, at most transferWait.
+// waitTurn waits for the coordinator's transfer turn, at most transferWait, behind the runs
+// of a higher standing (turnQueue).
 func (r *netRun) waitTurn(m protocol.BenchNetMsg) bool {
-	c := r.c
-	select {
-	case c.transfers <- struct{}{}:
-		r.holding = true
-		// A run holds the turn for its two transfers at most transferHold: a
-		// peer that reads or sends slowly (to keep others from measuring) loses
-		// its stream and the turn.
-		r.s.SetDeadline(time.Now().Add(TransferHold))
-		return true
-	case <-time.After(transferWait):
+	if !r.c.turn.take(r.standing, transferWait) {
 		protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Error: "the coordinator is measuring other providers: run the benchmarks again later", Reason: "busy"})
 		return false
 	}
+	r.holding = true
+	// A run holds the turn for its two transfers at most transferHold: a peer that reads or
+	// sends slowly (to keep others from measuring) loses its stream and the turn.
+	r.s.SetDeadline(time.Now().Add(TransferHold))
+	return true
 }
 
 // answer serves one request and returns the frame to answer with (after a download's

@@ -59,16 +59,16 @@ type Coordinator struct {
 	// per network.
 	rate  *p2p.PeerRate
 	bytes *p2p.Sources
-	// transfers lets one run's transfers go at a time, so that what the coordinator
-	// measures is the provider's link, not the other runs sharing the coordinator's.
-	transfers chan struct{}
-	minimum   protocol.HostMinimum
-	links     Links
-	revoked   Revocations
-	apps      Applications
-	log       *slog.Logger
-	turnsMu   sync.Mutex
-	turns     map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
+	// turn lets one run's transfers go at a time, so that what the coordinator measures
+	// is the provider's link, not the other runs sharing the coordinator's.
+	turn    turnQueue
+	minimum protocol.HostMinimum
+	links   Links
+	revoked Revocations
+	apps    Applications
+	log     *slog.Logger
+	turnsMu sync.Mutex
+	turns   map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
 	// turnsPerHour is the constant of that name (the package's tests, which run many times
 	// a minute, raise it).
 	turnsPerHour int
@@ -94,8 +94,8 @@ const BenchBytesPerHour = 512 << 20
 // NewCoordinator returns a coordinator's side of the benchmarks.
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
 	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
-		bytes:     p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
-		transfers: make(chan struct{}, 1), turnsPerHour: turnsPerHour, minimum: d.Minimum, links: d.Links, models: d.Models,
+		bytes:        p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
+		turnsPerHour: turnsPerHour, minimum: d.Minimum, links: d.Links, models: d.Models,
 		revoked: d.Revocations, apps: d.Applications, log: d.Log}
 	if c.log == nil {
 		c.log = slog.Default()

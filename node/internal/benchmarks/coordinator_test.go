@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -204,7 +205,7 @@ func TestTransferTurnRules(t *testing.T) {
 	if a := openRaw(t, p, coord).ask(protocol.BenchNetMsg{Op: "receipt"}); !strings.Contains(a.Error, "a receipt is for a run with a challenge") || len(a.Record) != 0 {
 		t.Fatalf("a receipt without a challenge: %+v", a)
 	}
-	if len(coord.transfers) != 0 {
+	if coord.turn.busy() {
 		t.Fatal("a refused run holds the transfer turn")
 	}
 }
@@ -254,7 +255,7 @@ func TestReceiptOfWhatWasMeasured(t *testing.T) {
 	if m, ok := coord.links.of(p.ID); !ok || m.Bytes != protocol.MinBenchTransfer || m.DownMbps != rc.DownMbps {
 		t.Fatalf("link kept: %+v %v", m, ok)
 	}
-	if len(coord.transfers) != 0 {
+	if coord.turn.busy() {
 		t.Fatal("the turn is held after the upload")
 	}
 
@@ -286,7 +287,7 @@ func TestTransferTurnBounded(t *testing.T) {
 	hog.challenge()
 	taken := time.Now()                 // before the hog's turn began
 	hog.down(protocol.MinBenchTransfer) // and no upload: it keeps the turn
-	if len(coord.transfers) != 1 {
+	if !coord.turn.busy() {
 		t.Fatal("the run holds no turn")
 	}
 	prov := newTestProvider(t, clk, coord, h100)
@@ -481,6 +482,104 @@ func TestStandingForTheTurn(t *testing.T) {
 			t.Errorf("%s: the turn's answer %+v", c.name, a)
 		}
 		r.s.Reset()
-		waitUntil(t, "the turn given back", func() bool { return len(coord.transfers) == 0 })
+		waitUntil(t, "the turn given back", func() bool { return !coord.turn.busy() })
+	}
+}
+
+// TestCertifiedProvidersFirst: certified providers' runs take the transfer turn before the
+// applicants' that were waiting longer, so that a flood of applications does not starve
+// the certified providers' renewals.
+func TestCertifiedProvidersFirst(t *testing.T) {
+	hold := TransferHold
+	TransferHold = time.Second
+	t.Cleanup(func() { TransferHold = hold })
+	clk := clock.NewFake(testStart)
+	coord := newTestCoordinator(t, clk)
+	applicantRun := func(id string) *rawRun {
+		p := newTestPeer(t)
+		coord.reviews.apply(id, p.ID, protocol.StatusPending)
+		r := openRaw(t, p, coord)
+		r.application = id
+		r.challenge()
+		r.send(protocol.BenchNetMsg{Op: "down", Size: protocol.MinBenchTransfer, Token: r.token})
+		return r
+	}
+	holder := applicantRun("aaaaaaaaaaaa")
+	if _, err := holder.in.Peek(1); err != nil { // it holds the turn, and will not upload
+		t.Fatal(err)
+	}
+	// Two applicants wait for the turn; when it comes, each notes whether the certified
+	// provider still waits, and gives it back.
+	type grant struct {
+		id            string
+		certifiedWait int
+	}
+	granted := make(chan grant, 2)
+	for _, id := range []string{"bbbbbbbbbbbb", "cccccccccccc"} {
+		r := applicantRun(id)
+		go func() {
+			if a, err := r.read(); err == nil && a.Error == "" {
+				granted <- grant{id, coord.turn.waiting(certified)}
+			}
+			r.s.Reset()
+		}()
+	}
+	waitUntil(t, "two applicants waiting", func() bool { return coord.turn.waiting(applicant) == 2 })
+	prov := newTestProvider(t, clk, coord, h100)
+	done := make(chan error, 1)
+	go func() { _, err := prov.Run(context.Background(), nil); done <- err }()
+	waitUntil(t, "the certified provider waiting", func() bool { return coord.turn.waiting(certified) == 1 })
+	holder.s.Reset()
+	if err := <-done; err != nil {
+		t.Fatalf("the certified provider's run: %v", err)
+	}
+	for _, want := range []string{"bbbbbbbbbbbb", "cccccccccccc"} {
+		if g := <-granted; g.id != want || g.certifiedWait != 0 {
+			t.Fatalf("applicant %s took the turn with %d certified providers waiting (want %s first)", g.id, g.certifiedWait, want)
+		}
+	}
+}
+
+// TestTurnQueue: the turn is given to one run at a time, the highest standing first and in
+// order of arrival within one; a run that waited its time leaves the queue; beyond
+// maxWaiting runs of one standing, more are refused at once.
+func TestTurnQueue(t *testing.T) {
+	var q turnQueue
+	if !q.take(applicant, time.Hour) || !q.busy() {
+		t.Fatal("a free turn not taken")
+	}
+	if q.take(certified, time.Millisecond) || q.waiting(certified) != 0 {
+		t.Fatal("a held turn taken, or its waiter left behind")
+	}
+	order := make(chan string, maxWaiting+2)
+	wait := func(s standing, name string) {
+		go func() {
+			if q.take(s, time.Hour) {
+				order <- name
+			}
+		}()
+	}
+	for i := 0; i < maxWaiting; i++ {
+		wait(applicant, fmt.Sprint("applicant ", i))
+		waitUntil(t, "the applicant queued", func() bool { return q.waiting(applicant) == i+1 })
+	}
+	if q.take(applicant, time.Hour) {
+		t.Fatal("a run past the queue's bound got the turn")
+	}
+	wait(certified, "certified")
+	waitUntil(t, "the certified provider queued", func() bool { return q.waiting(certified) == 1 })
+	for i := -1; i < maxWaiting; i++ {
+		q.give()
+		want := fmt.Sprint("applicant ", i)
+		if i < 0 {
+			want = "certified"
+		}
+		if got := <-order; got != want {
+			t.Fatalf("turn %d went to %s, want %s", i+2, got, want)
+		}
+	}
+	q.give()
+	if q.busy() {
+		t.Fatal("the turn held with nobody waiting")
 	}
 }

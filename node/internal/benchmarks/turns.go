@@ -2,6 +2,8 @@ package benchmarks
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -81,4 +83,82 @@ func (c *Coordinator) takeTurn(p peer.ID, now time.Time) bool {
 	}
 	c.turns[p] = append(kept, now)
 	return true
+}
+
+// turnQueue is the coordinator's one transfer turn and the runs waiting for it: certified
+// providers' first, then applicants', each in order of arrival. A flood of applications (a
+// new key applies for free) thus delays a certified provider's renewal by one run at most.
+type turnQueue struct {
+	mu      sync.Mutex
+	held    bool
+	waiters [certified + 1][]*turnWaiter // by standing
+}
+
+type turnWaiter struct{ granted chan struct{} }
+
+// maxWaiting bounds the runs of one standing waiting for the turn; more are told the
+// coordinator is busy at once.
+const maxWaiting = 64
+
+// take waits at most wait for the turn, behind the runs of its standing that came first and
+// every run of a higher standing; false when it did not come.
+func (q *turnQueue) take(s standing, wait time.Duration) bool {
+	q.mu.Lock()
+	if !q.held {
+		q.held = true
+		q.mu.Unlock()
+		return true
+	}
+	if len(q.waiters[s]) >= maxWaiting {
+		q.mu.Unlock()
+		return false
+	}
+	w := &turnWaiter{granted: make(chan struct{})}
+	q.waiters[s] = append(q.waiters[s], w)
+	q.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-w.granted:
+		return true
+	case <-timer.C:
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-w.granted: // handed over as the wait ran out
+		return true
+	default:
+	}
+	q.waiters[s] = slices.DeleteFunc(q.waiters[s], func(x *turnWaiter) bool { return x == w })
+	return false
+}
+
+// give hands the turn to the first run waiting of the highest standing, or frees it.
+func (q *turnQueue) give() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for s := certified; s > stranger; s-- {
+		if len(q.waiters[s]) > 0 {
+			w := q.waiters[s][0]
+			q.waiters[s] = q.waiters[s][1:]
+			close(w.granted)
+			return
+		}
+	}
+	q.held = false
+}
+
+// busy says whether a run holds the turn.
+func (q *turnQueue) busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.held
+}
+
+// waiting counts the runs of a standing waiting for the turn.
+func (q *turnQueue) waiting(s standing) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiters[s])
 }
