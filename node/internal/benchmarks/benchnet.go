@@ -214,6 +214,8 @@ func (r *netRun) mayTransfer(m protocol.BenchNetMsg) bool {
 		why = fmt.Sprintf("a transfer of at least %d MiB", protocol.MinBenchTransfer>>20)
 	case r.standing == stranger:
 		why, reason = "this coordinator measures its certified providers and applicants only: apply first (gpunex apply), or check the certificate this node holds (gpunex status)", "not_provider"
+	case r.standing == applicant && !c.applicantNets.Take(r.s.Conn(), time.Now(), 1):
+		why = fmt.Sprintf("at most %d applicants' runs an hour from one network: run the benchmarks again later", applicantTurnsPerNetwork)
 	case !c.takeTurn(r.remote, time.Now()):
 		why = fmt.Sprintf("at most %d benchmark runs an hour", turnsPerHour)
 	default:

@@ -67,8 +67,10 @@ type Coordinator struct {
 	revoked Revocations
 	apps    Applications
 	log     *slog.Logger
-	turnsMu sync.Mutex
-	turns   map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
+	// applicantNets rations the applicants' turns per network (turns.go).
+	applicantNets *p2p.NetworkBudget
+	turnsMu       sync.Mutex
+	turns         map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
 	// turnsPerHour is the constant of that name (the package's tests, which run many times
 	// a minute, raise it).
 	turnsPerHour int
@@ -95,7 +97,7 @@ const BenchBytesPerHour = 512 << 20
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
 	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
 		bytes:        p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
-		turnsPerHour: turnsPerHour, minimum: d.Minimum, links: d.Links, models: d.Models,
+		turnsPerHour: turnsPerHour, applicantNets: p2p.NewNetworkBudget(applicantTurnsPerNetwork/60.0, applicantTurnsPerNetwork), minimum: d.Minimum, links: d.Links, models: d.Models,
 		revoked: d.Revocations, apps: d.Applications, log: d.Log}
 	if c.log == nil {
 		c.log = slog.Default()

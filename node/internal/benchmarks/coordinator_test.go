@@ -583,3 +583,41 @@ func TestTurnQueue(t *testing.T) {
 		t.Fatal("the turn held with nobody waiting")
 	}
 }
+
+// TestApplicantTurnsPerNetwork: applicants cost a fresh key and an application, so one
+// network (an IPv4 address, an IPv6 /64) gets applicantTurnsPerNetwork of their turns an
+// hour, whatever its keys; applicants of another network, and certified providers of the
+// same one, still get theirs.
+func TestApplicantTurnsPerNetwork(t *testing.T) {
+	clk := clock.NewFake(testStart)
+	coord := newRationedCoordinator(t, clk)
+	turn := func(p *p2p.Peer, certify bool) protocol.BenchNetMsg {
+		t.Helper()
+		r := openRaw(t, p, coord)
+		if certify {
+			r.cert = recordtest.Certificate(t, coord.peer.Key, p.ID, []protocol.CertifiedGPU{{Model: "H100-80GB", Count: 1}}, testStart)
+		} else {
+			r.application = fmt.Sprintf("%012x", p.ID[len(p.ID)-6:])
+			coord.reviews.apply(r.application, p.ID, protocol.StatusPending)
+		}
+		r.challenge()
+		a := r.ask(protocol.BenchNetMsg{Op: "down", Size: protocol.MinBenchTransfer, Token: r.token})
+		r.s.Reset()
+		waitUntil(t, "the turn given back", func() bool { return !coord.turn.busy() })
+		return a
+	}
+	for i := 0; i < applicantTurnsPerNetwork; i++ {
+		if a := turn(newTestPeerOn(t, "127.0.0.2"), false); a.Error != "" {
+			t.Fatalf("applicant %d of the network: %+v", i+1, a)
+		}
+	}
+	if a := turn(newTestPeerOn(t, "127.0.0.2"), false); !strings.Contains(a.Error, "applicants' runs an hour from one network") {
+		t.Fatalf("an applicant past its network's turns: %+v", a)
+	}
+	if a := turn(newTestPeerOn(t, "127.0.0.3"), false); a.Error != "" {
+		t.Fatalf("an applicant of another network: %+v", a)
+	}
+	if a := turn(newTestPeerOn(t, "127.0.0.2"), true); a.Error != "" {
+		t.Fatalf("a certified provider of the busy network: %+v", a)
+	}
+}

@@ -85,6 +85,13 @@ func (c *Coordinator) takeTurn(p peer.ID, now time.Time) bool {
 	return true
 }
 
+// applicantTurnsPerNetwork is how many transfer turns the applicants of one network (an
+// IPv4 address, an IPv6 /64) get an hour, 8 at once. An application costs a fresh key
+// nothing but the apply stream's budget, so applicants are rationed by where they come
+// from; certified providers are not (each is known and revocable, and one address may hold
+// many behind a NAT), and take their turns first (turnQueue).
+const applicantTurnsPerNetwork = 8
+
 // turnQueue is the coordinator's one transfer turn and the runs waiting for it: certified
 // providers' first, then applicants', each in order of arrival. A flood of applications (a
 // new key applies for free) thus delays a certified provider's renewal by one run at most.
