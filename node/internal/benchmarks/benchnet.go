@@ -46,6 +46,9 @@ func (c *Coordinator) HandleBenchNet(s network.Stream) {
 	defer r.release()
 	s.SetDeadline(time.Now().Add(3 * time.Minute))
 	for {
+		if r.holding {
+			r.s.SetReadDeadline(r.stallDeadline()) // the upload's request comes promptly
+		}
 		var m protocol.BenchNetMsg
 		if err := protocol.ReadJSONFrame(r.in, protocol.MaxBenchNetRequest, &m); err != nil {
 			return
@@ -113,9 +116,10 @@ type netRun struct {
 	downBytes, upBytes    int64
 	downTook, upTook      time.Duration
 	lastWasPing, inFlight bool
-	holding               bool     // this run's turn to transfer
-	standing              standing // what the challenge request showed
-	token                 string   // of the latest answer: the next ping or transfer echoes it
+	holding               bool      // this run's turn to transfer
+	turnEnd               time.Time // when the turn is taken back, at the latest
+	standing              standing  // what the challenge request showed
+	token                 string    // of the latest answer: the next ping or transfer echoes it
 }
 
 // release gives the transfer turn back, when the run holds it.
@@ -235,9 +239,53 @@ func (r *netRun) waitTurn(m protocol.BenchNetMsg) bool {
 	}
 	r.holding = true
 	// A run holds the turn for its two transfers at most transferHold: a peer that reads or
-	// sends slowly (to keep others from measuring) loses its stream and the turn.
-	r.s.SetDeadline(time.Now().Add(TransferHold))
+	// sends slowly (to keep others from measuring) loses its stream and the turn; one that
+	// stops moving bytes loses them sooner (paceDeadline).
+	r.turnEnd = time.Now().Add(TransferHold)
+	r.s.SetDeadline(r.turnEnd)
 	return true
+}
+
+// A run that holds the turn keeps it moving: every write of the download and every read of
+// the upload goes through within transferStall, the upload's request comes within
+// transferStall of the download's end, and each transfer averages minTransferMbps after its
+// first transferStall (a link that slow is far under any listing minimum). A peer that
+// stops reading, or trickles, loses its stream and the turn in seconds rather than
+// TransferHold.
+var transferStall = 5 * time.Second // (Tests shorten it.)
+
+const minTransferMbps = 1.0
+
+// paceDeadline is when a transfer that began at start must have moved done bytes: at its
+// average's floor, within transferStall from now, within the turn.
+func (r *netRun) paceDeadline(start time.Time, done int64) time.Time {
+	d := start.Add(transferStall + time.Duration(float64(done)*8/(minTransferMbps*1e6)*float64(time.Second)))
+	if stall := r.stallDeadline(); stall.Before(d) {
+		return stall
+	}
+	return d
+}
+
+// stallDeadline is when the run's next frame must be through, within its turn.
+func (r *netRun) stallDeadline() time.Time {
+	if d := time.Now().Add(transferStall); d.Before(r.turnEnd) {
+		return d
+	}
+	return r.turnEnd
+}
+
+// pacedReader reads an upload, each read within the run's pace.
+type pacedReader struct {
+	r     *netRun
+	start time.Time
+	done  int64
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	p.r.s.SetReadDeadline(p.r.paceDeadline(p.start, p.done+int64(len(b))))
+	n, err := p.r.in.Read(b)
+	p.done += int64(n)
+	return n, err
 }
 
 // answer serves one request and returns the frame to answer with (after a download's
@@ -253,23 +301,29 @@ func (r *netRun) answer(m protocol.BenchNetMsg, arrived time.Time) (protocol.Ben
 		return protocol.BenchNetMsg{Op: m.Op, Token: r.nextToken()}, true
 	case "down":
 		// The turn is the run's: a frame says so (a refusal is a frame too), then the bytes.
+		start := time.Now()
+		r.s.SetWriteDeadline(r.paceDeadline(start, 0))
 		if err := protocol.WriteJSONFrame(r.s, protocol.BenchNetMsg{Op: m.Op, Size: m.Size}); err != nil {
 			return protocol.BenchNetMsg{}, false
 		}
 		r.downStart, r.downBytes, r.inFlight = time.Now(), m.Size, true
 		buf := make([]byte, 64<<10)
-		for left := m.Size; left > 0; left -= int64(len(buf)) {
-			if _, err := r.s.Write(buf[:min(left, int64(len(buf)))]); err != nil {
+		for sent := int64(0); sent < m.Size; sent += int64(len(buf)) {
+			chunk := buf[:min(m.Size-sent, int64(len(buf)))]
+			r.s.SetWriteDeadline(r.paceDeadline(start, sent+int64(len(chunk))))
+			if _, err := r.s.Write(chunk); err != nil {
 				return protocol.BenchNetMsg{}, false
 			}
 		}
+		r.s.SetWriteDeadline(r.stallDeadline())
 		return protocol.BenchNetMsg{Op: m.Op, Token: r.nextToken()}, true
 	case "up":
-		if _, err := io.CopyN(io.Discard, r.in, m.Size); err != nil {
+		if _, err := io.CopyN(io.Discard, &pacedReader{r: r, start: arrived}, m.Size); err != nil {
 			return protocol.BenchNetMsg{}, false
 		}
 		r.upBytes, r.upTook = m.Size, time.Since(arrived)
 		r.release() // the run's transfers are over
+		r.s.SetDeadline(r.turnEnd)
 		return protocol.BenchNetMsg{Op: m.Op, Token: r.nextToken()}, true
 	case "receipt":
 		return r.receipt(), true

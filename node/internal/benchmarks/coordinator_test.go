@@ -621,3 +621,41 @@ func TestApplicantTurnsPerNetwork(t *testing.T) {
 		t.Fatalf("a certified provider of the busy network: %+v", a)
 	}
 }
+
+// TestStalledTransferLosesTheTurn: a run that holds the transfer turn and stops moving
+// bytes (a download it does not read, no upload after its download, an upload that
+// trickles) loses its stream and the turn within seconds, not TransferHold.
+func TestStalledTransferLosesTheTurn(t *testing.T) {
+	stall := transferStall
+	transferStall = time.Second
+	t.Cleanup(func() { transferStall = stall })
+	coord := newTestCoordinator(t, clock.NewFake(testStart))
+	for _, c := range []struct {
+		name  string
+		stall func(r *rawRun)
+	}{
+		{"a download it does not read", func(r *rawRun) {
+			r.send(protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer, Token: r.token})
+		}},
+		{"a download it stops reading", func(r *rawRun) {
+			r.send(protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer, Token: r.token})
+			io.CopyN(io.Discard, r.in, 16<<20) // at loopback's speed: time banked at the average's floor
+		}},
+		{"no upload after the download", func(r *rawRun) { r.down(protocol.MinBenchTransfer) }},
+		{"an upload that trickles", func(r *rawRun) {
+			r.down(protocol.MinBenchTransfer)
+			r.send(protocol.BenchNetMsg{Op: "up", Size: protocol.MinBenchTransfer, Token: r.token})
+			r.s.Write(make([]byte, 64<<10))
+		}},
+	} {
+		r := openCertified(t, newTestPeer(t), coord)
+		r.challenge()
+		start := time.Now()
+		c.stall(r)
+		waitUntil(t, c.name+": the turn taken", coord.turn.busy)
+		waitUntil(t, c.name+": the turn given back", func() bool { return !coord.turn.busy() })
+		if held := time.Since(start); held > TransferHold/4 {
+			t.Fatalf("%s: the turn held %s", c.name, held)
+		}
+	}
+}
