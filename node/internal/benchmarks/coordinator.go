@@ -57,17 +57,19 @@ type Coordinator struct {
 	models  Catalogues
 	// rate bounds the bench-net streams of each peer; bytes their transfers, per peer and
 	// per network.
-	rate  *p2p.PeerRate
-	bytes *p2p.Sources
-	// turn lets one run's transfers go at a time, so that what the coordinator measures
-	// is the provider's link, not the other runs sharing the coordinator's.
-	turn    turnQueue
+	rate    *p2p.PeerRate
+	bytes   *p2p.Sources
 	minimum protocol.HostMinimum
 	links   Links
-	revoked Revocations
-	apps    Applications
 	log     *slog.Logger
-	// applicantNets rations the applicants' turns per network (turns.go).
+
+	// The transfer turn (turns.go). turn lets one run's transfers go at a time, so that
+	// what the coordinator measures is the provider's link, not the other runs sharing the
+	// coordinator's; revoked and apps judge who may have it; applicantNets rations the
+	// applicants' turns per network, turns every peer's.
+	turn          turnQueue
+	revoked       Revocations
+	apps          Applications
 	applicantNets *p2p.NetworkBudget
 	turnsMu       sync.Mutex
 	turns         map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
@@ -75,14 +77,6 @@ type Coordinator struct {
 	// a minute, raise it).
 	turnsPerHour int
 }
-
-// transferWait is how long a run waits for its turn to transfer. (Tests shorten it.)
-var transferWait = 90 * time.Second
-
-// TransferHold is how long a run may keep its turn: the largest transfers (64 MiB each
-// way) at the listing minimum's rates (20 Mbit/s up, 50 down) take 38 s. (Tests shorten
-// it.)
-var TransferHold = 45 * time.Second
 
 // benchRunsPerMinute bounds the bench-net streams a peer opens in a minute.
 const benchRunsPerMinute = 6
@@ -95,10 +89,10 @@ const BenchBytesPerHour = 512 << 20
 
 // NewCoordinator returns a coordinator's side of the benchmarks.
 func NewCoordinator(d CoordinatorDeps) *Coordinator {
-	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, rate: p2p.NewPeerRate(benchRunsPerMinute),
-		bytes:        p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
-		turnsPerHour: turnsPerHour, applicantNets: p2p.NewNetworkBudget(applicantTurnsPerNetwork/60.0, applicantTurnsPerNetwork), minimum: d.Minimum, links: d.Links, models: d.Models,
-		revoked: d.Revocations, apps: d.Applications, log: d.Log}
+	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, models: d.Models,
+		rate: p2p.NewPeerRate(benchRunsPerMinute), bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
+		minimum: d.Minimum, links: d.Links, log: d.Log, revoked: d.Revocations, apps: d.Applications,
+		applicantNets: p2p.NewNetworkBudget(applicantTurnsPerNetwork/60.0, applicantTurnsPerNetwork), turnsPerHour: turnsPerHour}
 	if c.log == nil {
 		c.log = slog.Default()
 	}

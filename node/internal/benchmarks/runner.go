@@ -3,8 +3,8 @@
 // bench-net stream and challenges (docs/benchmarks.md).
 //
 // runner.go is the provider's runner and one run; loop.go when runs happen; notices.go what
-// the operator is told of a run; coordinator.go the coordinator's side; benchnet.go the
-// bench-net stream both speak.
+// the operator is told of a run; coordinator.go the coordinator's side and turns.go who gets
+// its transfer turn; benchnet.go the bench-net stream both speak.
 package benchmarks
 
 import (

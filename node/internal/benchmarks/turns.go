@@ -85,6 +85,14 @@ func (c *Coordinator) takeTurn(p peer.ID, now time.Time) bool {
 	return true
 }
 
+// transferWait is how long a run waits for its turn to transfer. (Tests shorten it.)
+var transferWait = 90 * time.Second
+
+// TransferHold is how long a run may keep its turn: the largest transfers (64 MiB each
+// way) at the listing minimum's rates (20 Mbit/s up, 50 down) take 38 s. (Tests shorten
+// it.)
+var TransferHold = 45 * time.Second
+
 // applicantTurnsPerNetwork is how many transfer turns the applicants of one network (an
 // IPv4 address, an IPv6 /64) get an hour, 8 at once. An application costs a fresh key
 // nothing but the apply stream's budget, so applicants are rationed by where they come
