@@ -33,7 +33,7 @@ var subsystemImports = []string{
 // that it reaches only its own tables; a subsystem not listed may name none.
 var ledgerStores = map[string][]string{
 	"node/internal/alerts":      {"AlertStore"},
-	"node/internal/benchmarks":  {"ProviderStore", "HistoryStore", "NotificationStore", "SerialStore"},
+	"node/internal/benchmarks":  {"ProviderStore", "HistoryStore", "NotificationStore", "SerialStore", "ApplicantStore"},
 	"node/internal/jobs":        {"JobStore"},
 	"node/internal/models":      {"ModelStore", "SerialStore"},
 	"node/internal/money":       {"JobStore", "WalletStore", "ProviderStore", "EscrowStore", "PayoutStore", "ReliabilityStore"},
