@@ -17,11 +17,13 @@ import (
 // at /input (docs/protocols/jobs.md, "Data in"). The renter's node describes the files in a
 // manifest (paths, modes, sizes, the SHA-256 of each fixed-size chunk); the proposal carries
 // the manifest's digest and size and the bytes the files hold, so that the provider agrees to
-// them before anything is sent. Once the lease holds, the renter opens the job-input stream,
-// names the job and sends the manifest; the provider answers with the chunks it does not hold
-// yet for this renter; the renter sends those, each checked by its digest on arrival.
+// them before anything is sent. Once the lease holds, the renter opens the job-input stream
+// and names the job; the provider, once it checked that the job is the renter's and waits
+// for its input, asks for the manifest; it answers that with the chunks it does not hold yet
+// for this renter; the renter sends those, each checked by its digest on arrival.
 
-// JobInputProtocol carries a leased job's input: open, manifest, missing, chunks, done.
+// JobInputProtocol carries a leased job's input: open, ready, manifest, missing, chunks,
+// done.
 const JobInputProtocol = "/gpunex/job-input/1.0.0"
 
 const (
@@ -114,9 +116,9 @@ type InputChunk struct {
 
 // InputMsg is a JSON frame of the job-input stream.
 type InputMsg struct {
-	// open (renter: names Job, the manifest follows as a frame of the proposal's
-	// manifest_size), missing (provider: which chunks to send), done (provider: the input is
-	// complete), error (either side: Reason).
+	// open (renter: names Job), ready (provider: send the manifest, a frame of the
+	// proposal's manifest_size), missing (provider: which chunks to send), done (provider:
+	// the input is complete), error (provider: Reason).
 	Type string `json:"type"`
 	Job  string `json:"job,omitempty"`
 	// Missing is a bitmap over the manifest's distinct chunks in the order they first
@@ -212,7 +214,7 @@ func (m *InputManifest) Check() error {
 			if e.Mode != 0 || e.Size != 0 || len(e.Chunks) != 0 {
 				return bad("link %q: no mode, size or chunks", e.Path)
 			}
-			if err := checkInputLink(e.Path, e.Target); err != nil {
+			if err := CheckInputLink(e.Path, e.Target); err != nil {
 				return bad("%v", err)
 			}
 		default:
@@ -269,9 +271,9 @@ func checkInputPath(p string) error {
 	return nil
 }
 
-// checkInputLink accepts a link at p whose target is relative and, read from the link's
-// folder, stays inside the input the link belongs to (the first name of p).
-func checkInputLink(p, target string) error {
+// CheckInputLink accepts a link at p (a manifest path) whose target is relative and, read
+// from the link's folder, stays inside the input the link belongs to (the first name of p).
+func CheckInputLink(p, target string) error {
 	if target == "" || len(target) > maxInputPath || strings.ContainsRune(target, 0) || !utf8.ValidString(target) {
 		return fmt.Errorf("link %q: a target of 1 to %d bytes of UTF-8 text without NUL", p, maxInputPath)
 	}
