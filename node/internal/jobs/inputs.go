@@ -156,6 +156,10 @@ func (r *Runner) HandleInput(s network.Stream) {
 	s.SetDeadline(deadline)
 	if err := r.receiveInput(s, in, w, p, m); err != nil {
 		r.log.Info("a job's input stream ended before its input was complete", "job", j.ID, "renter", remote, "err", err)
+		if isTimeout(err) {
+			s.Reset() // its time is over: a renter still writing learns it at once
+			return
+		}
 		fail(err)
 		return
 	}
