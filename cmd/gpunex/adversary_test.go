@@ -108,6 +108,12 @@ func newAttacker(t *testing.T, e *advEnv, connect ...string) *attacker {
 func newAttackerOn(t *testing.T, e *advEnv, ip string, connect ...string) *attacker {
 	t.Helper()
 	sk, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	return newAttackerKeyed(t, e, sk, ip, connect...)
+}
+
+// newAttackerKeyed is an attacker with the identity sk (a node's own, turned hostile).
+func newAttackerKeyed(t *testing.T, e *advEnv, sk crypto.PrivKey, ip string, connect ...string) *attacker {
+	t.Helper()
 	h, err := libp2p.New(libp2p.Identity(sk), libp2p.ListenAddrStrings("/ip4/"+ip+"/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +301,7 @@ func TestAdversary(t *testing.T) {
 	t.Cleanup(func() { dev.Process.Signal(os.Interrupt); dev.Wait() })
 	e := newAdvEnv(t, f)
 	var rows []advRow
-	for _, sc := range adversaryScenarios() {
+	for _, sc := range append(adversaryScenarios(), inputScenarios()...) { // data in: adversary_input_test.go
 		t.Run(sc.name, func(t *testing.T) { rows = append(rows, e.run(t, sc)) })
 	}
 	var b strings.Builder
