@@ -98,6 +98,9 @@ type ReportOutcome struct {
 	// Refused says why a report was not stored: it contradicts the job's escrow hold, or
 	// there is none.
 	Refused string
+	// Equivocation says the report's receipt is not the one its renter disputes: the
+	// provider signed two receipts for the job (Dispute.Equivocation).
+	Equivocation bool
 }
 
 // ChargeReports stores job reports and charges their holds, many per transaction, by the
@@ -194,7 +197,9 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 	switch h.State {
 	case HoldHeld:
 	case HoldDisputed:
-		return ReportOutcome{Added: true, Pending: true}, nil // the renter disputed first: a decision charges it
+		// The renter disputed first: a decision charges it.
+		eq, err := noteEquivocation(txn, rep)
+		return ReportOutcome{Added: true, Pending: true, Equivocation: eq}, err
 	default:
 		return ReportOutcome{Added: true}, nil // released (it never ran, said the provider) or charged
 	}

@@ -36,6 +36,10 @@ type Dispute struct {
 	Claimed protocol.MicroUSDC `json:"claimed"`
 	Reason  string             `json:"reason"`
 	State   string             `json:"state"`
+	// Equivocation says the provider reported another receipt of the job than the one the
+	// renter disputes: it signed two receipts for one job. A decision then charges at most
+	// the smaller (Cap).
+	Equivocation bool `json:"equivocation,omitempty"`
 	// Decision is the coordinator's signed decision, Charged what it charged.
 	Decision  []byte             `json:"decision,omitempty"`
 	DecidedAt time.Time          `json:"decided_at,omitzero"`
@@ -71,6 +75,13 @@ func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 		default:
 			return fmt.Errorf("%w: the hold of job %s is %s", ErrDisputeClosed, d.Job, h.State)
 		}
+		var rep JobReport
+		switch err := getJSON(txn, jobReportKey(d.Job, h.Provider), &rep); {
+		case err == nil:
+			out.Equivocation = !out.disputes(rep)
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
 		if h.State == HoldPending {
 			if err := txn.Delete(pendingKey(h)); err != nil {
 				return err
@@ -84,6 +95,37 @@ func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 		return putJSON(txn, prefixDispute+d.Job, out)
 	})
 	return out, err
+}
+
+// disputes says whether the dispute is of the receipt of the provider's report.
+func (d Dispute) disputes(rep JobReport) bool {
+	return protocol.RecordSHA256(d.Receipt) == rep.Terms.Receipt
+}
+
+// Cap is the most a decision may charge a disputed job whose provider reported rep: the
+// reported receipt's amount, or the smaller of the two receipts when the provider signed
+// two (Equivocation).
+func (d Dispute) Cap(rep JobReport) protocol.MicroUSDC {
+	if d.Equivocation {
+		return min(d.Claimed, rep.Terms.Amount)
+	}
+	return rep.Terms.Amount
+}
+
+// noteEquivocation marks the open dispute of a job equivocated when the report the
+// provider sends after it is of another receipt, and says whether it did.
+func noteEquivocation(txn *badger.Txn, rep JobReport) (bool, error) {
+	var d Dispute
+	if err := getJSON(txn, prefixDispute+rep.Job, &d); errors.Is(err, ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if d.State != DisputeOpen || d.Equivocation || d.disputes(rep) {
+		return false, nil
+	}
+	d.Equivocation = true
+	return true, putJSON(txn, prefixDispute+rep.Job, d)
 }
 
 // GetDispute returns a job's dispute, or ErrNotFound.
@@ -143,6 +185,9 @@ func (s *EscrowStore) DecideDispute(job string, decision []byte, amount protocol
 		case err != nil:
 			return err
 		default:
+			if c := d.Cap(rep); amount > c {
+				return fmt.Errorf("job %s may be charged at most %s USDC, not %s", job, c, amount)
+			}
 			e, err := chargeHold(txn, h, rep, amount, protocol.RuleDecision)
 			if err != nil {
 				return err

@@ -1036,6 +1036,38 @@ func TestUncountersignedReceipts(t *testing.T) {
 	}
 }
 
+// TestDisputeOfAnotherReceipt: a provider that hands its renter a 110 s receipt and
+// reports a 3,000 s one for the same job does not get the larger: the dispute shows both
+// and the provider's two signatures, and a decision for the provider charges what the
+// dispute showed as claimed.
+func TestDisputeOfAnotherReceipt(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, coord, prov)
+	const job = "00000000000000d3"
+	j := greedyReceipt(t, coord, prov, renter, job, 60) // reported: 3,000 s
+	reported, _, _ := protocol.OpenReceipt(j.Receipt)
+	r := *reported
+	r.Seconds, r.EndedAt = 110, r.StartedAt.Add(110*time.Second)
+	r.Amount = protocol.Cost(r.Price, r.GPUs, r.Seconds)
+	handed := j
+	handed.Receipt, _ = protocol.Seal(protocol.KindReceipt, r, prov.peer.Key)
+	if err := disputeReceipt(t, renter, prov, &handed, 100, "the job ended after 100 s"); err != nil {
+		t.Fatal(err)
+	}
+	shown, err := coord.settlement.Dispute(job)
+	if err != nil || !shown.Equivocation || shown.ClaimedUSDC != "0.11" || shown.ReportedUSDC != "3.00" || shown.FloorUSDC != "0.06" {
+		t.Fatalf("the dispute shows equivocation %v, claimed %s, reported %s, floor %s: %v", shown.Equivocation, shown.ClaimedUSDC, shown.ReportedUSDC, shown.FloorUSDC, err)
+	}
+	v, err := coord.settlement.ResolveDispute(job, api.ResolveRequest{For: "provider"})
+	if err != nil || v.ChargedUSDC != shown.ClaimedUSDC {
+		t.Fatalf("a decision for the provider charged %s; the dispute showed %s claimed: %v", v.ChargedUSDC, shown.ClaimedUSDC, err)
+	}
+}
+
 // greedyPrice is the price of greedyReceipt's jobs: 1,000 micro-USDC a second on one GPU.
 const greedyPrice = 3_600_000
 

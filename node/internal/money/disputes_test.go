@@ -3,6 +3,7 @@ package money
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,52 @@ func TestDisputeRefused(t *testing.T) {
 	d.net.report(t, d.provHost, j.report())
 	if err := ask(d.renter, j.id, dispute, j.receipt); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "too late to dispute") {
 		t.Fatalf("a dispute after the charge: %v", err)
+	}
+}
+
+// TestTwoReceiptsForOneJob: a provider that signs two receipts for one job (a small one
+// for the renter, a large one in its report) is caught whichever comes first, the
+// renter's dispute or the report: the dispute shows both amounts, a decision for the
+// provider charges the smaller, the operator is told and the provider's completion
+// counts it as a failed job.
+func TestTwoReceiptsForOneJob(t *testing.T) {
+	for _, reportFirst := range []bool{true, false} {
+		t.Run(fmt.Sprint("report first ", reportFirst), func(t *testing.T) {
+			d := newJobDesk(t)
+			reported := d.job(t, 1800, 600)         // 3.60 USDC, checkpoint 1.20
+			handed := reported.withReceipt(t, 1000) // 2.00 USDC
+			dispute := func() {
+				t.Helper()
+				if _, err := d.Serve(context.Background(), d.renter.id, protocol.WalletRequest{Op: "dispute", Job: handed.id,
+					Dispute: handed.dispute(t, 900, d.clock.Now()), Receipt: handed.receipt}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if reportFirst {
+				d.net.report(t, d.provHost, reported.report())
+				dispute()
+			} else {
+				dispute()
+				d.net.report(t, d.provHost, reported.report())
+			}
+			v, err := d.Dispute(reported.id)
+			if err != nil || !v.Equivocation || v.ClaimedUSDC != "2.00" || v.ReportedUSDC != "3.60" || v.FloorUSDC != "1.20" {
+				t.Fatalf("the dispute does not show the two receipts: equivocation %v, claimed %s, reported %s, floor %s, %v", v.Equivocation, v.ClaimedUSDC, v.ReportedUSDC, v.FloorUSDC, err)
+			}
+			if alerts := d.told(); len(alerts) != 1 || !strings.Contains(alerts[0], "two receipts") || !strings.Contains(alerts[0], reported.id) {
+				t.Fatalf("the operator was told %q", alerts)
+			}
+			rs, _ := d.ledger.Reliability.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
+			if rs.Reliability.Completion.Good == rs.Reliability.Completion.Total || len(rs.Events) != 1 || !strings.Contains(rs.Events[0], "two receipts") {
+				t.Fatalf("the provider's completion %+v, events %v", rs.Reliability.Completion, rs.Events)
+			}
+			if _, err := d.ResolveDispute(reported.id, api.ResolveRequest{USDC: "3.00"}); !errors.Is(err, api.ErrInvalid) {
+				t.Fatalf("a decision above the smaller receipt: %v", err)
+			}
+			v, err = d.ResolveDispute(reported.id, api.ResolveRequest{For: "provider"})
+			if err != nil || v.ChargedUSDC != v.ClaimedUSDC {
+				t.Fatalf("for the provider charged %s, the dispute showed %s claimed: %v", v.ChargedUSDC, v.ClaimedUSDC, err)
+			}
+		})
 	}
 }
