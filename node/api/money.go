@@ -130,6 +130,9 @@ type DisputeView struct {
 	// renter disputes: it signed two receipts for one job. A decision charges at most the
 	// smaller of ClaimedUSDC and ReportedUSDC.
 	Equivocation bool `json:"equivocation,omitempty"`
+	// HoldExpiresAt is when the job's hold expires: a dispute the provider never reported
+	// by then closes, and the hold returns to the renter.
+	HoldExpiresAt time.Time `json:"hold_expires_at,omitzero"`
 	// FloorUSDC is what the renter's countersigned checkpoints prove: the least a
 	// decision may charge.
 	FloorUSDC   string    `json:"floor_usdc,omitempty"`

@@ -92,6 +92,9 @@ func disputeView(d ledger.Dispute) api.DisputeView {
 // and the floor.
 func (s *disputes) view(d ledger.Dispute) (api.DisputeView, error) {
 	v := disputeView(d)
+	if h, err := s.ledger.Escrow.GetHold(d.Job); err == nil {
+		v.HoldExpiresAt = h.ExpiresAt
+	}
 	b, err := s.bounds(d)
 	if err != nil {
 		return v, err
@@ -167,44 +170,51 @@ func (s *disputes) ResolveDispute(job string, req api.ResolveRequest) (api.Dispu
 	if err != nil {
 		return api.DisputeView{}, err
 	}
+	if !b.reported && d.State == ledger.DisputeOpen {
+		return api.DisputeView{}, api.Conflict(s.notReported(d))
+	}
 	var amount protocol.MicroUSDC
 	switch {
-	case req.For == "provider" && b.reported:
-		amount = b.cap
 	case req.For == "provider":
-		return api.DisputeView{}, api.Conflict(fmt.Errorf("the provider has not reported job %s: nothing to charge yet", job))
+		amount = b.cap
 	case req.For == "renter":
 		amount = min(max(d.Amount, b.floor), b.cap)
 	case req.For == "" && req.USDC != "":
 		if amount, err = protocol.ParseUSDC(req.USDC); err != nil {
 			return api.DisputeView{}, api.Invalid(err)
 		}
-		if b.reported && (amount < b.floor || amount > b.cap) {
+		if amount < b.floor || amount > b.cap {
 			return api.DisputeView{}, api.Invalid(fmt.Errorf("decide between %s USDC (the renter's countersigned checkpoints) and %s USDC (%s)", b.floor, b.cap, capWhat(d)))
 		}
 	default:
 		return api.DisputeView{}, api.Invalid(errors.New("decide for the provider, for the renter, or an amount in USDC"))
 	}
-	var decision []byte
-	if b.reported {
-		dec := protocol.Decision{Version: protocol.JobVersion, Coordinator: s.id.String(), Job: job, Receipt: protocol.RecordSHA256(b.report.Receipt),
-			Amount: amount, Note: req.Note, DecidedAt: s.clock.Now().UTC()}
-		if decision, err = protocol.Seal(protocol.KindDecision, dec, s.key); err != nil {
-			return api.DisputeView{}, api.Invalid(err)
-		}
+	dec := protocol.Decision{Version: protocol.JobVersion, Coordinator: s.id.String(), Job: job, Receipt: protocol.RecordSHA256(b.report.Receipt),
+		Amount: amount, Note: req.Note, DecidedAt: s.clock.Now().UTC()}
+	decision, err := protocol.Seal(protocol.KindDecision, dec, s.key)
+	if err != nil {
+		return api.DisputeView{}, api.Invalid(err)
 	}
 	d, e, err := s.ledger.Escrow.DecideDispute(job, decision, amount, s.clock.Now())
-	if errors.Is(err, ledger.ErrDisputeClosed) {
+	switch {
+	case errors.Is(err, ledger.ErrDisputeClosed):
 		return api.DisputeView{}, api.Conflict(err)
-	} else if err != nil {
+	case errors.Is(err, ledger.ErrNotReported):
+		return api.DisputeView{}, api.Conflict(s.notReported(d))
+	case err != nil:
 		return api.DisputeView{}, err
 	}
-	if e != nil {
-		s.log.Info("dispute decided", "job", job, "rule", e.Rule, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())
-	} else {
-		s.log.Info("dispute decided: hold returned to the renter", "job", job)
-	}
+	s.log.Info("dispute decided", "job", job, "rule", e.Rule, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())
 	return s.view(d)
+}
+
+// notReported is why a dispute the provider has not reported cannot be decided yet.
+func (s *disputes) notReported(d ledger.Dispute) error {
+	until := "its expiry"
+	if h, err := s.ledger.Escrow.GetHold(d.Job); err == nil {
+		until = h.ExpiresAt.UTC().Format(time.RFC1123)
+	}
+	return fmt.Errorf("the provider has not reported job %s yet: wait for its report, and decide then (at least what the renter's countersigned checkpoints prove); without a report the hold returns to the renter at %s", d.Job, until)
 }
 
 // capWhat says what bounds a decision from above.
