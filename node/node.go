@@ -266,7 +266,7 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 func (n *Node) startMoney(d Deps, as *assembly) (err error) {
 	if n.cfg.Role == config.RoleCoordinator {
 		if n.settlement, err = money.NewSettlement(money.SettlementDeps{Deps: as.money, Offers: n.book,
-			Market: n.market, MarketTopic: as.market, PayoutSteps: d.PayoutSteps}); err != nil {
+			Market: n.market, MarketTopic: as.market, PayoutSteps: d.PayoutSteps, Alert: n.alerts.Event}); err != nil {
 			return err
 		}
 	}
