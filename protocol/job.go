@@ -153,6 +153,9 @@ type Lease struct {
 	EndsAt time.Time `json:"ends_at"`
 	Limits Limits    `json:"limits"`
 	Egress bool      `json:"egress"`
+	// Extends is the hex SHA-256 of the lease this one extends (a later EndsAt, every other
+	// term the same; extend.go), empty for a job's first lease.
+	Extends string `json:"extends,omitempty"`
 }
 
 // Receipt is a provider's signed account of a job's use of its GPUs. The renter

@@ -87,6 +87,7 @@ func newWalletServer(w *walletServer) *walletServer {
 		"batches":   {serve: w.serveBatches},
 		"dispute":   {serve: w.serveDispute},
 		"abandoned": {serve: w.serveAbandoned},
+		"extend":    {serve: w.serveExtend},
 		"bundle":    {serve: w.serveBundle},
 	}
 	return w
