@@ -69,6 +69,9 @@ type Job struct {
 	// AbandonReported is when the renter's coordinator took its account of the job as
 	// abandoned: the lease ended and the provider sent no receipt.
 	AbandonReported time.Time `json:"abandon_reported,omitzero"`
+	// PriorLeases are the leases Lease extends, oldest first (a lease that grew: each later
+	// one names the one before), kept for audit.
+	PriorLeases [][]byte `json:"prior_leases,omitempty"`
 }
 
 // PutJob stores a job.

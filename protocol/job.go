@@ -50,9 +50,11 @@ type JobMsg struct {
 	Reason string    `json:"reason,omitempty"`
 	Price  MicroUSDC `json:"price_micro_usdc_per_gpu_hour,omitempty"`
 	// control requests.
-	Op     string `json:"op,omitempty"` // status, logs, cancel, fetch
+	Op     string `json:"op,omitempty"` // status, logs, cancel, fetch, checkpoint, extend
 	Job    string `json:"job,omitempty"`
 	Follow bool   `json:"follow,omitempty"`
+	// extend: the seconds the renter adds to its job's lease (extend.go).
+	Seconds int64 `json:"seconds,omitempty"`
 	// log: a chunk of the job's output.
 	Data []byte `json:"data,omitempty"`
 	// status and end.

@@ -123,4 +123,7 @@ type Runtime interface {
 	// List returns every job the runtime holds, for reconciliation after a restart.
 	List(ctx context.Context) ([]Info, error)
 	Close() error
+	// ExtendWallClock lets a running job run by longer than its wall clock so far (a lease
+	// that grew); an ended or ending job is an error.
+	ExtendWallClock(ctx context.Context, id string, by time.Duration) error
 }

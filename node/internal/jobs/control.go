@@ -57,6 +57,8 @@ func (r *Runner) HandleControl(s network.Stream) {
 		sendMsg(s, protocol.JobMsg{Type: "status", Status: wireStatus(v)})
 	case "checkpoint":
 		r.meter(s, in, j, remote)
+	case "extend":
+		r.extendLease(s, in, j, m, remote)
 	case "logs":
 		s.SetDeadline(time.Time{})
 		r.streamLogs(s, j.ID, m.Follow)

@@ -552,6 +552,8 @@ type fakeEscrow struct {
 	disputes    []ledger.Job
 	abandoned   []ledger.Job
 	abandonErr  error
+	extended    []protocol.EscrowHold // the holds raised (extend_test.go); extendErr refuses
+	extendErr   error
 }
 
 func (f *fakeEscrow) RequestHold(_ context.Context, p protocol.Proposal, coordinator peer.ID) ([]byte, error) {

@@ -40,6 +40,9 @@ type Escrow interface {
 	// ReportAbandoned sends the renter's account of a job whose lease ended with no
 	// receipt (its lease and latest checkpoint, countersigned) to that coordinator.
 	ReportAbandoned(ctx context.Context, j ledger.Job) error
+	// ExtendHold asks the coordinator holding a job's escrow to raise its hold to amount
+	// and its expiry to expiresAt (a lease that grows), and returns the signed hold.
+	ExtendHold(ctx context.Context, j ledger.Job, amount protocol.MicroUSDC, expiresAt time.Time) ([]byte, error)
 }
 
 // RenterDeps are what a node's renter side needs.

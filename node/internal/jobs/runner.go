@@ -104,6 +104,7 @@ type Runner struct {
 	cancels   map[string]context.CancelFunc // running jobs' watchers
 	images    map[string]string             // image references by archive SHA-256
 	imports   map[string]*sync.Mutex        // one import per archive at a time
+	extending map[string]bool               // jobs whose lease is being extended (extend.go)
 	closed    bool
 	wg        sync.WaitGroup
 }
