@@ -15,6 +15,7 @@ func (a *APIServer) jobRoutes() []apiRoute {
 		{pattern: "GET /v1/jobs", answer: a.listJobs},
 		{pattern: "GET /v1/jobs/{id}", answer: a.jobStatus},
 		{pattern: "POST /v1/jobs/{id}/cancel", answer: a.cancelJob},
+		{pattern: "POST /v1/jobs/{id}/extend", answer: a.extendJob}, // localapi_extend.go
 		{pattern: "GET /v1/jobs/{id}/logs", stream: a.jobLogs},
 		{pattern: "GET /v1/jobs/{id}/output", stream: a.jobOutput},
 		{pattern: "GET /v1/uploads", answer: func(*http.Request) (any, error) { return a.n.renter.Uploads(), nil }}, // inputs being sent
