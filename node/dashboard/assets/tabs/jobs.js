@@ -1,5 +1,5 @@
 // Every role: Jobs: the jobs this node rented or runs, each with its live output; a renter
-// cancels one or downloads its output.
+// cancels one, extends its lease or downloads its output.
 import { api, maybe, stream } from '../api.js';
 import { busy, button, errorBox, facts, fill, h, say, short, table, card } from '../dom.js';
 import { t, usdc, when } from '../i18n.js';
@@ -73,6 +73,16 @@ function jobDetail(box, id) {
         refreshJob();
       }), 'danger');
       acts.push(cancel);
+    }
+    if (j.side === 'renter' && j.state === 'running') {
+      // A longer lease before this one ends: the hold raised, then the provider asked.
+      const hours = h('input', { type: 'number', min: 0.01, step: 'any', value: 1, id: 'extend-hours', 'aria-label': t('extend_hours'), title: t('extend_hours') });
+      const extend = button('extend', () => busy(extend, out, async () => {
+        await api('POST', `/v1/jobs/${id}/extend`, { hours: Number(hours.value) });
+        refreshJob();
+      }));
+      extend.id = 'job-extend';
+      acts.push(hours, extend);
     }
     if (j.side === 'renter' && j.state === 'ended') {
       // Through a one-time ticket: the browser saves the output to disk as it arrives,
