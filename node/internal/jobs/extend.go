@@ -246,6 +246,9 @@ func (r *Renter) ExtendJob(ctx context.Context, id string, seconds int64) (api.J
 		return api.JobView{}, err
 	}
 	j, err = r.ledger.UpdateJob(id, func(x *ledger.Job) error {
+		if !bytes.Equal(x.Lease, j.Lease) {
+			return errors.New("the job's lease changed meanwhile (another extension): see gpunex job status")
+		}
 		x.PriorLeases = append(x.PriorLeases, x.Lease)
 		x.Lease, x.LeaseCountersig, x.UpdatedAt = raw, cs, r.clock.Now()
 		x.Checkpoint, x.CheckpointCountersig = nil, nil // they name the lease extended

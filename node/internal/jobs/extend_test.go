@@ -142,6 +142,36 @@ func TestLeaseExtensionRefused(t *testing.T) {
 	unchanged("after the lease's end")
 }
 
+// TestExtensionWithinAvailability: with a weekly schedule (the offers subsystem's
+// publisher), an extension is taken only when the window stays open, without a break,
+// from the lease's end to the new end.
+func TestExtensionWithinAvailability(t *testing.T) {
+	sched, err := protocol.ParseSchedule("UTC", []string{"tue 00:00-14:00", "tue 15:00-16:00"}) // t0 is a Tuesday, 12:00
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{publisher: schedPublisher{sched}}
+	leaseEnd := t0.Add(time.Hour)
+	for _, c := range []struct {
+		to   time.Duration // after the lease's end
+		open bool
+	}{{30 * time.Minute, true}, {time.Hour, true}, {time.Hour + time.Second, false}, {150 * time.Minute, false}} {
+		if got := r.openThrough(leaseEnd, leaseEnd.Add(c.to)); got != c.open {
+			t.Errorf("extended to %s: open %v, want %v", leaseEnd.Add(c.to).Format(time.Kitchen), got, c.open)
+		}
+	}
+	if r.openThrough(t0.Add(150*time.Minute), t0.Add(160*time.Minute)) {
+		t.Error("an extension starting in the closed hour was taken")
+	}
+}
+
+// schedPublisher is a publisher with a weekly schedule.
+type schedPublisher struct{ s protocol.Schedule }
+
+func (p schedPublisher) Current() *protocol.SignedOffer { return nil }
+func (p schedPublisher) Open(now time.Time) bool        { return p.s.Open(now) }
+func (p schedPublisher) Schedule() protocol.Schedule    { return p.s }
+
 // ExtendHold signs the raised hold with the coordinator's key, unless extendErr refuses.
 func (f *fakeEscrow) ExtendHold(_ context.Context, j ledger.Job, amount protocol.MicroUSDC, expiresAt time.Time) ([]byte, error) {
 	f.mu.Lock()
