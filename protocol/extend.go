@@ -8,7 +8,8 @@ import (
 // Leases that grow: a renter asks the provider of its running job for a longer lease (the
 // "extend" op of the job-control stream), and the provider answers with a new lease that
 // extends the one in force: every term the same but a later EndsAt, and Extends naming
-// the lease it extends. docs/protocols/jobs.md, "Extending a lease".
+// the lease it extends, with a usage checkpoint of the new lease (JobMsg.Checkpoint) that
+// the renter countersigns with it. docs/protocols/jobs.md, "Extending a lease".
 
 // CheckExtension opens a lease that extends prev (whose envelope is prevRaw) and checks it:
 // signed by prev's provider, every term of prev (job, proposal, parties, model, GPUs,

@@ -55,6 +55,11 @@ type JobMsg struct {
 	Follow bool   `json:"follow,omitempty"`
 	// extend: the seconds the renter adds to its job's lease (extend.go).
 	Seconds int64 `json:"seconds,omitempty"`
+	// The extend exchange's accept: the provider's usage checkpoint of the new lease, for
+	// the seconds run so far; its countersign: the renter's countersignature of that
+	// checkpoint. The extension holds only with both, so that the provider never gives up
+	// countersigned usage for a longer lease (docs/protocols/jobs.md, "Extending a lease").
+	Checkpoint []byte `json:"checkpoint,omitempty"`
 	// log: a chunk of the job's output.
 	Data []byte `json:"data,omitempty"`
 	// status and end.

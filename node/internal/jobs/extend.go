@@ -22,16 +22,20 @@ import (
 // op extend), then sends the provider the "extend" op of the job-control stream with the
 // seconds to add and the raised hold. The provider checks its availability window and the
 // hold for the added period and answers with a new lease extending the one in force
-// (protocol.CheckExtension: the same terms, a later end, Extends naming it); the renter
-// countersigns it; the provider lets the job's sandbox run that much longer and keeps the
-// new lease as the job's: checkpoints and the receipt name it from then on. Each added
+// (protocol.CheckExtension: the same terms, a later end, Extends naming it) and a usage
+// checkpoint of the new lease for the seconds run so far; the renter countersigns both;
+// the provider lets the job's sandbox run that much longer and keeps the new lease as the
+// job's, with that checkpoint as its latest: checkpoints and the receipt name the new
+// lease from then on, and no countersigned usage is lost to the lease change. Each added
 // period is at most the proposal's max_seconds, the whole lease at most
 // protocol.MaxJobDuration.
 
 // The provider's end.
 
-// extendLease serves a renter's extend request for its job: a new lease out, the renter's
-// countersignature back, the sandbox's wall clock pushed back, the new lease kept.
+// extendLease serves a renter's extend request for its job: a new lease and a checkpoint
+// of it out, the renter's countersignatures of both back, the sandbox's wall clock pushed
+// back, the new lease and checkpoint kept. Without both countersignatures the lease in
+// force and its checkpoint stay.
 func (r *Runner) extendLease(s network.Stream, in *bufio.Reader, j ledger.Job, m protocol.JobMsg, remote peer.ID) {
 	fail := func(err error) { sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()}) }
 	if !r.startExtending(j.ID) {
@@ -46,15 +50,29 @@ func (r *Runner) extendLease(s network.Stream, in *bufio.Reader, j ledger.Job, m
 		fail(err)
 		return
 	}
-	if err := sendMsg(s, protocol.JobMsg{Type: "accept", Record: raw}); err != nil {
+	// The usage run so far, signed against the new lease: the renter countersigns it with
+	// the lease, so that the job's latest countersigned checkpoint names the lease in force.
+	longer := j
+	longer.Lease = raw
+	cpRaw, cp, err := r.checkpoint(longer)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if err := sendMsg(s, protocol.JobMsg{Type: "accept", Record: raw, Checkpoint: cpRaw}); err != nil {
 		return
 	}
 	a, err := readMsg(in)
 	if err != nil || a.Type != "countersign" {
 		return // the renter did not take it: the lease in force stays
 	}
-	if _, err := protocol.CheckCountersignature(a.Record, raw, protocol.KindLease, remote, r.clock.Now()); err != nil {
+	now = r.clock.Now()
+	if _, err := protocol.CheckCountersignature(a.Record, raw, protocol.KindLease, remote, now); err != nil {
 		fail(err)
+		return
+	}
+	if _, err := protocol.CheckCountersignature(a.Checkpoint, cpRaw, protocol.KindCheckpoint, remote, now); err != nil {
+		fail(fmt.Errorf("an extension needs the usage checkpoint of the new lease countersigned: %w", err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -69,9 +87,9 @@ func (r *Runner) extendLease(s network.Stream, in *bufio.Reader, j ledger.Job, m
 		}
 		x.PriorLeases = append(x.PriorLeases, x.Lease)
 		x.Lease, x.LeaseCountersig, x.UpdatedAt = raw, a.Record, r.clock.Now()
-		// The latest checkpoint names the lease extended: a report with the new lease
-		// cannot carry it. The renter asks for a checkpoint of the new lease at once.
-		x.Checkpoint, x.CheckpointCountersig = nil, nil
+		// The latest checkpoint named the lease extended, which a report with the new
+		// lease cannot carry: the one countersigned with it takes its place.
+		x.Checkpoint, x.CheckpointCountersig, x.CheckpointSeconds, x.MeteredAt = cpRaw, a.Checkpoint, cp.Seconds, now
 		return nil
 	})
 	if err != nil {
@@ -241,74 +259,100 @@ func (r *Renter) ExtendJob(ctx context.Context, id string, seconds int64) (api.J
 			return api.JobView{}, api.Conflict(fmt.Errorf("the coordinator did not raise the job's hold: %w", err))
 		}
 	}
-	raw, cs, err := r.askExtension(ctx, j, l, p, seconds, hold)
+	x, err := r.askExtension(ctx, j, l, p, seconds, hold)
 	if err != nil {
 		return api.JobView{}, err
 	}
-	j, err = r.ledger.UpdateJob(id, func(x *ledger.Job) error {
-		if !bytes.Equal(x.Lease, j.Lease) {
+	j, err = r.ledger.UpdateJob(id, func(cur *ledger.Job) error {
+		if !bytes.Equal(cur.Lease, j.Lease) {
 			return errors.New("the job's lease changed meanwhile (another extension): see gpunex job status")
 		}
-		x.PriorLeases = append(x.PriorLeases, x.Lease)
-		x.Lease, x.LeaseCountersig, x.UpdatedAt = raw, cs, r.clock.Now()
-		x.Checkpoint, x.CheckpointCountersig = nil, nil // they name the lease extended
+		cur.PriorLeases = append(cur.PriorLeases, cur.Lease)
+		cur.Lease, cur.LeaseCountersig, cur.UpdatedAt = x.lease, x.leaseCountersig, r.clock.Now()
+		// The checkpoint countersigned with the new lease takes the place of the latest,
+		// which names the lease extended.
+		cur.Checkpoint, cur.CheckpointCountersig, cur.CheckpointSeconds, cur.MeteredAt = x.checkpoint, x.checkpointCountersig, x.seconds, x.at
 		return nil
 	})
 	if err != nil {
 		return api.JobView{}, err
 	}
-	r.log.Info("lease extended", "job", id, "provider", j.Peer, "ends_at", ends)
-	r.meterOnce(ctx, j) // a checkpoint of the new lease now, not at the next interval
-	if cur, err := r.ledger.GetJob(id); err == nil {
-		j = cur
-	}
+	r.log.Info("lease extended", "job", id, "provider", j.Peer, "ends_at", ends, "metered_seconds", x.seconds)
 	return r.withInput(viewJob(j, r.clock.Now())), nil
 }
 
+// extension is a longer lease the provider took, with the checkpoint of the usage so far
+// that came with it, and this node's countersignatures of both.
+type extension struct {
+	lease, leaseCountersig           []byte
+	checkpoint, checkpointCountersig []byte
+	seconds                          int64     // the checkpoint's
+	at                               time.Time // when this node countersigned it
+}
+
 // askExtension sends the extend request to the job's provider, checks the longer lease it
-// answers and countersigns it; it returns the lease and the countersignature once the
+// answers and the checkpoint of it that comes along (no more than this node observed, no
+// less than it countersigned already) and countersigns both; it returns them once the
 // provider has extended the job.
-func (r *Renter) askExtension(ctx context.Context, j ledger.Job, l *protocol.Lease, p *protocol.Proposal, seconds int64, hold []byte) (raw, cs []byte, err error) {
+func (r *Renter) askExtension(ctx context.Context, j ledger.Job, l *protocol.Lease, p *protocol.Proposal, seconds int64, hold []byte) (*extension, error) {
 	s, in, err := r.control(ctx, j, protocol.JobMsg{Op: "extend", Seconds: seconds, Record: hold})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer s.Close()
 	s.SetDeadline(time.Now().Add(jobStepTimeout))
 	m, err := readMsg(in)
 	if err != nil {
-		return nil, nil, fmt.Errorf("provider's answer: %w", err)
+		return nil, fmt.Errorf("provider's answer: %w", err)
 	}
 	if m.Type != "accept" {
-		return nil, nil, api.Conflict(fmt.Errorf("%w: %s", ErrExtensionRefused, m.Reason))
+		return nil, api.Conflict(fmt.Errorf("%w: %s", ErrExtensionRefused, m.Reason))
+	}
+	refuse := func(err error) error {
+		sendMsg(s, protocol.JobMsg{Type: "refuse", Reason: err.Error()})
+		return err
 	}
 	next, err := protocol.CheckExtension(m.Record, j.Lease, l, p.MaxSeconds)
 	if err != nil {
-		sendMsg(s, protocol.JobMsg{Type: "refuse", Reason: err.Error()})
-		return nil, nil, fmt.Errorf("the provider's longer lease does not hold: %w", err)
+		return nil, refuse(fmt.Errorf("the provider's longer lease does not hold: %w", err))
 	}
 	if want := l.EndsAt.Add(time.Duration(seconds) * time.Second); !next.EndsAt.Equal(want) {
-		sendMsg(s, protocol.JobMsg{Type: "refuse", Reason: "another end than asked"})
-		return nil, nil, fmt.Errorf("the provider's longer lease ends at %s, not %s as asked", next.EndsAt.UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339))
+		refuse(errors.New("another end than asked"))
+		return nil, fmt.Errorf("the provider's longer lease ends at %s, not %s as asked", next.EndsAt.UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339))
 	}
-	cs, err = protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{
-		Version: protocol.JobVersion, Of: protocol.KindLease, SHA256: protocol.RecordSHA256(m.Record), Job: j.ID,
-		Signer: r.peer.ID.String(), SignedAt: r.clock.Now().UTC(),
-	}, r.peer.Key)
+	now := r.clock.Now()
+	longer := j
+	longer.Lease = m.Record
+	cp, err := checkObserved(longer, m.Checkpoint, now)
 	if err != nil {
-		return nil, nil, err
+		return nil, refuse(fmt.Errorf("the usage checkpoint of the longer lease does not hold: %w", err))
 	}
-	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: cs}); err != nil {
-		return nil, nil, err
+	x := &extension{lease: m.Record, checkpoint: m.Checkpoint, seconds: cp.Seconds, at: now}
+	if x.leaseCountersig, err = r.countersign(j.ID, protocol.KindLease, m.Record, now); err != nil {
+		return nil, err
+	}
+	if x.checkpointCountersig, err = r.countersign(j.ID, protocol.KindCheckpoint, m.Checkpoint, now); err != nil {
+		return nil, err
+	}
+	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: x.leaseCountersig, Checkpoint: x.checkpointCountersig}); err != nil {
+		return nil, err
 	}
 	ok, err := readMsg(in)
 	if err != nil {
-		return nil, nil, fmt.Errorf("provider's answer: %w", err)
+		return nil, fmt.Errorf("provider's answer: %w", err)
 	}
 	if ok.Type != "ok" {
-		return nil, nil, api.Conflict(fmt.Errorf("%w: %s", ErrExtensionRefused, ok.Reason))
+		return nil, api.Conflict(fmt.Errorf("%w: %s", ErrExtensionRefused, ok.Reason))
 	}
-	return m.Record, cs, nil
+	return x, nil
+}
+
+// countersign seals this node's countersignature of a record of kind of job id.
+func (r *Renter) countersign(id string, kind protocol.Kind, raw []byte, now time.Time) ([]byte, error) {
+	return protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{
+		Version: protocol.JobVersion, Of: kind, SHA256: protocol.RecordSHA256(raw), Job: id,
+		Signer: r.peer.ID.String(), SignedAt: now.UTC(),
+	}, r.peer.Key)
 }
 
 // ErrExtensionRefused wraps a provider's refusal of a longer lease; its text is the reason.

@@ -75,6 +75,136 @@ func TestLeaseExtended(t *testing.T) {
 	}
 }
 
+// TestExtensionKeepsCountersignedUsage: a renter that extends its job and then never
+// countersigns again leaves its provider the usage countersigned with the longer lease:
+// the provider's record holds a checkpoint of the new lease, countersigned by the renter,
+// counting every second run up to the extension (more than the last one countersigned
+// before it), so a report with the new lease is charged for them.
+func TestExtensionKeepsCountersignedUsage(t *testing.T) {
+	m := newMarket(t, 1)
+	v := m.run(t, m.request(imageArchive(t, "x")))
+	m.pv.clk.Advance(50 * time.Minute)
+	m.rn.meterOnce(context.Background(), m.rn.job(t, v.ID))
+	if got := m.pv.job(t, v.ID).CheckpointSeconds; got != 3000 {
+		t.Fatalf("countersigned before the extension: %d s", got)
+	}
+	m.pv.clk.Advance(5 * time.Minute)
+
+	// A stingy renter: it countersigns what the extension needs, and nothing after.
+	reply := extendByHand(t, m, v.ID, 1800, func(a protocol.JobMsg) protocol.JobMsg {
+		return protocol.JobMsg{Type: "countersign", Record: m.rn.countersignOf(t, v.ID, protocol.KindLease, a.Record),
+			Checkpoint: m.rn.countersignOf(t, v.ID, protocol.KindCheckpoint, a.Checkpoint)}
+	})
+	if reply.Type != "ok" {
+		t.Fatalf("the extension was refused: %s", reply.Reason)
+	}
+	pj := m.pv.job(t, v.ID)
+	l, _, _ := protocol.OpenLease(pj.Lease)
+	if !l.EndsAt.Equal(t0.Add(90 * time.Minute)) {
+		t.Fatalf("the provider's lease ends at %s", l.EndsAt)
+	}
+	now := m.pv.clk.Now()
+	cp, err := protocol.CheckCheckpoint(pj.Checkpoint, pj.Lease, l, now)
+	if err != nil {
+		t.Fatalf("the provider keeps no checkpoint of the new lease: %v", err)
+	}
+	if _, err := protocol.CheckCountersignature(pj.CheckpointCountersig, pj.Checkpoint, protocol.KindCheckpoint, m.rn.peer.ID, now); err != nil {
+		t.Fatalf("the provider's checkpoint of the new lease is not countersigned: %v", err)
+	}
+	if cp.Seconds != 3300 || pj.CheckpointSeconds != 3300 {
+		t.Fatalf("the checkpoint of the new lease counts %d s (record: %d s), not the 3300 s run", cp.Seconds, pj.CheckpointSeconds)
+	}
+	// The renter countersigns nothing more; the job runs on to 80 minutes and ends.
+	m.pv.clk.Advance(25 * time.Minute)
+	rec := protocol.Receipt{Price: l.Price, GPUs: l.GPUs, Seconds: 4800}
+	if got := protocol.CheckpointCharge(&rec, pj.CheckpointSeconds); got < protocol.Cost(l.Price, l.GPUs, 3300) {
+		t.Fatalf("an uncountersigned receipt of the extended job is charged %s", got)
+	}
+}
+
+// TestExtensionNeedsCheckpointCountersigned: a renter that countersigns the longer lease
+// but not the checkpoint of it that came along (no countersignature, one of another
+// record, one by another key) gets no extension: the lease, its countersigned checkpoint
+// and the sandbox's wall clock stay as they were.
+func TestExtensionNeedsCheckpointCountersigned(t *testing.T) {
+	m := newMarket(t, 1)
+	v := m.run(t, m.request(imageArchive(t, "x")))
+	m.pv.clk.Advance(50 * time.Minute)
+	m.rn.meterOnce(context.Background(), m.rn.job(t, v.ID))
+	before := m.pv.job(t, v.ID)
+	spec, _ := m.pv.rt.spec(v.ID)
+	stranger := m.renter(t)
+
+	for name, checkpointCountersig := range map[string]func(a protocol.JobMsg) []byte{
+		"no checkpoint countersignature": func(protocol.JobMsg) []byte { return nil },
+		"the lease's countersignature twice": func(a protocol.JobMsg) []byte {
+			return m.rn.countersignOf(t, v.ID, protocol.KindLease, a.Record)
+		},
+		"the checkpoint countersigned by another peer": func(a protocol.JobMsg) []byte {
+			return stranger.countersignOf(t, v.ID, protocol.KindCheckpoint, a.Checkpoint)
+		},
+	} {
+		reply := extendByHand(t, m, v.ID, 1800, func(a protocol.JobMsg) protocol.JobMsg {
+			return protocol.JobMsg{Type: "countersign", Record: m.rn.countersignOf(t, v.ID, protocol.KindLease, a.Record), Checkpoint: checkpointCountersig(a)}
+		})
+		if reply.Type == "ok" {
+			t.Fatalf("%s: the provider extended the lease", name)
+		}
+		pj := m.pv.job(t, v.ID)
+		if !bytes.Equal(pj.Lease, before.Lease) || len(pj.PriorLeases) != 0 {
+			t.Fatalf("%s: the provider's lease changed", name)
+		}
+		if !bytes.Equal(pj.Checkpoint, before.Checkpoint) || !bytes.Equal(pj.CheckpointCountersig, before.CheckpointCountersig) || pj.CheckpointSeconds != 3000 {
+			t.Fatalf("%s: the countersigned checkpoint of the lease in force was not kept (%d s)", name, pj.CheckpointSeconds)
+		}
+		if now, _ := m.pv.rt.spec(v.ID); now.WallClock != spec.WallClock {
+			t.Fatalf("%s: the sandbox's wall clock changed", name)
+		}
+	}
+}
+
+// extendByHand raises the job's hold and asks its provider for seconds more over the
+// job-control stream, answering the provider's accept with answer; it returns the
+// provider's last word.
+func extendByHand(t *testing.T, m *market, id string, seconds int64, answer func(accept protocol.JobMsg) protocol.JobMsg) protocol.JobMsg {
+	t.Helper()
+	ctx := context.Background()
+	j := m.rn.job(t, id)
+	l, _, _ := protocol.OpenLease(j.Lease)
+	ends := l.EndsAt.Add(time.Duration(seconds) * time.Second)
+	hold, err := m.rn.escrow.ExtendHold(ctx, j, protocol.HoldAmount(l.Price, l.GPUs, int64(ends.Sub(l.IssuedAt)/time.Second)), ends.Add(protocol.HoldGrace+time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, in, err := m.rn.control(ctx, j, protocol.JobMsg{Op: "extend", Seconds: seconds, Record: hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, err := readMsg(in)
+	if err != nil || a.Type != "accept" {
+		t.Fatalf("the provider's answer to extend: %+v %v", a, err)
+	}
+	if err := sendMsg(s, answer(a)); err != nil {
+		t.Fatal(err)
+	}
+	last, err := readMsg(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return last
+}
+
+// countersignOf is the renter's countersignature of a record of job id.
+func (rn *renter) countersignOf(t *testing.T, id string, kind protocol.Kind, raw []byte) []byte {
+	t.Helper()
+	cs, err := rn.countersign(id, kind, raw, rn.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // TestLeaseExtensionRefused: an extension is refused, leaving the lease and the sandbox as
 // they were, when it adds more than the proposal's max_seconds, when the coordinator does
 // not raise the hold (the renter's balance), outside the provider's availability window,
@@ -123,14 +253,14 @@ func TestLeaseExtensionRefused(t *testing.T) {
 	l, _, _ := protocol.OpenLease(j.Lease)
 	short, _ := m.rn.escrow.ExtendHold(ctx, j, protocol.HoldAmount(l.Price, 1, 3600), l.EndsAt.Add(protocol.HoldGrace+time.Hour))
 	for name, hold := range map[string][]byte{"no hold": nil, "a hold that does not cover it": short} {
-		if _, _, err := m.rn.askExtension(ctx, j, l, &protocol.Proposal{MaxSeconds: 3600}, 1800, hold); !errors.Is(err, ErrExtensionRefused) || !strings.Contains(err.Error(), "hold") {
+		if _, err := m.rn.askExtension(ctx, j, l, &protocol.Proposal{MaxSeconds: 3600}, 1800, hold); !errors.Is(err, ErrExtensionRefused) || !strings.Contains(err.Error(), "hold") {
 			t.Fatalf("%s: %v", name, err)
 		}
 		unchanged(name)
 	}
 
 	stranger := m.renter(t)
-	if _, _, err := stranger.askExtension(ctx, ledger.Job{ID: v.ID, Peer: m.pv.peer.ID.String(), Lease: j.Lease}, l, &protocol.Proposal{MaxSeconds: 3600}, 1800, nil); err == nil || !strings.Contains(err.Error(), "no job "+v.ID+" of yours") {
+	if _, err := stranger.askExtension(ctx, ledger.Job{ID: v.ID, Peer: m.pv.peer.ID.String(), Lease: j.Lease}, l, &protocol.Proposal{MaxSeconds: 3600}, 1800, nil); err == nil || !strings.Contains(err.Error(), "no job "+v.ID+" of yours") {
 		t.Fatalf("a stranger's extension: %v", err)
 	}
 	unchanged("a stranger")
