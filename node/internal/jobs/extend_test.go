@@ -163,6 +163,39 @@ func TestExtensionNeedsCheckpointCountersigned(t *testing.T) {
 	}
 }
 
+// TestCheckpointAcrossExtension: a checkpoint of the first lease countersigned while the
+// lease was being extended is not kept over the checkpoint of the new lease: the job's
+// latest checkpoint still names the lease in force, so that a report can carry it.
+func TestCheckpointAcrossExtension(t *testing.T) {
+	m := newMarket(t, 1)
+	v := m.run(t, m.request(imageArchive(t, "x")))
+	m.pv.clk.Advance(50 * time.Minute)
+	ctx := context.Background()
+	s, in, err := m.rn.control(ctx, m.rn.job(t, v.ID), protocol.JobMsg{Op: "checkpoint"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old, err := readMsg(in)
+	if err != nil || old.Type != "checkpoint" {
+		t.Fatalf("checkpoint: %+v %v", old, err)
+	}
+	if _, err := m.rn.ExtendJob(ctx, v.ID, 1800); err != nil {
+		t.Fatal(err)
+	}
+	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: m.rn.countersignOf(t, v.ID, protocol.KindCheckpoint, old.Record)}); err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := readMsg(in); err != nil || reply.Type == "ok" {
+		t.Fatalf("the provider took a checkpoint of the lease extended: %+v %v", reply, err)
+	}
+	pj := m.pv.job(t, v.ID)
+	l, _, _ := protocol.OpenLease(pj.Lease)
+	if _, err := protocol.CheckCheckpoint(pj.Checkpoint, pj.Lease, l, m.pv.clk.Now()); err != nil || pj.CheckpointSeconds != 3000 {
+		t.Fatalf("the provider's latest checkpoint (%d s) does not name the lease in force: %v", pj.CheckpointSeconds, err)
+	}
+}
+
 // extendByHand raises the job's hold and asks its provider for seconds more over the
 // job-control stream, answering the provider's accept with answer; it returns the
 // provider's last word.

@@ -102,14 +102,27 @@ func (r *Runner) meter(s network.Stream, in *bufio.Reader, j ledger.Job, remote 
 		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
 		return
 	}
-	r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+	_, err = r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+		// A lease extended meanwhile came with a checkpoint of its own: one of the lease
+		// extended would not go with it in a report.
+		if cp.Lease != protocol.RecordSHA256(j.Lease) {
+			return errLeaseChanged
+		}
 		if cp.Seconds >= j.CheckpointSeconds {
 			j.Checkpoint, j.CheckpointCountersig, j.CheckpointSeconds, j.MeteredAt = raw, m.Record, cp.Seconds, r.clock.Now()
 		}
 		return nil
 	})
+	if err != nil {
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+		return
+	}
 	sendMsg(s, protocol.JobMsg{Type: "ok"})
 }
+
+// errLeaseChanged refuses to keep a checkpoint of a lease that was extended while it was
+// being countersigned.
+var errLeaseChanged = errors.New("the job's lease was extended meanwhile: the checkpoint names the lease extended")
 
 // The renter's end.
 
@@ -285,7 +298,7 @@ func (r *Renter) meterOnce(ctx context.Context, j ledger.Job) {
 		return
 	}
 	r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error {
-		if cp.Seconds >= x.CheckpointSeconds {
+		if cp.Seconds >= x.CheckpointSeconds && cp.Lease == protocol.RecordSHA256(x.Lease) {
 			x.Checkpoint, x.CheckpointCountersig, x.CheckpointSeconds, x.MeteredAt = m.Record, cs, cp.Seconds, now
 		}
 		x.LastSeenRunning = now
