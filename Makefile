@@ -10,7 +10,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 FUZZTIME ?= 5s
 PROVIDERS ?= 4
 
-.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package package-arm64 image scale
+.PHONY: build deps devnet test unit fmt-check vet cross fuzz bench adversary clean package package-arm64 image scale soak
 
 # The Debian package (make package): built with nfpm, run as a Go tool at a pinned version.
 NFPM       := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
@@ -98,6 +98,17 @@ adversary: deps
 	  sed -n '/^adversary:/,/^=== NAME/p' /tmp/gpunex-adversary.log | grep -v '^=== NAME'; \
 	  grep -E '^ +--- FAIL|^ +adversary_test.go:[0-9]+: [a-z-]+:|^(ok|FAIL)' /tmp/gpunex-adversary.log; \
 	  echo "(full log: /tmp/gpunex-adversary.log)"; exit $$status
+
+## soak: the chaos soak, a devnet of real processes (6 providers, 3 renters) under kill -9 and a
+## failing Solana RPC for SOAK (30m), money invariants checked every minute and at the end
+## (make test runs it for 3 minutes with seed 1); SOAK_SEED=N replays a run's schedule
+SOAK ?= 30m
+SOAK_SEED ?= 0
+soak: deps
+	@$(GO) test ./cmd/gpunex -run '^TestSoak$$' -count=1 -v -timeout 0 -args -soak.duration=$(SOAK) -soak.seed=$(SOAK_SEED) \
+	  >/tmp/gpunex-soak.log 2>&1; status=$$?; \
+	  grep -E 'soak_test.go:[0-9]+: (soak|  )' /tmp/gpunex-soak.log | sed -E 's/^ +soak_test.go:[0-9]+: //'; \
+	  grep -E '^(--- |ok|FAIL)' /tmp/gpunex-soak.log; echo "(full log: /tmp/gpunex-soak.log)"; exit $$status
 
 ## scale: the scale harness, NODES providers and 20 renters in one process (not part of `make test`)
 NODES ?= 100

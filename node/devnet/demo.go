@@ -24,6 +24,17 @@ import (
 // left pending, so that the queue shows every state; the others are approved with the tier
 // the rule proposes. It returns the approved providers.
 func devnetOnboard(ctx context.Context, coord *api.Client, procs []*devnetProc, say func(string, ...any)) (map[string]bool, error) {
+	return onboard(ctx, coord, procs, say, true)
+}
+
+// devnetOnboardAll is devnetOnboard approving every provider (the soak's).
+func devnetOnboardAll(ctx context.Context, coord *api.Client, procs []*devnetProc, say func(string, ...any)) (map[string]bool, error) {
+	return onboard(ctx, coord, procs, say, false)
+}
+
+// onboard has every provider apply and decides; with examples, one rejection and one
+// application left pending from three providers on.
+func onboard(ctx context.Context, coord *api.Client, procs []*devnetProc, say func(string, ...any), examples bool) (map[string]bool, error) {
 	var provs []*devnetProc
 	for _, p := range procs {
 		if p.Role == config.RoleProvider {
@@ -68,9 +79,9 @@ func devnetOnboard(ctx context.Context, coord *api.Client, procs []*devnetProc, 
 		a := byProvider[p.PeerID]
 		d := api.Decision{Action: "approve", Actor: "devnet", Message: "approved by the devnet's rule"}
 		switch {
-		case len(provs) >= 3 && i == len(provs)-1:
+		case examples && len(provs) >= 3 && i == len(provs)-1:
 			d = api.Decision{Action: "reject", Actor: "devnet", Message: "an example rejection: GPUs unreachable from the coordinator's probes"}
-		case len(provs) >= 3 && i == len(provs)-2:
+		case examples && len(provs) >= 3 && i == len(provs)-2:
 			say("%s: application %s left pending (gpunex coordinator applications list --home %s)", p.Name, a.ID, filepath.Join(filepath.Dir(p.Home), "coordinator"))
 			continue
 		}

@@ -30,6 +30,9 @@ type devnetChain struct {
 	c      *chain.Client
 	faucet chain.PrivateKey // mint authority and airdrop payer of the test USDC
 	mint   chain.PublicKey
+	// nodeRPC is the RPC address the nodes are given, when not the runtime's own (the
+	// soak's proxy).
+	nodeRPC string
 }
 
 // devnetRenterUSDC is what the devnet mints into the renter's wallet; devnetDeposit what
@@ -86,13 +89,17 @@ func (d *devnetChain) configure(ctx context.Context, h config.Home) error {
 	if err != nil {
 		return err
 	}
-	cfg.Wallet.RPC = d.rt.URL
+	rpc := d.rt.URL
+	if d.nodeRPC != "" {
+		rpc = d.nodeRPC
+	}
+	cfg.Wallet.RPC = rpc
 	switch cfg.Role {
 	case config.RoleCoordinator:
 		if _, err := d.newWallet(ctx, h.Path(cfg.Settlement.TreasuryKeypair), 0); err != nil {
 			return err
 		}
-		cfg.Settlement.RPC, cfg.Settlement.Cluster, cfg.Settlement.Mint = d.rt.URL, d.rt.GenesisHash, d.mint.String()
+		cfg.Settlement.RPC, cfg.Settlement.Cluster, cfg.Settlement.Mint = rpc, d.rt.GenesisHash, d.mint.String()
 		// Devnet jobs cost fractions of a cent: pay whatever is pending, and publish the
 		// market statistics every 10 s.
 		cfg.Settlement.MinPayoutUSDC = "0.000001"

@@ -1,0 +1,227 @@
+package devnet
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	sol "github.com/gagliardetto/solana-go"
+
+	"github.com/gpunex/gpunex/node/config"
+)
+
+// The soak's faults: a schedule drawn from the seed, and what applies each.
+
+// The kinds of fault.
+const (
+	FaultKill    = "kill -9"       // a node killed, restarted on its home after a while
+	FaultRPCSlow = "rpc slow"      // every Solana RPC call answered 1 to 4 s late
+	FaultRPCFail = "rpc failing"   // every Solana RPC call answered 503
+	FaultRPCDrop = "rpc drops txs" // transactions acknowledged and never sent
+)
+
+// Fault is one fault of the schedule: its kind, from At after the start for For, on
+// Target (a node's name, for kill -9).
+type Fault struct {
+	At     time.Duration `json:"at"`
+	Kind   string        `json:"kind"`
+	Target string        `json:"target,omitempty"`
+	For    time.Duration `json:"for"`
+}
+
+func (f Fault) String() string {
+	on := ""
+	if f.Target != "" {
+		on = " " + f.Target
+	}
+	return fmt.Sprintf("at %6s: %s%s for %s", f.At.Round(time.Second), f.Kind, on, f.For.Round(time.Second))
+}
+
+// drawSchedule draws the faults of a soak from its seed: one every 0.5 to 1.5 FaultEvery
+// (at least 5 s apart), kills twice as often as each RPC fault, each lasting 2 s to MaxDown.
+func drawSchedule(o SoakOptions, nodes []string) []Fault {
+	rng := rand.New(rand.NewPCG(o.Seed, 0x50a4))
+	kinds := []string{FaultKill, FaultRPCSlow, FaultKill, FaultRPCFail, FaultKill, FaultRPCDrop}
+	var out []Fault
+	at := time.Duration(0)
+	for i := 0; ; i++ {
+		at += max(5*time.Second, o.FaultEvery/2+time.Duration(rng.Int64N(int64(o.FaultEvery)+1)))
+		if at >= o.Duration {
+			return out
+		}
+		f := Fault{At: at, Kind: kinds[i%len(kinds)], For: 2*time.Second + time.Duration(rng.Int64N(int64(o.MaxDown-2*time.Second)+1))}
+		if f.Kind == FaultKill {
+			f.Target = nodes[rng.IntN(len(nodes))]
+		}
+		out = append(out, f)
+	}
+}
+
+// faults applies the schedule until ctx ends; each fault runs on its own, so that they
+// may overlap as they would in life.
+func (s *soak) faults(ctx context.Context) {
+	start := time.Now()
+	done := make(chan struct{}, len(s.report.Schedule))
+	started := 0
+	for _, f := range s.report.Schedule {
+		if !sleepCtx(ctx, time.Until(start.Add(f.At))) {
+			break
+		}
+		started++
+		go func() {
+			defer func() { done <- struct{}{} }()
+			s.apply(ctx, f)
+		}()
+	}
+	for ; started > 0; started-- {
+		<-done
+	}
+}
+
+// apply applies one fault and undoes it after its time, even past the soak's end.
+func (s *soak) apply(ctx context.Context, f Fault) {
+	switch f.Kind {
+	case FaultKill:
+		s.kill(ctx, f)
+	default:
+		mode := map[string]int32{FaultRPCSlow: rpcSlow, FaultRPCFail: rpcFail, FaultRPCDrop: rpcDrop}[f.Kind]
+		s.rpc.SetMode(mode)
+		s.count(s.report.Applied, f.Kind)
+		sleepCtx(context.WithoutCancel(ctx), f.For)
+		s.rpc.mode.CompareAndSwap(mode, rpcNormal)
+	}
+}
+
+// kill kills a node with SIGKILL, as in a power cut, and restarts it on its home after
+// the fault's time. A node already down is left alone.
+func (s *soak) kill(ctx context.Context, f Fault) {
+	s.procMu.Lock()
+	var p *devnetProc
+	for _, q := range s.procs {
+		if q.Name == f.Target && !q.Offline {
+			p = q
+		}
+	}
+	if p == nil {
+		s.procMu.Unlock()
+		return
+	}
+	p.cmd.Process.Kill()
+	err := <-p.done
+	p.done <- err
+	p.Offline = true
+	config.Home{Dir: p.Home}.RemoveAPIAddr()
+	s.procMu.Unlock()
+	s.count(s.report.Applied, f.Kind)
+	sleepCtx(context.WithoutCancel(ctx), f.For)
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	if err := s.launch(context.WithoutCancel(ctx), p, true); err != nil {
+		s.breaks("restart", fmt.Sprintf("%s did not come back after kill -9: %v", p.Name, err))
+	}
+}
+
+// The RPC proxy's modes.
+const (
+	rpcNormal int32 = iota
+	rpcSlow
+	rpcFail
+	rpcDrop
+)
+
+// rpcProxy stands between the nodes and the local Solana runtime, passing JSON-RPC calls
+// on, or slowing them, failing them, or acknowledging transactions it never sends.
+type rpcProxy struct {
+	URL      string
+	upstream string
+	mode     atomic.Int32
+	srv      *http.Server
+	dropped  atomic.Int64
+}
+
+func newRPCProxy(upstream string) (*rpcProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &rpcProxy{URL: "http://" + ln.Addr().String(), upstream: upstream}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go p.srv.Serve(ln)
+	return p, nil
+}
+
+func (p *rpcProxy) SetMode(m int32) { p.mode.Store(m) }
+
+func (p *rpcProxy) Close() { p.srv.Close() }
+
+func (p *rpcProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	switch p.mode.Load() {
+	case rpcSlow:
+		time.Sleep(time.Second + time.Duration(rand.Int64N(int64(3*time.Second))))
+	case rpcFail:
+		http.Error(w, "the soak's RPC proxy fails this call", http.StatusServiceUnavailable)
+		return
+	case rpcDrop:
+		if answer, ok := dropTransaction(body); ok {
+			p.dropped.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(answer)
+			return
+		}
+	}
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, p.upstream, bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+// dropTransaction answers a sendTransaction call as the runtime would (the transaction's
+// first signature) without sending it; other calls are not its business.
+func dropTransaction(body []byte) ([]byte, bool) {
+	var call struct {
+		ID     json.RawMessage   `json:"id"`
+		Method string            `json:"method"`
+		Params []json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(body, &call) != nil || call.Method != "sendTransaction" || len(call.Params) == 0 {
+		return nil, false
+	}
+	var encoded string
+	if json.Unmarshal(call.Params[0], &encoded) != nil {
+		return nil, false
+	}
+	raw, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		return nil, false // base58-encoded: pass it on
+	}
+	tx, err := sol.TransactionFromBytes(raw)
+	if err != nil || len(tx.Signatures) == 0 {
+		return nil, false
+	}
+	answer, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID, "result": tx.Signatures[0].String()})
+	return answer, true
+}
