@@ -13,8 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	sol "github.com/gagliardetto/solana-go"
-
+	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/node/config"
 )
 
@@ -218,10 +217,10 @@ func dropTransaction(body []byte) ([]byte, bool) {
 	if err != nil {
 		return nil, false // base58-encoded: pass it on
 	}
-	tx, err := sol.TransactionFromBytes(raw)
-	if err != nil || len(tx.Signatures) == 0 {
+	sig, err := chain.TransactionSignature(raw)
+	if err != nil {
 		return nil, false
 	}
-	answer, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID, "result": tx.Signatures[0].String()})
+	answer, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID, "result": sig.String()})
 	return answer, true
 }
