@@ -464,6 +464,10 @@ func (r *Runner) HandleJob(s network.Stream) {
 		sendMsg(s, protocol.JobMsg{Type: "counter", Price: counter, Reason: err.Error()})
 		return
 	}
+	if errors.Is(err, errUnmeteredRenter) {
+		refuse("unmetered_renter", err)
+		return
+	}
 	if err != nil {
 		refuse("policy", err)
 		return
@@ -539,6 +543,9 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 	}
 	if slices.Contains(r.cfg.BlockedRenters, p.Renter) {
 		return nil, nil, 0, jobErr("renter %s is blocked by this provider", p.Renter)
+	}
+	if err := r.refuseUnmetered(p.Renter, now); err != nil {
+		return nil, nil, 0, err
 	}
 	r.mu.Lock()
 	closed, detectErr := r.closed, r.detectErr
