@@ -110,7 +110,9 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		}
 	}
 	if strings.HasPrefix(exit.Reason, "lost") {
-		ended = started // the provider cannot show how long it ran: no charge
+		// The provider cannot show how long it ran: the receipt claims what the renter
+		// countersigned, its last checkpoint (nothing without one).
+		ended = started.Add(time.Duration(j.CheckpointSeconds) * time.Second)
 	}
 	if ended.After(l.EndsAt) {
 		ended = l.EndsAt
