@@ -87,6 +87,7 @@ type Runner struct {
 	reports   Reporter
 
 	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
+	probe func() (bench.Probe, error)
 	rtErr error
 	dir   string // per-job folders: image archive, log, output
 	gpus  *gpuSlots
@@ -116,7 +117,7 @@ func NewRunner(d Deps) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
-		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
+		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, probe: d.Probe, dir: d.Dir,
 		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions()}
 	r.input = newProviderInputs(filepath.Join(d.Dir, ".inputs"), d.Jobs.InputCacheGB<<30, r)
 	clean := d.CleanGPU
