@@ -41,8 +41,10 @@ var errUnmeteredRenter = errors.New("this renter stopped countersigning the usag
 // stop, or none at all firstCheckpointDue (at most stop) after the start: past its last
 // checkpoint, a renter that does not countersign pays at most one checkpoint interval, so
 // running on would be unpaid. The renter is recorded, and its proposals refused for
-// jobs.unmetered_renter_ban.
+// jobs.unmetered_renter_ban. A job found again after a restart whose due time passed while
+// the node was down gets stop from then: the renter could not reach the provider.
 func (r *Runner) stopUnmetered(ctx context.Context, id string, stop time.Duration) {
+	watched := r.clock.Now()
 	for {
 		j, err := r.ledger.GetJob(id)
 		if err != nil || j.State != ledger.JobRunning {
@@ -51,6 +53,9 @@ func (r *Runner) stopUnmetered(ctx context.Context, id string, stop time.Duratio
 		last, due := j.StartedAt, j.StartedAt.Add(min(stop, firstCheckpointDue))
 		if j.MeteredAt.After(last) {
 			last, due = j.MeteredAt, j.MeteredAt.Add(stop)
+		}
+		if due.Before(watched) {
+			last, due = watched, watched.Add(stop)
 		}
 		if wait := due.Sub(r.clock.Now()); wait > 0 {
 			select {

@@ -140,6 +140,33 @@ func TestUnmeteredRenterPaysAtMostAMinute(t *testing.T) {
 	}
 }
 
+// TestUnmeteredAfterRestart: a running job found again after the provider was down longer
+// than jobs.unmetered_stop is not stopped at once (its renter could not reach the
+// provider): its renter has unmetered_stop from the restart to countersign again.
+func TestUnmeteredAfterRestart(t *testing.T) {
+	stop := config.Defaults(config.RoleProvider).Jobs.UnmeteredStop
+	pv := newProvider(t, nil, []bench.SimulatedGPU{{Model: "L4-24GB"}}, func(d *Deps) { d.Jobs.UnmeteredStop = stop })
+	_, renter := newKey(t)
+	const id = "00000000000000c7"
+	pv.leaseJob(t, id, renter, "L4-24GB", 1, 3600)
+	pv.gpus.release(id)
+	pv.ledger.UpdateJob(id, func(j *ledger.Job) error {
+		j.State, j.StartedAt, j.CheckpointSeconds, j.MeteredAt = ledger.JobRunning, t0, 60, t0.Add(time.Minute)
+		return nil
+	})
+	pv.rt.run(id)
+	pv.clk.Advance(30 * time.Minute) // the provider was down
+	if err := pv.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitTimer(t, pv.clk, 1)
+	pv.clk.Advance(stop.Duration)
+	_, rec := pv.ended(t, id)
+	if want := int64((30*time.Minute + stop.Duration) / time.Second); rec.Reason != ReasonUnmetered || rec.Seconds != want {
+		t.Fatalf("a job found again after 30 minutes down: %q after %d s, want %q after %d s", rec.Reason, rec.Seconds, ReasonUnmetered, want)
+	}
+}
+
 // TestMeterLoop: the renter's meter asks each running job's provider for a checkpoint
 // every interval, and sends again a dispute that did not reach the coordinator.
 func TestMeterLoop(t *testing.T) {
