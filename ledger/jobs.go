@@ -116,3 +116,27 @@ func (s *JobStore) Jobs() ([]Job, error) {
 	sort.SliceStable(out, func(i, k int) bool { return out[i].CreatedAt.After(out[k].CreatedAt) })
 	return out, err
 }
+
+const prefixUnmetered = "unmetered-renter/"
+
+// UnmeteredRenter is, on a provider, the latest job of a renter that it stopped because
+// the renter stopped countersigning its usage: the provider refuses that renter's
+// proposals for a while after (jobs.unmetered_renter_ban).
+type UnmeteredRenter struct {
+	Job       string    `json:"job"`
+	StoppedAt time.Time `json:"stopped_at"`
+}
+
+// RecordUnmeteredRenter keeps the latest job of renter stopped for want of countersigned
+// usage.
+func (s *JobStore) RecordUnmeteredRenter(renter string, u UnmeteredRenter) error {
+	return s.db.Update(func(txn *badger.Txn) error { return putJSON(txn, prefixUnmetered+renter, u) })
+}
+
+// GetUnmeteredRenter returns the latest job of renter stopped for want of countersigned
+// usage, or ErrNotFound.
+func (s *JobStore) GetUnmeteredRenter(renter string) (UnmeteredRenter, error) {
+	var u UnmeteredRenter
+	err := s.db.View(func(txn *badger.Txn) error { return getJSON(txn, prefixUnmetered+renter, &u) })
+	return u, err
+}

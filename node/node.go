@@ -365,6 +365,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.goLoop(func() { n.applicant.Run(runCtx) })
 	n.goLoop(func() { n.bench.Loop(runCtx) })
 	n.goLoop(func() { n.jobs.CleanupLoop(runCtx) })
+	n.goLoop(func() { n.jobs.WatchXIDs(runCtx) })
 	n.goLoop(func() { n.wallet.ReportLoop(runCtx) })
 	n.goLoop(func() { n.wallet.PayoutSettingsLoop(runCtx) })
 	return nil

@@ -342,6 +342,7 @@ func adversaryScenarios() []scenario {
 		greedyScenario(),
 		forgedNetworkScenario(),
 		forgedCatalogueScenario(),
+		stingyScenario(), // adversary_stingy_test.go
 		{
 			// Junk on every topic, records only their sender could have made.
 			name: "gossip-junk", victim: "renter-1", honest: honestSearch,

@@ -174,6 +174,9 @@ func (c *Config) checkJobs() (errs []error) {
 	if u := j.UnmeteredStop.Duration; u != 0 && u < 5*time.Second {
 		errs = append(errs, fmt.Errorf("jobs.unmetered_stop %s: 0 (never) or at least 5s (below %s it stops the jobs of renters countersigning at the slowest pace allowed, once a minute)", j.UnmeteredStop, 2*protocol.CheckpointInterval))
 	}
+	if j.UnmeteredRenterBan.Duration < 0 {
+		errs = append(errs, fmt.Errorf("jobs.unmetered_renter_ban %s: must be 0 (never) or more", j.UnmeteredRenterBan))
+	}
 	for _, r := range j.BlockedRenters {
 		if _, err := peer.Decode(r); err != nil {
 			errs = append(errs, fmt.Errorf("jobs.blocked_renters %q: not a peer ID", r))

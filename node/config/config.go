@@ -147,6 +147,9 @@ type JobsConfig struct {
 	// checkpoint for this long (0: never). What a renter did not countersign is paid only
 	// up to one interval past its last checkpoint.
 	UnmeteredStop Duration `toml:"unmetered_stop"`
+	// UnmeteredRenterBan is how long a provider refuses the proposals of a renter after
+	// stopping one of its jobs for want of countersigned usage (0: never refuses).
+	UnmeteredRenterBan Duration `toml:"unmetered_renter_ban"`
 	// Egress is what jobs with egress reach: "deny" (no network; proposals asking for it
 	// are refused), "public-only" (public addresses through NAT) or "allow" (also the
 	// provider's private networks). Never the host, other jobs or link-local addresses

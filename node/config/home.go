@@ -436,6 +436,9 @@ require_escrow = {{.Jobs.RequireEscrow}}
 # never): what the renter did not countersign is paid only up to one minute past its last
 # checkpoint.
 unmetered_stop = "{{.Jobs.UnmeteredStop}}"
+# Refuse for this long the proposals of a renter one of whose jobs was stopped that way
+# ("0s": never).
+unmetered_renter_ban = "{{.Jobs.UnmeteredRenterBan}}"
 # As a renter: how often to ask for and countersign a checkpoint of each running job
 # (at most 1m).
 checkpoint_interval = "{{.Jobs.CheckpointInterval}}"

@@ -47,7 +47,10 @@ func Defaults(role string) Config {
 			ProposalsPerMinute: 30,
 			RequireEscrow:      true,
 			CheckpointInterval: Duration{protocol.CheckpointInterval},
-			UnmeteredStop:      Duration{5 * time.Minute},
+			// One missed checkpoint at the slowest pace allowed, with the meter's tolerance:
+			// past its last checkpoint, a renter pays at most one interval.
+			UnmeteredStop:      Duration{protocol.CheckpointInterval + protocol.CheckpointAllowance + protocol.MeterTolerance},
+			UnmeteredRenterBan: Duration{24 * time.Hour},
 			Egress:             protocol.EgressPublicOnly,
 			NetworkSubnet:      "10.231.0.0/16",
 			DNS:                []string{"1.1.1.1", "8.8.8.8"},

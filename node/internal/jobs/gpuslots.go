@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -39,10 +37,13 @@ type gpuSlots struct {
 	// wg counts the cleanings under way: the runner's, so that StopAll waits for them.
 	wg *sync.WaitGroup
 
-	mu     sync.Mutex
-	list   []gpuSlot
-	lost   map[string]bool // UUIDs of slots the latest probe did not find healthy
-	attest Attestations    // nil until UseAttestations
+	mu   sync.Mutex
+	list []gpuSlot
+	lost map[string]bool // UUIDs of slots the latest probe did not find healthy, and the faulted
+	// faulted are the UUIDs of slots a fatal Xid error took out until the runner restarts
+	// (xid.go): whatever a later probe finds, they stay lost.
+	faulted map[string]bool
+	attest  Attestations // nil until UseAttestations
 	// healthCheck probes the GPUs (UseHealthCheck); nil until the node sets it.
 	healthCheck func()
 	closed      bool // the runner stopped: a GPU that failed to clean is not tried again
@@ -222,6 +223,9 @@ func (g *gpuSlots) probed(gpus []bench.GPUInfo) (stop map[string]string, found b
 				stop[s.job] = fmt.Sprintf("%sGPU %s (%s) fell off the bus during the job: %s", ReasonGPULost, s.gpu.UUID, s.model, detail)
 			}
 		}
+	}
+	for uuid := range g.faulted {
+		g.lost[uuid] = true
 	}
 	for _, info := range gpus {
 		if _, ok := healthy[info.UUID]; ok && !have[info.UUID] {
@@ -407,18 +411,6 @@ func (r *Runner) Probed(gpus []bench.GPUInfo) {
 		r.mu.Unlock()
 	}
 	for job, reason := range stop {
-		// The provider's fault (a "lost" reason): the renter is not charged, and the
-		// coordinator counts it against the provider's job completion.
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := r.rt.Kill(ctx, job, reason); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-				r.log.Warn("stopping a job whose GPU was lost failed", "job", job, "err", err)
-			} else if err == nil {
-				r.log.Warn("job stopped: its GPU was lost", "job", job, "why", reason)
-			}
-		}()
+		r.stopOnLostGPU(job, reason)
 	}
 }

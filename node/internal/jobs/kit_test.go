@@ -207,7 +207,7 @@ func (pv *provider) startJob(t *testing.T, id string, renter peer.ID, model stri
 	t.Helper()
 	p, lease, gpus := pv.leaseJob(t, id, renter, model, n, maxSeconds)
 	pv.rt.addImage(p.Image.Ref)
-	if err := pv.start(p, lease, p.Image.Ref, gpus); err != nil {
+	if err := pv.start(p, lease, jobImage{Ref: p.Image.Ref}, gpus); err != nil {
 		t.Fatal(err)
 	}
 	return gpus
@@ -286,8 +286,12 @@ func (a attestations) Latest() *protocol.SignedAttestation { return a.a }
 // fakeRuntime is a sandbox that runs nothing: a job runs from Start until Kill or end,
 // images are names, and every call is recorded.
 type fakeRuntime struct {
-	mu       sync.Mutex
-	images   map[string]bool
+	mu      sync.Mutex
+	images  map[string]bool
+	digests map[string]string // the manifest digest each image name holds
+	// squat moves an image name to other content (a digest) at the next start by that
+	// name, as another renter's import taking the name would.
+	squat    map[string]string
 	imports  int
 	pulls    []string
 	pruned   []int64
@@ -304,7 +308,7 @@ type fakeJob struct {
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{images: map[string]bool{}, jobs: map[string]*fakeJob{}}
+	return &fakeRuntime{images: map[string]bool{}, digests: map[string]string{}, squat: map[string]string{}, jobs: map[string]*fakeJob{}}
 }
 
 func (f *fakeRuntime) addImage(ref string) {
@@ -322,7 +326,7 @@ func (f *fakeRuntime) ImportImage(_ context.Context, archive io.Reader) (string,
 	ref := "import/" + sum[:12]
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.images[ref] = true
+	f.images[ref], f.digests[ref] = true, "sha256:"+sum
 	f.imports++
 	return ref, "sha256:" + sum, nil
 }
@@ -330,7 +334,7 @@ func (f *fakeRuntime) ImportImage(_ context.Context, archive io.Reader) (string,
 func (f *fakeRuntime) PullImage(_ context.Context, ref string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.images[ref] = true
+	f.images[ref], f.digests[ref] = true, "sha256:00"
 	f.pulls = append(f.pulls, ref)
 	return "sha256:00", nil
 }
@@ -353,6 +357,14 @@ func (f *fakeRuntime) Start(_ context.Context, spec sandbox.Spec) error {
 	if !f.images[spec.Image] {
 		f.mu.Unlock()
 		return sandbox.ErrImageNotFound
+	}
+	if d, ok := f.squat[spec.Image]; ok {
+		f.digests[spec.Image] = d
+		delete(f.squat, spec.Image)
+	}
+	if spec.ImageDigest != "" && spec.ImageDigest != f.digests[spec.Image] {
+		f.mu.Unlock()
+		return sandbox.ErrImageChanged
 	}
 	f.jobs[spec.ID] = &fakeJob{spec: spec, done: make(chan struct{})}
 	onStart := f.onStart

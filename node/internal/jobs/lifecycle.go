@@ -22,7 +22,7 @@ import (
 func (r *Runner) jobDir(id string) string { return filepath.Join(r.dir, id) }
 
 // start runs the job in the sandbox and watches it.
-func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus []sandbox.GPU) error {
+func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, img jobImage, gpus []sandbox.GPU) error {
 	l, _, err := protocol.OpenLease(leaseRaw)
 	if err != nil {
 		return err
@@ -38,14 +38,21 @@ func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus [
 		return errors.New("the lease ended before the job could start")
 	}
 	spec := sandbox.Spec{
-		ID: p.Job, Image: ref, Args: p.Args, Env: p.Env, GPUs: gpus, Egress: l.Egress,
+		ID: p.Job, Image: img.Ref, ImageDigest: img.Digest, Args: p.Args, Env: p.Env, GPUs: gpus, Egress: l.Egress,
 		MemoryBytes: l.Limits.MemoryBytes, CPUMillis: l.Limits.CPUMillis, Pids: l.Limits.Pids, ScratchBytes: l.Limits.ScratchBytes,
 		WallClock: wall, OutputDir: out, LogPath: filepath.Join(dir, "log"),
 		InputDir: r.jobInputDir(p), // data in (inputs.go)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := r.rt.Start(ctx, spec); err != nil {
+	err = r.rt.Start(ctx, spec)
+	if errors.Is(err, sandbox.ErrImageChanged) {
+		r.rt.Remove(context.Background(), p.Job)
+		if spec.ImageDigest, err = r.imageChanged(p, img); err == nil {
+			err = r.rt.Start(ctx, spec)
+		}
+	}
+	if err != nil {
 		r.rt.Remove(context.Background(), p.Job)
 		return fmt.Errorf("start: %w", err)
 	}
@@ -57,7 +64,7 @@ func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus [
 		return err
 	}
 	r.metrics.JobsStarted.Inc()
-	r.log.Info("job started", "job", p.Job, "renter", p.Renter, "gpus", len(gpus), "image", ref)
+	r.log.Info("job started", "job", p.Job, "renter", p.Renter, "gpus", len(gpus), "image", img.Ref, "digest", spec.ImageDigest)
 	r.watch(p.Job)
 	return nil
 }
@@ -110,7 +117,9 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		}
 	}
 	if strings.HasPrefix(exit.Reason, "lost") {
-		ended = started // the provider cannot show how long it ran: no charge
+		// The provider cannot show how long it ran: the receipt claims what the renter
+		// countersigned, its last checkpoint (nothing without one).
+		ended = started.Add(time.Duration(j.CheckpointSeconds) * time.Second)
 	}
 	if ended.After(l.EndsAt) {
 		ended = l.EndsAt

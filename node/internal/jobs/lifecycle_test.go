@@ -52,9 +52,37 @@ func mustLease(t *testing.T, raw []byte) *protocol.Lease {
 	return l
 }
 
+// TestLostJobChargesCountersignedUsage (security review, item 16): a job lost with its
+// container (the provider restarted) after its renter countersigned four minutes of use
+// gets a receipt for those four minutes, which the checkpoint rule charges in full; the
+// time after the last checkpoint, which the provider cannot show, is not claimed.
+func TestLostJobChargesCountersignedUsage(t *testing.T) {
+	pv := newProvider(t, nil, []bench.SimulatedGPU{{Model: "L4-24GB"}, {Model: "L4-24GB"}})
+	_, renter := newKey(t)
+	const lost = "0000000000000011"
+	pv.leaseJob(t, lost, renter, "L4-24GB", 2, 3600)
+	pv.gpus.release(lost)
+	if _, err := pv.ledger.UpdateJob(lost, func(j *ledger.Job) error {
+		j.State, j.StartedAt, j.UpdatedAt = ledger.JobRunning, t0, t0.Add(5*time.Minute)
+		j.Checkpoint, j.CheckpointCountersig, j.CheckpointSeconds, j.MeteredAt = []byte("checkpoint"), []byte("countersignature"), 240, t0.Add(4*time.Minute)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pv.clk.Advance(time.Hour)
+	if err := pv.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, rec := pv.ended(t, lost)
+	want := protocol.Cost(rec.Price, 2, 240)
+	if !strings.HasPrefix(rec.Reason, "lost") || rec.Seconds != 240 || rec.Amount != want || protocol.CheckpointCharge(rec, 240) != want {
+		t.Fatalf("a lost job with 240 s countersigned: %q, %d s, %s USDC (charged %s); want %s", rec.Reason, rec.Seconds, rec.Amount, protocol.CheckpointCharge(rec, 240), want)
+	}
+}
+
 // TestReconcileAfterRestart: after a provider restart, a job the ledger says runs and the
 // sandbox still holds is watched again and keeps its GPU (even one the probe no longer
-// finds); one whose container is gone ends "lost", uncharged; a job leased but never
+// finds); one whose container is gone ends "lost", uncharged without a checkpoint; a job leased but never
 // started fails; containers of ended jobs, and those no job owns, are removed; the
 // renter's side of the ledger is left alone.
 func TestReconcileAfterRestart(t *testing.T) {

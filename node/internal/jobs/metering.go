@@ -28,32 +28,67 @@ import (
 // ReasonUnmetered ends a job whose renter stopped countersigning its usage.
 const ReasonUnmetered = "renter stopped countersigning usage"
 
+// firstCheckpointDue is how long after its start a job's first countersigned checkpoint
+// is due: one interval and the meter's tolerance. A renter that never countersigns pays
+// at most CheckpointAllowance, so running on would be unpaid.
+const firstCheckpointDue = protocol.CheckpointInterval + protocol.MeterTolerance
+
+// errUnmeteredRenter refuses the proposals of a renter whose job this provider stopped
+// for want of countersigned usage, for jobs.unmetered_renter_ban.
+var errUnmeteredRenter = errors.New("this renter stopped countersigning the usage of a job")
+
 // stopUnmetered stops a running job once its renter has countersigned no checkpoint for
-// stop (since the start when it never did): past its last checkpoint, a renter that does
-// not countersign pays at most one checkpoint interval, so running on would be unpaid.
+// stop, or none at all firstCheckpointDue (at most stop) after the start: past its last
+// checkpoint, a renter that does not countersign pays at most one checkpoint interval, so
+// running on would be unpaid. The renter is recorded, and its proposals refused for
+// jobs.unmetered_renter_ban. A job found again after a restart whose due time passed while
+// the node was down gets stop from then: the renter could not reach the provider.
 func (r *Runner) stopUnmetered(ctx context.Context, id string, stop time.Duration) {
+	watched := r.clock.Now()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.clock.After(stop / 8):
-		}
 		j, err := r.ledger.GetJob(id)
 		if err != nil || j.State != ledger.JobRunning {
 			return
 		}
-		last := j.StartedAt
+		last, due := j.StartedAt, j.StartedAt.Add(min(stop, firstCheckpointDue))
 		if j.MeteredAt.After(last) {
-			last = j.MeteredAt
+			last, due = j.MeteredAt, j.MeteredAt.Add(stop)
 		}
-		if r.clock.Now().Sub(last) >= stop {
-			r.log.Warn("stopping a job: its renter countersigned no usage", "job", id, "renter", j.Peer, "since", last)
-			if err := r.rt.Kill(ctx, id, ReasonUnmetered); err != nil {
-				r.log.Warn("stopping an unmetered job failed", "job", id, "err", err)
+		if due.Before(watched) {
+			last, due = watched, watched.Add(stop)
+		}
+		if wait := due.Sub(r.clock.Now()); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.clock.After(wait):
 			}
-			return
+			continue // a checkpoint may have been countersigned meanwhile
 		}
+		r.log.Warn("stopping a job: its renter countersigned no usage", "job", id, "renter", j.Peer, "since", last)
+		if err := r.ledger.RecordUnmeteredRenter(j.Peer, ledger.UnmeteredRenter{Job: id, StoppedAt: r.clock.Now()}); err != nil {
+			r.log.Warn("recording an unmetered renter failed", "renter", j.Peer, "err", err)
+		}
+		if err := r.rt.Kill(ctx, id, ReasonUnmetered); err != nil {
+			r.log.Warn("stopping an unmetered job failed", "job", id, "err", err)
+		}
+		return
 	}
+}
+
+// refuseUnmetered says why a renter's proposal is refused when this provider stopped one
+// of its jobs for want of countersigned usage less than jobs.unmetered_renter_ban ago.
+func (r *Runner) refuseUnmetered(renter string, now time.Time) error {
+	ban := r.cfg.UnmeteredRenterBan.Duration
+	if ban <= 0 {
+		return nil
+	}
+	u, err := r.ledger.GetUnmeteredRenter(renter)
+	if err != nil || !now.Before(u.StoppedAt.Add(ban)) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: this provider stopped job %s at %s and refuses its proposals until %s",
+		ErrRefused, errUnmeteredRenter, u.Job, u.StoppedAt.UTC().Format(time.RFC3339), u.StoppedAt.Add(ban).UTC().Format(time.RFC3339))
 }
 
 // checkpoint signs a usage checkpoint of a running job: the seconds since its start (at

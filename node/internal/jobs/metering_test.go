@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpunex/gpunex/bench"
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -74,8 +76,7 @@ func (rn *renter) job(t *testing.T, id string) ledger.Job {
 }
 
 // TestUnmeteredJobStopped: a provider stops a job whose renter countersigned no usage for
-// jobs.unmetered_stop, counted from the start and then from the latest countersigned
-// checkpoint; the receipt says why.
+// jobs.unmetered_stop since its latest countersigned checkpoint; the receipt says why.
 func TestUnmeteredJobStopped(t *testing.T) {
 	m := newMarket(t, 1, func(d *Deps) { d.Jobs.UnmeteredStop.Duration = 8 * time.Minute })
 	v := m.run(t, m.request(imageArchive(t, "x")))
@@ -83,10 +84,8 @@ func TestUnmeteredJobStopped(t *testing.T) {
 		waitTimer(t, m.pv.clk, 1)
 		m.pv.clk.Advance(time.Minute)
 	}
-	for range 5 {
-		minute()
-	}
-	m.rn.meterOnce(context.Background(), m.rn.job(t, v.ID)) // countersigned at 5 min
+	minute()
+	m.rn.meterOnce(context.Background(), m.rn.job(t, v.ID)) // countersigned at 1 min
 	for range 7 {
 		minute()
 	}
@@ -95,8 +94,76 @@ func TestUnmeteredJobStopped(t *testing.T) {
 	}
 	minute()
 	_, rec := m.pv.ended(t, v.ID)
-	if rec.Reason != ReasonUnmetered || rec.Seconds != 13*60 {
-		t.Fatalf("receipt %q, %d s: want %q after 13 minutes", rec.Reason, rec.Seconds, ReasonUnmetered)
+	if rec.Reason != ReasonUnmetered || rec.Seconds != 9*60 {
+		t.Fatalf("receipt %q, %d s: want %q after 9 minutes", rec.Reason, rec.Seconds, ReasonUnmetered)
+	}
+}
+
+// TestUnmeteredRenterPaysAtMostAMinute (security review, finding 5): a renter whose meter
+// is off gets at most one interval and the tolerance of GPU time past what it pays (one
+// minute without a checkpoint) under the default [jobs], and its next proposals are
+// refused for jobs.unmetered_renter_ban; another renter's are not.
+func TestUnmeteredRenterPaysAtMostAMinute(t *testing.T) {
+	defaults := config.Defaults(config.RoleProvider).Jobs
+	m := newMarket(t, 2, func(d *Deps) {
+		d.Jobs.UnmeteredStop, d.Jobs.UnmeteredRenterBan = defaults.UnmeteredStop, defaults.UnmeteredRenterBan
+	})
+	v := m.run(t, m.request(imageArchive(t, "x"))) // m.rn's meter never runs
+	for stopped := false; !stopped && m.pv.clk.Now().Sub(t0) < 10*time.Minute; {
+		eventually(t, "the provider waits or stops", func() bool {
+			stopped = m.pv.job(t, v.ID).State != ledger.JobRunning
+			return stopped || m.pv.clk.Waiters() >= 1
+		})
+		m.pv.clk.Advance(5 * time.Second)
+	}
+	j, rec := m.pv.ended(t, v.ID)
+	most := protocol.CheckpointAllowance + protocol.CheckpointInterval + protocol.MeterTolerance
+	if rec.Reason != ReasonUnmetered || time.Duration(rec.Seconds)*time.Second > most {
+		t.Fatalf("an unmetered job ran %d s and ended %q: want %q within %s", rec.Seconds, rec.Reason, ReasonUnmetered, most)
+	}
+	if paid := protocol.CheckpointCharge(rec, j.CheckpointSeconds); paid > protocol.Cost(rec.Price, 1, 60) || rec.Seconds > 60+int64(protocol.MeterTolerance/time.Second) {
+		t.Fatalf("%d s run for %s paid", rec.Seconds, paid)
+	}
+
+	m.pv.clk.Advance(23 * time.Hour)
+	_, err := m.rn.ProposeJob(context.Background(), m.request(imageArchive(t, "y")))
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "stopped countersigning") || !strings.Contains(err.Error(), v.ID) {
+		t.Fatalf("the same renter's next proposal, 23 hours later: %v", err)
+	}
+	if n := testutil.ToFloat64(m.pv.metrics.JobProposals.WithLabelValues("unmetered_renter")); n != 1 {
+		t.Fatalf("refusals counted: %v", n)
+	}
+	other := m.renter(t)
+	other.escrow.coordinator = m.coordKey
+	if _, err := other.ProposeJob(context.Background(), m.request(imageArchive(t, "z"))); err != nil {
+		t.Fatalf("another renter refused: %v", err)
+	}
+}
+
+// TestUnmeteredAfterRestart: a running job found again after the provider was down longer
+// than jobs.unmetered_stop is not stopped at once (its renter could not reach the
+// provider): its renter has unmetered_stop from the restart to countersign again.
+func TestUnmeteredAfterRestart(t *testing.T) {
+	stop := config.Defaults(config.RoleProvider).Jobs.UnmeteredStop
+	pv := newProvider(t, nil, []bench.SimulatedGPU{{Model: "L4-24GB"}}, func(d *Deps) { d.Jobs.UnmeteredStop = stop })
+	_, renter := newKey(t)
+	const id = "00000000000000c7"
+	pv.leaseJob(t, id, renter, "L4-24GB", 1, 3600)
+	pv.gpus.release(id)
+	pv.ledger.UpdateJob(id, func(j *ledger.Job) error {
+		j.State, j.StartedAt, j.CheckpointSeconds, j.MeteredAt = ledger.JobRunning, t0, 60, t0.Add(time.Minute)
+		return nil
+	})
+	pv.rt.run(id)
+	pv.clk.Advance(30 * time.Minute) // the provider was down
+	if err := pv.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitTimer(t, pv.clk, 1)
+	pv.clk.Advance(stop.Duration)
+	_, rec := pv.ended(t, id)
+	if want := int64((30*time.Minute + stop.Duration) / time.Second); rec.Reason != ReasonUnmetered || rec.Seconds != want {
+		t.Fatalf("a job found again after 30 minutes down: %q after %d s, want %q after %d s", rec.Reason, rec.Seconds, ReasonUnmetered, want)
 	}
 }
 

@@ -464,6 +464,10 @@ func (r *Runner) HandleJob(s network.Stream) {
 		sendMsg(s, protocol.JobMsg{Type: "counter", Price: counter, Reason: err.Error()})
 		return
 	}
+	if errors.Is(err, errUnmeteredRenter) {
+		refuse("unmetered_renter", err)
+		return
+	}
 	if err != nil {
 		refuse("policy", err)
 		return
@@ -474,7 +478,7 @@ func (r *Runner) HandleJob(s network.Stream) {
 		}
 	}()
 	cached := r.cachedImage(p)
-	if err = sendMsg(s, protocol.JobMsg{Type: "accept", Record: lease, ImageCached: cached != ""}); err != nil {
+	if err = sendMsg(s, protocol.JobMsg{Type: "accept", Record: lease, ImageCached: cached.Ref != ""}); err != nil {
 		return
 	}
 	m, err = readMsg(in)
@@ -501,9 +505,9 @@ func (r *Runner) HandleJob(s network.Stream) {
 		return
 	}
 	r.metrics.JobProposals.WithLabelValues("accepted").Inc()
-	ref := cached
-	if err = r.welcomeInput(s, p); err == nil && ref == "" { // data in (inputs.go)
-		ref, err = r.receiveImage(s, in, p)
+	img := cached
+	if err = r.welcomeInput(s, p); err == nil && img.Ref == "" { // data in (inputs.go)
+		img, err = r.receiveImage(s, in, p)
 	}
 	if err == nil { // data in: the input arrives on a stream of its own (inputs.go)
 		err = r.awaitInput(s, in, p, lease)
@@ -512,7 +516,7 @@ func (r *Runner) HandleJob(s network.Stream) {
 	// the image, and learns the outcome either way.
 	s.SetDeadline(time.Now().Add(providerStartTimeout))
 	if err == nil {
-		err = r.start(p, lease, ref, gpus)
+		err = r.start(p, lease, img, gpus)
 	}
 	if err != nil {
 		r.ledger.UpdateJob(p.Job, func(j *ledger.Job) error {
@@ -539,6 +543,9 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 	}
 	if slices.Contains(r.cfg.BlockedRenters, p.Renter) {
 		return nil, nil, 0, jobErr("renter %s is blocked by this provider", p.Renter)
+	}
+	if err := r.refuseUnmetered(p.Renter, now); err != nil {
+		return nil, nil, 0, err
 	}
 	r.mu.Lock()
 	closed, detectErr := r.closed, r.detectErr

@@ -87,6 +87,7 @@ type Runner struct {
 	reports   Reporter
 
 	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
+	probe func() (bench.Probe, error)
 	rtErr error
 	dir   string // per-job folders: image archive, log, output
 	gpus  *gpuSlots
@@ -102,7 +103,7 @@ type Runner struct {
 	// finds one.
 	detectErr error
 	cancels   map[string]context.CancelFunc // running jobs' watchers
-	images    map[string]string             // image references by archive SHA-256
+	images    map[string]jobImage           // imported archive images by renter and archive SHA-256
 	imports   map[string]*sync.Mutex        // one import per archive at a time
 	extending map[string]bool               // jobs whose lease is being extended (extend.go)
 	closed    bool
@@ -117,8 +118,8 @@ func NewRunner(d Deps) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
-		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
-		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions()}
+		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, probe: d.Probe, dir: d.Dir,
+		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]jobImage{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions()}
 	r.input = newProviderInputs(filepath.Join(d.Dir, ".inputs"), d.Jobs.InputCacheGB<<30, r)
 	clean := d.CleanGPU
 	if clean == nil {
