@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -37,12 +38,18 @@ import (
 // back, the new lease and checkpoint kept. Without both countersignatures the lease in
 // force and its checkpoint stay.
 func (r *Runner) extendLease(s network.Stream, in *bufio.Reader, j ledger.Job, m protocol.JobMsg, remote peer.ID) {
-	fail := func(err error) { sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()}) }
 	if !r.startExtending(j.ID) {
-		fail(jobErr("an extension of job %s is under way already", j.ID))
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: jobErr("an extension of job %s is under way already", j.ID).Error()})
 		return
 	}
-	defer r.doneExtending(j.ID)
+	// The mark is released before the answer goes out: a renter that asks again as soon as
+	// it has the answer finds no extension under way.
+	release := sync.OnceFunc(func() { r.doneExtending(j.ID) })
+	defer release()
+	fail := func(err error) {
+		release()
+		sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})
+	}
 	now := r.clock.Now()
 	raw, prev, next, err := r.extendedLease(j, m, now)
 	if err != nil {
@@ -97,6 +104,7 @@ func (r *Runner) extendLease(s network.Stream, in *bufio.Reader, j ledger.Job, m
 		return
 	}
 	r.log.Info("lease extended", "job", j.ID, "renter", remote, "ends_at", next.EndsAt, "added", next.EndsAt.Sub(prev.EndsAt))
+	release()
 	sendMsg(s, protocol.JobMsg{Type: "ok", Status: wireStatus(viewJob(stored, r.clock.Now()))})
 }
 
