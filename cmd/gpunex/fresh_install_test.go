@@ -210,8 +210,8 @@ func checkHardened(t *testing.T, in func(string, ...string) (string, error)) {
 // runJobOnInstalled has a renter on this machine run a job with egress on the installed
 // provider, from a busybox image archive, and checks what the job printed: it ran, in a
 // network namespace of its own on the jobs' subnet, and in a user namespace whose root is
-// an unprivileged host uid (both namespaces made and pinned by the node, where runc found
-// them).
+// an unprivileged host uid (both namespaces made by the node and pinned in containerd's
+// mount namespace, where runc found them).
 func runJobOnInstalled(t *testing.T, in func(string, ...string) (string, error), dir, boot string) {
 	t.Helper()
 	var st api.Status
@@ -248,6 +248,11 @@ func runJobOnInstalled(t *testing.T, in func(string, ...string) (string, error),
 		if f := strings.Fields(line); len(f) == 3 && f[0] == "0" && f[1] == "0" {
 			t.Errorf("the job's root is the host's root (no user namespace): %q", line)
 		}
+	}
+	// The unit gave the node a mount namespace of its own: the job ran because its
+	// namespaces were pinned in containerd's.
+	if log, err := in("", "journalctl", "--unit", "gpunex-provider.service", "--no-pager", "--output", "cat"); err != nil || !strings.Contains(log, "pinned in containerd's") {
+		t.Errorf("the provider under its unit did not pin jobs' namespaces in containerd's mount namespace: %v\n%s", err, tail(log, 3000))
 	}
 }
 
