@@ -216,6 +216,11 @@ func NewContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, error
 	}
 	c.ctx, c.cancel = context.WithCancel(namespaces.WithNamespace(context.Background(), o.Namespace))
 	if jn.opts.Policy != EgressDeny {
+		if jn.pins, err = newPinner(o.Address); err != nil {
+			c.log.Warn("cannot tell which mount namespace containerd runs in: jobs' namespaces are pinned in the node's", "err", err)
+		} else if jn.pins != nil {
+			c.log.Info("the node runs in a mount namespace of its own: jobs' namespaces are pinned in containerd's")
+		}
 		c.wg.Add(1)
 		go c.guardNetworkRules()
 	}

@@ -72,7 +72,7 @@ func (c *Containerd) makeNamespaces(ctx context.Context) (ns jobNamespaces, err 
 	if c.userns {
 		ns.user = ns.net + ".user"
 	}
-	if err := holdNamespaces(c.opts.LogBinary, c.userns, ns.base, ns.user, ns.net); err != nil {
+	if err := c.net.pins.holdNamespaces(c.opts.LogBinary, c.userns, ns.base, ns.user, ns.net); err != nil {
 		c.releaseUserns(ns.base, key)
 		return jobNamespaces{}, fmt.Errorf("the job's namespaces: %w", err)
 	}
@@ -139,7 +139,7 @@ func (c *Containerd) dropNamespaces(ctx context.Context, ns jobNamespaces, holde
 		err = c.net.detach(ctx, ns.net)
 	}
 	if ns.user != "" {
-		if uerr := unpinNetns(ns.user); uerr != nil && !errors.Is(uerr, os.ErrNotExist) {
+		if uerr := c.net.pins.unpinNetns(ns.user); uerr != nil && !errors.Is(uerr, os.ErrNotExist) {
 			err = errors.Join(err, uerr)
 		}
 		c.releaseUserns(ns.base, holder)

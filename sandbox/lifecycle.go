@@ -174,7 +174,7 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 		}
 	}
 	if labels[labelUserns] != "" {
-		if err := unpinNetns(labels[labelUserns]); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := c.net.pins.unpinNetns(labels[labelUserns]); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove job %s: its user namespace: %w", id, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -15,30 +16,112 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pinNetns bind-mounts a network namespace (/proc/PID/ns/net) on a file, which keeps the
-// namespace alive after its last process ends.
-func pinNetns(src, pin string) error {
-	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(pin, os.O_CREATE|os.O_RDONLY, 0o400)
+// pinner makes the bind mounts that pin jobs' namespaces (pinNetns) in the mount namespace
+// containerd runs in, where runc opens the pins. That is the node's own, except for a node
+// that systemd gave a mount namespace of its own (the provider unit's ProtectSystem= and
+// friends, docs/operations.md): systemd cuts the propagation of its mounts to the host, so
+// a pin mounted there would be invisible to runc. Mounts made in containerd's namespace
+// still reach the node's (systemd keeps that direction), where the CNI plugins open them.
+// A nil pinner pins in the node's own namespace.
+type pinner struct {
+	ns *os.File // containerd's mount namespace (/proc/PID/ns/mnt)
+}
+
+// newPinner finds where to pin for the containerd daemon listening on address: nil when
+// it runs in the node's own mount namespace, or when that cannot be told (the daemon's
+// process is not visible here, or the node lacks CAP_SYS_PTRACE to open its namespace).
+func newPinner(address string) (*pinner, error) {
+	pid, err := socketPeerPID(address)
 	if err != nil {
+		return nil, err
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err != nil {
+		return nil, err
+	}
+	var theirs, ours unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &theirs); err != nil {
+		ns.Close()
+		return nil, err
+	}
+	if err := unix.Stat("/proc/self/ns/mnt", &ours); err != nil || (theirs.Dev == ours.Dev && theirs.Ino == ours.Ino) {
+		ns.Close()
+		return nil, err
+	}
+	return &pinner{ns: ns}, nil
+}
+
+// in runs f in the pinner's mount namespace, on a thread of its own that joins it and
+// is never given back to the Go runtime (locked and not unlocked: it ends with the
+// goroutine), so no other code ever runs there. unshare(CLONE_FS) first, because setns
+// refuses a mount namespace to a thread that shares its root and working folder with
+// others, as every Go thread does. It needs CAP_SYS_ADMIN and CAP_SYS_CHROOT.
+func (p *pinner) in(f func() error) error {
+	if p == nil {
+		return f()
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			done <- fmt.Errorf("unshare the file-system context: %w", err)
+			return
+		}
+		if err := unix.Setns(int(p.ns.Fd()), unix.CLONE_NEWNS); err != nil {
+			done <- fmt.Errorf("join containerd's mount namespace: %w", err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// close lets go of containerd's namespace.
+func (p *pinner) close() {
+	if p != nil {
+		p.ns.Close()
+	}
+}
+
+// pinNetns bind-mounts a namespace (/proc/PID/ns/net or user) on a file, which keeps the
+// namespace alive after its last process ends. With a pinner, it checks that the pin also
+// shows in the node's namespace, where the CNI plugins open it.
+func (p *pinner) pinNetns(src, pin string) error {
+	err := p.in(func() error {
+		if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(pin, os.O_CREATE|os.O_RDONLY, 0o400)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := unix.Mount(src, pin, "", unix.MS_BIND, ""); err != nil {
+			os.Remove(pin)
+			return &os.PathError{Op: "bind-mount " + src, Path: pin, Err: err}
+		}
+		return nil
+	})
+	if err != nil || p == nil {
 		return err
 	}
-	f.Close()
-	if err := unix.Mount(src, pin, "", unix.MS_BIND, ""); err != nil {
-		os.Remove(pin)
-		return &os.PathError{Op: "bind-mount " + src, Path: pin, Err: err}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(pin, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
+		p.unpinNetns(pin)
+		return fmt.Errorf("the pin %s, mounted in containerd's mount namespace, does not show in the node's (%v): "+
+			"the folder must have shared mount propagation on the host, as systemd sets it up", pin, err)
 	}
 	return nil
 }
 
 // unpinNetns undoes pinNetns.
-func unpinNetns(pin string) error {
-	if err := unix.Unmount(pin, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
-		return &os.PathError{Op: "unmount", Path: pin, Err: err}
-	}
-	return os.Remove(pin)
+func (p *pinner) unpinNetns(pin string) error {
+	return p.in(func() error {
+		if err := unix.Unmount(pin, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			return &os.PathError{Op: "unmount", Path: pin, Err: err}
+		}
+		return os.Remove(pin)
+	})
 }
 
 // holderWait is how long a namespace holder has to say it is ready.
@@ -48,7 +131,7 @@ const holderWait = 10 * time.Second
 // network namespace, and a new user namespace mapping 0-65535 to base when userns, then
 // pins them on userPin and netPin. The holder brings the loopback up (with CAP_NET_ADMIN
 // in its user namespace, the only capability it keeps) and exits once they are pinned.
-func holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string) error {
+func (p *pinner) holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string) error {
 	cmd := exec.Command(exe, nshold.Arg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	if userns {
@@ -85,12 +168,12 @@ func holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string
 		return fmt.Errorf("the namespace holder %s: %q", exe, strings.TrimSpace(line))
 	}
 	proc := fmt.Sprintf("/proc/%d/ns/", cmd.Process.Pid)
-	if err := pinNetns(proc+"net", netPin); err != nil {
+	if err := p.pinNetns(proc+"net", netPin); err != nil {
 		return err
 	}
 	if userns {
-		if err := pinNetns(proc+"user", userPin); err != nil {
-			unpinNetns(netPin)
+		if err := p.pinNetns(proc+"user", userPin); err != nil {
+			p.unpinNetns(netPin)
 			return err
 		}
 	}

@@ -6,10 +6,14 @@ import "errors"
 
 var errNoNetns = errors.New("network namespaces need Linux")
 
-func pinNetns(src, pin string) error { return errNoNetns }
-func unpinNetns(pin string) error    { return errNoNetns }
+type pinner struct{}
 
-func holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string) error {
+func newPinner(address string) (*pinner, error)  { return nil, nil }
+func (p *pinner) close()                         {}
+func (p *pinner) pinNetns(src, pin string) error { return errNoNetns }
+func (p *pinner) unpinNetns(pin string) error    { return errNoNetns }
+
+func (p *pinner) holdNamespaces(exe string, userns bool, base uint32, userPin, netPin string) error {
 	return errNoNetns
 }
 

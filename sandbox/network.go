@@ -98,7 +98,8 @@ type jobNetwork struct {
 	subnet netip.Prefix
 	cni    *libcni.CNIConfig
 	conf   *libcni.NetworkConfigList
-	resolv string // the jobs' resolv.conf on the host
+	resolv string  // the jobs' resolv.conf on the host
+	pins   *pinner // where the jobs' namespaces are pinned (nil: this process's mount namespace)
 
 	installOnce  sync.Once
 	installErr   error
@@ -447,6 +448,7 @@ func (n *jobNetwork) close() {
 		n.watch.close()
 		n.watch = nil
 	}
+	n.pins.close()
 }
 
 // Uninstall removes the network's jumps and chains (tests; a provider turning egress off
@@ -499,7 +501,7 @@ func (n *jobNetwork) detach(ctx context.Context, pin string) error {
 		conf.NetNS = "" // gone with a reboot: the plugins free what they can without it
 	}
 	err := n.cni.DelNetworkList(ctx, n.conf, conf)
-	if uerr := unpinNetns(pin); uerr != nil && !errors.Is(uerr, os.ErrNotExist) {
+	if uerr := n.pins.unpinNetns(pin); uerr != nil && !errors.Is(uerr, os.ErrNotExist) {
 		err = errors.Join(err, uerr)
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 // TestFreshDebianInstall: on a fresh Debian 12 booted with its own systemd (debootstrap's
@@ -26,9 +28,10 @@ import (
 // Debian's mirror with apt-get, installs the package, makes the home, and enables the unit,
 // which systemd starts after the containerd it Requires=, with the unit's own settings. The
 // provider then applies to a coordinator on this machine, which approves it; restarted by
-// systemd, and after a reboot, the node is back with its certificate. The time from
-// the installer's start to the application queued at the coordinator is logged (the target
-// is under 5 minutes).
+// systemd, it is back with its certificate and, under the unit's hardening (checked on the
+// running process), runs a renter's job with egress and a user namespace; after a reboot,
+// the node is back with its certificate. The time from the installer's start to the
+// application queued at the coordinator is logged (the target is under 5 minutes).
 func TestFreshDebianInstall(t *testing.T) {
 	pkg := os.Getenv("GPUNEX_PACKAGE")
 	_, errBootstrap := exec.LookPath("debootstrap")
@@ -130,7 +133,11 @@ func TestFreshDebianInstall(t *testing.T) {
 			t.Fatalf("the installed provider was not approved: %s", out)
 		}
 	}
-	// A restart by systemd keeps the certificate: the node comes back certified.
+	// A restart by systemd keeps the certificate: the node comes back certified. (The job
+	// below is about the unit, not its payment: the provider runs it without escrow.)
+	if out, err := in("", "sed", "-i", "s/^require_escrow = true$/require_escrow = false/", "/var/lib/gpunex/config.toml"); err != nil {
+		t.Fatalf("turn escrow off: %v %s", err, out)
+	}
 	if out, err := in("", "systemctl", "restart", "gpunex-provider.service"); err != nil {
 		t.Fatalf("systemctl restart: %v %s", err, out)
 	}
@@ -147,6 +154,8 @@ func TestFreshDebianInstall(t *testing.T) {
 		}
 	}
 	certified("after a restart by systemd")
+	checkHardened(t, in)
+	runJobOnInstalled(t, in, dir, cst.Addrs[0])
 	// After a reboot, systemd starts containerd and the node by itself.
 	m.shutdown()
 	m = bootMachine(t, root)
@@ -157,8 +166,110 @@ func TestFreshDebianInstall(t *testing.T) {
 	certified("after a reboot")
 }
 
+// checkHardened checks the running provider's process for its unit's hardening, as a
+// compromised node would meet it: no new privileges; no capability to load modules, do raw
+// I/O, reboot, set the clock or read the kernel's log; in its mount namespace, the system
+// read-only, the home writable, and /root empty.
+func checkHardened(t *testing.T, in func(string, ...string) (string, error)) {
+	t.Helper()
+	out, err := in("", "systemctl", "show", "--property=MainPID", "--value", "gpunex-provider.service")
+	pid := strings.TrimSpace(out)
+	if err != nil || pid == "" || pid == "0" {
+		t.Fatalf("the provider's process: %v %q", err, out)
+	}
+	status, err := in("", "cat", "/proc/"+pid+"/status")
+	if err != nil || !strings.Contains(status, "NoNewPrivs:\t1") {
+		t.Errorf("the provider may gain privileges: %v\n%s", err, status)
+	}
+	var bounding uint64
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:\t"); ok {
+			bounding, _ = strconv.ParseUint(v, 16, 64)
+		}
+	}
+	for name, bit := range map[string]uint{"CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_BOOT": 22, "CAP_SYS_TIME": 25, "CAP_SYSLOG": 34} {
+		if bounding&(1<<bit) != 0 {
+			t.Errorf("the provider keeps %s (bounding set %#x)", name, bounding)
+		}
+	}
+	enter := func(args ...string) (string, error) {
+		return in("", append([]string{"nsenter", "--target", pid, "--mount", "--"}, args...)...)
+	}
+	if out, err := enter("touch", "/etc/gpunex-write-probe"); err == nil || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("the provider can write /etc: %v %s", err, out)
+	}
+	if out, err := enter("touch", "/var/lib/gpunex/.write-probe"); err != nil {
+		t.Errorf("the provider cannot write its home: %v %s", err, out)
+	}
+	enter("rm", "-f", "/var/lib/gpunex/.write-probe")
+	if out, err := enter("ls", "-A", "/root"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("the provider sees /root (install.sh is there): %v %q", err, out)
+	}
+}
+
+// runJobOnInstalled has a renter on this machine run a job with egress on the installed
+// provider, from a busybox image archive, and checks what the job printed: it ran, in a
+// network namespace of its own on the jobs' subnet, and in a user namespace whose root is
+// an unprivileged host uid (both namespaces made by the node and pinned in containerd's
+// mount namespace, where runc found them).
+func runJobOnInstalled(t *testing.T, in func(string, ...string) (string, error), dir, boot string) {
+	t.Helper()
+	var st api.Status
+	if out, err := in("", "gpunex", "status", "--json", "--home", "/var/lib/gpunex"); err != nil || json.Unmarshal([]byte(out), &st) != nil || st.PeerID == "" {
+		t.Fatalf("the installed provider's status: %v %s", err, out)
+	}
+	renter := filepath.Join(dir, "renter")
+	mustRun(t, "init", "--home", renter, "--role", "renter", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", boot)
+	startNode(t, renter)
+	archive := filepath.Join(dir, "busybox.tar")
+	f, err := os.Create(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.BusyboxImage(f, "gpunex.test/busybox:1"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if slices.ContainsFunc(searchJSON(t, renter, "--model", "L4-24GB"), func(r searchRow) bool { return r.Provider == st.PeerID }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the renter does not see the installed provider's offer")
+		}
+	}
+	out, errOut, code := gpunex(t, "job", "run", "--home", renter, "--offer", st.PeerID+"/L4-24GB", "--gpus", "1", "--max-hours", "0.1", "--egress",
+		"--image-archive", archive, "--", "sh", "-c", "echo hello from the installed provider; ip -4 -o addr show eth0; cat /proc/self/uid_map")
+	if code != 0 || !strings.Contains(out, "hello from the installed provider") || !strings.Contains(out, "inet 10.231.") {
+		log, _ := in("", "journalctl", "--unit", "gpunex-provider.service", "--no-pager", "--lines", "40")
+		t.Fatalf("the job on the installed provider: exit %d\n%s\n%s\nthe provider's log:\n%s", code, out, errOut, log)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "0" && f[1] == "0" {
+			t.Errorf("the job's root is the host's root (no user namespace): %q", line)
+		}
+	}
+	// The unit gave the node a mount namespace of its own: the job ran because its
+	// namespaces were pinned in containerd's.
+	if log, err := in("", "journalctl", "--unit", "gpunex-provider.service", "--no-pager", "--output", "cat"); err != nil || !strings.Contains(log, "pinned in containerd's") {
+		t.Errorf("the provider under its unit did not pin jobs' namespaces in containerd's mount namespace: %v\n%s", err, tail(log, 3000))
+	}
+}
+
 // machine is a root booted with its own systemd by systemd-nspawn, sharing this machine's
-// network.
+// network. What a real host gives a provider and nspawn keeps from its container, the
+// machine gets, so that jobs run in it as on a host:
+//   - CAP_NET_ADMIN (nspawn keeps it only for a container with a network of its own): the
+//     jobs' veths, routes and firewall rules go into this machine's network namespace;
+//   - the kernel keyring (@keyring, which nspawn's system call filter denies, as the keyring
+//     is not namespaced): runc gives each container a session keyring of its own;
+//   - writable cgroup controllers: nspawn mounts the cgroup v1 controllers of a hybrid host
+//     such as this one read-only, and runc makes each job's cgroups in them; they are
+//     remounted writable in the machine once it has booted;
+//   - this machine's /var/lib/cni: the CNI plugins allocate the jobs' addresses in this
+//     network namespace from the same list as the other nodes on this machine.
+//
+// Inside, the provider's unit applies its own settings, as on a host.
 type machine struct {
 	t       *testing.T
 	boot    *exec.Cmd
@@ -173,7 +284,11 @@ func bootMachine(t *testing.T, root string) *machine {
 	t.Helper()
 	m := &machine{t: t, exited: make(chan struct{})}
 	m.console, _ = os.Create(filepath.Join(t.TempDir(), "console.log"))
-	m.boot = exec.Command("systemd-nspawn", "--directory", root, "--boot", "--register=no", "--keep-unit", "--console=passive", "--resolv-conf=copy-host")
+	if err := os.MkdirAll("/var/lib/cni", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.boot = exec.Command("systemd-nspawn", "--directory", root, "--boot", "--register=no", "--keep-unit", "--console=passive", "--resolv-conf=copy-host",
+		"--capability=CAP_NET_ADMIN", "--system-call-filter=@keyring", "--bind=/var/lib/cni")
 	m.boot.Stdout, m.boot.Stderr = m.console, m.console
 	if err := m.boot.Start(); err != nil {
 		t.Fatal(err)
@@ -189,6 +304,9 @@ func bootMachine(t *testing.T, root string) *machine {
 		}
 		if m.init > 0 {
 			if out, _ := m.run("", "systemctl", "is-system-running"); strings.HasPrefix(out, "running") || strings.HasPrefix(out, "degraded") {
+				if out, err := m.run("", "sh", "-c", `for c in $(awk '$9 == "cgroup" {print $5}' /proc/self/mountinfo); do mount -o remount,bind,rw "$c" || exit 1; done`); err != nil {
+					t.Fatalf("make the machine's cgroup controllers writable: %v %s", err, out)
+				}
 				return m
 			}
 		}
