@@ -1,3 +1,5 @@
+//go:build linux
+
 package jobs
 
 import (
@@ -464,7 +466,7 @@ func TestJobInputRefusedFiles(t *testing.T) {
 			return os.Symlink("../../outside", filepath.Join(dir, "up"))
 		},
 		"points to nothing": func(dir string) error { return os.Symlink("missing", filepath.Join(dir, "dangling")) },
-		"named pipe":        func(dir string) error { return syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600) },
+		"named pipe":        func(dir string) error { return mkfifo(filepath.Join(dir, "fifo")) },
 		"a device": func(dir string) error {
 			return syscall.Mknod(filepath.Join(dir, "null"), syscall.S_IFCHR|0o600, 1<<8|3)
 		},
