@@ -41,7 +41,7 @@ func TestSoak(t *testing.T) {
 	for _, b := range rep.Breaks {
 		t.Errorf("seed %d: %s", seed, b)
 	}
-	for _, k := range []string{devnet.FaultKill, devnet.FaultRPCSlow, devnet.FaultRPCFail, devnet.FaultRPCDrop} {
+	for _, k := range []string{devnet.FaultKill, devnet.FaultRPCSlow, devnet.FaultRPCFail, devnet.FaultRPCDrop, devnet.FaultDisk} {
 		if rep.Applied[k] == 0 {
 			t.Errorf("seed %d: the fault %q was never applied", seed, k)
 		}

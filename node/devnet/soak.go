@@ -62,6 +62,7 @@ type soak struct {
 	renters []*devnetProc
 	provs   []*devnetProc
 	archive string
+	mounts  []string // the providers' homes, each a file system of its own
 
 	procMu sync.Mutex // a node's process while a fault restarts it
 	mu     sync.Mutex
@@ -90,8 +91,11 @@ func Soak(ctx context.Context, o SoakOptions) (SoakReport, error) {
 	if err != nil {
 		return SoakReport{}, err
 	}
-	defer d.stop()
 	s := &soak{devnet: d, o: o, broken: map[string]bool{}, trend: map[string]*resourceSeries{}}
+	defer func() {
+		d.stop()
+		s.unmountHomes()
+	}()
 	s.report = SoakReport{Seed: o.Seed, Applied: map[string]int{}, Jobs: map[string]int{}}
 	if err := s.setUp(ctx); err != nil {
 		return s.report, err
@@ -144,6 +148,9 @@ func (s *soak) setUp(ctx context.Context) error {
 	}
 	if s.ctrdAddr == "" {
 		return errors.New("the soak runs jobs: containerd must run here (run make deps as root)")
+	}
+	if err := s.mountHomes(); err != nil {
+		return err
 	}
 	var err error
 	if s.rpc, err = newRPCProxy(s.money.rt.URL); err != nil {

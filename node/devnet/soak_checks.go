@@ -322,7 +322,7 @@ func (s *soak) printTable() {
 	r := s.report
 	s.say("soak table (seed %d, %s, %d providers, %d renters)", r.Seed, s.o.Duration, s.o.Providers, s.o.Renters)
 	s.say("  %-28s %s", "fault", "applied")
-	for _, k := range []string{FaultKill, FaultRPCSlow, FaultRPCFail, FaultRPCDrop} {
+	for _, k := range []string{FaultKill, FaultRPCSlow, FaultRPCFail, FaultRPCDrop, FaultDisk} {
 		s.say("  %-28s %d", k, r.Applied[k])
 	}
 	s.say("  %-28s %s", "jobs", "count")

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ const (
 	FaultRPCSlow = "rpc slow"      // every Solana RPC call answered 1 to 4 s late
 	FaultRPCFail = "rpc failing"   // every Solana RPC call answered 503
 	FaultRPCDrop = "rpc drops txs" // transactions acknowledged and never sent
+	FaultDisk    = "disk full"     // a provider's file system filled to its last MiB, then freed
 )
 
 // Fault is one fault of the schedule: its kind, from At after the start for For, on
@@ -48,7 +50,13 @@ func (f Fault) String() string {
 // (at least 5 s apart), kills twice as often as each RPC fault, each lasting 2 s to MaxDown.
 func drawSchedule(o SoakOptions, nodes []string) []Fault {
 	rng := rand.New(rand.NewPCG(o.Seed, 0x50a4))
-	kinds := []string{FaultKill, FaultRPCSlow, FaultKill, FaultRPCFail, FaultKill, FaultRPCDrop}
+	kinds := []string{FaultKill, FaultRPCSlow, FaultKill, FaultRPCFail, FaultKill, FaultRPCDrop, FaultDisk}
+	var providers []string
+	for _, n := range nodes {
+		if strings.HasPrefix(n, "provider-") {
+			providers = append(providers, n)
+		}
+	}
 	var out []Fault
 	at := time.Duration(0)
 	for i := 0; ; i++ {
@@ -57,8 +65,14 @@ func drawSchedule(o SoakOptions, nodes []string) []Fault {
 			return out
 		}
 		f := Fault{At: at, Kind: kinds[i%len(kinds)], For: 2*time.Second + time.Duration(rng.Int64N(int64(o.MaxDown-2*time.Second)+1))}
-		if f.Kind == FaultKill {
+		switch f.Kind {
+		case FaultKill:
 			f.Target = nodes[rng.IntN(len(nodes))]
+		case FaultDisk:
+			if len(providers) == 0 {
+				continue
+			}
+			f.Target = providers[rng.IntN(len(providers))]
 		}
 		out = append(out, f)
 	}
@@ -90,6 +104,8 @@ func (s *soak) apply(ctx context.Context, f Fault) {
 	switch f.Kind {
 	case FaultKill:
 		s.kill(ctx, f)
+	case FaultDisk:
+		s.fillDisk(ctx, f)
 	default:
 		mode := map[string]int32{FaultRPCSlow: rpcSlow, FaultRPCFail: rpcFail, FaultRPCDrop: rpcDrop}[f.Kind]
 		s.rpc.SetMode(mode)

@@ -26,13 +26,13 @@ func TestSoakSchedule(t *testing.T) {
 		if f.At < last+5*time.Second || f.At >= 3*time.Minute || f.For < 2*time.Second || f.For > 15*time.Second {
 			t.Errorf("fault out of bounds: %s", f)
 		}
-		if (f.Kind == FaultKill) != (f.Target != "") {
-			t.Errorf("a kill names its node, nothing else does: %s", f)
+		if (f.Kind == FaultKill || f.Kind == FaultDisk) != (f.Target != "") || f.Kind == FaultDisk && f.Target != "provider-1" {
+			t.Errorf("a kill names its node, a full disk its provider, nothing else names one: %s", f)
 		}
 		last = f.At
 		kinds[f.Kind]++
 	}
-	for _, k := range []string{FaultKill, FaultRPCSlow, FaultRPCFail, FaultRPCDrop} {
+	for _, k := range []string{FaultKill, FaultRPCSlow, FaultRPCFail, FaultRPCDrop, FaultDisk} {
 		if kinds[k] == 0 {
 			t.Errorf("seed 1 over 3 minutes never applies %q: %v", k, a)
 		}
