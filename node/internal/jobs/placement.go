@@ -16,9 +16,11 @@ import (
 // of that model matching the request (region, tier, egress, maximum price, at least as
 // many GPUs), best merit first as `gpunex offers search` orders them, and proposes the job
 // to each in turn until one takes it, req.Tries of them at most. A provider that refuses or
-// does not answer passes the job to the next offer; the renter's own mistakes (a request
-// that does not hold, an image archive it cannot read), a job that was leased but did not
-// start, and a request given up by its caller stop at once. The started job's view says
+// does not answer, or that leases the job and does not start it by the renter's start
+// deadline (renterstart.go: the job is cancelled there), passes the job to the next offer;
+// the renter's own mistakes (a request that does not hold, an image archive it cannot
+// read), a job that was leased and failed to start, and a request given up by its caller
+// stop at once. The started job's view says
 // which offer took it, why it ranked there, and why those tried before did not.
 func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, error) {
 	tries := req.Tries
@@ -96,7 +98,10 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 			return v, nil
 		}
 		a.Outcome, a.Error = "unreachable", err.Error()
+		late := errors.Is(err, errNotStarted)
 		switch {
+		case late:
+			a.Outcome = "not started"
 		case leased:
 			a.Outcome = "failed"
 		case errors.Is(err, ErrRefused):
@@ -104,7 +109,7 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 		}
 		pl.Attempts = append(pl.Attempts, a)
 		r.log.Info("job placement: offer passed over", "offer", row.ID, "rank", a.Rank, "outcome", a.Outcome, "err", err)
-		if leased || ctx.Err() != nil || errors.Is(err, api.ErrInvalid) {
+		if (leased && !late) || ctx.Err() != nil || errors.Is(err, api.ErrInvalid) {
 			return api.JobView{}, fmt.Errorf("%s: %w", attemptsText(pl), err)
 		}
 	}
