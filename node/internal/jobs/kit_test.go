@@ -546,7 +546,7 @@ func (f *fakeOffers) Search(_ context.Context, flt api.SearchFilter) ([]api.Offe
 	f.searches = append(f.searches, flt)
 	var out []api.OfferRow
 	for _, r := range f.rows {
-		if r.Model == flt.Model && r.GPUs >= flt.MinGPUs {
+		if r.Model == flt.Model && r.GPUs >= flt.MinGPUs && (r.Unbenchmarked == "" || flt.Unbenchmarked) {
 			out = append(out, r)
 		}
 	}

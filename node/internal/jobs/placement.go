@@ -14,7 +14,8 @@ import (
 
 // place runs a job asked for by model (no provider, no offer named): it searches the offers
 // of that model matching the request (region, tier, egress, maximum price, at least as
-// many GPUs), best merit first as `gpunex offers search` orders them, and proposes the job
+// many GPUs) that a fresh benchmark attestation vouches for, best merit first as `gpunex
+// offers search` orders them, and proposes the job
 // to each in turn until one takes it, req.Tries of them at most. A provider that refuses or
 // does not answer, or that leases the job and does not start it by the renter's start
 // deadline (renterstart.go: the job is cancelled there), passes the job to the next offer;
@@ -72,7 +73,8 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 	}
 	pl.Matched = len(candidates)
 	if len(candidates) == 0 {
-		return api.JobView{}, fmt.Errorf("%w: no live, certified offer matches %s (gpunex offers search lists what is offered)", api.ErrNotFound, pl.Search)
+		return api.JobView{}, fmt.Errorf("%w: no live, certified offer matches %s%s (gpunex offers search lists what is offered)",
+			api.ErrNotFound, pl.Search, r.unbenchmarkedText(ctx, f))
 	}
 	for i, row := range candidates[:min(tries, len(candidates))] {
 		a := attempt(row, i+1, len(candidates))
@@ -114,6 +116,23 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 		}
 	}
 	return api.JobView{}, api.Conflict(fmt.Errorf("no provider took the job: %s", attemptsText(pl)))
+}
+
+// unbenchmarkedText says which offers matching f a placement passed over for want of a
+// fresh benchmark attestation (the search leaves them out), and why; "" when none.
+func (r *Renter) unbenchmarkedText(ctx context.Context, f api.SearchFilter) string {
+	f.Unbenchmarked = true
+	rows, err := r.offers.Search(ctx, f)
+	var parts []string
+	for _, row := range rows {
+		if err == nil && row.Unbenchmarked != "" && row.Provider != r.peer.ID.String() {
+			parts = append(parts, fmt.Sprintf("%s: %s", row.ID, row.Unbenchmarked))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d offer(s) passed over without a fresh benchmark attestation: %s", len(parts), strings.Join(parts, "; "))
 }
 
 // attempt describes offer row, ranked rank of n, before it is proposed the job.

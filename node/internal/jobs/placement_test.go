@@ -235,3 +235,23 @@ func TestPlacementPassesOverAStartThatNeverComes(t *testing.T) {
 		t.Fatalf("the provider keeps the hold of a job cancelled before its start: %+v", a)
 	}
 }
+
+// TestPlacementPassesOverUnbenchmarkedOffers: an offer no fresh benchmark attestation
+// vouches for is never proposed a job placed by model; when nothing else matches, the
+// answer says which offers were passed over and why.
+func TestPlacementPassesOverUnbenchmarkedOffers(t *testing.T) {
+	pm := newPlacementMarket(t)
+	for i := range pm.rn.offers.rows {
+		pm.rn.offers.rows[i].Unbenchmarked = "no benchmark attestation"
+	}
+	_, err := pm.rn.ProposeJob(context.Background(), pm.request())
+	if !errors.Is(err, api.ErrNotFound) || !strings.Contains(err.Error(), "3 offer(s) passed over without a fresh benchmark attestation: "+
+		pm.refuses.peer.ID.String()+"/L4-24GB: no benchmark attestation;") {
+		t.Fatalf("a placement among unbenchmarked offers only: %v", err)
+	}
+	for _, pv := range []*provider{pm.refuses, pm.ok} {
+		if jobs, _ := pv.ledger.Jobs(); len(jobs) != 0 {
+			t.Fatal("an unbenchmarked offer was proposed the job")
+		}
+	}
+}
