@@ -185,14 +185,21 @@ func (g *greedyProvider) rentedAndBilled(t *testing.T, e *advEnv) string {
 // handleJob accepts any proposal at its maximum price and says the job started.
 func (g *greedyProvider) handleJob(s network.Stream) {
 	defer s.Close()
-	in := bufio.NewReader(s)
+	if job, leasedAt, ok := g.takeLease(s, bufio.NewReader(s)); ok {
+		protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "started", Status: &protocol.JobStatus{ID: job, State: "running", StartedAt: leasedAt, GPUUUIDs: []string{"GPU-greedy"}}})
+	}
+}
+
+// takeLease answers a proposal with a lease at its maximum price, says it holds the image,
+// and keeps the renter's countersignature; ok once the lease binds.
+func (g *greedyProvider) takeLease(s network.Stream, in *bufio.Reader) (job string, leasedAt time.Time, ok bool) {
 	var m protocol.JobMsg
 	if protocol.ReadJSONFrame(in, protocol.MaxJobFrame, &m) != nil {
-		return
+		return "", time.Time{}, false
 	}
 	p, err := protocol.CheckProposal(m.Record, time.Now())
 	if err != nil {
-		return
+		return "", time.Time{}, false
 	}
 	now := time.Now().UTC()
 	lease := g.seal(protocol.KindLease, protocol.Lease{Version: 1, Job: p.Job, Proposal: protocol.RecordSHA256(m.Record), Renter: p.Renter,
@@ -200,12 +207,12 @@ func (g *greedyProvider) handleJob(s network.Stream) {
 		Limits: protocol.Limits{MemoryBytes: 1 << 30, CPUMillis: 1000, Pids: 64, ScratchBytes: 1 << 30}})
 	protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "accept", Record: lease, ImageCached: true})
 	if protocol.ReadJSONFrame(in, protocol.MaxJobFrame, &m) != nil || m.Type != "countersign" {
-		return
+		return "", time.Time{}, false
 	}
 	g.mu.Lock()
 	g.lease, g.leaseCS, g.job = lease, m.Record, p.Job
 	g.mu.Unlock()
-	protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "started", Status: &protocol.JobStatus{ID: p.Job, State: "running", StartedAt: now, GPUUUIDs: []string{"GPU-greedy"}}})
+	return p.Job, now, true
 }
 
 // handleControl answers every request about the job with its end and the inflated receipt
