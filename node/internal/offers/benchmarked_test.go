@@ -10,10 +10,10 @@ import (
 	"github.com/gpunex/gpunex/protocol"
 )
 
-// attestation signs p's benchmark attestation of n L4s (the first healthy, the others
-// below their threshold when healthy is less than n), run against a challenge of the test
-// coordinator issued at challenged.
-func (w *world) attestation(p provider, n, healthy int, challenged time.Time) []byte {
+// attestation signs p's benchmark attestation of L4s, one per kind ("ok", "slow": under
+// its threshold, "unmeasured": no figure, as a real GPU whose kernels do not run), run
+// against a challenge of the test coordinator issued at challenged.
+func (w *world) attestation(p provider, challenged time.Time, kinds ...string) []byte {
 	w.t.Helper()
 	seal := func(kind protocol.Kind, v any, byCoordinator bool) []byte {
 		key := p.key
@@ -34,10 +34,13 @@ func (w *world) attestation(p provider, n, healthy int, challenged time.Time) []
 		DriverVersion: "535.129.03", CUDAVersion: "12.2", Storage: protocol.StorageBenchmark{SeqWriteMBps: 500},
 		NetworkReceipt: seal(protocol.KindNetworkReceipt, protocol.NetworkReceipt{Version: 1, Coordinator: coord, Provider: p.id.String(), Nonce: nonce,
 			MeasuredAt: challenged.Add(30 * time.Second), RTTMilli: 12, RTTSamples: 9, UpMbps: 400, DownMbps: 900, Bytes: 16 << 20, Minimum: protocol.ListingMinimum}, true)}
-	for i := range n {
+	for i, kind := range kinds {
 		g := protocol.GPUBenchmark{UUID: "GPU-" + string(rune('a'+i)), Model: "L4-24GB", TensorTFLOPS: 100, MemBandwidth: 280}
-		if i >= healthy {
+		switch kind {
+		case "slow":
 			g.TensorTFLOPS = 50
+		case "unmeasured":
+			g.TensorTFLOPS, g.MemBandwidth = 0, 0
 		}
 		g.PerfScore = protocol.FirstModels().Score(g)
 		g.Below = protocol.FirstModels().Shortfall(g)
@@ -50,18 +53,19 @@ func (w *world) attestation(p provider, n, healthy int, challenged time.Time) []
 // benchmark attestation vouches for, for every GPU they offer. An offer without one, one
 // offering more GPUs than its attestation certifies, and one whose attestation expired
 // since it was received are passed over, unless the renter asks for them: then each says
-// why.
+// why. A GPU attested without figures (not measured) still counts.
 func TestSearchPassesOverUnbenchmarkedOffers(t *testing.T) {
 	w := newWorld(t)
-	vouched, none, more, ageing := w.certified(), w.certified(), w.certified(), w.certified()
+	vouched, unmeasured, none, more, ageing := w.certified(), w.certified(), w.certified(), w.certified(), w.certified()
 	now := w.clock.Now()
 	hour := func(o *protocol.Offer) { o.ExpiresAt = o.IssuedAt.Add(time.Hour) }
 	with := func(a []byte) func(o *protocol.Offer) { return func(o *protocol.Offer) { hour(o); o.Attestation = a } }
 	for _, raw := range [][]byte{
-		w.offer(vouched, 1, 1_000_000, with(w.attestation(vouched, 2, 2, now.Add(-time.Hour)))),
+		w.offer(vouched, 1, 1_000_000, with(w.attestation(vouched, now.Add(-time.Hour), "ok", "ok"))),
+		w.offer(unmeasured, 1, 1_000_000, with(w.attestation(unmeasured, now.Add(-time.Hour), "ok", "unmeasured"))),
 		w.offer(none, 1, 1_000_000, hour),
-		w.offer(more, 1, 1_000_000, with(w.attestation(more, 2, 1, now.Add(-time.Hour)))),
-		w.offer(ageing, 1, 1_000_000, with(w.attestation(ageing, 2, 2, now.Add(-protocol.MaxAttestationAge+time.Minute)))),
+		w.offer(more, 1, 1_000_000, with(w.attestation(more, now.Add(-time.Hour), "ok", "slow"))),
+		w.offer(ageing, 1, 1_000_000, with(w.attestation(ageing, now.Add(-protocol.MaxAttestationAge+time.Minute), "ok", "ok"))),
 	} {
 		if _, _, err := w.book.Accept(raw, "gossip"); err != nil {
 			t.Fatal(err)
@@ -79,15 +83,16 @@ func TestSearchPassesOverUnbenchmarkedOffers(t *testing.T) {
 		}
 		return got
 	}
-	if got := search(api.SearchFilter{Model: "L4-24GB"}); len(got) != 1 || got[vouched.id.String()] != "" {
-		t.Fatalf("a renter's search lists %v, want only the benchmarked offer", got)
+	if got := search(api.SearchFilter{Model: "L4-24GB"}); len(got) != 2 || got[vouched.id.String()] != "" || got[unmeasured.id.String()] != "" {
+		t.Fatalf("a renter's search lists %v, want only the two benchmarked offers", got)
 	}
 	got := search(api.SearchFilter{Model: "L4-24GB", Unbenchmarked: true})
 	for p, want := range map[string]string{
-		vouched.id.String(): "",
-		none.id.String():    "no benchmark attestation",
-		more.id.String():    "offers 2 x L4-24GB, its benchmark attestation certifies 1",
-		ageing.id.String():  "its benchmark attestation expired at 2026-11-30T09:01:00Z",
+		vouched.id.String():    "",
+		unmeasured.id.String(): "",
+		none.id.String():       "no benchmark attestation",
+		more.id.String():       "offers 2 x L4-24GB, its benchmark attestation certifies 1",
+		ageing.id.String():     "its benchmark attestation expired at 2026-11-30T09:01:00Z",
 	} {
 		if reason, ok := got[p]; !ok || reason != want {
 			t.Errorf("asked for unbenchmarked offers: %s listed %v with %q, want %q", p, ok, reason, want)

@@ -119,7 +119,9 @@ func roundTenth(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 // model at now, "" when one does: the offer carries none, its attestation's challenge is
 // past protocol.MaxAttestationAge (an offer accepted while it was fresh stays in the book
 // until the offer expires), or the offer counts more GPUs of the model than the attestation
-// measured and did not delist. Renters pass such offers over unless they ask for them.
+// attests without delisting them (a GPU attested with no figure measured, a real GPU
+// without working kernels, counts: it was there for the challenged run and is not
+// delisted). Renters pass such offers over unless they ask for them.
 func BenchmarkGap(so *protocol.SignedOffer, model string, now time.Time) string {
 	a := so.Attest
 	if a == nil || a.Challenge == nil {
@@ -135,7 +137,7 @@ func BenchmarkGap(so *protocol.SignedOffer, model string, now time.Time) string 
 		}
 	}
 	for _, g := range a.GPUs {
-		if g.Model == model && g.Below == "" && g.PerfScore > 0 {
+		if g.Model == model && g.Below == "" {
 			certified++
 		}
 	}
