@@ -48,6 +48,13 @@ func (a *APIServer) search(r *http.Request) (any, error) {
 	default:
 		return nil, api.Invalid(fmt.Errorf("egress %q: true or false", q.Get("egress")))
 	}
+	switch q.Get("unbenchmarked") {
+	case "", "false", "0":
+	case "true", "1":
+		f.Unbenchmarked = true
+	default:
+		return nil, api.Invalid(fmt.Errorf("unbenchmarked %q: true or false", q.Get("unbenchmarked")))
+	}
 	switch f.Sort {
 	case "", "merit", "placement", "price", "score", "perf":
 	default:

@@ -91,6 +91,12 @@ func TestAPI(t *testing.T) {
 	if c := code("/v1/offers?max_price=abc"); c != http.StatusBadRequest {
 		t.Errorf("bad max_price: %d", c)
 	}
+	if c := code("/v1/offers?unbenchmarked=maybe"); c != http.StatusBadRequest {
+		t.Errorf("bad unbenchmarked: %d", c)
+	}
+	if c := code("/v1/offers?unbenchmarked=true"); c != http.StatusOK {
+		t.Errorf("a search for unbenchmarked offers too: %d", c)
+	}
 	if c := code("/v1/offers/record?id=nonsense"); c != http.StatusBadRequest {
 		t.Errorf("bad offer id: %d", c)
 	}

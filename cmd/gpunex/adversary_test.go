@@ -340,6 +340,7 @@ func randomHex(n int) string {
 func adversaryScenarios() []scenario {
 	return []scenario{
 		greedyScenario(),
+		stalledStartScenario(), // stall_test.go
 		forgedNetworkScenario(),
 		forgedCatalogueScenario(),
 		stingyScenario(), // adversary_stingy_test.go

@@ -117,7 +117,8 @@ func newGreedyProvider(t *testing.T, e *advEnv) *greedyProvider {
 		g.publish(ctx, protocol.OffersTopic, offer)
 		seen := 0
 		for _, node := range []string{"renter-1", "coordinator"} { // the coordinator holds money only for certified offers it holds
-			rows, _ := e.clients[node].Search(ctx, url.Values{"model": {"H100-80GB"}})
+			// Its offer carries no benchmark attestation: searches pass it over unless asked.
+			rows, _ := e.clients[node].Search(ctx, url.Values{"model": {"H100-80GB"}, "unbenchmarked": {"true"}})
 			for _, r := range rows {
 				if r.Provider == g.h.ID().String() {
 					seen++
@@ -184,14 +185,21 @@ func (g *greedyProvider) rentedAndBilled(t *testing.T, e *advEnv) string {
 // handleJob accepts any proposal at its maximum price and says the job started.
 func (g *greedyProvider) handleJob(s network.Stream) {
 	defer s.Close()
-	in := bufio.NewReader(s)
+	if job, leasedAt, ok := g.takeLease(s, bufio.NewReader(s)); ok {
+		protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "started", Status: &protocol.JobStatus{ID: job, State: "running", StartedAt: leasedAt, GPUUUIDs: []string{"GPU-greedy"}}})
+	}
+}
+
+// takeLease answers a proposal with a lease at its maximum price, says it holds the image,
+// and keeps the renter's countersignature; ok once the lease binds.
+func (g *greedyProvider) takeLease(s network.Stream, in *bufio.Reader) (job string, leasedAt time.Time, ok bool) {
 	var m protocol.JobMsg
 	if protocol.ReadJSONFrame(in, protocol.MaxJobFrame, &m) != nil {
-		return
+		return "", time.Time{}, false
 	}
 	p, err := protocol.CheckProposal(m.Record, time.Now())
 	if err != nil {
-		return
+		return "", time.Time{}, false
 	}
 	now := time.Now().UTC()
 	lease := g.seal(protocol.KindLease, protocol.Lease{Version: 1, Job: p.Job, Proposal: protocol.RecordSHA256(m.Record), Renter: p.Renter,
@@ -199,12 +207,12 @@ func (g *greedyProvider) handleJob(s network.Stream) {
 		Limits: protocol.Limits{MemoryBytes: 1 << 30, CPUMillis: 1000, Pids: 64, ScratchBytes: 1 << 30}})
 	protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "accept", Record: lease, ImageCached: true})
 	if protocol.ReadJSONFrame(in, protocol.MaxJobFrame, &m) != nil || m.Type != "countersign" {
-		return
+		return "", time.Time{}, false
 	}
 	g.mu.Lock()
 	g.lease, g.leaseCS, g.job = lease, m.Record, p.Job
 	g.mu.Unlock()
-	protocol.WriteJSONFrame(s, protocol.JobMsg{Type: "started", Status: &protocol.JobStatus{ID: p.Job, State: "running", StartedAt: now, GPUUUIDs: []string{"GPU-greedy"}}})
+	return p.Job, now, true
 }
 
 // handleControl answers every request about the job with its end and the inflated receipt
@@ -253,7 +261,7 @@ func forgedNetworkScenario() scenario {
 			return n
 		},
 		check: func(t *testing.T, e *advEnv, ops int64) string {
-			rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{})
+			rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{"unbenchmarked": {"true"}})
 			found := 0
 			for _, r := range rows {
 				if r.Provider == g.h.ID().String() {
@@ -313,7 +321,7 @@ func forgedCatalogueScenario() scenario {
 					t.Errorf("the renter's catalogue took forged figures: %+v (catalogue %d of %s)", m, v.Seq, v.Coordinator)
 				}
 			}
-			rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{})
+			rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{"unbenchmarked": {"true"}})
 			for _, r := range rows {
 				if r.Provider == g.h.ID().String() && r.Bench != nil {
 					t.Errorf("an attestation scored with a forged catalogue is shown: %+v", r.Bench)

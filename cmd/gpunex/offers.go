@@ -81,14 +81,14 @@ func offersCommand() *cobra.Command {
 type offerSearch struct {
 	model, region, maxPrice, sortBy, tier, coordinator string
 	minGPUs                                            int
-	asJSON, explain, egress                            bool
+	asJSON, explain, egress, unbenchmarked             bool
 }
 
 func offersSearchCommand() *cobra.Command {
 	var o offerSearch
 	c := &cobra.Command{
-		Use:   "search [--model M] [--region R] [--tier T] [--max-price P] [--min-gpus N] [--egress] [--coordinator ID] [--json]",
-		Short: "List every live, verified, certified offer that matches, best placed first",
+		Use:   "search [--model M] [--region R] [--tier T] [--max-price P] [--min-gpus N] [--egress] [--coordinator ID] [--unbenchmarked] [--json]",
+		Short: "List every live, verified, certified, benchmarked offer that matches, best placed first",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runOffersSearch(cmd, o) },
 	}
@@ -100,6 +100,7 @@ func offersSearchCommand() *cobra.Command {
 	f.BoolVar(&o.egress, "egress", false, "only offers whose jobs may reach the network (public-only or allow)")
 	f.StringVar(&o.tier, "tier", "", "only offers certified at this tier: community or enterprise")
 	f.StringVar(&o.coordinator, "coordinator", "", "only offers certified by this coordinator (peer ID), one of trust.coordinators")
+	f.BoolVar(&o.unbenchmarked, "unbenchmarked", false, "also offers no fresh benchmark attestation vouches for (none, expired, or fewer GPUs certified than offered), each with the reason")
 	jsonArrayFlag(c, &o.asJSON)
 	f.StringVar(&o.sortBy, "sort", "", "merit (default: score, performance, price against the market, tier and commitment), placement, price, score or perf")
 	f.BoolVar(&o.explain, "explain", false, "print each offer's ranking terms")
@@ -136,6 +137,9 @@ func (o offerSearch) query() (url.Values, error) {
 	if o.coordinator != "" {
 		q.Set("coordinator", o.coordinator)
 	}
+	if o.unbenchmarked {
+		q.Set("unbenchmarked", "true")
+	}
 	return q, nil
 }
 
@@ -151,13 +155,17 @@ func runOffersSearch(cmd *cobra.Command, o offerSearch) error {
 		}
 		return rows, err
 	}
-	return ask(cmd, o.asJSON, search, func(w io.Writer, rows []api.OfferRow) error { return printOffers(w, rows, o.explain) })
+	return ask(cmd, o.asJSON, search, func(w io.Writer, rows []api.OfferRow) error { return printOffers(w, rows, o.explain, o.unbenchmarked) })
 }
 
-// printOffers writes the offers found as a table and, with explain, their ranking terms.
-func printOffers(out io.Writer, rows []api.OfferRow, explain bool) error {
+// printOffers writes the offers found as a table and, with explain, their ranking terms;
+// unbenchmarked says the search asked for offers without a fresh benchmark attestation.
+func printOffers(out io.Writer, rows []api.OfferRow, explain, unbenchmarked bool) error {
 	if len(rows) == 0 {
 		fmt.Fprintln(out, "no matching offers")
+		if !unbenchmarked {
+			fmt.Fprintln(out, "(offers without a fresh benchmark attestation are left out: --unbenchmarked lists them)")
+		}
 		return nil
 	}
 	w := newTable(out)
@@ -183,6 +191,11 @@ func printOffers(out io.Writer, rows []api.OfferRow, explain bool) error {
 	}
 	if sim {
 		fmt.Fprintln(out, "* simulated GPUs: no NVIDIA hardware behind them")
+	}
+	for _, r := range rows {
+		if r.Unbenchmarked != "" {
+			fmt.Fprintf(out, "unbenchmarked %s: %s\n", r.ID, r.Unbenchmarked)
+		}
 	}
 	if explain {
 		fmt.Fprintln(out, "\nmerit = (score/100)^2 x perf x (1 + bonus) / price_vs_market  (highest first; docs/reliability.md)")

@@ -104,6 +104,10 @@ type SearchFilter struct {
 	// and commitment bonus), "price", "score" (reliability, highest first) or "perf"
 	// (performance score per USDC, highest first). Rows without the figure sort last.
 	Sort string
+	// Unbenchmarked keeps the offers that no fresh benchmark attestation vouches for (none,
+	// one past its validity, or fewer GPUs certified than offered): left out otherwise,
+	// they come with the reason in OfferRow.Unbenchmarked.
+	Unbenchmarked bool
 }
 
 // OfferRow is one GPU model of one provider's live offer, as search shows it.
@@ -137,6 +141,10 @@ type OfferRow struct {
 	// Measured figures of the model's GPUs (mean over them) from the offer's benchmark
 	// attestation; absent when the provider has none.
 	Bench *RowBench `json:"bench,omitempty"`
+	// Unbenchmarked says why no fresh benchmark attestation vouches for this row (shown
+	// only to a search that asks for such rows, SearchFilter.Unbenchmarked); empty when one
+	// does.
+	Unbenchmarked string `json:"unbenchmarked,omitempty"`
 	// Score is the provider's reliability score (0-100) from a trusted coordinator's
 	// latest score record; absent when none is held.
 	Score *int `json:"score,omitempty"`

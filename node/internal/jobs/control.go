@@ -46,8 +46,17 @@ func (r *Runner) HandleControl(s network.Stream) {
 		v := viewJob(j, r.clock.Now())
 		sendMsg(s, protocol.JobMsg{Type: "status", Status: wireStatus(v)})
 	case "cancel":
-		if j.State == ledger.JobRunning {
+		switch j.State {
+		case ledger.JobRunning:
 			err = r.rt.Kill(context.Background(), j.ID, "cancelled by the renter")
+		case ledger.JobLeased: // the renter gave up waiting for the start: it never starts
+			j, err = r.ledger.UpdateJob(j.ID, func(j *ledger.Job) error {
+				if j.State != ledger.JobLeased {
+					return nil
+				}
+				j.State, j.Error, j.UpdatedAt = ledger.JobFailed, "cancelled by the renter before it started", r.clock.Now()
+				return nil
+			})
 		}
 		if err != nil {
 			sendMsg(s, protocol.JobMsg{Type: "error", Reason: err.Error()})

@@ -299,6 +299,7 @@ type fakeRuntime struct {
 	jobs     map[string]*fakeJob
 	onStart  func(sandbox.Spec) // writes what the job would (its log, its output)
 	startErr error
+	pullGate chan struct{} // when set, a pull waits until it is closed (a pull that takes long)
 }
 
 type fakeJob struct {
@@ -331,7 +332,17 @@ func (f *fakeRuntime) ImportImage(_ context.Context, archive io.Reader) (string,
 	return ref, "sha256:" + sum, nil
 }
 
-func (f *fakeRuntime) PullImage(_ context.Context, ref string) (string, error) {
+func (f *fakeRuntime) PullImage(ctx context.Context, ref string) (string, error) {
+	f.mu.Lock()
+	gate := f.pullGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.images[ref], f.digests[ref] = true, "sha256:00"
@@ -547,7 +558,7 @@ func (f *fakeOffers) Search(_ context.Context, flt api.SearchFilter) ([]api.Offe
 	f.searches = append(f.searches, flt)
 	var out []api.OfferRow
 	for _, r := range f.rows {
-		if r.Model == flt.Model && r.GPUs >= flt.MinGPUs {
+		if r.Model == flt.Model && r.GPUs >= flt.MinGPUs && (r.Unbenchmarked == "" || flt.Unbenchmarked) {
 			out = append(out, r)
 		}
 	}

@@ -208,6 +208,7 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 	// makes this renter's funds wait for it.
 	var holdErr error
 	var holder peer.ID
+	stopped := false // the provider confirmed a job it leased will not run
 	if so.Cert != nil {
 		holder = so.Cert.Signer
 	}
@@ -217,7 +218,7 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 	} else {
 		defer func() {
 			if err != nil {
-				r.giveHoldBack(p.Job, holder, leased)
+				r.giveHoldBack(p.Job, holder, leased && !stopped)
 			}
 		}()
 	}
@@ -238,6 +239,9 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 		return api.JobView{}, true, err
 	}
 	j, err := r.awaitStart(s, in, &p, img, accepted.ImageCached, cs)
+	if errors.Is(err, errNotStarted) {
+		stopped = r.cancelUnstarted(p.Job) // renterstart.go
+	}
 	if err != nil {
 		return api.JobView{}, true, err
 	}
@@ -294,11 +298,12 @@ func (r *Renter) dial(ctx context.Context, so *protocol.SignedOffer) (network.St
 }
 
 // giveHoldBack asks for the hold of a job that does not run: the provider confirms it
-// never ran. A refused proposal's hold comes back before propose returns, so that the next
-// offer of a placement finds the funds; a job that failed after its lease is retried
-// later (its provider may still be marking the failure).
-func (r *Renter) giveHoldBack(job string, holder peer.ID, leased bool) {
-	if !leased {
+// never ran. A refused proposal's hold, or that of a job its provider confirmed cancelled
+// before its start, comes back before propose returns, so that the next offer of a
+// placement finds the funds; another job that failed after its lease is retried later
+// (its provider may still be marking the failure).
+func (r *Renter) giveHoldBack(job string, holder peer.ID, mayHaveRun bool) {
+	if !mayHaveRun {
 		rctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		if _, rerr := r.escrow.ReleaseHold(rctx, job, holder.String()); rerr == nil {
@@ -384,10 +389,12 @@ func (r *Renter) awaitStart(s network.Stream, in *bufio.Reader, p *protocol.Prop
 	if err := r.sendInput(p); err != nil { // data in: on a stream of its own (inputsend.go)
 		return fail(err)
 	}
-	// The provider takes up to 10 minutes to pull the image and start: wait for its word
-	// rather than give up on a job it may still start (and charge).
-	s.SetDeadline(time.Now().Add(providerStartTimeout + time.Minute))
-	m, err := readMsg(in)
+	// The provider holds what it needs (or pulls it): wait for its word until the start
+	// deadline (renterstart.go), not the provider's own 10 minutes.
+	m, err := r.readStarted(s, in, startWait(p))
+	if errors.Is(err, errNotStarted) {
+		return fail(err)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("waiting for the start: %w", err))
 	}
@@ -512,9 +519,12 @@ func (r *Runner) HandleJob(s network.Stream) {
 	if err == nil { // data in: the input arrives on a stream of its own (inputs.go)
 		err = r.awaitInput(s, in, p, lease)
 	}
-	// A pull and the start take their time: the renter waits up to two minutes after
-	// the image, and learns the outcome either way.
+	// A pull and the start take their time: the renter waits up to its start deadline
+	// after the image (renterstart.go), and learns the outcome either way.
 	s.SetDeadline(time.Now().Add(providerStartTimeout))
+	if err == nil {
+		err = r.notCancelled(p.Job)
+	}
 	if err == nil {
 		err = r.start(p, lease, img, gpus)
 	}
@@ -529,6 +539,15 @@ func (r *Runner) HandleJob(s network.Stream) {
 	j, _ := r.ledger.GetJob(p.Job)
 	v := viewJob(j, r.clock.Now())
 	sendMsg(s, protocol.JobMsg{Type: "started", Status: wireStatus(v)})
+}
+
+// notCancelled says why a leased job must not start: its renter cancelled it meanwhile
+// (it gave up waiting for the start, HandleControl).
+func (r *Runner) notCancelled(job string) error {
+	if j, err := r.ledger.GetJob(job); err == nil && j.State != ledger.JobLeased {
+		return fmt.Errorf("not started: %s", j.Error)
+	}
+	return nil
 }
 
 // providerStartTimeout bounds a provider's pull and start of a job's image; the renter

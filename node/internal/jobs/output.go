@@ -202,7 +202,8 @@ func (r *Renter) JobLogs(ctx context.Context, id string, follow bool, w io.Write
 		return viewJob(j, r.clock.Now()), err
 	}
 	defer s.Close()
-	go func() { <-ctx.Done(); s.Reset() }()
+	// A caller giving up cuts the stream; the watch ends with the read, whatever ctx does.
+	defer context.AfterFunc(ctx, func() { s.Reset() })()
 	for {
 		m, err := readMsg(in)
 		if err != nil {

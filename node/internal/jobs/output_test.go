@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -198,5 +199,31 @@ func TestProviderFollowsLog(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the follow did not end with the job")
+	}
+}
+
+// TestJobLogsLeavesNoGoroutine: a log read under a context that never ends (the CLI's, a
+// dashboard's) leaves nothing behind once it returned; before, each read kept a goroutine
+// waiting on that context for as long as the node ran.
+func TestJobLogsLeavesNoGoroutine(t *testing.T) {
+	m := newMarket(t, 1)
+	v := m.run(t, m.request(imageArchive(t, "x")))
+	waiting := func() int {
+		buf := make([]byte, 1<<20)
+		n := 0
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "(*Renter).JobLogs") {
+				n++
+			}
+		}
+		return n
+	}
+	for range 20 {
+		if _, err := m.rn.JobLogs(context.Background(), v.ID, false, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := waiting(); n > 0 {
+		t.Fatalf("%d goroutine(s) of 20 finished log reads still waiting", n)
 	}
 }

@@ -14,11 +14,14 @@ import (
 
 // place runs a job asked for by model (no provider, no offer named): it searches the offers
 // of that model matching the request (region, tier, egress, maximum price, at least as
-// many GPUs), best merit first as `gpunex offers search` orders them, and proposes the job
+// many GPUs) that a fresh benchmark attestation vouches for, best merit first as `gpunex
+// offers search` orders them, and proposes the job
 // to each in turn until one takes it, req.Tries of them at most. A provider that refuses or
-// does not answer passes the job to the next offer; the renter's own mistakes (a request
-// that does not hold, an image archive it cannot read), a job that was leased but did not
-// start, and a request given up by its caller stop at once. The started job's view says
+// does not answer, or that leases the job and does not start it by the renter's start
+// deadline (renterstart.go: the job is cancelled there), passes the job to the next offer;
+// the renter's own mistakes (a request that does not hold, an image archive it cannot
+// read), a job that was leased and failed to start, and a request given up by its caller
+// stop at once. The started job's view says
 // which offer took it, why it ranked there, and why those tried before did not.
 func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, error) {
 	tries := req.Tries
@@ -70,7 +73,8 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 	}
 	pl.Matched = len(candidates)
 	if len(candidates) == 0 {
-		return api.JobView{}, fmt.Errorf("%w: no live, certified offer matches %s (gpunex offers search lists what is offered)", api.ErrNotFound, pl.Search)
+		return api.JobView{}, fmt.Errorf("%w: no live, certified offer matches %s%s (gpunex offers search lists what is offered)",
+			api.ErrNotFound, pl.Search, r.unbenchmarkedText(ctx, f))
 	}
 	for i, row := range candidates[:min(tries, len(candidates))] {
 		a := attempt(row, i+1, len(candidates))
@@ -96,7 +100,10 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 			return v, nil
 		}
 		a.Outcome, a.Error = "unreachable", err.Error()
+		late := errors.Is(err, errNotStarted)
 		switch {
+		case late:
+			a.Outcome = "not started"
 		case leased:
 			a.Outcome = "failed"
 		case errors.Is(err, ErrRefused):
@@ -104,11 +111,28 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 		}
 		pl.Attempts = append(pl.Attempts, a)
 		r.log.Info("job placement: offer passed over", "offer", row.ID, "rank", a.Rank, "outcome", a.Outcome, "err", err)
-		if leased || ctx.Err() != nil || errors.Is(err, api.ErrInvalid) {
+		if (leased && !late) || ctx.Err() != nil || errors.Is(err, api.ErrInvalid) {
 			return api.JobView{}, fmt.Errorf("%s: %w", attemptsText(pl), err)
 		}
 	}
 	return api.JobView{}, api.Conflict(fmt.Errorf("no provider took the job: %s", attemptsText(pl)))
+}
+
+// unbenchmarkedText says which offers matching f a placement passed over for want of a
+// fresh benchmark attestation (the search leaves them out), and why; "" when none.
+func (r *Renter) unbenchmarkedText(ctx context.Context, f api.SearchFilter) string {
+	f.Unbenchmarked = true
+	rows, err := r.offers.Search(ctx, f)
+	var parts []string
+	for _, row := range rows {
+		if err == nil && row.Unbenchmarked != "" && row.Provider != r.peer.ID.String() {
+			parts = append(parts, fmt.Sprintf("%s: %s", row.ID, row.Unbenchmarked))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d offer(s) passed over without a fresh benchmark attestation: %s", len(parts), strings.Join(parts, "; "))
 }
 
 // attempt describes offer row, ranked rank of n, before it is proposed the job.

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/gpunex/gpunex/bench"
+	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/protocol"
 )
@@ -153,5 +157,101 @@ func TestPlacementSkipsStaleOffers(t *testing.T) {
 	}
 	if jobs, _ := pm.refuses.ledger.Jobs(); len(jobs) != 0 {
 		t.Fatal("an expired offer's provider was proposed the job")
+	}
+}
+
+// TestPlacementPassesOverAStartThatNeverComes: a provider that leases the job and does not
+// start it (its pull never ends) holds the request only until the renter's start
+// deadline: the renter cancels the job there, which then never starts, gets its hold back
+// at once, and the next offer runs the job.
+func TestPlacementPassesOverAStartThatNeverComes(t *testing.T) {
+	net := newTestNet(t)
+	coordKey, coord := newKey(t)
+	trust := func(d *Deps) { d.Trusted = []peer.ID{coord} }
+	stalls := newProvider(t, net.peer(t), []bench.SimulatedGPU{{Model: "L4-24GB"}}, trust)
+	ok := newProvider(t, net.peer(t), []bench.SimulatedGPU{{Model: "L4-24GB"}}, trust)
+	stalls.rt.pullGate = make(chan struct{})
+	stalls.serve()
+	ok.serve()
+	rn := newRenter(t, net.peer(t), ok.clk)
+	rn.escrow.coordinator = coordKey
+	rn.knows(stalls.pub.offer, coord)
+	rn.knows(ok.pub.offer, coord)
+	net.connect(t)
+
+	type result struct {
+		v   api.JobView
+		err error
+	}
+	done := make(chan result, 1)
+	waits, fire := make(chan time.Duration, 2), make(chan time.Time)
+	var timers atomic.Int32
+	rn.startTimer = func(d time.Duration) <-chan time.Time {
+		waits <- d
+		if timers.Add(1) == 1 { // the first offer's deadline passes; the second starts at once
+			return fire
+		}
+		return nil
+	}
+	go func() {
+		v, err := rn.ProposeJob(context.Background(), api.JobRequest{Model: "L4-24GB", GPUs: 1, MaxSeconds: 600, Image: "registry.example.org/job:1"})
+		done <- result{v, err}
+	}()
+	if d := <-waits; d != 7*time.Minute {
+		t.Fatalf("the renter waits %s for a registry image's start, want 2 minutes and 5 for the pull", d)
+	}
+	eventually(t, "the job leased at the stalling provider", func() bool { j, _ := stalls.ledger.Jobs(); return len(j) == 1 })
+	close(fire) // the deadline passes
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the renter still waits for a start past its deadline")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	pl := res.v.Placement
+	if res.v.Peer != ok.peer.ID.String() || !slices.Equal(outcomes(pl), []string{"not started", "accepted"}) ||
+		!strings.Contains(pl.Attempts[0].Error, "the provider did not start the job in time") {
+		t.Fatalf("the job went to %s after %+v", res.v.Peer, pl.Attempts)
+	}
+	stalled, _ := stalls.ledger.Jobs()
+	if len(stalled) != 1 || stalled[0].State != ledger.JobFailed || stalled[0].Error != "cancelled by the renter before it started" {
+		t.Fatalf("the stalling provider's job after the renter's cancel: %+v", stalled)
+	}
+	rn.escrow.mu.Lock()
+	released := slices.Clone(rn.escrow.released)
+	rn.escrow.mu.Unlock()
+	if !slices.Equal(released, []string{stalled[0].ID}) {
+		t.Fatalf("holds given back before the next offer: %v, want the stalled job's", released)
+	}
+	close(stalls.rt.pullGate) // the pull ends after all: the cancelled job does not start
+	eventually(t, "the cancelled job's GPU free again", func() bool { return stalls.RunningJobs() == 0 })
+	if _, started := stalls.rt.spec(stalled[0].ID); started {
+		t.Fatal("the provider started a job its renter cancelled before the start")
+	}
+	if a := stalls.ReleaseAnswer(stalled[0].ID); !a.Release {
+		t.Fatalf("the provider keeps the hold of a job cancelled before its start: %+v", a)
+	}
+}
+
+// TestPlacementPassesOverUnbenchmarkedOffers: an offer no fresh benchmark attestation
+// vouches for is never proposed a job placed by model; when nothing else matches, the
+// answer says which offers were passed over and why.
+func TestPlacementPassesOverUnbenchmarkedOffers(t *testing.T) {
+	pm := newPlacementMarket(t)
+	for i := range pm.rn.offers.rows {
+		pm.rn.offers.rows[i].Unbenchmarked = "no benchmark attestation"
+	}
+	_, err := pm.rn.ProposeJob(context.Background(), pm.request())
+	if !errors.Is(err, api.ErrNotFound) || !strings.Contains(err.Error(), "3 offer(s) passed over without a fresh benchmark attestation: "+
+		pm.refuses.peer.ID.String()+"/L4-24GB: no benchmark attestation;") {
+		t.Fatalf("a placement among unbenchmarked offers only: %v", err)
+	}
+	for _, pv := range []*provider{pm.refuses, pm.ok} {
+		if jobs, _ := pv.ledger.Jobs(); len(jobs) != 0 {
+			t.Fatal("an unbenchmarked offer was proposed the job")
+		}
 	}
 }

@@ -76,6 +76,9 @@ type Renter struct {
 	// inputs are the inputs of the requests being proposed, and their uploads
 	// (inputsend.go).
 	inputs *renterInputs
+	// startTimer times the wait for a leased job's start (renterstart.go): time.After;
+	// tests fire it by hand.
+	startTimer func(time.Duration) <-chan time.Time
 }
 
 // NewRenter returns a node's renter side.
@@ -85,7 +88,7 @@ func NewRenter(d RenterDeps) *Renter {
 		interval = protocol.CheckpointInterval
 	}
 	return &Renter{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, offers: d.Offers, escrow: d.Escrow, interval: interval,
-		inputs: newRenterInputs()}
+		inputs: newRenterInputs(), startTimer: time.After}
 }
 
 // renterJob returns a job this node rented.

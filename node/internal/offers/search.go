@@ -115,6 +115,38 @@ func rowBench(a *protocol.SignedAttestation, model string) *api.RowBench {
 
 func roundTenth(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
+// BenchmarkGap says why no fresh benchmark attestation vouches for an offer's GPUs of
+// model at now, "" when one does: the offer carries none, its attestation's challenge is
+// past protocol.MaxAttestationAge (an offer accepted while it was fresh stays in the book
+// until the offer expires), or the offer counts more GPUs of the model than the attestation
+// attests without delisting them (a GPU attested with no figure measured, a real GPU
+// without working kernels, counts: it was there for the challenged run and is not
+// delisted). Renters pass such offers over unless they ask for them.
+func BenchmarkGap(so *protocol.SignedOffer, model string, now time.Time) string {
+	a := so.Attest
+	if a == nil || a.Challenge == nil {
+		return "no benchmark attestation"
+	}
+	if until := a.Challenge.IssuedAt.Add(protocol.MaxAttestationAge); !now.Before(until) {
+		return fmt.Sprintf("its benchmark attestation expired at %s", until.UTC().Format(time.RFC3339))
+	}
+	offered, certified := 0, 0
+	for _, g := range so.Offer.GPUs {
+		if g.Model == model {
+			offered = g.Count
+		}
+	}
+	for _, g := range a.GPUs {
+		if g.Model == model && g.Below == "" {
+			certified++
+		}
+	}
+	if offered > certified {
+		return fmt.Sprintf("offers %d x %s, its benchmark attestation certifies %d", offered, model, certified)
+	}
+	return ""
+}
+
 // PlacementBonusBP is the ranking bonus, in basis points of the price, that a certified
 // provider earns: 1000 (10%) for the Enterprise tier, plus 25 per whole month of commitment
 // left, up to 24 months (600, 6%). Search ranks rows by price x (10000 - bonus) / 10000;
@@ -179,8 +211,10 @@ func Rows(f api.SearchFilter, so *protocol.SignedOffer) []api.OfferRow {
 	return out
 }
 
-// Search returns every live offer on the network that matches f, verified and certified,
-// best placed first (lowest price after the placement bonus, see PlacementBonusBP).
+// Search returns every live offer on the network that matches f, verified, certified and
+// vouched for by a fresh benchmark attestation (BenchmarkGap; f.Unbenchmarked keeps the
+// others too, each with its reason), best placed first (lowest price after the placement
+// bonus, see PlacementBonusBP).
 //
 // It queries the DHT for the providers announced under the most selective key (model,
 // region or all), fetches the offer record of each provider it holds no current record for,
@@ -257,14 +291,17 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	now := c.clock.Now()
 	var rows []api.OfferRow
 	for _, so := range c.book.Live(now) {
-		rs := Rows(f, so)
-		if s := c.score(so); s != nil {
-			for i := range rs {
+		for _, r := range Rows(f, so) {
+			if s := c.score(so); s != nil {
 				v := s.Score
-				rs[i].Score = &v
+				r.Score = &v
 			}
+			if r.Unbenchmarked = BenchmarkGap(so, r.Model, now); r.Unbenchmarked != "" && !f.Unbenchmarked {
+				c.log.Debug("search: offer passed over", "offer", r.ID, "why", r.Unbenchmarked)
+				continue
+			}
+			rows = append(rows, r)
 		}
-		rows = append(rows, rs...)
 	}
 	Rank(rows)
 	SortRows(f, rows)

@@ -164,14 +164,16 @@ func TestSearchFromTheBook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rows, err := w.cat.Search(context.Background(), api.SearchFilter{Model: "L4-24GB"})
+	// These offers carry no benchmark attestation: only a search that asks for such offers
+	// lists them (TestSearchPassesOverUnbenchmarkedOffers).
+	rows, err := w.cat.Search(context.Background(), api.SearchFilter{Model: "L4-24GB", Unbenchmarked: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) != 2 || rows[0].Provider != a.id.String() || rows[0].Score == nil || *rows[0].Score != 97 || rows[1].Score != nil {
 		t.Fatalf("search rows: %+v", rows)
 	}
-	if rows, _ := w.cat.Search(context.Background(), api.SearchFilter{Region: "us-east"}); len(rows) != 1 || rows[0].Provider != b.id.String() {
+	if rows, _ := w.cat.Search(context.Background(), api.SearchFilter{Region: "us-east", Unbenchmarked: true}); len(rows) != 1 || rows[0].Provider != b.id.String() {
 		t.Fatalf("rows in us-east: %+v", rows)
 	}
 	so, err := w.cat.OfferRecord(context.Background(), protocol.OfferID(a.id, "l4-24gb"))
