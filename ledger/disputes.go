@@ -57,7 +57,8 @@ var ErrDisputeClosed = errors.New("too late to dispute")
 
 // OpenDispute stores a renter's dispute and holds the job's escrow until a decision. A job
 // already charged cannot be disputed: the renter countersigned its receipt, or the
-// dispute window passed. The same dispute again changes nothing.
+// dispute window passed (at the dispute's ReceivedAt, even when the charge it makes due
+// has not run yet). The same dispute again changes nothing.
 func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 	out := d
 	err := s.db.Update(func(txn *badger.Txn) error {
@@ -86,9 +87,12 @@ func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 		if reported && len(rep.ReceiptCountersig) > 0 {
 			return fmt.Errorf("%w: the renter countersigned the receipt of job %s", ErrDisputeClosed, d.Job)
 		}
-		switch h.State {
-		case HoldHeld, HoldPending:
-		case HoldCharged:
+		switch {
+		case h.State == HoldPending && !d.ReceivedAt.Before(h.PendingUntil):
+			// The charge is due: the next ChargeDue makes it, whenever it runs.
+			return fmt.Errorf("%w: the dispute window of job %s closed at %s", ErrDisputeClosed, d.Job, h.PendingUntil.UTC().Format(time.RFC3339))
+		case h.State == HoldHeld, h.State == HoldPending:
+		case h.State == HoldCharged:
 			return fmt.Errorf("%w: job %s was charged %s USDC under the %s rule", ErrDisputeClosed, d.Job, h.Charge, h.Rule)
 		default:
 			return fmt.Errorf("%w: the hold of job %s is %s", ErrDisputeClosed, d.Job, h.State)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +155,36 @@ func TestChargeRules(t *testing.T) {
 	}
 	if _, err := l.Escrow.GetJobReport(jobID(99), "p"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("stored: %v", err)
+	}
+}
+
+// TestDisputeAfterItsWindow: a dispute that arrives once the receipt's dispute window has
+// closed is refused, even before the charge it made due has run (security review item 17);
+// one a second earlier is taken.
+func TestDisputeAfterItsWindow(t *testing.T) {
+	l := openTemp(t, t.TempDir())
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	window := time.Hour
+	l.Escrow.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 100_000_000, CreditedAt: now})
+	for i := 1; i <= 2; i++ {
+		if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Escrow.ChargeReports([]ReportCharge{{Report: JobReport{Job: jobID(i), Provider: "p", ReceivedAt: now, Receipt: receipt(i)},
+			Receipt: protocol.RecordSHA256(receipt(i)), Renter: "r", Amount: 6_000_000, Seconds: 3600, EndedAt: now,
+			CheckpointAmount: 1_000_000, PendingUntil: now.Add(window)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := Dispute{Job: jobID(1), Renter: "r", Provider: "p", ReceivedAt: now.Add(window), Receipt: receipt(1), Claimed: 6_000_000}
+	if _, err := l.Escrow.OpenDispute(late); !errors.Is(err, ErrDisputeClosed) || !strings.Contains(err.Error(), "dispute window") {
+		t.Fatalf("a dispute at the window's end: %v", err)
+	}
+	if h, _ := l.Escrow.GetHold(jobID(1)); h.State != HoldPending {
+		t.Fatalf("the late dispute changed the hold: %s", h.State)
+	}
+	inTime := Dispute{Job: jobID(2), Renter: "r", Provider: "p", ReceivedAt: now.Add(window - time.Second), Receipt: receipt(2), Claimed: 6_000_000}
+	if _, err := l.Escrow.OpenDispute(inTime); err != nil {
+		t.Fatalf("a dispute a second before the window's end: %v", err)
 	}
 }
