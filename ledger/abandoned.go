@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -21,8 +22,11 @@ type Abandonment struct {
 	LeaseCountersig      []byte    `json:"lease_countersignature"`
 	Checkpoint           []byte    `json:"checkpoint"`
 	CheckpointCountersig []byte    `json:"checkpoint_countersignature"`
-	// Counted is when the job was counted against its provider (its hold expired with no
-	// report from it); zero until then.
+	// Due is when the job's hold expired with no report from its provider: from then on
+	// the job is to be counted against the provider (set in the release's own
+	// transaction, so that a crash after the release loses no count). Counted is when it
+	// was; zero until then.
+	Due     time.Time `json:"due,omitzero"`
 	Counted time.Time `json:"counted,omitzero"`
 }
 
@@ -39,16 +43,47 @@ func (s *EscrowStore) GetAbandonment(job string) (Abandonment, error) {
 	return a, err
 }
 
-// CountAbandonment marks an abandoned job counted against its provider; false when it was
-// already (so that a job counts once).
-func (s *EscrowStore) CountAbandonment(job string, now time.Time) (bool, error) {
+// CountAbandonment counts an abandoned job against its provider: count updates the
+// provider's reliability state, and the job is marked counted, in one transaction, so that
+// a crash counts it either once or not yet (DueAbandonments finds it again). False when it
+// was counted already.
+func (s *EscrowStore) CountAbandonment(job string, now time.Time, count func(a Abandonment, st *ReliabilityState) error) (bool, error) {
 	first := false
-	_, err := updateJSON(s.kv, prefixAbandoned+job, func(a *Abandonment) error {
-		first = a.Counted.IsZero()
-		if first {
-			a.Counted = now
+	err := s.db.Update(func(txn *badger.Txn) error {
+		var a Abandonment
+		if err := getJSON(txn, prefixAbandoned+job, &a); err != nil {
+			return err
 		}
-		return nil
+		if first = a.Counted.IsZero(); !first {
+			return nil
+		}
+		a.Counted = now
+		if err := putJSON(txn, prefixAbandoned+job, a); err != nil {
+			return err
+		}
+		return updateReliability(txn, a.Provider, func(st *ReliabilityState) error { return count(a, st) })
 	})
 	return first, err
+}
+
+// DueAbandonments returns the abandoned jobs due to be counted and not counted yet.
+func (s *EscrowStore) DueAbandonments() ([]Abandonment, error) {
+	return scanAll(s.kv, prefixAbandoned, func(a Abandonment) bool { return !a.Due.IsZero() && a.Counted.IsZero() })
+}
+
+// markAbandonmentDue marks a job's abandonment, if a renter sent one, due to be counted:
+// its hold expired with no report from the provider.
+func markAbandonmentDue(txn *badger.Txn, job string, now time.Time) error {
+	var a Abandonment
+	switch err := getJSON(txn, prefixAbandoned+job, &a); {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	if !a.Due.IsZero() {
+		return nil
+	}
+	a.Due = now
+	return putJSON(txn, prefixAbandoned+job, a)
 }

@@ -254,6 +254,9 @@ func expireHold(txn *badger.Txn, job string, now time.Time) (Hold, error) {
 	}
 	switch h.State {
 	case HoldHeld:
+		if err := markAbandonmentDue(txn, job, now); err != nil {
+			return h, err
+		}
 	case HoldDisputed:
 		var rep JobReport
 		if err := getJSON(txn, jobReportKey(job, h.Provider), &rep); err == nil {

@@ -47,19 +47,29 @@ func (s *ReliabilityState) AddEvent(e string) {
 
 // UpdateReliability changes a provider's reliability state atomically, creating it empty.
 func (s *ReliabilityStore) UpdateReliability(provider string, f func(s *ReliabilityState) error) (ReliabilityState, error) {
-	key := prefixReliability + provider
 	var st ReliabilityState
 	err := s.db.Update(func(txn *badger.Txn) error {
-		if err := getJSON(txn, key, &st); err != nil && !errors.Is(err, ErrNotFound) {
+		return updateReliability(txn, provider, func(got *ReliabilityState) error {
+			err := f(got)
+			st = *got
 			return err
-		}
-		if st.Provider == "" {
-			st = ReliabilityState{Provider: provider, FirstPerf: map[string]int{}, LastScore: -1}
-		}
-		if err := f(&st); err != nil {
-			return err
-		}
-		return putJSON(txn, key, st)
+		})
 	})
 	return st, err
+}
+
+// updateReliability is UpdateReliability within a transaction of the caller's.
+func updateReliability(txn *badger.Txn, provider string, f func(s *ReliabilityState) error) error {
+	key := prefixReliability + provider
+	var st ReliabilityState
+	if err := getJSON(txn, key, &st); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if st.Provider == "" {
+		st = ReliabilityState{Provider: provider, FirstPerf: map[string]int{}, LastScore: -1}
+	}
+	if err := f(&st); err != nil {
+		return err
+	}
+	return putJSON(txn, key, st)
 }

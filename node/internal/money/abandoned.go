@@ -93,31 +93,29 @@ func (s *holds) takeAbandoned(remote peer.ID, req protocol.WalletRequest) error 
 }
 
 // ReleaseExpired returns the holds unused at their expiry to their renters, and counts
-// against its provider each job among them whose renter showed it ran (takeAbandoned). It
-// returns how many holds it released.
+// against its provider each job among them whose renter showed it ran (takeAbandoned): the
+// release marks such a job due in its own transaction, and each due job is counted with its
+// provider's reliability in one transaction, so that a crash between the two steps is
+// made good by the next run, and no job is counted twice. It returns how many holds it
+// released.
 func (s *holds) ReleaseExpired() (int, error) {
 	now := s.clock.Now()
 	released, err := s.ledger.Escrow.ReleaseExpired(now)
-	for _, h := range released {
-		a, aerr := s.ledger.Escrow.GetAbandonment(h.Job)
-		if aerr != nil {
-			continue // no account: nothing shows the job ran
-		}
-		first, cerr := s.ledger.Escrow.CountAbandonment(h.Job, now)
-		if cerr != nil || !first {
-			continue
-		}
-		halfLife := s.halfLife
+	due, derr := s.ledger.Escrow.DueAbandonments()
+	for _, a := range due {
 		at := now
 		if l, _, err := protocol.OpenLease(a.Lease); err == nil && at.After(l.EndsAt) {
 			at = l.EndsAt
 		}
-		s.ledger.Reliability.UpdateReliability(h.Provider, func(rs *ledger.ReliabilityState) error {
-			rs.AddEvent(protocol.WhyAbandoned(h.Job, a.Seconds))
-			rs.Reliability.Completion.Add(at, 0, halfLife)
+		first, cerr := s.ledger.Escrow.CountAbandonment(a.Job, now, func(a ledger.Abandonment, rs *ledger.ReliabilityState) error {
+			rs.AddEvent(protocol.WhyAbandoned(a.Job, a.Seconds))
+			rs.Reliability.Completion.Add(at, 0, s.halfLife)
 			return nil
 		})
-		s.log.Warn("job counted against its provider: abandoned", "job", h.Job, "provider", h.Provider, "checkpoint_seconds", a.Seconds)
+		if cerr != nil || !first {
+			continue
+		}
+		s.log.Warn("job counted against its provider: abandoned", "job", a.Job, "provider", a.Provider, "checkpoint_seconds", a.Seconds)
 	}
-	return len(released), err
+	return len(released), errors.Join(err, derr)
 }

@@ -171,9 +171,9 @@ func (st *charges) HandleJobReport(s network.Stream) {
 	if e := out.Earning; e != nil {
 		st.log.Info("job charged", "job", rec.Job, "provider", remote, "rule", e.Rule, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())
 	}
-	// A job counted as abandoned at its hold's expiry (abandoned.go) is counted once: a
-	// report arriving after that does not add a second outcome.
-	if a, err := st.ledger.Escrow.GetAbandonment(rec.Job); out.Added && err == nil && !a.Counted.IsZero() {
+	// A job counted as abandoned at its hold's expiry (abandoned.go), or due to be, is
+	// counted once: a report arriving after that does not add a second outcome.
+	if a, err := st.ledger.Escrow.GetAbandonment(rec.Job); out.Added && err == nil && (!a.Due.IsZero() || !a.Counted.IsZero()) {
 		out.Added = false
 	}
 	if out.Added {
