@@ -6,8 +6,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	chain "github.com/gpunex/gpunex/ledger/solana"
+	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -94,5 +96,45 @@ func TestDepositRefused(t *testing.T) {
 	}
 	if a := c.account(t, renter); a.Deposited != 0 {
 		t.Fatalf("refused deposits credited %d", a.Deposited)
+	}
+}
+
+// TestClaimFloodBounded: a flood of claims of random signatures from many peers reaches
+// the chain at most claimsToChainPerMinute times a minute, the same unknown signature is
+// not asked again for unknownSignatureFor (security review item 11), and a real deposit
+// claimed once the minute has passed is credited.
+func TestClaimFloodBounded(t *testing.T) {
+	c := newCoordinator(t)
+	ctx := context.Background()
+	statuses := func() int {
+		c.chain.mu.Lock()
+		defer c.chain.mu.Unlock()
+		return c.chain.statuses
+	}
+	limited := 0
+	for i := 0; i < 500; i++ {
+		sig := chain.Signature(sha512.Sum512([]byte{byte(i), byte(i >> 8)})).String()
+		if _, err := c.Serve(ctx, newParty().id, protocol.WalletRequest{Op: "claim", Signature: sig}); errors.Is(err, api.ErrRateLimited) {
+			limited++
+		}
+	}
+	if n := statuses(); n > claimsToChainPerMinute {
+		t.Fatalf("500 claims of unknown signatures asked the chain %d times in a minute; at most %d", n, claimsToChainPerMinute)
+	}
+	if limited != 500-claimsToChainPerMinute {
+		t.Fatalf("%d claims refused for the coordinator's cap, want %d", limited, 500-claimsToChainPerMinute)
+	}
+	c.clock.Advance(time.Minute)
+	unknown := chain.Signature{9}.String()
+	for i := 0; i < 5; i++ {
+		c.Serve(ctx, newParty().id, protocol.WalletRequest{Op: "claim", Signature: unknown})
+	}
+	if n := statuses(); n != claimsToChainPerMinute+1 {
+		t.Fatalf("one unknown signature claimed 5 times asked the chain %d times", n-claimsToChainPerMinute)
+	}
+	renter := newParty()
+	sig := c.onChain("after the flood", chain.TxFacts{Memos: []string{protocol.DepositMemo(renter.id)}, Transfers: []chain.TokenTransfer{c.usdcInto(5_000_000)}})
+	if resp, err := c.Serve(ctx, renter.id, protocol.WalletRequest{Op: "claim", Signature: sig}); err != nil || !resp.Credited {
+		t.Fatalf("a real deposit after the flood: %+v %v", resp, err)
 	}
 }

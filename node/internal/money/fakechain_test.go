@@ -29,6 +29,7 @@ type fakeChain struct {
 	blockhashes             int
 
 	sends          int  // Send calls
+	statuses       int  // Status calls
 	loseAnswers    int  // the next sends land, but their answer is lost
 	dropSends      bool // sends are taken and never land
 	failOnChain    int  // the next sends land failed: nothing moves
@@ -135,6 +136,7 @@ func (f *fakeChain) FirstAvailableSlot(context.Context) (uint64, error) {
 func (f *fakeChain) Status(_ context.Context, sig chain.Signature) (chain.TxStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.statuses++
 	if f.confirmedOnly[sig] {
 		return chain.TxStatus{Found: true, Confirmed: true}, nil
 	}
