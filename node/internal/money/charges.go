@@ -184,15 +184,17 @@ func (st *charges) HandleJobReport(s network.Stream) {
 		if l, _, err := protocol.OpenLease(r.Lease); err == nil && at.After(l.EndsAt) {
 			at = l.EndsAt
 		}
-		st.ledger.Reliability.UpdateReliability(remote.String(), func(rs *ledger.ReliabilityState) error {
-			good := 1.0
-			if fault {
-				good = 0
-				rs.AddEvent(protocol.WhyInterrupted(rec.Job, rec.Reason))
-			}
-			rs.Reliability.Completion.Add(at, good, halfLife)
-			return nil
-		})
+		if fault || washProof(rec) {
+			st.ledger.Reliability.UpdateReliability(remote.String(), func(rs *ledger.ReliabilityState) error {
+				good := 1.0
+				if fault {
+					good = 0
+					rs.AddEvent(protocol.WhyInterrupted(rec.Job, rec.Reason))
+				}
+				rs.Reliability.Completion.Add(at, good, halfLife)
+				return nil
+			})
+		}
 	}
 	answer := map[string]string{"ok": "true"}
 	if out.Pending {
@@ -258,4 +260,17 @@ func (st *charges) checkReport(remote peer.ID, r protocol.JobReport, now time.Ti
 		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter,
 		Countersigned: countersigned, CheckpointAmount: protocol.CheckpointCharge(rec, cpSeconds),
 		PendingUntil: now.Add(st.disputeWindow)}, rec, nil
+}
+
+// MinCountedGPUSeconds is the least a job that ended well must have run, in GPU-seconds, to
+// count for its provider's completion and in the market's lease prices. A provider with a
+// renter of its own could otherwise run thousands of one-second jobs on itself, for a few
+// cents of commission, to dilute its interruptions and steer the market's statistics
+// (security review item 18); five GPU-minutes a job makes that cost GPU time it cannot
+// rent out. A job its provider interrupted counts against it whatever its length.
+const MinCountedGPUSeconds = 300
+
+// washProof says whether a receipt's job ran long enough to count (MinCountedGPUSeconds).
+func washProof(rec *protocol.Receipt) bool {
+	return int64(rec.GPUs)*rec.Seconds >= MinCountedGPUSeconds
 }

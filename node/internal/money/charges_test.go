@@ -201,3 +201,44 @@ func TestInterruptedJobCountsAgainstProvider(t *testing.T) {
 		t.Fatalf("charged %d, want %d", h.Charge, j.rec.Amount)
 	}
 }
+
+// TestWashJobsDoNotCount: jobs shorter than MinCountedGPUSeconds that ended well, such as
+// the thousands of one-second self-jobs a provider with a renter of its own could run, are
+// charged but count neither for the provider's completion nor in the market's lease count
+// and prices (security review item 18); one its provider interrupted counts against it
+// whatever its length.
+func TestWashJobsDoNotCount(t *testing.T) {
+	d := marketDesk(t)
+	completion := func() (float64, float64) {
+		rs, _ := d.ledger.Reliability.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
+		return rs.Reliability.Completion.Good, rs.Reliability.Completion.Total
+	}
+	before, err := d.market.compute(d.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, total := completion()
+	for range 20 {
+		j := d.job(t, MinCountedGPUSeconds/testGPUs-1, 0)
+		j.countersignReceipt(t)
+		d.net.report(t, d.provHost, j.report())
+		if h := d.holdOf(t, j); h.State != ledger.HoldCharged {
+			t.Fatalf("a short job is still charged: %s", h.State)
+		}
+	}
+	if g, tot := completion(); g != good || tot != total {
+		t.Fatalf("20 short jobs moved the completion from %v/%v to %v/%v", good, total, g, tot)
+	}
+	after, _ := d.market.compute(d.clock.Now())
+	if after.Markets[0].Leases != before.Markets[0].Leases || after.Markets[0].MedianLeasePrice != before.Markets[0].MedianLeasePrice {
+		t.Fatalf("short jobs counted in the market: %+v, before %+v", after.Markets[0], before.Markets[0])
+	}
+	j := d.job(t, 10, 5)
+	j.rec.Reason = "lost GPU-0: it fell off the bus"
+	j.receipt = seal(t, protocol.KindReceipt, j.rec, d.provider)
+	j.countersignReceipt(t)
+	d.net.report(t, d.provHost, j.report())
+	if _, tot := completion(); tot == total {
+		t.Fatal("a short job its provider interrupted did not count against it")
+	}
+}

@@ -121,9 +121,11 @@ func (s *marketStats) compute(now time.Time) (protocol.MarketStats, error) {
 			continue
 		}
 		a := get(key{l.Model, regionOf[l.Provider]})
-		a.m.Leases++
 		a.m.LeasedGPUSeconds += int64(rec.GPUs) * rec.Seconds
-		a.leased = append(a.leased, l.Price)
+		if washProof(rec) { // tiny jobs do not set the lease prices (charges.go)
+			a.m.Leases++
+			a.leased = append(a.leased, l.Price)
+		}
 	}
 	st := protocol.MarketStats{Version: protocol.SettlementVersion, Coordinator: s.id.String(), IssuedAt: now.UTC(),
 		ExpiresAt: now.UTC().Add(3 * s.cfg.MarketInterval.Duration), WindowSecs: int64(window / time.Second),
