@@ -27,6 +27,7 @@ var subsystems = []string{
 var subsystemImports = []string{
 	"protocol", "ledger", "ledger/solana", "sandbox", "bench",
 	"node/api", "node/config", "node/calendar", "node/internal/clock", "node/internal/metrics", "node/internal/p2p", "node/internal/notify",
+	"node/internal/subsystem",
 }
 
 // ledgerStores are the ledger's stores each subsystem may name (docs/architecture.md,
@@ -186,6 +187,8 @@ func TestImportBoundaries(t *testing.T) {
 		"node/internal/clock":   {},
 		"node/internal/metrics": {},
 		"node/internal/p2p":     {"protocol", "node/internal/clock"},
+		// What every subsystem's Deps embeds: the node's peer, clock, logger and metrics.
+		"node/internal/subsystem": {"protocol", "node/internal/clock", "node/internal/metrics", "node/internal/p2p"},
 		// E-mail and webhook notices, for the coordinator's decisions and a node's alerts.
 		"node/internal/notify": {"node/api", "node/config", "node/internal/clock"},
 		// The local marketplace drives nodes through their API, as a user would.

@@ -34,6 +34,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/onboarding"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/reliability"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
@@ -195,8 +196,8 @@ func (n *Node) openStorage(d Deps, as *assembly) (err error) {
 	n.metrics = metrics.New(n.connectedPeers, n.penalisedPeers)
 	// The model catalogues come before the trust store, which checks attestations with
 	// them; the book gets its peer once the peer exists.
-	n.models = models.New(models.Deps{Models: n.ledger.Models, Serials: n.ledger.Serials, Clock: n.clock, Log: n.log.With("subsystem", "models"),
-		Metrics: n.metrics, Trusted: as.trusted})
+	n.models = models.New(models.Deps{Models: n.ledger.Models, Serials: n.ledger.Serials, Base: n.base(n.log.With("subsystem", "models")),
+		Trusted: as.trusted})
 	if n.trust, err = offers.NewTrust(n.ledger.Offers, as.trusted, n.models.Lookup); err != nil {
 		return err
 	}
@@ -231,12 +232,12 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 	if cfg.Role == config.RoleProvider {
 		n.keepHistory()
 	}
-	n.catalogue = offers.New(offers.Deps{Peer: n.peer, Book: n.book, Trust: n.trust, Metrics: n.metrics,
-		Log: n.log.With("subsystem", "offers"), Clock: n.clock, Offers: cfg.Offers, Bootstrap: as.boot, Scores: n.scores})
+	n.catalogue = offers.New(offers.Deps{Base: n.base(n.log.With("subsystem", "offers")), Book: n.book, Trust: n.trust,
+		Offers: cfg.Offers, Bootstrap: as.boot, Scores: n.scores})
 	stores := money.Stores{Jobs: n.ledger.Jobs, Wallet: n.ledger.Wallet, Own: n.ledger.Provider,
 		Escrow: n.ledger.Escrow, Payouts: n.ledger.Payouts, Reliability: n.ledger.Reliability}
-	as.money = money.Deps{Peer: n.peer, Ledger: stores, Clock: n.clock, Log: n.log.With("subsystem", "money"),
-		Metrics: n.metrics, Config: cfg, Home: d.Home}
+	as.money = money.Deps{Base: n.base(n.log.With("subsystem", "money")), Ledger: stores,
+		Config: cfg, Home: d.Home}
 	n.market = money.NewMarket(as.money, as.trusted)
 	if as.offers, err = n.peer.Join(protocol.OffersTopic, n.catalogue.ValidateOffer); err != nil {
 		return err
@@ -271,8 +272,8 @@ func (n *Node) startMoney(d Deps, as *assembly) (err error) {
 		}
 	}
 	n.wallet = money.NewWallet(as.money, n.settlement)
-	n.renter = jobs.NewRenter(jobs.RenterDeps{Peer: n.peer, Ledger: n.ledger.Jobs, Clock: n.clock, Log: n.log.With("subsystem", "jobs"),
-		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: n.cfg.Jobs.CheckpointInterval.Duration})
+	n.renter = jobs.NewRenter(jobs.RenterDeps{Base: n.base(n.log.With("subsystem", "jobs")), Ledger: n.ledger.Jobs,
+		Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: n.cfg.Jobs.CheckpointInterval.Duration})
 	n.goLoop(func() { n.renter.Meter(as.run) })
 	return nil
 }
@@ -300,8 +301,8 @@ func (n *Node) startLoops(d Deps, as *assembly) {
 // registers their stream handlers and starts their loops.
 func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer.ID, offersTopic *p2p.Topic) (err error) {
 	log := n.log.With("subsystem", "provider")
-	if n.publisher, err = offers.NewPublisher(offers.PublisherDeps{Peer: n.peer, Own: n.ledger.Provider, Applicant: n.ledger.Applicant, Catalogue: n.catalogue,
-		Topic: offersTopic, Metrics: n.metrics, Log: log, Clock: n.clock, Provider: n.cfg.Provider, Offers: n.cfg.Offers}); err != nil {
+	if n.publisher, err = offers.NewPublisher(offers.PublisherDeps{Base: n.base(log), Own: n.ledger.Provider, Applicant: n.ledger.Applicant, Catalogue: n.catalogue,
+		Topic: offersTopic, Provider: n.cfg.Provider, Offers: n.cfg.Offers}); err != nil {
 		return err
 	}
 	n.catalogue.OnOwnRevocation(n.publisher.Poke)
@@ -323,7 +324,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 		}
 		return bench.Named(p, current), nil
 	}
-	if n.jobs, err = jobs.NewRunner(jobs.Deps{Peer: n.peer, Ledger: n.ledger.Jobs, Clock: n.clock, Log: n.log, Metrics: n.metrics,
+	if n.jobs, err = jobs.NewRunner(jobs.Deps{Base: n.base(n.log), Ledger: n.ledger.Jobs,
 		Jobs: n.cfg.Jobs, Trusted: trusted, Runtime: rt, RuntimeErr: rtErr, Dir: dir, Probe: probe,
 		Publisher: n.publisher, Reports: n.wallet}); err != nil {
 		return err
@@ -331,17 +332,17 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	if err := n.jobs.Reconcile(ctx); err != nil {
 		n.log.Warn("reconciling jobs after restart failed", "err", err)
 	}
-	n.bench = benchmarks.NewRunner(benchmarks.Deps{Peer: n.peer, Own: n.ledger.Provider, History: n.ledger.History,
-		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Applicant: n.ledger.Applicant, Clock: n.clock, Log: n.log,
+	n.bench = benchmarks.NewRunner(benchmarks.Deps{Base: n.base(n.log), Own: n.ledger.Provider, History: n.ledger.History,
+		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Applicant: n.ledger.Applicant,
 		Trusted: trusted, Bench: n.cfg.Bench, Provider: n.cfg.Provider, Probe: probe, Dir: dir,
 		Jobs: n.jobs, Publisher: n.publisher, Models: n.models, Alert: n.alerts.Event})
 	n.models.OnChange(n.bench.CatalogueChanged)
 	n.publisher.UseAttestations(n.bench)
 	n.jobs.UseAttestations(n.bench)
 	n.jobs.UseHealthCheck(n.bench.CheckGPUs)
-	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Applicant: n.ledger.Applicant,
-		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Clock: n.clock,
-		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
+	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Base: n.base(n.log.With("subsystem", "onboarding")), Applicant: n.ledger.Applicant,
+		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials,
+		Trusted: trusted, Revocations: n.trust,
 		Publisher: standingChange{n.publisher, n.bench}, Alert: n.alerts.Event, Detect: func() ([]bench.GPUInfo, error) {
 			gpus, err := DetectGPUs(n.cfg, n.peer.ID)
 			bench.NameGPUs(gpus, current())
@@ -431,19 +432,19 @@ func (n *Node) openSandbox(ctx context.Context, d Deps) (rt sandbox.Runtime, rtE
 // startCoordinator builds a coordinator's review queue, benchmark service and scorer (its
 // settlement is built before), registers their stream handlers and starts their loops.
 func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, revocations, scores *p2p.Topic) (err error) {
-	if n.coord, err = onboarding.NewCoordinator(onboarding.CoordinatorDeps{Peer: n.peer,
-		Applications: n.ledger.Applications, Links: n.ledger.Links, Serials: n.ledger.Serials, Clock: n.clock,
-		Log: n.log, Metrics: n.metrics, Config: n.cfg.Coordinator, Trust: trust,
+	if n.coord, err = onboarding.NewCoordinator(onboarding.CoordinatorDeps{Base: n.base(n.log),
+		Applications: n.ledger.Applications, Links: n.ledger.Links, Serials: n.ledger.Serials,
+		Config: n.cfg.Coordinator, Trust: trust,
 		Revocations: revocationDesk{n.trust, n.catalogue}, RevocationsTopic: revocations,
 		Models: func() *protocol.ModelCatalogue { return n.models.Current(n.peer.ID) }}); err != nil {
 		return err
 	}
 	n.relayDesk.Store(n.coord)
-	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
+	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Base: n.base(n.log.With("subsystem", "benchmarks")), Trust: trust,
 		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger.Links, Models: n.models, Revocations: n.trust, Applications: n.ledger.Applications,
-		Log: n.log.With("subsystem", "benchmarks")})
-	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Reliability: n.ledger.Reliability, Applications: n.ledger.Applications, Serials: n.ledger.Serials, Clock: n.clock, Metrics: n.metrics,
-		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
+	})
+	scorer := reliability.NewScorer(reliability.ScorerDeps{Base: n.base(n.log.With("subsystem", "reliability")), Reliability: n.ledger.Reliability, Applications: n.ledger.Applications, Serials: n.ledger.Serials,
+		Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 
 	n.peer.Handle(protocol.ApplyProtocol, n.coord.HandleApply)
 	n.peer.Handle(protocol.BenchNetProtocol, n.benchCoord.HandleBenchNet)
@@ -621,4 +622,9 @@ func (n *Node) Close(ctx context.Context) error {
 func (n *Node) mayReserveRelay(p peer.ID) bool {
 	c := n.relayDesk.Load()
 	return c != nil && c.Certified(p)
+}
+
+// base is what every subsystem is handed: the node's peer, clock and metrics, and log.
+func (n *Node) base(log *slog.Logger) subsystem.Base {
+	return subsystem.Base{Peer: n.peer, Clock: n.clock, Log: log, Metrics: n.metrics}
 }

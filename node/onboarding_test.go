@@ -17,6 +17,7 @@ import (
 	"github.com/gpunex/gpunex/bench"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/noticetest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/gpunex/gpunex/node/internal/onboarding"
 
@@ -362,7 +363,7 @@ func TestDecisionNotices(t *testing.T) {
 	}
 	// A secret file others can read is refused at start.
 	os.Chmod(secret, 0o644)
-	if _, err := onboarding.NewCoordinator(onboarding.CoordinatorDeps{Peer: tn.boot.peer, Log: quietLogger(), Config: tn.boot.cfg.Coordinator}); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+	if _, err := onboarding.NewCoordinator(onboarding.CoordinatorDeps{Base: subsystem.Base{Peer: tn.boot.peer, Log: quietLogger()}, Config: tn.boot.cfg.Coordinator}); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("world-readable secret accepted: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -23,9 +24,7 @@ import (
 
 // CoordinatorDeps are what a coordinator's side of the benchmarks needs.
 type CoordinatorDeps struct {
-	Peer    *p2p.Peer
-	Clock   clock.Clock
-	Metrics *metrics.Metrics
+	subsystem.Base // the peer, clock, logger and metrics of the node
 	// Trust checks the providers' attestations (the coordinator trusts itself).
 	Trust protocol.Trust
 	// Minimum is the listing minimum it holds providers to (coordinator.host_minimum).
@@ -39,7 +38,6 @@ type CoordinatorDeps struct {
 	// transfer turn. Without them, nobody is certified or applying.
 	Revocations  Revocations
 	Applications Applications
-	Log          *slog.Logger
 }
 
 // Links keeps a coordinator's measurements of providers' links (the ledger).

@@ -20,6 +20,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -323,9 +324,9 @@ func newRationedCoordinator(t testing.TB, clk clock.Clock) *testCoordinator {
 }
 
 func (tc *testCoordinator) build(m protocol.HostMinimum) *Coordinator {
-	return NewCoordinator(CoordinatorDeps{Peer: tc.peer, Clock: tc.clock, Metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 }),
+	return NewCoordinator(CoordinatorDeps{Base: subsystem.Base{Peer: tc.peer, Clock: tc.clock, Metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), Log: quietLogger()},
 		Trust: protocol.NewTrust(tc.peer.ID), Minimum: m, Links: tc.links, Models: tc.models,
-		Revocations: tc.reviews, Applications: tc.reviews, Log: quietLogger()})
+		Revocations: tc.reviews, Applications: tc.reviews})
 }
 
 // setMinimum has the coordinator hold its providers to m from the next stream on, without
@@ -384,8 +385,8 @@ func newUncertifiedProvider(t testing.TB, clk *clock.Fake, coord *testCoordinato
 }
 
 func (tp *testProvider) deps(t testing.TB, coord *testCoordinator) Deps {
-	return Deps{Peer: tp.peer, Own: tp.ledger.Provider, History: tp.ledger.History, Notifications: tp.ledger.Notifications,
-		Serials: tp.ledger.Serials, Applicant: tp.ledger.Applicant, Clock: tp.clock, Log: quietLogger(), Trusted: []peer.ID{coord.peer.ID},
+	return Deps{Base: subsystem.Base{Peer: tp.peer, Clock: tp.clock, Log: quietLogger()}, Own: tp.ledger.Provider, History: tp.ledger.History, Notifications: tp.ledger.Notifications,
+		Serials: tp.ledger.Serials, Applicant: tp.ledger.Applicant, Trusted: []peer.ID{coord.peer.ID},
 		Bench:    config.BenchConfig{Interval: config.Duration{Duration: 24 * time.Hour}, StorageMB: 1, NetworkMB: 1},
 		Provider: config.ProviderConfig{Region: "eu-west", GPUs: []config.GPUConfig{{Model: "H100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "2.00", Simulated: true}}},
 		Probe:    tp.probe, Dir: t.TempDir(), Models: tp.models, Jobs: tp.leases, Publisher: tp.publisher, Alert: tp.alerts.alert}

@@ -19,6 +19,7 @@ import (
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -56,7 +57,7 @@ type Poker interface{ Poke() }
 
 // Deps are what a provider's benchmark runner needs.
 type Deps struct {
-	Peer *p2p.Peer
+	subsystem.Base // the peer, clock, logger and metrics of the node
 	// Own keeps the latest attestation, History the benchmark runs for the dashboard,
 	// Notifications the delisting notices, Serials the attestations' and notices' sequences,
 	// Applicant the provider's certificate and application it names when it asks for a turn.
@@ -65,8 +66,6 @@ type Deps struct {
 	Notifications *ledger.NotificationStore
 	Serials       *ledger.SerialStore
 	Applicant     *ledger.ApplicantStore
-	Clock         clock.Clock
-	Log           *slog.Logger
 	// Trusted are the coordinators whose challenges count; the first is benchmarked against.
 	Trusted  []peer.ID
 	Bench    config.BenchConfig

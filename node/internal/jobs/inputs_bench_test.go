@@ -21,6 +21,7 @@ import (
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -64,7 +65,7 @@ func BenchmarkInputUpload(b *testing.B) {
 	defer l.Close()
 	cfg := testJobsConfig()
 	cfg.MaxInputMB, cfg.InputCacheGB, cfg.MaxImageMB = 1<<10, 2, 1<<10
-	r, err := NewRunner(Deps{Peer: ppeer, Ledger: l.Jobs, Clock: clk, Log: quiet(), Metrics: newMetrics(), Jobs: cfg,
+	r, err := NewRunner(Deps{Base: subsystem.Base{Peer: ppeer, Clock: clk, Log: quiet(), Metrics: newMetrics()}, Ledger: l.Jobs, Jobs: cfg,
 		Runtime: noImport{newFakeRuntime()}, Dir: filepath.Join(dir, "jobs"),
 		Probe: func() (bench.Probe, error) {
 			return bench.NewSimulated(ppeer.ID.String(), []bench.SimulatedGPU{{Model: "L4-24GB"}}), nil
@@ -87,7 +88,7 @@ func BenchmarkInputUpload(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer rl.Close()
-	rn := NewRenter(RenterDeps{Peer: rpeer, Ledger: rl.Jobs, Clock: clk, Log: quiet(), Metrics: newMetrics()})
+	rn := NewRenter(RenterDeps{Base: subsystem.Base{Peer: rpeer, Clock: clk, Log: quiet(), Metrics: newMetrics()}, Ledger: rl.Jobs})
 	set, err := buildInput([]string{data}, nil)
 	if err != nil {
 		b.Fatal(err)

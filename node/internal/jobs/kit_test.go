@@ -28,6 +28,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
@@ -143,7 +144,7 @@ func newProvider(t *testing.T, p *p2p.Peer, gpus []bench.SimulatedGPU, edit ...f
 		offer.Offer.GPUs = append(offer.Offer.GPUs, protocol.OfferGPUs{Model: m, Count: counts[m], PricePerGPUHour: 1_000_000, Simulated: true})
 	}
 	pv.pub = &fakePublisher{open: true, offer: offer}
-	d := Deps{Peer: p, Ledger: newLedger(t), Clock: clk, Log: quiet(), Metrics: newMetrics(), Jobs: testJobsConfig(),
+	d := Deps{Base: subsystem.Base{Peer: p, Clock: clk, Log: quiet(), Metrics: newMetrics()}, Ledger: newLedger(t), Jobs: testJobsConfig(),
 		Runtime: pv.rt, Dir: filepath.Join(t.TempDir(), "jobs"),
 		Probe:     func() (bench.Probe, error) { return bench.NewSimulated(p.ID.String(), gpus), nil },
 		Publisher: pv.pub, Reports: pv.reports}
@@ -519,7 +520,7 @@ func newRenter(t *testing.T, p *p2p.Peer, clk clock.Clock) *renter {
 		p = &p2p.Peer{ID: id, Key: key}
 	}
 	rn := &renter{offers: &fakeOffers{byPeer: map[peer.ID]*protocol.SignedOffer{}}, escrow: &fakeEscrow{}}
-	rn.Renter = NewRenter(RenterDeps{Peer: p, Ledger: newLedger(t), Clock: clk, Log: quiet(), Metrics: newMetrics(),
+	rn.Renter = NewRenter(RenterDeps{Base: subsystem.Base{Peer: p, Clock: clk, Log: quiet(), Metrics: newMetrics()}, Ledger: newLedger(t),
 		Offers: rn.offers, Escrow: rn.escrow, CheckpointInterval: time.Minute})
 	return rn
 }

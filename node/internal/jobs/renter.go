@@ -14,6 +14,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -47,15 +48,10 @@ type Escrow interface {
 
 // RenterDeps are what a node's renter side needs.
 type RenterDeps struct {
-	// Peer gives the node's ID and key (proposals and countersignatures are signed with
-	// it) and reaches providers.
-	Peer    *p2p.Peer
-	Ledger  *ledger.JobStore
-	Clock   clock.Clock
-	Log     *slog.Logger
-	Metrics *metrics.Metrics
-	Offers  Offers
-	Escrow  Escrow
+	subsystem.Base // the peer, clock, logger and metrics of the node
+	Ledger         *ledger.JobStore
+	Offers         Offers
+	Escrow         Escrow
 	// CheckpointInterval is how often Meter asks for each running job's checkpoint.
 	CheckpointInterval time.Duration
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 	"github.com/gpunex/gpunex/sandbox"
 )
@@ -44,13 +45,9 @@ type Reporter interface {
 
 // Deps are what a provider's job runner needs.
 type Deps struct {
-	// Peer gives the provider's ID and key (leases and receipts are signed with it).
-	Peer    *p2p.Peer
-	Ledger  *ledger.JobStore
-	Clock   clock.Clock
-	Log     *slog.Logger
-	Metrics *metrics.Metrics
-	Jobs    config.JobsConfig
+	subsystem.Base // the peer, clock, logger and metrics of the node
+	Ledger         *ledger.JobStore
+	Jobs           config.JobsConfig
 	// Trusted are the coordinators whose escrow holds count and who may ask for a hold's
 	// release.
 	Trusted []peer.ID

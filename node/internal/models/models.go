@@ -23,6 +23,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -32,12 +33,9 @@ const RepublishInterval = 10 * time.Minute
 
 // Deps are what a Book needs.
 type Deps struct {
-	Peer    *p2p.Peer
-	Models  *ledger.ModelStore  // the catalogues kept
-	Serials *ledger.SerialStore // a coordinator's catalogue sequences
-	Clock   clock.Clock
-	Log     *slog.Logger
-	Metrics *metrics.Metrics
+	subsystem.Base                     // the peer, clock, logger and metrics of the node
+	Models         *ledger.ModelStore  // the catalogues kept
+	Serials        *ledger.SerialStore // a coordinator's catalogue sequences
 	// Trusted are the coordinators whose catalogues count (a coordinator among them).
 	Trusted []peer.ID
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -51,7 +52,7 @@ func newTestBook(t *testing.T, l *ledger.Ledger, clk *clock.Fake, p *p2p.Peer, t
 		clk = clock.NewFake(t0)
 	}
 	m := metrics.New(nil, nil)
-	return &testBook{Book: New(Deps{Peer: p, Models: l.Models, Serials: l.Serials, Clock: clk, Log: quietLogger(), Metrics: m, Trusted: trusted}), ledger: l, clock: clk, metrics: m}
+	return &testBook{Book: New(Deps{Base: subsystem.Base{Peer: p, Clock: clk, Log: quietLogger(), Metrics: m}, Models: l.Models, Serials: l.Serials, Trusted: trusted}), ledger: l, clock: clk, metrics: m}
 }
 
 // catalogue signs a catalogue of seq issued at, with the first catalogue's models and, when

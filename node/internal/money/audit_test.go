@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -88,7 +89,7 @@ func TestAuditBundle(t *testing.T) {
 		t.Fatal("a one-byte page holds the whole bundle")
 	}
 	second, _ := d.RunPayouts(context.Background(), runNow) // nothing new: no second batch
-	w := NewWallet(Deps{Peer: &p2p.Peer{ID: d.id, Key: d.key}, Ledger: storesOf(d.ledger), Clock: d.clock, Log: quiet(), Metrics: d.metrics,
+	w := NewWallet(Deps{Base: subsystem.Base{Peer: &p2p.Peer{ID: d.id, Key: d.key}, Clock: d.clock, Log: quiet(), Metrics: d.metrics}, Ledger: storesOf(d.ledger),
 		Config: d.deps.Config}, d.Settlement)
 	paged, known, err := w.PayoutBundle(context.Background(), v.BatchID)
 	if err != nil || len(paged.Receipts) != 3 || string(paged.Batch) != string(b.Batch) || len(paged.Settings) != 1 {

@@ -15,6 +15,7 @@ import (
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -79,8 +80,8 @@ func providerWallet(t *testing.T, c *coordinator, unreachable ...peer.ID) *Walle
 		cfg.Trust.Coordinators = append(cfg.Trust.Coordinators, u.String())
 		n.coord.Peerstore().AddAddr(u, ma.StringCast("/ip4/10.9.9.9/tcp/4001"), time.Hour)
 	}
-	return NewWallet(Deps{Peer: &p2p.Peer{ID: c.id, Key: c.key, Host: n.coord}, Ledger: storesOf(c.ledger), Clock: c.clock, Log: quiet(),
-		Metrics: c.metrics, Config: cfg}, c.Settlement)
+	return NewWallet(Deps{Base: subsystem.Base{Peer: &p2p.Peer{ID: c.id, Key: c.key, Host: n.coord}, Clock: c.clock, Log: quiet(), Metrics: c.metrics}, Ledger: storesOf(c.ledger),
+		Config: cfg}, c.Settlement)
 }
 
 // TestProviderEarnings: a provider sees its earnings of the current week or month, or of
@@ -151,7 +152,7 @@ func TestProviderEarnings(t *testing.T) {
 			t.Errorf("%+v: %v", q, err)
 		}
 	}
-	renter := NewWallet(Deps{Peer: &p2p.Peer{ID: c.id, Key: c.key}, Ledger: storesOf(c.ledger), Clock: c.clock, Log: quiet(), Metrics: c.metrics,
+	renter := NewWallet(Deps{Base: subsystem.Base{Peer: &p2p.Peer{ID: c.id, Key: c.key}, Clock: c.clock, Log: quiet(), Metrics: c.metrics}, Ledger: storesOf(c.ledger),
 		Config: config.Defaults(config.RoleRenter)}, nil)
 	if _, err := renter.Earnings(context.Background(), api.EarningsQuery{}); !errors.Is(err, api.ErrWrongRole) {
 		t.Fatalf("a renter's earnings: %v", err)

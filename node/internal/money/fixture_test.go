@@ -25,6 +25,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -181,8 +182,8 @@ func newCoordinator(t testing.TB, edit ...func(*config.Config)) *coordinator {
 		offers: &fakeOffers{}, providers: &fakeProviders{}, topic: &fakeTopic{},
 		metrics: metrics.New(func() float64 { return 0 }, func() float64 { return 0 })}
 	c.deps = SettlementDeps{
-		Deps:   Deps{Peer: &p2p.Peer{ID: me.id, Key: me.key}, Ledger: storesOf(l), Clock: c.clock, Log: quiet(), Metrics: c.metrics, Config: cfg},
-		Offers: c.offers, Market: NewMarket(Deps{Clock: c.clock, Metrics: c.metrics, Ledger: storesOf(l), Config: cfg}, []peer.ID{me.id}),
+		Deps:   Deps{Base: subsystem.Base{Peer: &p2p.Peer{ID: me.id, Key: me.key}, Clock: c.clock, Log: quiet(), Metrics: c.metrics}, Ledger: storesOf(l), Config: cfg},
+		Offers: c.offers, Market: NewMarket(Deps{Base: subsystem.Base{Clock: c.clock, Metrics: c.metrics}, Ledger: storesOf(l), Config: cfg}, []peer.ID{me.id}),
 		MarketTopic: c.topic, Chain: fc, Providers: c.providers,
 		PayoutSteps: func(step string) error { c.steps = append(c.steps, step); return nil },
 		Alert: func(key, subject, body string) {

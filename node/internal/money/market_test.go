@@ -12,6 +12,7 @@ import (
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -87,7 +88,7 @@ func TestMarketPublished(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	l.Provider.SetPrice("H100-80GB", 2_500_000)
 	cfg := config.Defaults(config.RoleProvider) // in eu-west
-	provider := NewMarket(Deps{Clock: d.clock, Metrics: d.metrics, Ledger: storesOf(l), Config: cfg}, []peer.ID{d.id})
+	provider := NewMarket(Deps{Base: subsystem.Base{Clock: d.clock, Metrics: d.metrics}, Ledger: storesOf(l), Config: cfg}, []peer.ID{d.id})
 	if _, err := provider.RecommendPrice("", ""); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("advice before any statistics: %v", err)
 	}
@@ -125,7 +126,7 @@ func TestMarketPublished(t *testing.T) {
 // renterMarket is a renter's market book that took the record.
 func renterMarket(t *testing.T, d *jobDesk, raw []byte) *Market {
 	t.Helper()
-	m := NewMarket(Deps{Clock: d.clock, Metrics: d.metrics, Ledger: storesOf(d.ledger), Config: config.Defaults(config.RoleRenter)}, []peer.ID{d.id})
+	m := NewMarket(Deps{Base: subsystem.Base{Clock: d.clock, Metrics: d.metrics}, Ledger: storesOf(d.ledger), Config: config.Defaults(config.RoleRenter)}, []peer.ID{d.id})
 	if err := m.take(raw, "test"); err != nil {
 		t.Fatal(err)
 	}

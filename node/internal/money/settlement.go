@@ -7,8 +7,8 @@ import (
 
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
-	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
@@ -20,11 +20,8 @@ import (
 
 // Deps are what every part of money needs.
 type Deps struct {
-	Peer    *p2p.Peer
-	Ledger  Stores
-	Clock   clock.Clock
-	Log     *slog.Logger
-	Metrics *metrics.Metrics
+	subsystem.Base // the peer, clock, logger and metrics of the node
+	Ledger         Stores
 	// Config: money reads the settlement, wallet, payout, provider and coordinator
 	// sections, the role and the trusted coordinators.
 	Config config.Config

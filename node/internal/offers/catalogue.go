@@ -16,6 +16,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -27,13 +28,10 @@ type Scores interface {
 
 // Deps are what the catalogue needs.
 type Deps struct {
-	Peer    *p2p.Peer
-	Book    *Book
-	Trust   *Trust
-	Metrics *metrics.Metrics
-	Log     *slog.Logger
-	Clock   clock.Clock
-	Offers  config.OffersConfig
+	subsystem.Base // the peer, clock, logger and metrics of the node
+	Book           *Book
+	Trust          *Trust
+	Offers         config.OffersConfig
 	// Bootstrap are asked first in a catalogue sync.
 	Bootstrap []peer.AddrInfo
 	// Scores may be nil: rows then carry no score.

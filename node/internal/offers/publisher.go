@@ -9,12 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
-	"github.com/libp2p/go-libp2p/core/network"
-	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/ipfs/go-cid"
 
@@ -32,7 +34,7 @@ type Attestations interface {
 
 // PublisherDeps are what a provider's publisher needs.
 type PublisherDeps struct {
-	Peer *p2p.Peer
+	subsystem.Base // the peer, clock, logger and metrics of the node
 	// Own keeps the provider's prices, offer sequence, availability and maintenance;
 	// Applicant its certificate, which every offer carries.
 	Own       *ledger.ProviderStore
@@ -40,9 +42,6 @@ type PublisherDeps struct {
 	Catalogue *Catalogue
 	// Topic is the offers gossip topic.
 	Topic    *p2p.Topic
-	Metrics  *metrics.Metrics
-	Log      *slog.Logger
-	Clock    clock.Clock
 	Provider config.ProviderConfig
 	Offers   config.OffersConfig
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -43,8 +44,8 @@ func newPublisher(t *testing.T, w *world, approved []protocol.CertifiedGPU, wind
 	cfg := config.Defaults(config.RoleProvider)
 	cfg.Provider = config.ProviderConfig{Region: "EU-West", Availability: config.AvailabilityConfig{Timezone: "UTC", Windows: windows},
 		GPUs: []config.GPUConfig{{Model: "l4-24gb", Count: 4, VRAMGB: 24, PriceUSDC: "1.50"}, {Model: "A100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "3.00"}}}
-	p, err := NewPublisher(PublisherDeps{Peer: w.peer, Own: w.ledger.Provider, Applicant: w.ledger.Applicant, Catalogue: w.cat, Topic: topic, Metrics: w.metrics, Log: quietLogger(),
-		Clock: w.clock, Provider: cfg.Provider, Offers: cfg.Offers})
+	p, err := NewPublisher(PublisherDeps{Base: subsystem.Base{Peer: w.peer, Metrics: w.metrics, Log: quietLogger(), Clock: w.clock}, Own: w.ledger.Provider, Applicant: w.ledger.Applicant, Catalogue: w.cat, Topic: topic,
+		Provider: cfg.Provider, Offers: cfg.Offers})
 	if err != nil {
 		t.Fatal(err)
 	}

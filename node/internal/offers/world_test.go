@@ -14,6 +14,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -59,7 +60,7 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(func() { w.peer.Close() })
 	offers := config.Defaults(config.RoleRenter).Offers
 	offers.SearchTimeout.Duration = time.Second
-	w.cat = New(Deps{Peer: w.peer, Book: w.book, Trust: w.trust, Metrics: w.metrics, Log: quietLogger(), Clock: w.clock, Offers: offers})
+	w.cat = New(Deps{Base: subsystem.Base{Peer: w.peer, Metrics: w.metrics, Log: quietLogger(), Clock: w.clock}, Book: w.book, Trust: w.trust, Offers: offers})
 	return w
 }
 

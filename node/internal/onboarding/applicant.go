@@ -17,6 +17,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -47,15 +48,12 @@ type RevocationsKnown interface {
 
 // ApplicantDeps are what a provider's applicant needs.
 type ApplicantDeps struct {
-	Peer *p2p.Peer
+	subsystem.Base // the peer, clock, logger and metrics of the node
 	// Applicant keeps the provider's application and certificate, Notifications the
 	// coordinator's notifications, Serials the applications' sequences.
 	Applicant     *ledger.ApplicantStore
 	Notifications *ledger.NotificationStore
 	Serials       *ledger.SerialStore
-	Clock         clock.Clock
-	Log           *slog.Logger
-	Metrics       *metrics.Metrics
 	// Trusted are the coordinators this provider trusts; it applies to the first.
 	Trusted     []peer.ID
 	Revocations RevocationsKnown

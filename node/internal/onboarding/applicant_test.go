@@ -17,6 +17,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -43,7 +44,7 @@ func newTestProvider(t *testing.T, tc *testCoord, skew time.Duration, notify boo
 	pp := newTestPeer(t, nil)
 	connect(t, pp, tc.peer)
 	tp := &testProvider{ledger: newTestLedger(t), clock: clock.NewFake(tc.clock.Now().Add(skew)), publisher: &pokes{}}
-	tp.Applicant = NewApplicant(ApplicantDeps{Peer: pp, Applicant: tp.ledger.Applicant, Notifications: tp.ledger.Notifications, Serials: tp.ledger.Serials, Clock: tp.clock, Log: quietLogger(), Metrics: metrics.New(nil, nil),
+	tp.Applicant = NewApplicant(ApplicantDeps{Base: subsystem.Base{Peer: pp, Clock: tp.clock, Log: quietLogger(), Metrics: metrics.New(nil, nil)}, Applicant: tp.ledger.Applicant, Notifications: tp.ledger.Notifications, Serials: tp.ledger.Serials,
 		Trusted: []peer.ID{tc.peer.ID}, Revocations: tc.revs, Publisher: tp.publisher,
 		Detect: func() ([]bench.GPUInfo, error) {
 			return []bench.GPUInfo{{Model: "L4-24GB", VRAMGB: 24, Simulated: true}, {Model: "L4-24GB", VRAMGB: 24, Simulated: true}}, nil

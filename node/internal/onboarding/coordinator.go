@@ -16,6 +16,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/notify"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -79,15 +80,12 @@ type Publisher interface {
 
 // CoordinatorDeps are what a coordinator's onboarding needs.
 type CoordinatorDeps struct {
-	Peer *p2p.Peer
+	subsystem.Base // the peer, clock, logger and metrics of the node
 	// Applications keeps the queue, Links the providers' link measurements (read for the
 	// tier), Serials the certificates' serials and the notifications' sequences.
 	Applications *ledger.ApplicationStore
 	Links        *ledger.LinkStore
 	Serials      *ledger.SerialStore
-	Clock        clock.Clock
-	Log          *slog.Logger
-	Metrics      *metrics.Metrics
 	Config       config.CoordinatorConfig
 	// Trust holds the coordinators this one trusts, itself included.
 	Trust       protocol.Trust

@@ -20,6 +20,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -157,8 +158,8 @@ func newTestCoordinator(t testing.TB, configure func(*config.CoordinatorConfig))
 // restart builds the coordinator again on the same ledger, clock and peer (a restart).
 func (tc *testCoord) restart(t testing.TB) {
 	t.Helper()
-	c, err := NewCoordinator(CoordinatorDeps{Peer: tc.peer, Applications: tc.ledger.Applications, Links: tc.ledger.Links, Serials: tc.ledger.Serials, Clock: tc.clock, Log: quietLogger(),
-		Metrics: tc.metrics, Config: tc.cfg, Trust: protocol.NewTrust(tc.peer.ID), Revocations: tc.revs, RevocationsTopic: tc.gossip})
+	c, err := NewCoordinator(CoordinatorDeps{Base: subsystem.Base{Peer: tc.peer, Clock: tc.clock, Log: quietLogger(), Metrics: tc.metrics}, Applications: tc.ledger.Applications, Links: tc.ledger.Links, Serials: tc.ledger.Serials,
+		Config: tc.cfg, Trust: protocol.NewTrust(tc.peer.ID), Revocations: tc.revs, RevocationsTopic: tc.gossip})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -97,15 +98,12 @@ type Offers interface {
 
 // ScorerDeps are what the coordinator's scorer needs.
 type ScorerDeps struct {
-	Peer         *p2p.Peer
-	Reliability  *ledger.ReliabilityStore // each provider's state
-	Applications *ledger.ApplicationStore // the certified providers (read)
-	Serials      *ledger.SerialStore      // the score records' sequences
-	Clock        clock.Clock
-	Log          *slog.Logger
-	Metrics      *metrics.Metrics // nil: not counted (the scale benchmark)
-	Coordinator  config.CoordinatorConfig
-	Offers       Offers
+	subsystem.Base                          // the peer, clock, logger and metrics of the node
+	Reliability    *ledger.ReliabilityStore // each provider's state
+	Applications   *ledger.ApplicationStore // the certified providers (read)
+	Serials        *ledger.SerialStore      // the score records' sequences
+	Coordinator    config.CoordinatorConfig
+	Offers         Offers
 	// Topic is the scores gossip topic.
 	Topic *p2p.Topic
 	// Probe, Providers and Publish replace the network probe, the ledger's certified

@@ -19,6 +19,7 @@ import (
 	"github.com/gpunex/gpunex/node/internal/metrics"
 	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/node/internal/recordtest"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -284,7 +285,7 @@ func TestUptimeProbeOverTheNetwork(t *testing.T) {
 	}
 	m := metrics.New(nil, nil)
 	cfg := newSimulated(t, 0, 0, time.Minute).sc.cfg
-	sc := NewScorer(ScorerDeps{Peer: cp, Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Clock: clock.System(), Log: quietLogger(), Metrics: m, Coordinator: cfg,
+	sc := NewScorer(ScorerDeps{Base: subsystem.Base{Peer: cp, Clock: clock.System(), Log: quietLogger(), Metrics: m}, Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Coordinator: cfg,
 		Offers: heldOffers{}, Publish: (&scoresSent{}).publish})
 	if ps, err := sc.providersFn(); err != nil || len(ps) != 1 || ps[0] != pp.ID {
 		t.Fatalf("the providers probed: %v %v", ps, err)
@@ -293,7 +294,7 @@ func TestUptimeProbeOverTheNetwork(t *testing.T) {
 	if answered != 1 || testutil.ToFloat64(m.UptimeProbes.WithLabelValues("answered")) != 1 {
 		t.Fatalf("the trusted coordinator's probe: answered %d", answered)
 	}
-	stranger := NewScorer(ScorerDeps{Peer: sp, Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Clock: clock.System(), Log: quietLogger(), Coordinator: cfg,
+	stranger := NewScorer(ScorerDeps{Base: subsystem.Base{Peer: sp, Clock: clock.System(), Log: quietLogger()}, Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Coordinator: cfg,
 		Offers: heldOffers{}, Publish: (&scoresSent{}).publish})
 	if err := stranger.probe(context.Background(), pp.ID); err == nil || answered != 1 {
 		t.Fatalf("an untrusted coordinator's probe: %v, answered %d", err, answered)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/subsystem"
 	"github.com/gpunex/gpunex/protocol"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -55,7 +56,7 @@ func newSimulated(t testing.TB, n, downEvery int, every time.Duration) *simulate
 	}
 	cfg := config.Defaults(config.RoleCoordinator).Coordinator
 	cfg.ProbeInterval = config.Duration{Duration: every}
-	s.sc = NewScorer(ScorerDeps{Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Clock: s.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Coordinator: cfg, Offers: noOffers{},
+	s.sc = NewScorer(ScorerDeps{Reliability: l.Reliability, Applications: l.Applications, Serials: l.Serials, Base: subsystem.Base{Clock: s.clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, Coordinator: cfg, Offers: noOffers{},
 		Probe: func(_ context.Context, p peer.ID) error {
 			s.probes.Add(1)
 			if s.down[p] {
