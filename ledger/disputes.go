@@ -52,7 +52,8 @@ type Dispute struct {
 	Charged   protocol.MicroUSDC `json:"charged,omitempty"`
 }
 
-// ErrDisputeClosed is returned for a dispute of a job already charged.
+// ErrDisputeClosed is returned for a dispute of a job already charged or whose dispute
+// window has closed.
 var ErrDisputeClosed = errors.New("too late to dispute")
 
 // OpenDispute stores a renter's dispute and holds the job's escrow until a decision. A job
@@ -87,7 +88,13 @@ func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 			return fmt.Errorf("%w: the renter countersigned the receipt of job %s", ErrDisputeClosed, d.Job)
 		}
 		switch h.State {
-		case HoldHeld, HoldPending:
+		case HoldHeld:
+		case HoldPending:
+			// ChargeDue charges the hold at PendingUntil, but it runs only now and then (and
+			// late after a restart): the window is closed from PendingUntil on regardless.
+			if !d.ReceivedAt.Before(h.PendingUntil) {
+				return fmt.Errorf("%w: the dispute window of job %s closed at %s", ErrDisputeClosed, d.Job, h.PendingUntil.UTC().Format(time.RFC3339))
+			}
 		case HoldCharged:
 			return fmt.Errorf("%w: job %s was charged %s USDC under the %s rule", ErrDisputeClosed, d.Job, h.Charge, h.Rule)
 		default:

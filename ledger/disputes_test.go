@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +155,42 @@ func TestChargeRules(t *testing.T) {
 	}
 	if _, err := l.Escrow.GetJobReport(jobID(99), "p"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("stored: %v", err)
+	}
+}
+
+// TestDisputeAfterWindow: once a pending receipt's dispute window has closed, a dispute is
+// refused even though ChargeDue has not run yet, and the hold is charged as due.
+func TestDisputeAfterWindow(t *testing.T) {
+	l := openTemp(t, t.TempDir())
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	window := 24 * time.Hour
+	l.Escrow.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 100_000_000, CreditedAt: now})
+	for i := 1; i <= 2; i++ {
+		if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Escrow.ChargeReports([]ReportCharge{{Report: JobReport{Job: jobID(i), Provider: "p", ReceivedAt: now, Receipt: receipt(i)},
+			Receipt: protocol.RecordSHA256(receipt(i)), Renter: "r", Amount: 6_000_000, Seconds: 3600, EndedAt: now,
+			CheckpointAmount: 1_000_000, PendingUntil: now.Add(window)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dispute := func(i int, at time.Time) error {
+		_, err := l.Escrow.OpenDispute(Dispute{Job: jobID(i), Renter: "r", Provider: "p", ReceivedAt: at, Receipt: receipt(i), Claimed: 6_000_000})
+		return err
+	}
+	if err := dispute(1, now.Add(window-time.Second)); err != nil {
+		t.Fatalf("a dispute inside the window: %v", err)
+	}
+	err := dispute(2, now.Add(window))
+	if !errors.Is(err, ErrDisputeClosed) || !strings.Contains(err.Error(), "window") {
+		t.Fatalf("a dispute after the window: %v", err)
+	}
+	if h, _ := l.Escrow.GetHold(jobID(2)); h.State != HoldPending {
+		t.Fatalf("the late dispute changed the hold: %+v", h)
+	}
+	es, err := l.Escrow.ChargeDue(now.Add(window + time.Hour))
+	if err != nil || len(es) != 1 || es[0].Job != jobID(2) || es[0].Charge != 1_000_000 {
+		t.Fatalf("the hold disputed too late is not charged as due: %v %+v", err, es)
 	}
 }
