@@ -2,6 +2,7 @@ package money
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -24,7 +25,13 @@ type deposits struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	treasury *treasury
+	// gate keeps floods of claims from spending the RPC quota.
+	gate *claimGate
 }
+
+// ErrClaimsBusy is the answer to a deposit claim once the coordinator's budget of claims
+// that reach the Solana RPC is spent for the minute.
+var ErrClaimsBusy = errors.New("this coordinator checks no more deposits on chain this minute: try again in a minute")
 
 // claim credits a deposit transaction once: confirmed on the configured cluster,
 // a TransferChecked of the USDC mint into the treasury's token account, with the memo
@@ -39,6 +46,14 @@ func (s *deposits) claim(ctx context.Context, signature string) (ledger.Deposit,
 	}
 	if d, err := s.ledger.Escrow.GetDeposit(signature); err == nil {
 		return d, false, nil // credited already: no RPC call
+	}
+	notFinalized := fmt.Errorf("deposit %s is not finalized yet: try again in a few seconds", signature)
+	now := s.clock.Now()
+	if s.gate.knownUnknown(signature, now) {
+		return ledger.Deposit{}, false, notFinalized
+	}
+	if !s.gate.take(now) {
+		return ledger.Deposit{}, false, ErrClaimsBusy
 	}
 	treasury, err := s.treasury.key()
 	if err != nil {
@@ -58,8 +73,11 @@ func (s *deposits) claim(ctx context.Context, signature string) (ledger.Deposit,
 	}
 	// Money is credited on finalized transactions only: a confirmed one could still be
 	// rolled back, and the credit with it spent.
+	if !st.Found {
+		s.gate.noteUnknown(signature, now)
+	}
 	if !st.Found || !st.Finalized {
-		return ledger.Deposit{}, false, fmt.Errorf("deposit %s is not finalized yet: try again in a few seconds", signature)
+		return ledger.Deposit{}, false, notFinalized
 	}
 	tx, err := client.FinalizedTransaction(ctx, sig)
 	if err != nil {

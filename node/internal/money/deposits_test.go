@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha512"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/protocol"
@@ -94,5 +96,54 @@ func TestDepositRefused(t *testing.T) {
 	}
 	if a := c.account(t, renter); a.Deposited != 0 {
 		t.Fatalf("refused deposits credited %d", a.Deposited)
+	}
+}
+
+// TestClaimFloodBounded: a flood of claims of random signatures from many peers costs the
+// coordinator's Solana RPC a bounded number of calls a minute (one budget for the whole
+// coordinator; a signature just found unknown is answered from memory), and a real
+// deposit claimed after the flood is still credited.
+func TestClaimFloodBounded(t *testing.T) {
+	c := newCoordinator(t)
+	claim := func(from party, sig string) (protocol.WalletResponse, error) {
+		return c.Serve(context.Background(), from.id, protocol.WalletRequest{Op: "claim", Signature: sig})
+	}
+	// The same unknown signature twice: the second is answered without the RPC.
+	unknown := chain.Signature{9}.String()
+	if _, err := claim(newParty(), unknown); err == nil || !strings.Contains(err.Error(), "not finalized yet") {
+		t.Fatalf("an unknown signature: %v", err)
+	}
+	reads := c.chain.depositReads
+	if _, err := claim(newParty(), unknown); err == nil || !strings.Contains(err.Error(), "not finalized yet") || c.chain.depositReads != reads {
+		t.Fatalf("the unknown signature again: %v, %d RPC calls", err, c.chain.depositReads-reads)
+	}
+	// 200 peers, 20 fresh signatures each.
+	busy := 0
+	for p := range 200 {
+		from := newParty()
+		for i := range 20 {
+			sig := chain.Signature(sha512.Sum512([]byte(fmt.Sprint("flood ", p, " ", i)))).String()
+			if _, err := claim(from, sig); errors.Is(err, ErrClaimsBusy) {
+				busy++
+			} else if err == nil {
+				t.Fatal("a random signature credited")
+			}
+		}
+	}
+	if c.chain.depositReads > 3*claimRPCBurst {
+		t.Fatalf("4000 claims in a minute cost %d RPC calls, over %d", c.chain.depositReads, 3*claimRPCBurst)
+	}
+	if busy < 4000-claimRPCBurst {
+		t.Fatalf("only %d claims of 4000 were refused", busy)
+	}
+	renter := newParty()
+	sig := c.onChain("after the flood", chain.TxFacts{Memos: []string{protocol.DepositMemo(renter.id)}, Transfers: []chain.TokenTransfer{c.usdcInto(5_000_000)}})
+	if _, err := claim(renter, sig); !errors.Is(err, ErrClaimsBusy) || !strings.Contains(err.Error(), "try again in a minute") {
+		t.Fatalf("a real claim during the flood: %v", err)
+	}
+	c.clock.Advance(time.Minute)
+	resp, err := claim(renter, sig)
+	if err != nil || !resp.Credited || resp.Account.Available != 5_000_000 {
+		t.Fatalf("the real deposit a minute later: %+v %v", resp, err)
 	}
 }

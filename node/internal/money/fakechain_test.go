@@ -36,6 +36,7 @@ type fakeChain struct {
 	finalized      map[chain.Signature]*chain.TxFacts // deposit transactions
 	confirmedOnly  map[chain.Signature]bool           // deposits confirmed, not finalized yet
 	createdAccount []chain.PublicKey
+	depositReads   int // GenesisHash, Status and FinalizedTransaction calls: a deposit claim's RPC cost
 }
 
 func newFakeChain(treasury chain.PublicKey) *fakeChain {
@@ -76,6 +77,7 @@ func (f *fakeChain) succeeded() int {
 func (f *fakeChain) GenesisHash(context.Context) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.depositReads++
 	return f.genesis, f.genesisErr
 }
 
@@ -135,6 +137,7 @@ func (f *fakeChain) FirstAvailableSlot(context.Context) (uint64, error) {
 func (f *fakeChain) Status(_ context.Context, sig chain.Signature) (chain.TxStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.depositReads++
 	if f.confirmedOnly[sig] {
 		return chain.TxStatus{Found: true, Confirmed: true}, nil
 	}
@@ -197,6 +200,7 @@ func (f *fakeChain) Transaction(_ context.Context, sig chain.Signature) (*chain.
 func (f *fakeChain) FinalizedTransaction(_ context.Context, sig chain.Signature) (*chain.TxFacts, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.depositReads++
 	if tx, ok := f.finalized[sig]; ok {
 		return tx, nil
 	}

@@ -108,7 +108,7 @@ func NewSettlement(d SettlementDeps) (*Settlement, error) {
 	halfLife := d.Config.Coordinator.HalfLife.Duration
 	eq := &equivocations{ledger: l, clock: clk, log: log, alert: d.Alert, halfLife: halfLife}
 	s := &Settlement{treasury: t, log: log, clock: clk, cfg: st,
-		deposits: &deposits{ledger: l, clock: clk, log: log, treasury: t},
+		deposits: &deposits{ledger: l, clock: clk, log: log, treasury: t, gate: newClaimGate()},
 		holds: &holds{id: id, key: key, ledger: l, clock: clk, log: log, metrics: m, offers: d.Offers, providers: providers,
 			commissionBPS: st.CommissionBPS, halfLife: halfLife},
 		charges: &charges{ledger: l, clock: clk, log: log, metrics: m, offers: d.Offers, peers: d.Peer, halfLife: halfLife,
