@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -39,16 +40,24 @@ func (s *EscrowStore) GetAbandonment(job string) (Abandonment, error) {
 	return a, err
 }
 
-// CountAbandonment marks an abandoned job counted against its provider; false when it was
-// already (so that a job counts once).
-func (s *EscrowStore) CountAbandonment(job string, now time.Time) (bool, error) {
-	first := false
-	_, err := updateJSON(s.kv, prefixAbandoned+job, func(a *Abandonment) error {
-		first = a.Counted.IsZero()
-		if first {
-			a.Counted = now
-		}
-		return nil
-	})
-	return first, err
+// countAbandonment marks the abandoned job of a hold that expired counted against its
+// provider and has count change the provider's reliability, both within txn, and returns
+// the account; nil when no renter showed the job ran, or it was counted already.
+func countAbandonment(txn *badger.Txn, h Hold, now time.Time, count func(Abandonment, *ReliabilityState)) (*Abandonment, error) {
+	var a Abandonment
+	switch err := getJSON(txn, prefixAbandoned+h.Job, &a); {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if !a.Counted.IsZero() {
+		return nil, nil
+	}
+	a.Counted = now
+	if err := putJSON(txn, prefixAbandoned+h.Job, a); err != nil {
+		return nil, err
+	}
+	_, err := updateReliability(txn, h.Provider, func(rs *ReliabilityState) error { count(a, rs); return nil })
+	return &a, err
 }

@@ -194,3 +194,47 @@ func TestDisputeAfterWindow(t *testing.T) {
 		t.Fatalf("the hold disputed too late is not charged as due: %v %+v", err, es)
 	}
 }
+
+// TestAbandonmentCountedWithRelease: an expired hold's release and the count of its
+// abandoned job against the provider are one transaction: a crash in the middle leaves the
+// hold held and the job uncounted (the next run does both), and the job counts once.
+func TestAbandonmentCountedWithRelease(t *testing.T) {
+	l := openTemp(t, t.TempDir())
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	l.Escrow.CreditDeposit(Deposit{Signature: "s", Renter: "r", Amount: 100_000_000, CreditedAt: now})
+	if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(1), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Escrow.PutAbandonment(Abandonment{Job: jobID(1), Renter: "r", Provider: "p", ReceivedAt: now, Seconds: 300}); err != nil {
+		t.Fatal(err)
+	}
+	counts := 0
+	count := func(a Abandonment, rs *ReliabilityState) {
+		counts++
+		rs.AddEvent("abandoned " + a.Job)
+	}
+	later := now.Add(2 * time.Hour)
+	func() {
+		defer func() { recover() }()
+		l.Escrow.ReleaseExpired(later, func(Abandonment, *ReliabilityState) { panic("the coordinator crashes") })
+	}()
+	if h, _ := l.Escrow.GetHold(jobID(1)); h.State != HoldHeld {
+		t.Fatalf("a crash while counting the abandonment released the hold: %+v", h)
+	}
+	if a, _ := l.Escrow.GetAbandonment(jobID(1)); !a.Counted.IsZero() {
+		t.Fatalf("a crash while counting left the job counted: %+v", a)
+	}
+	for range 2 {
+		if _, err := l.Escrow.ReleaseExpired(later, count); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, _ := l.Escrow.GetHold(jobID(1))
+	rs, _ := l.Reliability.UpdateReliability("p", func(*ReliabilityState) error { return nil })
+	if h.State != HoldReleased || counts != 1 || len(rs.Events) != 1 {
+		t.Fatalf("after the restart: hold %s, counted %d times, events %v", h.State, counts, rs.Events)
+	}
+	if a, _ := l.Escrow.GetAbandonment(jobID(1)); !a.Counted.Equal(later) {
+		t.Fatalf("the abandonment is not marked counted: %+v", a)
+	}
+}

@@ -187,26 +187,39 @@ func (s *EscrowStore) RenterHolds(renter string, limit int) ([]Hold, error) {
 // ReleaseExpiredHolds returns to their renters the holds still unused at their expiry, and
 // says how many (ReleaseExpired lists them).
 func (s *EscrowStore) ReleaseExpiredHolds(now time.Time) (int, error) {
-	released, err := s.ReleaseExpired(now)
+	released, err := s.ReleaseExpired(now, nil)
 	return len(released), err
+}
+
+// ExpiredHold is a hold ReleaseExpired returned to its renter, with the renter's account
+// of its job when the release counted that job abandoned against its provider.
+type ExpiredHold struct {
+	Hold
+	Abandoned *Abandonment
 }
 
 // ReleaseExpired returns to their renters the holds still unused at their expiry and
 // returns them as released. A hold whose renter disputed a receipt the provider never
-// reported is unused too: it returns, and its dispute closes (DisputeExpired).
-func (s *EscrowStore) ReleaseExpired(now time.Time) ([]Hold, error) {
+// reported is unused too: it returns, and its dispute closes (DisputeExpired). When count
+// is set, each released job whose renter showed it ran (PutAbandonment) is counted against
+// its provider by count, in the same transaction as the release: a crash between the two
+// can neither lose the count (the hold released, the job never counted) nor count it twice.
+func (s *EscrowStore) ReleaseExpired(now time.Time, count func(Abandonment, *ReliabilityState)) ([]ExpiredHold, error) {
 	holds, err := s.Holds()
 	if err != nil {
 		return nil, err
 	}
-	var out []Hold
+	var out []ExpiredHold
 	for _, h := range holds {
 		if (h.State != HoldHeld && h.State != HoldDisputed) || now.Before(h.ExpiresAt) {
 			continue
 		}
-		var released Hold
+		var released ExpiredHold
 		err := s.db.Update(func(txn *badger.Txn) (err error) {
-			released, err = expireHold(txn, h.Job, now)
+			if released.Hold, err = expireHold(txn, h.Job, now); err != nil || count == nil {
+				return err
+			}
+			released.Abandoned, err = countAbandonment(txn, released.Hold, now, count)
 			return err
 		})
 		switch {

@@ -47,19 +47,27 @@ func (s *ReliabilityState) AddEvent(e string) {
 
 // UpdateReliability changes a provider's reliability state atomically, creating it empty.
 func (s *ReliabilityStore) UpdateReliability(provider string, f func(s *ReliabilityState) error) (ReliabilityState, error) {
-	key := prefixReliability + provider
 	var st ReliabilityState
-	err := s.db.Update(func(txn *badger.Txn) error {
-		if err := getJSON(txn, key, &st); err != nil && !errors.Is(err, ErrNotFound) {
-			return err
-		}
-		if st.Provider == "" {
-			st = ReliabilityState{Provider: provider, FirstPerf: map[string]int{}, LastScore: -1}
-		}
-		if err := f(&st); err != nil {
-			return err
-		}
-		return putJSON(txn, key, st)
+	err := s.db.Update(func(txn *badger.Txn) (err error) {
+		st, err = updateReliability(txn, provider, f)
+		return err
 	})
 	return st, err
+}
+
+// updateReliability is UpdateReliability within txn, for a change that must be stored
+// together with another (an abandoned job's count with its hold's release).
+func updateReliability(txn *badger.Txn, provider string, f func(s *ReliabilityState) error) (ReliabilityState, error) {
+	key := prefixReliability + provider
+	var st ReliabilityState
+	if err := getJSON(txn, key, &st); err != nil && !errors.Is(err, ErrNotFound) {
+		return st, err
+	}
+	if st.Provider == "" {
+		st = ReliabilityState{Provider: provider, FirstPerf: map[string]int{}, LastScore: -1}
+	}
+	if err := f(&st); err != nil {
+		return st, err
+	}
+	return st, putJSON(txn, key, st)
 }

@@ -93,31 +93,23 @@ func (s *holds) takeAbandoned(remote peer.ID, req protocol.WalletRequest) error 
 }
 
 // ReleaseExpired returns the holds unused at their expiry to their renters, and counts
-// against its provider each job among them whose renter showed it ran (takeAbandoned). It
-// returns how many holds it released.
+// against its provider each job among them whose renter showed it ran (takeAbandoned), in
+// the same ledger transaction as its hold's release. It returns how many holds it released.
 func (s *holds) ReleaseExpired() (int, error) {
 	now := s.clock.Now()
-	released, err := s.ledger.Escrow.ReleaseExpired(now)
-	for _, h := range released {
-		a, aerr := s.ledger.Escrow.GetAbandonment(h.Job)
-		if aerr != nil {
-			continue // no account: nothing shows the job ran
-		}
-		first, cerr := s.ledger.Escrow.CountAbandonment(h.Job, now)
-		if cerr != nil || !first {
-			continue
-		}
-		halfLife := s.halfLife
+	halfLife := s.halfLife
+	released, err := s.ledger.Escrow.ReleaseExpired(now, func(a ledger.Abandonment, rs *ledger.ReliabilityState) {
 		at := now
 		if l, _, err := protocol.OpenLease(a.Lease); err == nil && at.After(l.EndsAt) {
 			at = l.EndsAt
 		}
-		s.ledger.Reliability.UpdateReliability(h.Provider, func(rs *ledger.ReliabilityState) error {
-			rs.AddEvent(protocol.WhyAbandoned(h.Job, a.Seconds))
-			rs.Reliability.Completion.Add(at, 0, halfLife)
-			return nil
-		})
-		s.log.Warn("job counted against its provider: abandoned", "job", h.Job, "provider", h.Provider, "checkpoint_seconds", a.Seconds)
+		rs.AddEvent(protocol.WhyAbandoned(a.Job, a.Seconds))
+		rs.Reliability.Completion.Add(at, 0, halfLife)
+	})
+	for _, h := range released {
+		if a := h.Abandoned; a != nil {
+			s.log.Warn("job counted against its provider: abandoned", "job", h.Job, "provider", h.Provider, "checkpoint_seconds", a.Seconds)
+		}
 	}
 	return len(released), err
 }
