@@ -352,9 +352,9 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.peer.Handle(protocol.JobProtocol, n.jobs.HandleJob)
 	n.peer.Handle(protocol.JobControlProtocol, n.jobs.HandleControl)
 	n.peer.Handle(protocol.JobInputProtocol, n.jobs.HandleInput)
-	n.peer.Handle(protocol.JobExecProtocol, n.jobs.HandleExec) // shells in running jobs, for their renters
-	n.publisher.SetMaxInput(n.cfg.Jobs.MaxInputMB << 20)       // data in: the largest input, in the offer
+	n.publisher.SetMaxInput(n.cfg.Jobs.MaxInputMB << 20) // data in: the largest input, in the offer
 	n.peer.Handle(protocol.HoldReleaseProtocol, n.jobs.HandleHoldRelease)
+	n.peer.Handle(protocol.JobExecProtocol, n.jobs.HandleExec)
 	n.peer.Handle(protocol.OfferProtocol, n.publisher.HandleOfferStream)
 	n.peer.Handle(protocol.NotifyProtocol, n.applicant.HandleNotify)
 	n.peer.Handle(protocol.BenchChallengeProtocol, n.bench.HandleBenchChallenge)
