@@ -17,7 +17,7 @@ import (
 )
 
 // apiClient serves n's local API and returns a client of it.
-func apiClient(t *testing.T, n *Node) *api.Client {
+func apiClient(t testing.TB, n *Node) *api.Client {
 	t.Helper()
 	h, _, err := config.Init(t.TempDir(), config.InitOptions{Role: n.cfg.Role})
 	if err != nil {

@@ -355,6 +355,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.peer.Handle(protocol.JobInputProtocol, n.jobs.HandleInput)
 	n.publisher.SetMaxInput(n.cfg.Jobs.MaxInputMB << 20) // data in: the largest input, in the offer
 	n.peer.Handle(protocol.HoldReleaseProtocol, n.jobs.HandleHoldRelease)
+	n.peer.Handle(protocol.JobExecProtocol, n.jobs.HandleExec)
 	n.peer.Handle(protocol.OfferProtocol, n.publisher.HandleOfferStream)
 	n.peer.Handle(protocol.NotifyProtocol, n.applicant.HandleNotify)
 	n.peer.Handle(protocol.BenchChallengeProtocol, n.bench.HandleBenchChallenge)

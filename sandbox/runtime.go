@@ -122,6 +122,10 @@ type Runtime interface {
 	PruneImages(ctx context.Context, maxBytes int64) ([]string, error)
 	// List returns every job the runtime holds, for reconciliation after a restart.
 	List(ctx context.Context) ([]Info, error)
+	// Exec runs another process in a running job's container, with the job's user,
+	// namespaces, seccomp profile and limits, never more (exec.go); ErrJobNotRunning once
+	// the job has ended.
+	Exec(ctx context.Context, id string, e ExecSpec) (ExecProcess, error)
 	Close() error
 	// ExtendWallClock lets a running job run by longer than its wall clock so far (a lease
 	// that grew); an ended or ending job is an error.

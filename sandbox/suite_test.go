@@ -57,6 +57,8 @@ func RunSuite(t *testing.T, rt Runtime, image string, hooks SuiteHooks) {
 		t.Run("Restart", s.testRestart)
 		t.Run("TimeoutWhileDown", s.testTimeoutWhileDown)
 		t.Run("Concurrent", s.testConcurrent)
+		t.Run("ExecAsTheJob", s.testExecAsTheJob)
+		t.Run("ExecTerminal", s.testExecTerminal)
 	})
 	t.Run("NothingLeft", func(t *testing.T) {
 		infos, err := rt.List(context.Background())

@@ -301,7 +301,7 @@ func TestAdversary(t *testing.T) {
 	t.Cleanup(func() { dev.Process.Signal(os.Interrupt); dev.Wait() })
 	e := newAdvEnv(t, f)
 	var rows []advRow
-	for _, sc := range append(adversaryScenarios(), inputScenarios()...) { // data in: adversary_input_test.go
+	for _, sc := range append(append(adversaryScenarios(), inputScenarios()...), execScenarios()...) { // data in, shells: adversary_input_test.go, adversary_exec_test.go
 		t.Run(sc.name, func(t *testing.T) { rows = append(rows, e.run(t, sc)) })
 	}
 	var b strings.Builder

@@ -19,7 +19,7 @@ import (
 
 func jobCommand() *cobra.Command {
 	c := &cobra.Command{Use: "job", Short: "Rent GPUs: run jobs on providers, follow and manage them"}
-	c.AddCommand(jobRunCommand(), jobListCommand(), jobStatusCommand(), jobLogsCommand(), jobCancelCommand(), jobFetchCommand())
+	c.AddCommand(jobRunCommand(), jobListCommand(), jobStatusCommand(), jobLogsCommand(), jobCancelCommand(), jobFetchCommand(), jobExecCommand())
 	c.AddCommand(jobExtendCommand()) // jobextend.go
 	return c
 }

@@ -70,29 +70,34 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			// The error keeps the server's message and gets its kind back from the status.
-			switch resp.StatusCode {
-			case http.StatusBadRequest:
-				return kindError{ErrInvalid, errors.New(e.Error)}
-			case http.StatusNotFound:
-				return kindError{ErrNotFound, errors.New(e.Error)}
-			case http.StatusConflict:
-				return kindError{ErrConflict, errors.New(e.Error)}
-			case http.StatusTooManyRequests:
-				return kindError{ErrRateLimited, errors.New(e.Error)}
-			}
-			return errors.New(e.Error)
-		}
-		return fmt.Errorf("API %s %s: %s", method, path, resp.Status)
+		return answerError(method, path, resp, data)
 	}
 	if out == nil {
 		return nil
 	}
 	return json.Unmarshal(data, out)
+}
+
+// answerError is the error an answer other than 200 carries: the server's message, with
+// its kind back from the status.
+func answerError(method, path string, resp *http.Response, data []byte) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		switch resp.StatusCode {
+		case http.StatusBadRequest:
+			return kindError{ErrInvalid, errors.New(e.Error)}
+		case http.StatusNotFound:
+			return kindError{ErrNotFound, errors.New(e.Error)}
+		case http.StatusConflict:
+			return kindError{ErrConflict, errors.New(e.Error)}
+		case http.StatusTooManyRequests:
+			return kindError{ErrRateLimited, errors.New(e.Error)}
+		}
+		return errors.New(e.Error)
+	}
+	return fmt.Errorf("API %s %s: %s", method, path, resp.Status)
 }
 
 // Status returns the node's status.

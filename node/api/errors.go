@@ -35,6 +35,9 @@ func Invalid(err error) error { return kindError{ErrInvalid, err} }
 // Conflict marks err as a clash with the current state (ErrConflict), keeping its message.
 func Conflict(err error) error { return kindError{ErrConflict, err} }
 
+// Kind marks err with any of the kinds above, keeping its message.
+func Kind(kind, err error) error { return kindError{kind, err} }
+
 // HTTPStatus is the HTTP status of an error of one of the kinds above; 500 for any other.
 func HTTPStatus(err error) int {
 	switch {

@@ -171,6 +171,9 @@ func (c *Config) checkJobs() (errs []error) {
 			errs = append(errs, fmt.Errorf("jobs.dns: %q is not an IP address", d))
 		}
 	}
+	if j.MaxExecs < 0 || j.MaxExecs > 64 {
+		errs = append(errs, fmt.Errorf("jobs.max_execs %d: 0 (no shells) to 64", j.MaxExecs))
+	}
 	if u := j.UnmeteredStop.Duration; u != 0 && u < 5*time.Second {
 		errs = append(errs, fmt.Errorf("jobs.unmetered_stop %s: 0 (never) or at least 5s (below %s it stops the jobs of renters countersigning at the slowest pace allowed, once a minute)", j.UnmeteredStop, 2*protocol.CheckpointInterval))
 	}

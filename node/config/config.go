@@ -174,6 +174,9 @@ type JobsConfig struct {
 	// chunks between their jobs (oldest used deleted first, and all after Retention).
 	MaxInputMB   int64 `toml:"max_input_mb"`
 	InputCacheGB int64 `toml:"input_cache_gb"`
+	// MaxExecs is the most processes a job's renter may run in it at once with `gpunex job
+	// exec` (shells); 0 allows none.
+	MaxExecs int `toml:"max_execs"`
 }
 
 // SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and

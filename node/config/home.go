@@ -453,6 +453,8 @@ network_subnet = "{{.Jobs.NetworkSubnet}}"
 dns = {{list .Jobs.DNS}}
 # Run each job in a user namespace of its own (its root is an unprivileged host uid).
 user_namespaces = {{.Jobs.UserNamespaces}}
+# Most processes a job's renter may run in it at once (gpunex job exec); 0: none.
+max_execs = {{.Jobs.MaxExecs}}
 
 [payout]
 # How you are paid: method "usdc" (to solana_address) or "bank" (account_name, iban, bic),

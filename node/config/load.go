@@ -57,6 +57,7 @@ func Defaults(role string) Config {
 			UserNamespaces:     true,
 			MaxInputMB:         50 << 10,
 			InputCacheGB:       100,
+			MaxExecs:           4,
 		},
 		Settlement: SettlementConfig{
 			CommissionBPS:   1000,

@@ -40,8 +40,9 @@ func (r *Runner) sessionJob(remote peer.ID, id string) (ledger.Job, error) {
 	return j, nil
 }
 
-// refuseSession counts a refused session of a kind ("tunnel", "exec", "input") by reason.
-func (r *Runner) refuseSession(kind string, err error) {
+// refuseSession counts a refused session of a kind ("tunnel", "exec", "input") by reason,
+// and returns the reason.
+func (r *Runner) refuseSession(kind string, err error) string {
 	reason := "other"
 	switch {
 	case errors.Is(err, ErrNotYourJob):
@@ -52,6 +53,7 @@ func (r *Runner) refuseSession(kind string, err error) {
 		reason = "limit"
 	}
 	r.metrics.JobSessions.WithLabelValues(kind, reason).Inc()
+	return reason
 }
 
 // jobSessions counts each job's open sessions by kind and the bytes its sessions carried,
