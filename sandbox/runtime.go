@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"time"
 )
 
@@ -119,5 +120,10 @@ type Runtime interface {
 	PruneImages(ctx context.Context, maxBytes int64) ([]string, error)
 	// List returns every job the runtime holds, for reconciliation after a restart.
 	List(ctx context.Context) ([]Info, error)
+	// Dial connects to a TCP port of a running job, to 127.0.0.1:port inside the job's own
+	// network namespace (dial.go): a port is never published on the host. It fails with
+	// ErrNotFound for a job that is not running here, ErrPortClosed when nothing in the
+	// job listens on the port.
+	Dial(ctx context.Context, id string, port int) (net.Conn, error)
 	Close() error
 }
