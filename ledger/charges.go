@@ -98,6 +98,9 @@ type ReportOutcome struct {
 	// Refused says why a report was not stored: it contradicts the job's escrow hold, or
 	// there is none.
 	Refused string
+	// Equivocation says the report's receipt is not the one its renter disputes: the
+	// provider signed two receipts for the job (Dispute.Equivocation).
+	Equivocation bool
 }
 
 // ChargeReports stores job reports and charges their holds, many per transaction, by the
@@ -177,8 +180,8 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 		if err := putJSON(txn, key, prev); err != nil {
 			return ReportOutcome{}, err
 		}
-		if h.State == HoldPending && len(prev.ReceiptCountersig) > 0 {
-			e, err := chargeHold(txn, h, prev, prev.Terms.Amount, protocol.RuleCountersignedReceipt)
+		if (h.State == HoldPending || h.State == HoldDisputed) && len(prev.ReceiptCountersig) > 0 {
+			e, err := chargeCountersigned(txn, h, prev, it.Report.ReceivedAt)
 			return ReportOutcome{Earning: e}, err
 		}
 		return ReportOutcome{Pending: h.State == HoldPending || h.State == HoldDisputed}, nil
@@ -194,12 +197,19 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 	switch h.State {
 	case HoldHeld:
 	case HoldDisputed:
-		return ReportOutcome{Added: true, Pending: true}, nil // the renter disputed first: a decision charges it
+		// The renter disputed first: a decision charges it, unless the renter countersigned
+		// the receipt after all.
+		eq, err := noteEquivocation(txn, rep)
+		if err != nil || !it.Countersigned {
+			return ReportOutcome{Added: true, Pending: true, Equivocation: eq}, err
+		}
+		e, err := chargeCountersigned(txn, h, rep, rep.ReceivedAt)
+		return ReportOutcome{Added: true, Earning: e, Equivocation: eq}, err
 	default:
 		return ReportOutcome{Added: true}, nil // released (it never ran, said the provider) or charged
 	}
 	if it.Countersigned {
-		e, err := chargeHold(txn, h, rep, it.Amount, protocol.RuleCountersignedReceipt)
+		e, err := chargeHold(txn, h, rep, rep.Terms.Amount, protocol.RuleCountersignedReceipt)
 		return ReportOutcome{Added: true, Earning: e}, err
 	}
 	h.State, h.PendingUntil, h.PendingCharge = HoldPending, it.PendingUntil, it.CheckpointAmount
@@ -207,6 +217,16 @@ func chargeOne(txn *badger.Txn, it ReportCharge) (ReportOutcome, error) {
 		return ReportOutcome{}, err
 	}
 	return ReportOutcome{Added: true, Pending: true}, putJSON(txn, prefixHold+h.Job, h)
+}
+
+// chargeCountersigned charges a hold the receipt its renter countersigned, closing the
+// renter's dispute of it if there is one: the renter owes what it signed.
+func chargeCountersigned(txn *badger.Txn, h Hold, rep JobReport, now time.Time) (*Earning, error) {
+	e, err := chargeHold(txn, h, rep, rep.Terms.Amount, protocol.RuleCountersignedReceipt)
+	if err != nil {
+		return nil, err
+	}
+	return e, closeDispute(txn, h.Job, DisputeCountersigned, e.Charge, now)
 }
 
 // chargeHold charges a hold held, pending or disputed: amount (at most the hold) to the

@@ -20,6 +20,12 @@ const prefixDispute = "coordinator/dispute/"
 const (
 	DisputeOpen    = "open"
 	DisputeDecided = "decided"
+	// DisputeCountersigned: the renter countersigned the receipt after disputing it; the
+	// job was charged by the countersigned-receipt rule.
+	DisputeCountersigned = "countersigned"
+	// DisputeExpired: the provider never reported the job by its hold's expiry; the hold
+	// returned to the renter.
+	DisputeExpired = "expired"
 )
 
 // Dispute is a renter's dispute of a job's receipt as the coordinator keeps it.
@@ -36,6 +42,10 @@ type Dispute struct {
 	Claimed protocol.MicroUSDC `json:"claimed"`
 	Reason  string             `json:"reason"`
 	State   string             `json:"state"`
+	// Equivocation says the provider reported another receipt of the job than the one the
+	// renter disputes: it signed two receipts for one job. A decision then charges at most
+	// the smaller (Cap).
+	Equivocation bool `json:"equivocation,omitempty"`
 	// Decision is the coordinator's signed decision, Charged what it charged.
 	Decision  []byte             `json:"decision,omitempty"`
 	DecidedAt time.Time          `json:"decided_at,omitzero"`
@@ -64,6 +74,18 @@ func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 		if h.Renter != d.Renter || h.Provider != d.Provider {
 			return fmt.Errorf("job %s is held for renter %s on provider %s", d.Job, h.Renter, h.Provider)
 		}
+		var rep JobReport
+		reported := false
+		switch err := getJSON(txn, jobReportKey(d.Job, h.Provider), &rep); {
+		case err == nil:
+			reported = true
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		// (The coordinator checked the countersignature when the report brought it.)
+		if reported && len(rep.ReceiptCountersig) > 0 {
+			return fmt.Errorf("%w: the renter countersigned the receipt of job %s", ErrDisputeClosed, d.Job)
+		}
 		switch h.State {
 		case HoldHeld, HoldPending:
 		case HoldCharged:
@@ -71,6 +93,7 @@ func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 		default:
 			return fmt.Errorf("%w: the hold of job %s is %s", ErrDisputeClosed, d.Job, h.State)
 		}
+		out.Equivocation = reported && !out.disputes(rep)
 		if h.State == HoldPending {
 			if err := txn.Delete(pendingKey(h)); err != nil {
 				return err
@@ -84,6 +107,37 @@ func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 		return putJSON(txn, prefixDispute+d.Job, out)
 	})
 	return out, err
+}
+
+// disputes says whether the dispute is of the receipt of the provider's report.
+func (d Dispute) disputes(rep JobReport) bool {
+	return protocol.RecordSHA256(d.Receipt) == rep.Terms.Receipt
+}
+
+// Cap is the most a decision may charge a disputed job whose provider reported rep: the
+// reported receipt's amount, or the smaller of the two receipts when the provider signed
+// two (Equivocation).
+func (d Dispute) Cap(rep JobReport) protocol.MicroUSDC {
+	if d.Equivocation {
+		return min(d.Claimed, rep.Terms.Amount)
+	}
+	return rep.Terms.Amount
+}
+
+// noteEquivocation marks the open dispute of a job equivocated when the report the
+// provider sends after it is of another receipt, and says whether it did.
+func noteEquivocation(txn *badger.Txn, rep JobReport) (bool, error) {
+	var d Dispute
+	if err := getJSON(txn, prefixDispute+rep.Job, &d); errors.Is(err, ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if d.State != DisputeOpen || d.Equivocation || d.disputes(rep) {
+		return false, nil
+	}
+	d.Equivocation = true
+	return true, putJSON(txn, prefixDispute+rep.Job, d)
 }
 
 // GetDispute returns a job's dispute, or ErrNotFound.
@@ -100,10 +154,15 @@ func (s *EscrowStore) Disputes(open bool) ([]Dispute, error) {
 	return out, err
 }
 
+// ErrNotReported is returned for a decision of a dispute whose job the provider has not
+// reported: there is no receipt to charge yet.
+var ErrNotReported = errors.New("not reported yet")
+
 // DecideDispute charges a disputed job the amount the coordinator decided (at most its
-// hold) under the decision rule, and closes the dispute. Without the provider's report
-// there is no receipt to charge: only a decision of 0 is possible, and it returns the
-// hold to the renter.
+// hold, and at most the smaller receipt when the provider signed two) under the decision
+// rule, and closes the dispute. Without the provider's report nothing is decided
+// (ErrNotReported): a decision then would charge nothing whatever the report proves later;
+// the report comes, or the hold returns to the renter at its expiry (ReleaseExpired).
 func (s *EscrowStore) DecideDispute(job string, decision []byte, amount protocol.MicroUSDC, now time.Time) (Dispute, *Earning, error) {
 	var d Dispute
 	var earning *Earning
@@ -112,46 +171,44 @@ func (s *EscrowStore) DecideDispute(job string, decision []byte, amount protocol
 			return err
 		}
 		if d.State != DisputeOpen {
-			return fmt.Errorf("%w: the dispute of job %s was decided at %s", ErrDisputeClosed, job, d.DecidedAt.UTC().Format(time.RFC3339))
+			return fmt.Errorf("%w: the dispute of job %s closed (%s) at %s", ErrDisputeClosed, job, d.State, d.DecidedAt.UTC().Format(time.RFC3339))
 		}
 		var h Hold
 		if err := getJSON(txn, prefixHold+job, &h); err != nil {
 			return err
 		}
 		var rep JobReport
-		switch err := getJSON(txn, jobReportKey(job, h.Provider), &rep); {
-		case errors.Is(err, ErrNotFound):
-			if amount != 0 {
-				return fmt.Errorf("the provider has not reported job %s: nothing to charge; decide 0 to return the hold", job)
-			}
-			if h.State == HoldDisputed {
-				a, err := getAccount(txn, h.Renter)
-				if err != nil {
-					return err
-				}
-				a.Held -= h.Amount
-				a.Available += h.Amount
-				a.OpenHolds = max(0, a.OpenHolds-1)
-				h.State = HoldReleased
-				if err := putJSON(txn, prefixAccount+h.Renter, a); err != nil {
-					return err
-				}
-				if err := putJSON(txn, prefixHold+job, h); err != nil {
-					return err
-				}
-			}
-		case err != nil:
+		if err := getJSON(txn, jobReportKey(job, h.Provider), &rep); errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: the provider has not reported job %s", ErrNotReported, job)
+		} else if err != nil {
 			return err
-		default:
-			e, err := chargeHold(txn, h, rep, amount, protocol.RuleDecision)
-			if err != nil {
-				return err
-			}
-			earning = e
-			d.Charged = e.Charge
 		}
-		d.State, d.Decision, d.DecidedAt = DisputeDecided, decision, now
+		if c := d.Cap(rep); amount > c {
+			return fmt.Errorf("job %s may be charged at most %s USDC, not %s", job, c, amount)
+		}
+		e, err := chargeHold(txn, h, rep, amount, protocol.RuleDecision)
+		if err != nil {
+			return err
+		}
+		earning = e
+		d.Charged, d.State, d.Decision, d.DecidedAt = e.Charge, DisputeDecided, decision, now
 		return putJSON(txn, prefixDispute+job, d)
 	})
 	return d, earning, err
+}
+
+// closeDispute closes the open dispute of a job, if any, in state (not decided by the
+// coordinator: the renter countersigned, or the hold expired), having charged charge.
+func closeDispute(txn *badger.Txn, job, state string, charge protocol.MicroUSDC, now time.Time) error {
+	var d Dispute
+	if err := getJSON(txn, prefixDispute+job, &d); errors.Is(err, ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if d.State != DisputeOpen {
+		return nil
+	}
+	d.State, d.Charged, d.DecidedAt = state, charge, now
+	return putJSON(txn, prefixDispute+job, d)
 }

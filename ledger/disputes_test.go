@@ -2,11 +2,15 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/gpunex/gpunex/protocol"
 )
+
+// receipt is the test's receipt of job i (its bytes stand for a signed receipt).
+func receipt(i int) []byte { return []byte(fmt.Sprint("receipt of ", i)) }
 
 // TestChargeRules: the three ways a job's hold is charged (docs/settlement.md), and that
 // no way charges it twice or lets an expiry hand it back while a charge is due.
@@ -25,8 +29,8 @@ func TestChargeRules(t *testing.T) {
 		if countersigned {
 			cs = []byte("countersignature")
 		}
-		return ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p", ReceivedAt: now, Receipt: []byte{byte(i)}, ReceiptCountersig: cs, CheckpointSeconds: cpSeconds},
-			Receipt: receiptHash(i), Renter: "r", Amount: 6_000_000, Seconds: 3600, EndedAt: now, Countersigned: countersigned,
+		return ReportCharge{Report: JobReport{Job: jobID(i), Provider: "p", ReceivedAt: now, Receipt: receipt(i), ReceiptCountersig: cs, CheckpointSeconds: cpSeconds},
+			Receipt: protocol.RecordSHA256(receipt(i)), Renter: "r", Amount: 6_000_000, Seconds: 3600, EndedAt: now, Countersigned: countersigned,
 			CheckpointAmount: protocol.MicroUSDC(1_000 * (cpSeconds + 60)), PendingUntil: now.Add(window)}
 	}
 	balanced := func() {
@@ -78,7 +82,7 @@ func TestChargeRules(t *testing.T) {
 
 	// 3. Disputed: held until a decision, which charges once.
 	l.Escrow.ChargeReports([]ReportCharge{report(6, false, 0)})
-	d := Dispute{Job: jobID(6), Renter: "r", Provider: "p", ReceivedAt: now, Amount: 100_000, Claimed: 6_000_000}
+	d := Dispute{Job: jobID(6), Renter: "r", Provider: "p", ReceivedAt: now, Receipt: receipt(6), Amount: 100_000, Claimed: 6_000_000}
 	if _, err := l.Escrow.OpenDispute(d); err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +95,6 @@ func TestChargeRules(t *testing.T) {
 	if h, _ := l.Escrow.GetHold(jobID(6)); h.State != HoldDisputed {
 		t.Fatalf("a disputed hold returned by its expiry: %+v", h)
 	}
-	if out, _ := l.Escrow.ChargeReports([]ReportCharge{report(6, true, 0)}); out[0].Earning != nil {
-		t.Fatalf("a countersignature after a dispute charges the receipt: %+v", out)
-	}
 	got, e, err := l.Escrow.DecideDispute(jobID(6), []byte("decision"), 2_000_000, now)
 	if err != nil || e == nil || e.Charge != 2_000_000 || e.Rule != protocol.RuleDecision || got.State != DisputeDecided {
 		t.Fatalf("decision: %v %+v %+v", err, e, got)
@@ -104,21 +105,46 @@ func TestChargeRules(t *testing.T) {
 	if _, err := l.Escrow.OpenDispute(Dispute{Job: jobID(5), Renter: "r", Provider: "p"}); !errors.Is(err, ErrDisputeClosed) {
 		t.Fatalf("a dispute of a receipt the renter countersigned: %v", err)
 	}
-	// A dispute before the provider's report: a decision of 0 returns the hold.
+	// A countersignature after a dispute charges the receipt and closes the dispute.
+	for _, i := range []int{9, 10} {
+		if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Escrow.ChargeReports([]ReportCharge{report(9, false, 0)})
+	for _, i := range []int{9, 10} {
+		if _, err := l.Escrow.OpenDispute(Dispute{Job: jobID(i), Renter: "r", Provider: "p", ReceivedAt: now, Receipt: receipt(i), Claimed: 6_000_000}); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := l.Escrow.ChargeReports([]ReportCharge{report(i, true, 0)})
+		if out[0].Earning == nil || out[0].Earning.Rule != protocol.RuleCountersignedReceipt || out[0].Earning.Charge != 6_000_000 {
+			t.Fatalf("job %d countersigned after its dispute: %+v", i, out)
+		}
+		if d, _ := l.Escrow.GetDispute(jobID(i)); d.State != DisputeCountersigned || d.Charged != 6_000_000 {
+			t.Fatalf("job %d's dispute after the countersignature: %+v", i, d)
+		}
+	}
+	// A dispute before the provider's report: no decision until the report; at the hold's
+	// expiry the hold returns to the renter.
 	if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(8), Renter: "r", Provider: "p", Amount: 10_000_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Escrow.OpenDispute(Dispute{Job: jobID(8), Renter: "r", Provider: "p"}); err != nil {
+	if _, err := l.Escrow.OpenDispute(Dispute{Job: jobID(8), Renter: "r", Provider: "p", Receipt: receipt(8)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Escrow.DecideDispute(jobID(8), nil, 1, now); err == nil {
-		t.Fatal("charged a job nobody reported")
+	for _, amount := range []protocol.MicroUSDC{0, 1} {
+		if _, _, err := l.Escrow.DecideDispute(jobID(8), nil, amount, now); !errors.Is(err, ErrNotReported) {
+			t.Fatalf("decided %d before the report: %v", amount, err)
+		}
 	}
-	if _, _, err := l.Escrow.DecideDispute(jobID(8), nil, 0, now); err != nil {
-		t.Fatal(err)
+	if n, _ := l.Escrow.ReleaseExpiredHolds(now.Add(time.Hour)); n != 1 {
+		t.Fatalf("expiry released %d holds, not the disputed one never reported", n)
 	}
 	if h, _ := l.Escrow.GetHold(jobID(8)); h.State != HoldReleased {
 		t.Fatalf("hold %+v", h)
+	}
+	if d, _ := l.Escrow.GetDispute(jobID(8)); d.State != DisputeExpired {
+		t.Fatalf("the dispute after the hold's expiry: %+v", d)
 	}
 	balanced()
 

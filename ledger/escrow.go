@@ -192,7 +192,8 @@ func (s *EscrowStore) ReleaseExpiredHolds(now time.Time) (int, error) {
 }
 
 // ReleaseExpired returns to their renters the holds still unused at their expiry and
-// returns them as released.
+// returns them as released. A hold whose renter disputed a receipt the provider never
+// reported is unused too: it returns, and its dispute closes (DisputeExpired).
 func (s *EscrowStore) ReleaseExpired(now time.Time) ([]Hold, error) {
 	holds, err := s.Holds()
 	if err != nil {
@@ -200,12 +201,12 @@ func (s *EscrowStore) ReleaseExpired(now time.Time) ([]Hold, error) {
 	}
 	var out []Hold
 	for _, h := range holds {
-		if h.State != HoldHeld || now.Before(h.ExpiresAt) {
+		if (h.State != HoldHeld && h.State != HoldDisputed) || now.Before(h.ExpiresAt) {
 			continue
 		}
 		var released Hold
 		err := s.db.Update(func(txn *badger.Txn) (err error) {
-			released, err = releaseHold(txn, h.Job)
+			released, err = expireHold(txn, h.Job, now)
 			return err
 		})
 		switch {
@@ -241,16 +242,46 @@ func releaseHold(txn *badger.Txn, job string) (Hold, error) {
 	if h.State != HoldHeld {
 		return h, fmt.Errorf("%w: the hold of job %s is %s", errNotHeld, job, h.State)
 	}
+	return h, refund(txn, &h)
+}
+
+// expireHold returns a hold unused at its expiry to its renter: held, or disputed while the
+// provider never reported the job (the dispute closes, expired).
+func expireHold(txn *badger.Txn, job string, now time.Time) (Hold, error) {
+	var h Hold
+	if err := getJSON(txn, prefixHold+job, &h); err != nil {
+		return h, err
+	}
+	switch h.State {
+	case HoldHeld:
+	case HoldDisputed:
+		var rep JobReport
+		if err := getJSON(txn, jobReportKey(job, h.Provider), &rep); err == nil {
+			return h, fmt.Errorf("%w: the disputed job %s was reported: a decision charges it", errNotHeld, job)
+		} else if !errors.Is(err, ErrNotFound) {
+			return h, err
+		}
+		if err := closeDispute(txn, job, DisputeExpired, 0, now); err != nil {
+			return h, err
+		}
+	default:
+		return h, fmt.Errorf("%w: the hold of job %s is %s", errNotHeld, job, h.State)
+	}
+	return h, refund(txn, &h)
+}
+
+// refund returns a hold's whole amount to its renter's available funds, releasing it.
+func refund(txn *badger.Txn, h *Hold) error {
 	a, err := getAccount(txn, h.Renter)
 	if err != nil {
-		return h, err
+		return err
 	}
 	a.Held -= h.Amount
 	a.Available += h.Amount
 	a.OpenHolds = max(0, a.OpenHolds-1)
 	h.State = HoldReleased
-	if err := putJSON(txn, prefixHold+job, h); err != nil {
-		return h, err
+	if err := putJSON(txn, prefixHold+h.Job, h); err != nil {
+		return err
 	}
-	return h, putJSON(txn, prefixAccount+h.Renter, a)
+	return putJSON(txn, prefixAccount+h.Renter, a)
 }

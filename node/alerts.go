@@ -9,6 +9,7 @@ import (
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/alerts"
+	"github.com/gpunex/gpunex/node/internal/p2p"
 )
 
 // The node's alerts to its operator (docs/operations.md, "Alerts"): the benchmark runner's
@@ -66,20 +67,7 @@ func (n *Node) watchAlerts(dir string) {
 	// Told after 5 minutes (a reservation is retried every 20 s), resolved once reachable or
 	// relayed.
 	a.Watch(alerts.Condition{Key: "unreachable", Resolved: "the node is reachable again", Check: func(now time.Time) (bool, string, string, bool) {
-		r := n.peer.Reachability()
-		switch {
-		case n.applicant.HeldCertificate() == nil:
-			return false, "", "", true // nothing to rent: nobody needs to reach it
-		case r.State == "unknown":
-			return false, "", "", false
-		case r.State == "public" || len(r.Relays) > 0:
-			return false, "", "", true
-		case now.Sub(r.Since) < 5*time.Minute:
-			return false, "", "", false // a relay slot is asked for every 20 s
-		}
-		return true, "the node is unreachable from outside",
-			fmt.Sprintf("Peers found this node behind a NAT or firewall at %s, and no coordinator gives it a relay slot: renters cannot reach it, so its offer cannot be rented. Forward TCP and UDP 4001 to this machine (or enable UPnP on the router), and check `gpunex status` and `gpunex doctor`.",
-				r.Since.UTC().Format(time.RFC1123)), true
+		return unreachable(n.peer.Reachability(), n.applicant.HeldCertificate() != nil, now)
 	}})
 	var lastPayouts time.Time
 	a.Watch(alerts.Condition{Key: "payouts", Check: func(now time.Time) (bool, string, string, bool) {
@@ -115,4 +103,23 @@ func (n *Node) alertPayouts() {
 			fmt.Sprintf("Batch %s paid %s USDC for %d receipts by %s to %s (transaction %s %s).", p.Batch, p.AmountUSDC, p.Receipts, p.Method, p.Destination, p.Transaction, p.Explorer))
 	}
 	n.ledger.Alerts.SetAlertFiring("payouts-seen", true)
+}
+
+// unreachable is the unreachable alert's rule: a certified provider that peers found behind
+// a NAT or firewall, with no relay slot for 5 minutes (a slot is asked for every 20 s).
+// ok is false while it cannot be told yet.
+func unreachable(r p2p.Reachability, certified bool, now time.Time) (firing bool, subject, body string, ok bool) {
+	switch {
+	case !certified:
+		return false, "", "", true // nothing to rent: nobody needs to reach it
+	case r.State == "unknown":
+		return false, "", "", false
+	case r.State == "public" || len(r.Relays) > 0:
+		return false, "", "", true
+	case now.Sub(r.Since) < 5*time.Minute:
+		return false, "", "", false // a relay slot is asked for every 20 s
+	}
+	return true, "the node is unreachable from outside",
+		fmt.Sprintf("Peers found this node behind a NAT or firewall at %s, and no coordinator gives it a relay slot: renters cannot reach it, so its offer cannot be rented. Forward TCP and UDP 4001 to this machine (or enable UPnP on the router), and check `gpunex status` and `gpunex doctor`.",
+			r.Since.UTC().Format(time.RFC1123)), true
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/alerts"
 	"github.com/gpunex/gpunex/node/internal/noticetest"
+	"github.com/gpunex/gpunex/node/internal/p2p"
 )
 
 // TestOperatorAlerts: a provider's node tells its operator by e-mail and webhook that a GPU
@@ -97,5 +98,37 @@ func TestOperatorAlerts(t *testing.T) {
 	}
 	if states["benchmarks/event"] != 1 || states["disk/firing"] != 1 || states["disk/resolved"] != 1 || states["certificate-expiring/firing"] != 1 {
 		t.Fatalf("webhook events: %v", states)
+	}
+}
+
+// TestUnreachableAlertRule: a certified provider is told it is unreachable once peers found
+// it behind a NAT and no coordinator gave it a relay slot for 5 minutes; not before (a slot
+// is asked for every 20 s), not while AutoNAT has no verdict, not once it is public or
+// relayed, and never before it is certified (nobody needs to reach it).
+func TestUnreachableAlertRule(t *testing.T) {
+	since := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	private := p2p.Reachability{State: "private", Since: since}
+	cases := []struct {
+		name          string
+		r             p2p.Reachability
+		certified     bool
+		at            time.Duration
+		firing, known bool
+	}{
+		{"behind NAT, no relay, 5 minutes", private, true, 5 * time.Minute, true, true},
+		{"behind NAT, no relay, 4 minutes", private, true, 4 * time.Minute, false, false},
+		{"no verdict yet", p2p.Reachability{State: "unknown"}, true, time.Hour, false, false},
+		{"relayed", p2p.Reachability{State: "private", Since: since, Relays: []string{"/p2p-circuit"}}, true, time.Hour, false, true},
+		{"public", p2p.Reachability{State: "public", Since: since}, true, time.Hour, false, true},
+		{"not certified", private, false, time.Hour, false, true},
+	}
+	for _, c := range cases {
+		firing, subject, body, ok := unreachable(c.r, c.certified, since.Add(c.at))
+		if firing != c.firing || ok != c.known {
+			t.Errorf("%s: firing %v known %v; want %v %v", c.name, firing, ok, c.firing, c.known)
+		}
+		if firing && (subject != "the node is unreachable from outside" || !strings.Contains(body, "Forward TCP and UDP 4001") || !strings.Contains(body, "Sat, 05 Dec 2026 10:00:00 UTC")) {
+			t.Errorf("%s: the alert says %q: %s", c.name, subject, body)
+		}
 	}
 }

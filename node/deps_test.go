@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -33,7 +34,7 @@ var subsystemImports = []string{
 // that it reaches only its own tables; a subsystem not listed may name none.
 var ledgerStores = map[string][]string{
 	"node/internal/alerts":      {"AlertStore"},
-	"node/internal/benchmarks":  {"ProviderStore", "HistoryStore", "NotificationStore", "SerialStore"},
+	"node/internal/benchmarks":  {"ProviderStore", "HistoryStore", "NotificationStore", "SerialStore", "ApplicantStore"},
 	"node/internal/jobs":        {"JobStore"},
 	"node/internal/models":      {"ModelStore", "SerialStore"},
 	"node/internal/money":       {"JobStore", "WalletStore", "ProviderStore", "EscrowStore", "PayoutStore", "ReliabilityStore"},
@@ -272,5 +273,63 @@ func TestClientCommandsNeedNoDaemon(t *testing.T) {
 				t.Errorf("%s imports the daemon (package node): client commands use node/api", f)
 			}
 		}
+	}
+}
+
+// Room sizes (docs/architecture.md, "Packages and import rules"): a file holds one concern
+// and a function one step, so that a newcomer finds the one file a change belongs in and
+// reads it through. Generated files (a "Code generated" header) are left out.
+const (
+	maxFileLines = 700
+	maxFuncLines = 120
+)
+
+// TestRoomSizes fails on a non-test Go file of the module over maxFileLines lines, or a
+// function (or function literal) over maxFuncLines.
+func TestRoomSizes(t *testing.T) {
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != ".." && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata" || name == "dist" || name == "build") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		if ast.IsGenerated(f) {
+			return nil
+		}
+		if n := fset.File(f.Pos()).LineCount(); n > maxFileLines {
+			t.Errorf("%s: %d lines, over %d: split it by concern", path, n, maxFileLines)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var body *ast.BlockStmt
+			name := "a function literal"
+			switch fn := n.(type) {
+			case *ast.FuncDecl:
+				body, name = fn.Body, fn.Name.Name
+			case *ast.FuncLit:
+				body = fn.Body
+			}
+			if body != nil {
+				if lines := fset.Position(body.End()).Line - fset.Position(n.Pos()).Line + 1; lines > maxFuncLines {
+					t.Errorf("%s:%d: %s is %d lines, over %d: split it into named steps", path, fset.Position(n.Pos()).Line, name, lines, maxFuncLines)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -17,6 +17,7 @@ func (a *APIServer) jobRoutes() []apiRoute {
 		{pattern: "POST /v1/jobs/{id}/cancel", answer: a.cancelJob},
 		{pattern: "GET /v1/jobs/{id}/logs", stream: a.jobLogs},
 		{pattern: "GET /v1/jobs/{id}/output", stream: a.jobOutput},
+		{pattern: "GET /v1/uploads", answer: func(*http.Request) (any, error) { return a.n.renter.Uploads(), nil }}, // inputs being sent
 	}
 }
 

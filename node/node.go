@@ -266,7 +266,7 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 func (n *Node) startMoney(d Deps, as *assembly) (err error) {
 	if n.cfg.Role == config.RoleCoordinator {
 		if n.settlement, err = money.NewSettlement(money.SettlementDeps{Deps: as.money, Offers: n.book,
-			Market: n.market, MarketTopic: as.market, PayoutSteps: d.PayoutSteps}); err != nil {
+			Market: n.market, MarketTopic: as.market, PayoutSteps: d.PayoutSteps, Alert: n.alerts.Event}); err != nil {
 			return err
 		}
 	}
@@ -332,7 +332,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 		n.log.Warn("reconciling jobs after restart failed", "err", err)
 	}
 	n.bench = benchmarks.NewRunner(benchmarks.Deps{Peer: n.peer, Own: n.ledger.Provider, History: n.ledger.History,
-		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Clock: n.clock, Log: n.log,
+		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Applicant: n.ledger.Applicant, Clock: n.clock, Log: n.log,
 		Trusted: trusted, Bench: n.cfg.Bench, Provider: n.cfg.Provider, Probe: probe, Dir: dir,
 		Jobs: n.jobs, Publisher: n.publisher, Models: n.models, Alert: n.alerts.Event})
 	n.models.OnChange(n.bench.CatalogueChanged)
@@ -342,7 +342,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.applicant = onboarding.NewApplicant(onboarding.ApplicantDeps{Peer: n.peer, Applicant: n.ledger.Applicant,
 		Notifications: n.ledger.Notifications, Serials: n.ledger.Serials, Clock: n.clock,
 		Log: n.log.With("subsystem", "onboarding"), Metrics: n.metrics, Trusted: trusted, Revocations: n.trust,
-		Publisher: n.publisher, Alert: n.alerts.Event, Detect: func() ([]bench.GPUInfo, error) {
+		Publisher: standingChange{n.publisher, n.bench}, Alert: n.alerts.Event, Detect: func() ([]bench.GPUInfo, error) {
 			gpus, err := DetectGPUs(n.cfg, n.peer.ID)
 			bench.NameGPUs(gpus, current())
 			return gpus, err
@@ -351,6 +351,8 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.registerProviderTelemetry()
 	n.peer.Handle(protocol.JobProtocol, n.jobs.HandleJob)
 	n.peer.Handle(protocol.JobControlProtocol, n.jobs.HandleControl)
+	n.peer.Handle(protocol.JobInputProtocol, n.jobs.HandleInput)
+	n.publisher.SetMaxInput(n.cfg.Jobs.MaxInputMB << 20) // data in: the largest input, in the offer
 	n.peer.Handle(protocol.HoldReleaseProtocol, n.jobs.HandleHoldRelease)
 	n.peer.Handle(protocol.OfferProtocol, n.publisher.HandleOfferStream)
 	n.peer.Handle(protocol.NotifyProtocol, n.applicant.HandleNotify)
@@ -437,12 +439,14 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	}
 	n.relayDesk.Store(n.coord)
 	n.benchCoord = benchmarks.NewCoordinator(benchmarks.CoordinatorDeps{Peer: n.peer, Clock: n.clock, Metrics: n.metrics, Trust: trust,
-		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger.Links, Models: n.models, Log: n.log.With("subsystem", "benchmarks")})
+		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger.Links, Models: n.models, Revocations: n.trust, Applications: n.ledger.Applications,
+		Log: n.log.With("subsystem", "benchmarks")})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Peer: n.peer, Reliability: n.ledger.Reliability, Applications: n.ledger.Applications, Serials: n.ledger.Serials, Clock: n.clock, Metrics: n.metrics,
 		Log: n.log.With("subsystem", "reliability"), Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
 
 	n.peer.Handle(protocol.ApplyProtocol, n.coord.HandleApply)
 	n.peer.Handle(protocol.BenchNetProtocol, n.benchCoord.HandleBenchNet)
+	n.peer.Handle(protocol.BenchNetProtocolV1, n.benchCoord.HandleBenchNetV1)
 	n.peer.Handle(protocol.JobReportProtocol, n.settlement.HandleJobReport)
 	n.peer.Handle(protocol.WalletProtocol, n.settlement.HandleWallet)
 	n.goLoop(func() { n.coord.RenewLoop(runCtx) })
@@ -451,6 +455,19 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 	n.goLoop(func() { scorer.Run(runCtx) })
 	n.goLoop(func() { n.models.RepublishLoop(runCtx) })
 	return nil
+}
+
+// standingChange is what the applicant wakes when this provider's application or
+// certificate changes: the publisher (the offer changes) and the benchmarks (a run the
+// coordinator refused for want of them is tried again).
+type standingChange struct {
+	publisher *offers.Publisher
+	bench     *benchmarks.Runner
+}
+
+func (s standingChange) Poke() {
+	s.publisher.Poke()
+	s.bench.StandingChanged()
 }
 
 // revocationDesk is how a coordinator's onboarding reaches the revocations: the trust store

@@ -1036,6 +1036,38 @@ func TestUncountersignedReceipts(t *testing.T) {
 	}
 }
 
+// TestDisputeOfAnotherReceipt: a provider that hands its renter a 110 s receipt and
+// reports a 3,000 s one for the same job does not get the larger: the dispute shows both
+// and the provider's two signatures, and a decision for the provider charges what the
+// dispute showed as claimed.
+func TestDisputeOfAnotherReceipt(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, coord, prov)
+	const job = "00000000000000d3"
+	j := greedyReceipt(t, coord, prov, renter, job, 60) // reported: 3,000 s
+	reported, _, _ := protocol.OpenReceipt(j.Receipt)
+	r := *reported
+	r.Seconds, r.EndedAt = 110, r.StartedAt.Add(110*time.Second)
+	r.Amount = protocol.Cost(r.Price, r.GPUs, r.Seconds)
+	handed := j
+	handed.Receipt, _ = protocol.Seal(protocol.KindReceipt, r, prov.peer.Key)
+	if err := disputeReceipt(t, renter, prov, &handed, 100, "the job ended after 100 s"); err != nil {
+		t.Fatal(err)
+	}
+	shown, err := coord.settlement.Dispute(job)
+	if err != nil || !shown.Equivocation || shown.ClaimedUSDC != "0.11" || shown.ReportedUSDC != "3.00" || shown.FloorUSDC != "0.06" {
+		t.Fatalf("the dispute shows equivocation %v, claimed %s, reported %s, floor %s: %v", shown.Equivocation, shown.ClaimedUSDC, shown.ReportedUSDC, shown.FloorUSDC, err)
+	}
+	v, err := coord.settlement.ResolveDispute(job, api.ResolveRequest{For: "provider"})
+	if err != nil || v.ChargedUSDC != shown.ClaimedUSDC {
+		t.Fatalf("a decision for the provider charged %s; the dispute showed %s claimed: %v", v.ChargedUSDC, shown.ClaimedUSDC, err)
+	}
+}
+
 // greedyPrice is the price of greedyReceipt's jobs: 1,000 micro-USDC a second on one GPU.
 const greedyPrice = 3_600_000
 
@@ -1043,6 +1075,18 @@ const greedyPrice = 3_600_000
 // while the renter countersigned a checkpoint at cpSeconds, held by coord, and has prov
 // report it: the receipt waits at the coordinator, pending, not countersigned.
 func greedyReceipt(t *testing.T, coord, prov, renter *Node, job string, cpSeconds int64) ledger.Job {
+	t.Helper()
+	j := greedyJob(t, coord, prov, renter, job, cpSeconds)
+	eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
+		prov.wallet.ReportJob(context.Background(), j)
+		h, _ := coord.ledger.Escrow.GetHold(job)
+		return h.State == ledger.HoldPending, h.State
+	})
+	return j
+}
+
+// greedyJob is greedyReceipt's job, held, before the provider reports it.
+func greedyJob(t *testing.T, coord, prov, renter *Node, job string, cpSeconds int64) ledger.Job {
 	t.Helper()
 	ctx := context.Background()
 	const price, gpus = greedyPrice, 1
@@ -1062,12 +1106,69 @@ func greedyReceipt(t *testing.T, coord, prov, renter *Node, job string, cpSecond
 	j.Proposal, _ = protocol.Seal(protocol.KindProposal, protocol.Proposal{Version: 1, Job: job, Renter: renter.ID().String(),
 		Provider: prov.ID().String(), IssuedAt: time.Now(), Model: "H100-80GB", GPUs: gpus, MaxSeconds: 3600, MaxPrice: price,
 		Image: protocol.Image{Ref: "example.org/job:1"}, Hold: resp.Hold}, renter.peer.Key)
-	eventually(t, 10*time.Second, "the report stored", func() (bool, string) {
-		prov.wallet.ReportJob(ctx, j)
-		h, _ := coord.ledger.Escrow.GetHold(job)
-		return h.State == ledger.HoldPending, h.State
-	})
 	return j
+}
+
+// countersignReceipt has the renter of a greedyJob countersign its receipt after all.
+func countersignReceipt(renter *Node, j *ledger.Job) {
+	j.ReceiptCountersig, _ = protocol.Seal(protocol.KindCountersignature, protocol.Countersignature{Version: 1, Of: protocol.KindReceipt,
+		SHA256: protocol.RecordSHA256(j.Receipt), Job: j.ID, Signer: renter.ID().String(), SignedAt: time.Now().UTC()}, renter.peer.Key)
+}
+
+// TestDisputeThenCountersign: a renter that disputes a receipt, then countersigns it for
+// the provider, pays it: the provider's report with the countersignature charges the
+// receipt by the countersigned-receipt rule and closes the dispute.
+func TestDisputeThenCountersign(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, coord, prov)
+	j := greedyReceipt(t, coord, prov, renter, "00000000000000d4", 60)
+	if err := disputeReceipt(t, renter, prov, &j, 0, "nothing ran"); err != nil {
+		t.Fatal(err)
+	}
+	countersignReceipt(renter, &j)
+	eventually(t, 10*time.Second, "the countersigned report taken", func() (bool, string) {
+		prov.wallet.ReportJob(context.Background(), j)
+		h, _ := coord.ledger.Escrow.GetHold(j.ID)
+		return h.State == ledger.HoldCharged, h.State
+	})
+	if h, _ := coord.ledger.Escrow.GetHold(j.ID); h.Rule != protocol.RuleCountersignedReceipt || h.Charge != 3_000_000 {
+		t.Fatalf("a receipt countersigned after its dispute: charged %s under %s", h.Charge, h.Rule)
+	}
+	if d, _ := coord.settlement.Dispute(j.ID); d.State != ledger.DisputeCountersigned {
+		t.Fatalf("the dispute is %s", d.State)
+	}
+}
+
+// TestDisputeDecidedOnlyAfterTheReport: a renter that disputes before the provider's
+// report cannot have it decided then (which would charge nothing, whatever the report
+// proves): the decision waits, and the countersigned report that comes charges the job.
+func TestDisputeDecidedOnlyAfterTheReport(t *testing.T) {
+	tn := newTestNet(t)
+	coord := tn.boot
+	prov := tn.add(providerConfig(0), nil)
+	renter := tn.add(testConfig(config.RoleRenter), nil)
+	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "test", Renter: renter.ID().String(), Amount: 100_000_000})
+	waitCertified(t, coord, prov)
+	j := greedyJob(t, coord, prov, renter, "00000000000000d5", 960)
+	if err := disputeReceipt(t, renter, prov, &j, 0, "nothing ran"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coord.settlement.ResolveDispute(j.ID, api.ResolveRequest{For: "renter"}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("decided before the provider's report: %v", err)
+	}
+	countersignReceipt(renter, &j)
+	eventually(t, 10*time.Second, "the report taken", func() (bool, string) {
+		prov.wallet.ReportJob(context.Background(), j)
+		h, _ := coord.ledger.Escrow.GetHold(j.ID)
+		return h.State == ledger.HoldCharged, h.State
+	})
+	if a, _ := coord.ledger.Escrow.GetAccount(renter.ID().String()); a.Charged < protocol.Cost(greedyPrice, 1, 960) {
+		t.Fatalf("the renter countersigned 960 s and paid %s", a.Charged)
+	}
 }
 
 // disputeReceipt has the renter of a greedyReceipt job dispute it: it says the job ran

@@ -233,11 +233,24 @@ const (
 )
 
 // BenchNetProtocol is served by coordinators: it hands out benchmark challenges and
-// measures the network between a provider and the coordinator.
-const BenchNetProtocol = "/gpunex/bench-net/1.0.0"
+// measures the network between a provider and the coordinator. Version 2: requests are in
+// lock step with the answers (each ping and transfer echoes the token of the answer before
+// it), and a transfer that takes the coordinator's turn moves at least MinBenchTransfer.
+const BenchNetProtocol = "/gpunex/bench-net/2.0.0"
+
+// BenchNetProtocolV1 is the first bench-net protocol, whose pings could be pipelined and
+// whose upload could start before the download ended: a coordinator answers it only to
+// tell an old provider to upgrade (docs/protocols/benchmarks.md, section 4).
+const BenchNetProtocolV1 = "/gpunex/bench-net/1.0.0"
 
 // MaxBenchTransfer caps one network benchmark transfer.
 const MaxBenchTransfer = 64 << 20
+
+// MinBenchTransfer is the least a transfer that takes the coordinator's turn moves: a
+// smaller one measures TCP's slow start and the buffers on the way more than the link.
+// (Validators still count receipts from MinReceiptBytes: receipts signed before version 2
+// stay valid.)
+const MinBenchTransfer = 4 << 20
 
 // BenchNetMsg is one JSON frame of the bench-net stream (and the answer on the
 // bench-challenge stream): op is challenge, ping, down, up or receipt (attestation in an
@@ -249,7 +262,18 @@ type BenchNetMsg struct {
 	// Models is, in the answer to a challenge, the coordinator's model catalogue the
 	// challenge names (absent for the first, compiled-in catalogue).
 	Models []byte `json:"models,omitempty"`
-	Error  string `json:"error,omitempty"`
+	// Token is, in an answer, a fresh random text; the next ping, down or up echoes it, so
+	// that no request is sent before the answer it follows has arrived.
+	Token string `json:"token,omitempty"`
+	// Certificate and Application are, in a challenge request, the provider's standing
+	// with the coordinator: its certificate, and the ID of its application. Only a run that
+	// shows a valid certificate or an open application gets the transfer turn.
+	Certificate []byte `json:"certificate,omitempty"`
+	Application string `json:"application,omitempty"`
+	Error       string `json:"error,omitempty"`
+	// Reason names a refusal for programs: not_provider (no standing shown), busy (the turn
+	// did not come in time).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Size limits of the bench-net frames: a request, and an answer carrying a challenge.

@@ -86,6 +86,7 @@ func FuzzJSONFrames(f *testing.F) {
 		f.Add(uint8(i), frames([]byte(`{"status":{"id":"x","gpus":2}}`)))
 	}
 	f.Add(uint8(0), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Add(uint8(2), frames([]byte(`{"op":"down","size":4194304,"token":"0123456789abcdef"}`))) // bench-net 2.0.0
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		d := frameDecoders[int(which)%len(frameDecoders)]
 		v := d.new()

@@ -131,6 +131,9 @@ type Proposal struct {
 	// Hold is the coordinator's signed escrow hold for this job (an EscrowHold envelope):
 	// a provider that requires escrow starts the job only against it.
 	Hold []byte `json:"escrow_hold,omitempty"`
+	// Input, when set, is the data the renter sends once the lease holds, read-only at
+	// /input (input.go; docs/protocols/jobs.md, "Data in").
+	Input *InputRef `json:"input,omitempty"`
 }
 
 // Limits are the sandbox limits a lease grants.
@@ -298,6 +301,11 @@ func CheckProposal(raw []byte, now time.Time) (*Proposal, error) {
 	}
 	if _, err := peer.Decode(p.Provider); err != nil {
 		return nil, bad("provider %q is not a peer ID", p.Provider)
+	}
+	if p.Input != nil { // data in (input.go)
+		if err := p.Input.check(); err != nil {
+			return nil, bad("%v", err)
+		}
 	}
 	if err := checkText("model", p.Model, true); err != nil || p.Model != NormalizeModel(p.Model) {
 		return nil, bad("model %q", p.Model)

@@ -77,6 +77,10 @@ type Offer struct {
 	// job's traffic in each direction (0: no cap).
 	Egress     string `json:"egress,omitempty"`
 	EgressMbps int64  `json:"egress_mbps,omitempty"`
+	// MaxInputBytes is the largest input (the bytes of its files) the provider takes for a
+	// job (jobs.max_input_gb); absent: it takes none, or runs a build from before inputs
+	// (input.go, docs/protocols/offers.md).
+	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
 }
 
 // Egress policies: what a provider lets jobs with egress reach (jobs.egress,
@@ -292,6 +296,9 @@ func (o *Offer) Validate() error {
 	}
 	if o.EgressMbps < 0 || (o.Egress == "" && o.EgressMbps != 0) {
 		return bad("egress_mbps %d without egress, or negative", o.EgressMbps)
+	}
+	if o.MaxInputBytes < 0 || o.MaxInputBytes > MaxInputBytes {
+		return bad("max_input_bytes %d out of range 0-%d", o.MaxInputBytes, int64(MaxInputBytes))
 	}
 	if len(o.Withdrawn) > 256 {
 		return bad("withdrawn reason too long")

@@ -46,6 +46,9 @@ type Spec struct {
 	// OutputDir is a host directory, created by the caller for this job only, mounted
 	// read-write at /output: what the job leaves there can be fetched by the renter.
 	OutputDir string
+	// InputDir, when set, is a host directory holding the job's input, mounted read-only
+	// at /input (input.go).
+	InputDir string
 	// LogPath is a host file that receives the job's stdout and stderr, written by the
 	// runtime's shim so that it keeps logging while the node restarts.
 	LogPath string

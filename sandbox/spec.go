@@ -79,6 +79,9 @@ func (s *Spec) Validate() error {
 	} else if st, err := os.Stat(filepath.Dir(s.LogPath)); err != nil || !st.IsDir() {
 		bad("the folder of LogPath %q must exist", s.LogPath)
 	}
+	if err := s.validateInput(); err != nil { // input.go
+		errs = append(errs, err)
+	}
 	for _, e := range s.Env {
 		k, _, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
@@ -113,7 +116,8 @@ func (s *Spec) Validate() error {
 //     image's entrypoint and command together; the image's user is ignored), Spec.Env,
 //     and GPUNEX_VISIBLE_GPUS;
 //   - a read-only root filesystem, with tmpfs /scratch and /tmp of ScratchBytes each;
-//   - OutputDir bind-mounted read-write at /output: the only host folder the job sees.
+//   - OutputDir bind-mounted read-write at /output: the only host folder the job sees
+//     besides its input (InputDir, read-only at /input: input.go).
 //     Its size is not bounded by the kernel (a bind mount has no size and we use no disk
 //     quotas): RLIMIT_FSIZE caps each file the job writes at ScratchBytes, and the
 //     runtime's monitor measures the folder every outputCheckEvery and kills the job
@@ -177,17 +181,17 @@ func specOpts(img ocispec.Image, s Spec, devDir, resolvConf string, cdiGPUs oci.
 	return append(opts, gpus...), nil
 }
 
-// jobMounts are the job's own mounts: scratch space and its output folder.
+// jobMounts are the job's own mounts: scratch space, its output folder and its input.
 func jobMounts(s Spec) []specs.Mount {
 	// runc gives a tmpfs the mode of the folder it covers (0755 when the image has none),
 	// so the job's user owns them to be able to write.
 	opts := []string{"nosuid", "nodev", "size=" + strconv.FormatInt(s.ScratchBytes, 10),
 		"uid=" + strconv.Itoa(JobUID), "gid=" + strconv.Itoa(JobGID)}
-	return []specs.Mount{
+	return append([]specs.Mount{
 		{Destination: "/scratch", Type: "tmpfs", Source: "tmpfs", Options: opts},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: opts},
 		{Destination: "/output", Type: "bind", Source: s.OutputDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "rprivate"}},
-	}
+	}, inputMounts(s)...) // input.go
 }
 
 // defaultPath is the PATH of an image whose config sets no environment.

@@ -108,6 +108,12 @@ func newAttacker(t *testing.T, e *advEnv, connect ...string) *attacker {
 func newAttackerOn(t *testing.T, e *advEnv, ip string, connect ...string) *attacker {
 	t.Helper()
 	sk, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	return newAttackerKeyed(t, e, sk, ip, connect...)
+}
+
+// newAttackerKeyed is an attacker with the identity sk (a node's own, turned hostile).
+func newAttackerKeyed(t *testing.T, e *advEnv, sk crypto.PrivKey, ip string, connect ...string) *attacker {
+	t.Helper()
 	h, err := libp2p.New(libp2p.Identity(sk), libp2p.ListenAddrStrings("/ip4/"+ip+"/tcp/0"))
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +301,7 @@ func TestAdversary(t *testing.T) {
 	t.Cleanup(func() { dev.Process.Signal(os.Interrupt); dev.Wait() })
 	e := newAdvEnv(t, f)
 	var rows []advRow
-	for _, sc := range adversaryScenarios() {
+	for _, sc := range append(adversaryScenarios(), inputScenarios()...) { // data in: adversary_input_test.go
 		t.Run(sc.name, func(t *testing.T) { rows = append(rows, e.run(t, sc)) })
 	}
 	var b strings.Builder
@@ -746,6 +752,7 @@ func adversaryScenarios() []scenario {
 				return fmt.Sprintf("%d streams held; %d closed by the victim's deadlines", ops, streamsClosed.Load())
 			},
 		},
+		benchTurnScenario(),
 	}
 }
 
@@ -835,4 +842,60 @@ func base58(b []byte) string {
 		out = append(out, alphabet[digits[i]])
 	}
 	return string(out)
+}
+
+// benchTurnScenario: strangers (a fresh key each, from the attackers' network) ask the
+// coordinator for a challenge and the largest download, to hold its one network-benchmark
+// turn and read nothing, while certified provider-1 runs its benchmarks. No stranger gets
+// the turn, and provider-1's run completes with the coordinator's receipt.
+func benchTurnScenario() scenario {
+	var asked, refused, held atomic.Int64
+	var run struct {
+		err     error
+		took    time.Duration
+		receipt *protocol.NetworkReceipt
+	}
+	return scenario{
+		name: "bench-turn-hogs", victim: "coordinator", honest: honestBalance,
+		attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				rctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				t0 := time.Now()
+				v, err := e.clients["provider-1"].BenchRun(rctx, func(int, int, string) {})
+				run.err, run.took, run.receipt = err, time.Since(t0), v.Receipt
+			}()
+			n := sybil(ctx, t, e, "coordinator", protocol.BenchNetProtocol, 1, func(a *attacker, s network.Stream) {
+				in := bufio.NewReader(s)
+				var ch, m protocol.BenchNetMsg
+				if protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "challenge"}) != nil || protocol.ReadJSONFrame(in, protocol.MaxBenchNetAnswer, &ch) != nil {
+					return
+				}
+				asked.Add(1)
+				protocol.WriteJSONFrame(s, protocol.BenchNetMsg{Op: "down", Size: protocol.MaxBenchTransfer, Token: ch.Token})
+				if protocol.ReadJSONFrame(in, protocol.MaxBenchNetAnswer, &m) != nil {
+					return
+				}
+				if m.Error != "" {
+					refused.Add(1)
+					return
+				}
+				held.Add(1) // the turn: keep it, reading nothing
+				<-ctx.Done()
+			})
+			<-done
+			return n
+		},
+		check: func(t *testing.T, e *advEnv, ops int64) string {
+			if held.Load() > 0 {
+				t.Errorf("%d strangers got the coordinator's benchmark turn", held.Load())
+			}
+			if run.err != nil || run.receipt == nil || run.receipt.Bytes < protocol.MinBenchTransfer {
+				t.Errorf("provider-1's benchmark run during the attack: receipt %+v, %v", run.receipt, run.err)
+			}
+			return fmt.Sprintf("%d of %d turns asked refused, none held; provider-1 measured in %s", refused.Load(), asked.Load(), run.took.Round(time.Millisecond))
+		},
+	}
 }

@@ -7,10 +7,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/config"
 )
 
 // The client commands talk to the running node of --home through its local API
 // (node/api); only `gpunex node run` and `gpunex gpus` link the daemon itself.
+
+// home is the node home the command's --home flag names.
+func home(cmd *cobra.Command) config.Home {
+	h, _ := cmd.Flags().GetString("home")
+	return config.Home{Dir: h}
+}
 
 // client connects to the API of the node of the command's home.
 func client(cmd *cobra.Command) (*api.Client, error) { return api.NewClient(home(cmd)) }

@@ -38,9 +38,13 @@ func disputesListCommand(asJSON *bool) *cobra.Command {
 
 func printDisputes(out io.Writer, vs []api.DisputeView) error {
 	w := newTable(out)
-	fmt.Fprintln(w, "JOB\tRECEIVED\tSTATE\tRECEIPT USDC\tRENTER SAYS\tFLOOR\tREASON")
+	fmt.Fprintln(w, "JOB\tRECEIVED\tSTATE\tRECEIPT USDC\tREPORTED\tRENTER SAYS\tFLOOR\tREASON")
 	for _, v := range vs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Job, v.ReceivedAt.Format("2006-01-02 15:04"), v.State, v.ClaimedUSDC, v.RenterSaysUSDC, v.FloorUSDC, v.Reason)
+		reported := v.ReportedUSDC
+		if v.Equivocation {
+			reported += " (another receipt!)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Job, v.ReceivedAt.Format("2006-01-02 15:04"), v.State, v.ClaimedUSDC, reported, v.RenterSaysUSDC, v.FloorUSDC, v.Reason)
 	}
 	return w.Flush()
 }
@@ -60,6 +64,14 @@ func disputesShowCommand(asJSON *bool) *cobra.Command {
 func printDispute(out io.Writer, v api.DisputeView) error {
 	fmt.Fprintf(out, "Job %s (%s)\n  renter:   %s\n  provider: %s\n", v.Job, v.State, v.Renter, v.Provider)
 	fmt.Fprintf(out, "  the receipt charges %s USDC; the renter says %s USDC (%s)\n", v.ClaimedUSDC, v.RenterSaysUSDC, v.Reason)
+	switch {
+	case v.Equivocation:
+		fmt.Fprintf(out, "  THE PROVIDER SIGNED TWO RECEIPTS: it reported another one, of %s USDC. A decision charges at most the smaller; consider revoking its certificate.\n", v.ReportedUSDC)
+	case v.ReportedUSDC != "":
+		fmt.Fprintf(out, "  the provider reported this receipt\n")
+	default:
+		fmt.Fprintf(out, "  the provider has not reported the job yet\n")
+	}
 	if v.FloorUSDC != "" {
 		fmt.Fprintf(out, "  the renter's countersigned checkpoints prove %s USDC: a decision charges at least that\n", v.FloorUSDC)
 	}

@@ -32,6 +32,7 @@ type jobFile struct {
 	Offer        string            `toml:"offer"`
 	Tries        int               `toml:"tries"`
 	Output       string            `toml:"output"`
+	Inputs       []string          `toml:"inputs"`
 }
 
 // usdcText is an amount of USDC written as a string ("2.50") or a number (2.5).
@@ -87,6 +88,11 @@ func readJobFile(path string) (jobFile, error) {
 			*p = filepath.Join(dir, *p)
 		}
 	}
+	for i, p := range f.Inputs {
+		if !filepath.IsAbs(p) {
+			f.Inputs[i] = filepath.Join(dir, p)
+		}
+	}
 	return f, nil
 }
 
@@ -95,7 +101,7 @@ func readJobFile(path string) (jobFile, error) {
 // replaces the file's image and archive; a provider or an offer there replaces the file's
 // placement (provider, offer, model, region, tier, tries), a model there the file's
 // provider and offer. Environment variables add to the file's, replacing those of the same
-// name; a command after -- replaces the file's.
+// name; a command after -- replaces the file's, and --input the file's inputs.
 func (f jobFile) fill(cmd *cobra.Command, req *api.JobRequest, hours *float64, output *string) {
 	set := cmd.Flags().Changed
 	if !set("image") && !set("image-archive") {
@@ -133,6 +139,9 @@ func (f jobFile) fill(cmd *cobra.Command, req *api.JobRequest, hours *float64, o
 	}
 	if !set("output") {
 		*output = f.Output
+	}
+	if !set("input") {
+		req.Inputs = f.Inputs
 	}
 	if len(req.Args) == 0 {
 		req.Args = f.Command

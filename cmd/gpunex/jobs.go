@@ -41,13 +41,16 @@ func jobRunCommand() *cobra.Command {
 	var o jobRun
 	c := &cobra.Command{
 		Use: "run (--provider PEER | --offer ID | --model M [--region R] [--tier T] [--tries N]) --gpus N --max-hours H [--max-price P] " +
-			"(--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--output DIR] [--detach] [-f JOB.toml] -- CMD ARGS...",
+			"(--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--input PATH] [--output DIR] [--detach] [-f JOB.toml] -- CMD ARGS...",
 		Short: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code",
 		Long: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code.\n\n" +
 			"With --model and no provider or offer, the job goes to the best offer by merit (as `gpunex offers search`\n" +
 			"orders them) among those of that model matching --region, --tier, --egress, --max-price and --gpus; an\n" +
 			"offer whose provider refuses or does not answer passes it to the next, --tries offers at most.\n" +
-			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.\n\n" + jobOutputHelp,
+			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.\n\n" +
+			"--input sends a file or a folder (links inside it kept; links leaving it, devices and pipes refused) before\n" +
+			"the job starts; the job reads it at /input/NAME and cannot change it. Only what the provider does not hold\n" +
+			"already is sent: a second job with the same data, or an upload that was cut, sends only what is missing.\n\n" + jobOutputHelp,
 		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd, args, o) },
 	}
 	f := c.Flags()
@@ -66,6 +69,7 @@ func jobRunCommand() *cobra.Command {
 	f.StringArrayVar(&o.req.Env, "env", nil, "K=V environment variable (repeatable)")
 	f.BoolVar(&o.req.Egress, "egress", false, "let the job reach the network")
 	f.StringVarP(&o.output, "output", "o", "", "when the job ends, download what it wrote to /output into this folder")
+	f.StringArrayVar(&o.req.Inputs, "input", nil, "file or folder sent to the provider before the job starts, read-only at /input/NAME (repeatable)")
 	f.BoolVar(&o.detach, "detach", false, "print the job ID and return once the job started")
 	return c
 }
@@ -92,7 +96,9 @@ func (o *jobRun) request(cmd *cobra.Command, args []string) error {
 		}
 		o.req.ImageArchive = abs
 	}
-	return nil
+	var err error
+	o.req.Inputs, err = absPaths(o.req.Inputs) // jobinput.go
+	return err
 }
 
 // runJob proposes the job, then follows its output until it ends (unless --detach) and
@@ -106,7 +112,13 @@ func runJob(cmd *cobra.Command, args []string, o jobRun) error {
 		return err
 	}
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	stopProgress := func() {}
+	if len(o.req.Inputs) > 0 { // the input's hashing and upload, shown as they go (jobinput.go)
+		o.req.Progress = progressName()
+		stopProgress = followUpload(cmd.Context(), cl, o.req.Progress, errOut, stderrIsTerminal(errOut))
+	}
 	v, err := cl.ProposeJob(cmd.Context(), o.req)
+	stopProgress()
 	if err != nil {
 		return err
 	}

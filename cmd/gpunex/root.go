@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-
-	"github.com/gpunex/gpunex/node/config"
 )
 
 // rootCommand is `gpunex`: every command group hangs from it, and its --home flag names the
@@ -33,10 +31,4 @@ func defaultHome() string {
 		return filepath.Join(d, ".gpunex")
 	}
 	return ".gpunex"
-}
-
-// home is the node home the command's --home flag names.
-func home(cmd *cobra.Command) config.Home {
-	h, _ := cmd.Flags().GetString("home")
-	return config.Home{Dir: h}
 }

@@ -15,6 +15,8 @@ type JobView struct {
 	// Placement is set in the answer of POST /v1/jobs to a request naming a model and no
 	// provider or offer: which offer took the job and why, and which were tried before it.
 	Placement *Placement `json:"placement,omitempty"`
+	// Input is the upload of the job's input while it runs and a while after (input.go).
+	Input *InputProgress `json:"input,omitempty"`
 }
 
 // Placement says how a job asked for by model found its provider: the offers matching the
@@ -81,6 +83,12 @@ type JobRequest struct {
 	Args         []string `json:"args,omitempty"`
 	Env          []string `json:"env,omitempty"`
 	Egress       bool     `json:"egress,omitempty"`
+	// Inputs are absolute paths of files and folders on this machine, sent to the
+	// provider before the job starts and read-only at /input/NAME (input.go).
+	Inputs []string `json:"inputs,omitempty"`
+	// Progress, when set, names this request's input hashing and upload for GET
+	// /v1/uploads while the request runs: a random name of the caller's.
+	Progress string `json:"progress,omitempty"`
 }
 
 // Ordinal writes n as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 21st.

@@ -116,13 +116,23 @@ type PayoutView struct {
 
 // DisputeView is a renter's dispute of a job's receipt as a coordinator shows it.
 type DisputeView struct {
-	Job            string    `json:"job"`
-	Renter         string    `json:"renter"`
-	Provider       string    `json:"provider"`
-	ReceivedAt     time.Time `json:"received_at"`
-	State          string    `json:"state"` // open or decided
-	ClaimedUSDC    string    `json:"claimed_usdc"`
-	RenterSaysUSDC string    `json:"renter_says_usdc"`
+	Job        string    `json:"job"`
+	Renter     string    `json:"renter"`
+	Provider   string    `json:"provider"`
+	ReceivedAt time.Time `json:"received_at"`
+	State      string    `json:"state"` // open or decided
+	// ClaimedUSDC is what the disputed receipt charges.
+	ClaimedUSDC    string `json:"claimed_usdc"`
+	RenterSaysUSDC string `json:"renter_says_usdc"`
+	// ReportedUSDC is what the receipt the provider reported charges, once it has reported.
+	ReportedUSDC string `json:"reported_usdc,omitempty"`
+	// Equivocation says the provider reported another receipt of the job than the one the
+	// renter disputes: it signed two receipts for one job. A decision charges at most the
+	// smaller of ClaimedUSDC and ReportedUSDC.
+	Equivocation bool `json:"equivocation,omitempty"`
+	// HoldExpiresAt is when the job's hold expires: a dispute the provider never reported
+	// by then closes, and the hold returns to the renter.
+	HoldExpiresAt time.Time `json:"hold_expires_at,omitzero"`
 	// FloorUSDC is what the renter's countersigned checkpoints prove: the least a
 	// decision may charge.
 	FloorUSDC   string    `json:"floor_usdc,omitempty"`

@@ -141,6 +141,9 @@ func (c *Config) checkJobs() (errs []error) {
 	if j.MaxImageUnpackedMB <= 0 || j.ImageCacheGB <= 0 {
 		errs = append(errs, fmt.Errorf("jobs.max_image_unpacked_mb and jobs.image_cache_gb must be > 0"))
 	}
+	if j.MaxInputMB < 0 || j.MaxInputMB<<20 > protocol.MaxInputBytes || j.InputCacheGB<<10 < j.MaxInputMB {
+		errs = append(errs, fmt.Errorf("jobs.max_input_mb %d: 0 (no inputs) to %d, and jobs.input_cache_gb at least as much (%d GB)", j.MaxInputMB, int64(protocol.MaxInputBytes>>20), j.InputCacheGB))
+	}
 	if j.Retention.Duration < time.Hour {
 		errs = append(errs, fmt.Errorf("jobs.retention %s: at least 1h (renters fetch their output after the job)", j.Retention))
 	}

@@ -166,6 +166,11 @@ type JobsConfig struct {
 	// UserNamespaces gives each job a user namespace of its own where the host can
 	// (docs/sandbox.md); false runs jobs as the host's uid 65534.
 	UserNamespaces bool `toml:"user_namespaces"`
+	// Data in (docs/protocols/jobs.md): MaxInputMB is the largest input a job may bring
+	// (stated in the offer; 0 takes none); InputCacheGB the disk kept for renters' input
+	// chunks between their jobs (oldest used deleted first, and all after Retention).
+	MaxInputMB   int64 `toml:"max_input_mb"`
+	InputCacheGB int64 `toml:"input_cache_gb"`
 }
 
 // SettlementConfig is [settlement]: a coordinator's treasury on Solana, its commission and

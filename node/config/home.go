@@ -414,6 +414,12 @@ private_registries = {{.Jobs.PrivateRegistries}}
 image_cache_gb = {{.Jobs.ImageCacheGB}}
 # How long an ended job's log and output stay for its renter to fetch.
 retention = "{{.Jobs.Retention}}"
+# Largest input (gpunex job run --input) a job may bring, in MB, stated in the offer; 0
+# takes none (and keeps the offer readable by nodes older than inputs).
+max_input_mb = {{.Jobs.MaxInputMB}}
+# Disk kept for renters' input chunks between their jobs, in GB (at least max_input_mb;
+# the least recently used deleted first, and every chunk unused for the retention period).
+input_cache_gb = {{.Jobs.InputCacheGB}}
 # What a job gets per allocated GPU.
 memory_mb_per_gpu = {{.Jobs.MemoryMBPerGPU}}
 cpu_millis_per_gpu = {{.Jobs.CPUMillisPerGPU}}

@@ -52,6 +52,8 @@ func Defaults(role string) Config {
 			NetworkSubnet:      "10.231.0.0/16",
 			DNS:                []string{"1.1.1.1", "8.8.8.8"},
 			UserNamespaces:     true,
+			MaxInputMB:         50 << 10,
+			InputCacheGB:       100,
 		},
 		Settlement: SettlementConfig{
 			CommissionBPS:   1000,

@@ -112,7 +112,7 @@ func (r *Renter) JobStatus(ctx context.Context, id string) (api.JobView, error) 
 			return v, nil
 		}
 	}
-	return viewJob(j, r.clock.Now()), nil
+	return r.withInput(viewJob(j, r.clock.Now())), nil
 }
 
 // CancelJob asks the provider to stop a job.

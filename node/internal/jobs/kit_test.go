@@ -115,7 +115,7 @@ type provider struct {
 // testJobsConfig is a provider's [jobs] section for the tests.
 func testJobsConfig() config.JobsConfig {
 	return config.JobsConfig{ProposalsPerMinute: 3, MaxImageMB: 100, ImageCacheGB: 1, MemoryMBPerGPU: 1024, CPUMillisPerGPU: 2000,
-		Pids: 100, ScratchMB: 64, Retention: config.Duration{Duration: 24 * time.Hour}}
+		Pids: 100, ScratchMB: 64, Retention: config.Duration{Duration: 24 * time.Hour}, MaxInputMB: 64, InputCacheGB: 1}
 }
 
 // newProvider builds a provider over simulated GPUs with a fake sandbox, open for jobs,
@@ -168,6 +168,7 @@ func newProvider(t *testing.T, p *p2p.Peer, gpus []bench.SimulatedGPU, edit ...f
 func (pv *provider) serve() {
 	pv.peer.Handle(protocol.JobProtocol, pv.HandleJob)
 	pv.peer.Handle(protocol.JobControlProtocol, pv.HandleControl)
+	pv.peer.Handle(protocol.JobInputProtocol, pv.HandleInput)
 }
 
 // job reads a job from the provider's ledger.

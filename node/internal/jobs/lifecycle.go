@@ -41,6 +41,7 @@ func (r *Runner) start(p *protocol.Proposal, leaseRaw []byte, ref string, gpus [
 		ID: p.Job, Image: ref, Args: p.Args, Env: p.Env, GPUs: gpus, Egress: l.Egress,
 		MemoryBytes: l.Limits.MemoryBytes, CPUMillis: l.Limits.CPUMillis, Pids: l.Limits.Pids, ScratchBytes: l.Limits.ScratchBytes,
 		WallClock: wall, OutputDir: out, LogPath: filepath.Join(dir, "log"),
+		InputDir: r.jobInputDir(p), // data in (inputs.go)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -144,6 +145,7 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 		r.log.Warn("removing the job's container failed", "job", id, "err", err)
 	}
 	close(removed)
+	r.dropInput(id) // its copy of the input; the chunks stay cached (inputs.go)
 	r.mu.Lock()
 	delete(r.cancels, id)
 	r.mu.Unlock()

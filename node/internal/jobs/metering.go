@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/protocol"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Metering, both ends: while a job runs, its renter asks the provider for a signed usage
@@ -127,34 +128,28 @@ func (r *Renter) Meter(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		slots := make(chan struct{}, 16)
-		var wg sync.WaitGroup
+		var workers errgroup.Group
+		workers.SetLimit(16)
 		for _, j := range js {
 			pending := j.State == ledger.JobRunning || (len(j.Dispute) > 0 && j.ReportedAt.IsZero())
-			if j.Side != "renter" || !pending {
+			if j.Side != "renter" || !pending || ctx.Err() != nil {
 				continue
 			}
-			select {
-			case <-ctx.Done():
-			case slots <- struct{}{}:
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-slots }()
-					if j.State == ledger.JobRunning {
-						// Asked first, so that a receipt the provider holds is taken even
-						// when this node comes back after the lease's end.
-						r.meterOnce(ctx, j)
-						if cur, err := r.ledger.GetJob(j.ID); err == nil && cur.State == ledger.JobRunning && r.leaseOver(cur) {
-							r.reportAbandoned(ctx, cur)
-						}
-					} else if r.escrow.Dispute(ctx, j) == nil {
-						r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
+			workers.Go(func() error {
+				if j.State == ledger.JobRunning {
+					// Asked first, so that a receipt the provider holds is taken even
+					// when this node comes back after the lease's end.
+					r.meterOnce(ctx, j)
+					if cur, err := r.ledger.GetJob(j.ID); err == nil && cur.State == ledger.JobRunning && r.leaseOver(cur) {
+						r.reportAbandoned(ctx, cur)
 					}
-				}()
-			}
+				} else if r.escrow.Dispute(ctx, j) == nil {
+					r.ledger.UpdateJob(j.ID, func(x *ledger.Job) error { x.ReportedAt = r.clock.Now(); return nil })
+				}
+				return nil
+			})
 		}
-		wg.Wait()
+		workers.Wait()
 	}
 }
 

@@ -86,6 +86,11 @@ func (r *Renter) ProposeJob(ctx context.Context, req api.JobRequest) (api.JobVie
 		return api.JobView{}, err
 	}
 	defer img.Close()
+	release, err := r.openInputs(req) // data in: hashed once (inputsend.go)
+	if err != nil {
+		return api.JobView{}, err
+	}
+	defer release()
 	v, _, err := r.propose(ctx, req, so, model, img)
 	return v, err
 }
@@ -157,6 +162,7 @@ func (r *Renter) proposal(req api.JobRequest, provider peer.ID, model string, pr
 	if img != nil {
 		p.Image.ArchiveSHA256, p.Image.ArchiveSize = img.sha256, img.size
 	}
+	p.Input = r.inputRef(req, p.Job) // data in (inputsend.go)
 	return p
 }
 
@@ -184,6 +190,9 @@ func (r *Renter) propose(ctx context.Context, req api.JobRequest, so *protocol.S
 		return api.JobView{}, false, err
 	}
 	p := r.proposal(req, provider, item.Model, maxPrice, img)
+	if err := checkOfferInput(so, p.Input); err != nil { // data in (inputsend.go)
+		return api.JobView{}, false, err
+	}
 	s, err := r.dial(ctx, so)
 	if err != nil {
 		return api.JobView{}, false, err
@@ -360,6 +369,9 @@ func (r *Renter) awaitStart(s network.Stream, in *bufio.Reader, p *protocol.Prop
 	if err := sendMsg(s, protocol.JobMsg{Type: "countersign", Record: cs}); err != nil {
 		return fail(err)
 	}
+	if err := inputWelcomed(in, p); err != nil { // data in (inputsend.go)
+		return fail(err)
+	}
 	if img != nil && !imageCached {
 		s.SetDeadline(time.Now().Add(jobStepTimeout + time.Duration(p.Image.ArchiveSize>>20)*time.Second))
 		if _, err := img.f.Seek(0, io.SeekStart); err != nil {
@@ -368,6 +380,9 @@ func (r *Renter) awaitStart(s network.Stream, in *bufio.Reader, p *protocol.Prop
 		if _, err := io.Copy(s, img.f); err != nil {
 			return fail(fmt.Errorf("send image archive: %w", err))
 		}
+	}
+	if err := r.sendInput(p); err != nil { // data in: on a stream of its own (inputsend.go)
+		return fail(err)
 	}
 	// The provider takes up to 10 minutes to pull the image and start: wait for its word
 	// rather than give up on a job it may still start (and charge).
@@ -487,8 +502,11 @@ func (r *Runner) HandleJob(s network.Stream) {
 	}
 	r.metrics.JobProposals.WithLabelValues("accepted").Inc()
 	ref := cached
-	if ref == "" {
+	if err = r.welcomeInput(s, p); err == nil && ref == "" { // data in (inputs.go)
 		ref, err = r.receiveImage(s, in, p)
+	}
+	if err == nil { // data in: the input arrives on a stream of its own (inputs.go)
+		err = r.awaitInput(s, in, p, lease)
 	}
 	// A pull and the start take their time: the renter waits up to two minutes after
 	// the image, and learns the outcome either way.
@@ -558,6 +576,9 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 	}
 	if max := r.cfg.MaxImageMB << 20; p.Image.ArchiveSize > max {
 		return nil, nil, 0, jobErr("image archive of %d MB, this provider takes at most %d MB", p.Image.ArchiveSize>>20, r.cfg.MaxImageMB)
+	}
+	if err := r.checkInput(p); err != nil { // data in (inputs.go)
+		return nil, nil, 0, err
 	}
 	if _, err := r.ledger.GetJob(p.Job); err == nil {
 		return nil, nil, 0, fmt.Errorf("%w: job %s was proposed before", protocol.ErrReplay, p.Job)

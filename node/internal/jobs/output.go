@@ -149,6 +149,7 @@ func writeTar(w io.Writer, dir string) error {
 func (r *Runner) CleanupLoop(ctx context.Context) {
 	for {
 		r.removeExpiredFolders()
+		r.cleanInputs() // inputs.go
 		if r.rt != nil {
 			r.pruneImages()
 		}

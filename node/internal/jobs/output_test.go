@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,8 +56,8 @@ func TestWriteTar(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "sub", "folder-link")); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600); err != nil {
-		t.Fatal(err)
+	if err := mkfifo(filepath.Join(dir, "pipe")); err != nil {
+		t.Skip(err) // not on a system jobs run on
 	}
 	var buf bytes.Buffer
 	if err := writeTar(&buf, dir); err != nil {

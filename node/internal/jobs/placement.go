@@ -48,6 +48,11 @@ func (r *Renter) place(ctx context.Context, req api.JobRequest) (api.JobView, er
 		return api.JobView{}, err
 	}
 	defer img.Close()
+	release, err := r.openInputs(req) // data in: hashed once for every offer (inputsend.go)
+	if err != nil {
+		return api.JobView{}, err
+	}
+	defer release()
 	// The proposal as every provider will get it, checked once before any is asked.
 	if _, err := r.seal(r.proposal(req, r.peer.ID, f.Model, price, img)); err != nil {
 		return api.JobView{}, err

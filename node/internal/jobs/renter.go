@@ -70,6 +70,9 @@ type Renter struct {
 	escrow  Escrow
 	// interval is how often the meter asks for checkpoints.
 	interval time.Duration
+	// inputs are the inputs of the requests being proposed, and their uploads
+	// (inputsend.go).
+	inputs *renterInputs
 }
 
 // NewRenter returns a node's renter side.
@@ -78,7 +81,8 @@ func NewRenter(d RenterDeps) *Renter {
 	if interval <= 0 || interval > protocol.CheckpointInterval {
 		interval = protocol.CheckpointInterval
 	}
-	return &Renter{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, offers: d.Offers, escrow: d.Escrow, interval: interval}
+	return &Renter{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, offers: d.Offers, escrow: d.Escrow, interval: interval,
+		inputs: newRenterInputs()}
 }
 
 // renterJob returns a job this node rented.
@@ -99,7 +103,7 @@ func (r *Renter) Jobs() ([]api.JobView, error) {
 	out := []api.JobView{}
 	for _, j := range js {
 		if j.State != ledger.JobReleased { // a job ID whose hold was released: it never ran
-			out = append(out, viewJob(j, r.clock.Now()))
+			out = append(out, r.withInput(viewJob(j, r.clock.Now())))
 		}
 	}
 	return out, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -57,7 +58,8 @@ type Deps struct {
 	// says why (proposals are then refused with it).
 	Runtime    sandbox.Runtime
 	RuntimeErr error
-	// Dir holds the per-job folders (image archive, log, output); it is created if need be.
+	// Dir holds the per-job folders (image archive, log, output, input) and the renters'
+	// input chunks (.inputs); it is created if need be.
 	Dir string
 	// Probe opens the machine's GPU probe (NVML, or the simulated GPUs of the
 	// configuration): the GPUs jobs get are the ones it finds.
@@ -92,6 +94,8 @@ type Runner struct {
 	nets  *p2p.NetworkBudget // proposals per network (IPv4 address, IPv6 /64)
 	// sessions counts the renters' sessions with their running jobs (sessions.go).
 	sessions *jobSessions
+	// input is data in: the renters' chunk cache and the inputs in flight (inputs.go).
+	input *providerInputs
 
 	mu sync.Mutex
 	// detectErr says why the probe found no GPU at start; cleared when a later probe
@@ -114,6 +118,7 @@ func NewRunner(d Deps) (*Runner, error) {
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
 		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, dir: d.Dir,
 		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]string{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions()}
+	r.input = newProviderInputs(filepath.Join(d.Dir, ".inputs"), d.Jobs.InputCacheGB<<30, r)
 	clean := d.CleanGPU
 	if clean == nil {
 		clean = func(uuid string) error { return cleanGPU(d.Probe, d.Log, uuid) }

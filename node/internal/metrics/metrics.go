@@ -26,6 +26,10 @@ type Metrics struct {
 	JobSessions *prometheus.CounterVec
 	JobsStarted prometheus.Counter
 	JobsEnded   *prometheus.CounterVec
+	// JobInputBytes counts the bytes of renters' input chunks by outcome: received (arrived
+	// and checked), held (already in the renter's cache: not sent), refused (a digest or
+	// frame that did not hold).
+	JobInputBytes *prometheus.CounterVec
 	// UptimeProbes counts a coordinator's probes by outcome (answered, missed).
 	UptimeProbes *prometheus.CounterVec
 }
@@ -78,6 +82,10 @@ func New(peers, penalised func() float64) *Metrics {
 			Name: "gpunex_jobs_ended_total",
 			Help: "Jobs ended, by reason (exited, oom, timeout, cancelled by the renter, ...).",
 		}, []string{"reason"}),
+		JobInputBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_job_input_bytes_total",
+			Help: "Bytes of renters' job inputs by outcome: received (chunks arrived and checked), held (in the renter's cache already: not sent), refused.",
+		}, []string{"outcome"}),
 		UptimeProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpunex_uptime_probes_total",
 			Help: "Uptime probes this coordinator sent to providers owing uptime, by outcome (answered, missed).",
@@ -88,7 +96,7 @@ func New(peers, penalised func() float64) *Metrics {
 	for _, r := range []string{"exited", "oom", "lease_expired", "cancelled by the renter", "provider shutting down", "lost"} {
 		m.JobsEnded.WithLabelValues(r)
 	}
-	m.Registry.MustRegister(m.JobProposals, m.JobSessions, m.UptimeProbes, m.JobsStarted, m.JobsEnded,
+	m.Registry.MustRegister(m.JobProposals, m.JobSessions, m.JobInputBytes, m.UptimeProbes, m.JobsStarted, m.JobsEnded,
 		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),

@@ -43,6 +43,8 @@ type charges struct {
 	queue chan chargeRequest
 	// reportRate limits job reports per provider.
 	reportRate *p2p.PeerRate
+	// equivocations hears of reports of another receipt than the one their renter disputes.
+	equivocations *equivocations
 }
 
 // chargeRequest is a checked job report waiting for the group commit.
@@ -162,6 +164,9 @@ func (st *charges) HandleJobReport(s network.Stream) {
 		st.metrics.RecordsRejected.WithLabelValues(string(protocol.KindReceipt), "report", "no_standing").Inc()
 		protocol.WriteJSONFrame(s, map[string]string{"error": out.Refused})
 		return
+	}
+	if out.Equivocation {
+		st.equivocations.found(rec.Job)
 	}
 	if e := out.Earning; e != nil {
 		st.log.Info("job charged", "job", rec.Job, "provider", remote, "rule", e.Rule, "charge_usdc", e.Charge.String(), "provider_earns_usdc", e.Net.String())

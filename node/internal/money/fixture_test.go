@@ -140,6 +140,16 @@ type coordinator struct {
 	topic     *fakeTopic
 	metrics   *metrics.Metrics
 	steps     []string // the payout steps seen, in order
+
+	alertsMu sync.Mutex
+	alerts   []string // the alerts sent to the operator: "key: subject: body"
+}
+
+// told returns the alerts sent to the coordinator's operator so far.
+func (c *coordinator) told() []string {
+	c.alertsMu.Lock()
+	defer c.alertsMu.Unlock()
+	return append([]string(nil), c.alerts...)
 }
 
 // newCoordinator builds a coordinator: commission 10%, minimum payout 0.01 USDC, dispute
@@ -175,6 +185,11 @@ func newCoordinator(t testing.TB, edit ...func(*config.Config)) *coordinator {
 		Offers: c.offers, Market: NewMarket(Deps{Clock: c.clock, Metrics: c.metrics, Ledger: storesOf(l), Config: cfg}, []peer.ID{me.id}),
 		MarketTopic: c.topic, Chain: fc, Providers: c.providers,
 		PayoutSteps: func(step string) error { c.steps = append(c.steps, step); return nil },
+		Alert: func(key, subject, body string) {
+			c.alertsMu.Lock()
+			defer c.alertsMu.Unlock()
+			c.alerts = append(c.alerts, key+": "+subject+": "+body)
+		},
 	}
 	c.restart(t)
 	return c

@@ -156,3 +156,14 @@ func (c *coordinator) earnings(t testing.TB, p party) []ledger.Earning {
 	}
 	return es
 }
+
+// withReceipt is the job as its provider would have it had it signed another receipt of
+// the same lease, claiming seconds: the renter may hold one and the coordinator the other.
+func (j *job) withReceipt(t testing.TB, seconds int64) *job {
+	t.Helper()
+	o := *j
+	o.rec.Seconds, o.rec.Amount = seconds, protocol.Cost(testPrice, testGPUs, seconds)
+	o.rec.EndedAt = o.rec.StartedAt.Add(time.Duration(seconds) * time.Second)
+	o.receipt, o.receiptCS = seal(t, protocol.KindReceipt, o.rec, j.provider), nil
+	return &o
+}

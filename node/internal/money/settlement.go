@@ -61,6 +61,9 @@ type SettlementDeps struct {
 	// StepSigned, StepSent, StepConfirmed); an error it returns stops the run there, as a
 	// crash would. Production never sets it.
 	PayoutSteps func(step string) error
+	// Alert, when set, tells the coordinator's operator of an event that needs them (a
+	// provider caught signing two receipts for one job).
+	Alert func(key, subject, body string)
 }
 
 // Settlement is a coordinator's money desk: the parts below, each in its own file, and
@@ -103,13 +106,15 @@ func NewSettlement(d SettlementDeps) (*Settlement, error) {
 	}
 	id, key, l, clk, log, m := d.Peer.ID, d.Peer.Key, d.Ledger, d.Clock, d.Log, d.Metrics
 	halfLife := d.Config.Coordinator.HalfLife.Duration
+	eq := &equivocations{ledger: l, clock: clk, log: log, alert: d.Alert, halfLife: halfLife}
 	s := &Settlement{treasury: t, log: log, clock: clk, cfg: st,
 		deposits: &deposits{ledger: l, clock: clk, log: log, treasury: t},
 		holds: &holds{id: id, key: key, ledger: l, clock: clk, log: log, metrics: m, offers: d.Offers, providers: providers,
 			commissionBPS: st.CommissionBPS, halfLife: halfLife},
 		charges: &charges{ledger: l, clock: clk, log: log, metrics: m, offers: d.Offers, peers: d.Peer, halfLife: halfLife,
-			disputeWindow: st.DisputeWindow.Duration, queue: make(chan chargeRequest, 4096), reportRate: p2p.NewPeerRate(reportsPerMinute)},
-		disputes: &disputes{id: id, key: key, ledger: l, clock: clk, log: log, metrics: m},
+			disputeWindow: st.DisputeWindow.Duration, queue: make(chan chargeRequest, 4096), reportRate: p2p.NewPeerRate(reportsPerMinute),
+			equivocations: eq},
+		disputes: &disputes{id: id, key: key, ledger: l, clock: clk, log: log, metrics: m, equivocations: eq},
 		payouts: &payouts{id: id, ledger: l, clock: clk, log: log, cfg: st, treasury: t,
 			machine: &payoutMachine{key: key, ledger: l, clock: clk, log: log, treasury: t, observe: d.PayoutSteps}},
 		bankFiles:       &bankFiles{ledger: l, clock: clk, cfg: st},

@@ -21,6 +21,8 @@ import (
 	"github.com/gpunex/gpunex/ledger"
 	chain "github.com/gpunex/gpunex/ledger/solana"
 	"github.com/gpunex/gpunex/protocol"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // The renter's and the provider's side of money: the wallet stream to the coordinator,
@@ -555,8 +557,8 @@ func (w *Wallet) ReportLoop(ctx context.Context) {
 // jobs stopped then have theirs).
 func (w *Wallet) DeliverReports(ctx context.Context) {
 	jobs, _ := w.ledger.Jobs.Jobs()
-	slots := make(chan struct{}, 8)
-	var wg sync.WaitGroup
+	var workers errgroup.Group
+	workers.SetLimit(8)
 	for _, j := range jobs {
 		if ctx.Err() != nil {
 			break
@@ -565,18 +567,9 @@ func (w *Wallet) DeliverReports(ctx context.Context) {
 		if j.Side != "provider" || j.State != ledger.JobEnded || len(j.Receipt) == 0 || !unreported || j.ReportError != "" {
 			continue
 		}
-		select {
-		case <-ctx.Done():
-		case slots <- struct{}{}:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				w.ReportJob(ctx, j)
-			}()
-		}
+		workers.Go(func() error { w.ReportJob(ctx, j); return nil })
 	}
-	wg.Wait()
+	workers.Wait()
 }
 
 // ClaimLoop finishes deposits a crash or a coordinator outage left uncredited: at start

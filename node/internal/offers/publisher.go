@@ -77,7 +77,9 @@ type Publisher struct {
 	// EgressDeny: no network.
 	egress     string
 	egressMbps int64
-	closed     bool
+	// maxInput is the largest input a job may bring (SetMaxInput); 0: none.
+	maxInput int64
+	closed   bool
 	// sched is the availability in force: set while running (ledger) or else configSched.
 	sched       protocol.Schedule
 	configSched protocol.Schedule
@@ -206,6 +208,7 @@ func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, erro
 	if p.egress != "" && p.egress != protocol.EgressDeny { // (p.mu is held)
 		o.Egress, o.EgressMbps = p.egress, p.egressMbps
 	}
+	o.MaxInputBytes = p.maxInput
 	o.Maintenance = p.MaintenanceWindows(now)
 	if len(o.Addrs) > 16 {
 		o.Addrs = o.Addrs[:16]
@@ -482,6 +485,15 @@ func (p *Publisher) HandleOfferStream(s network.Stream) {
 	if _, err := s.Write(so.Raw); err != nil {
 		s.Reset()
 	}
+}
+
+// SetMaxInput says the largest input (bytes of files) this provider's jobs may bring, for
+// its offer from the next publication on; 0 offers none (and leaves the field out).
+func (p *Publisher) SetMaxInput(bytes int64) {
+	p.mu.Lock()
+	p.maxInput = bytes
+	p.mu.Unlock()
+	p.Poke()
 }
 
 // SetEgress says what this provider's jobs with egress get (the sandbox's effective

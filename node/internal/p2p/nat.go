@@ -39,7 +39,8 @@ type Relay struct {
 
 // BulkProtocols are the stream protocols that carry a job's data: a stream of one to a peer
 // reached through a relay moments ago waits for the hole punch first (preferDirect).
-var BulkProtocols = map[string]bool{protocol.JobProtocol: true, protocol.JobControlProtocol: true}
+var BulkProtocols = map[string]bool{protocol.JobProtocol: true, protocol.JobControlProtocol: true,
+	protocol.JobInputProtocol: true}
 
 // reservationRetry is how soon a node asks a relay again after a refusal (libp2p's default
 // is an hour): a provider is refused until its coordinator certifies it.

@@ -14,7 +14,7 @@ export async function disputes(main) {
   return async () => {
     if (body.contains(document.activeElement) && document.activeElement.tagName === 'INPUT') return;
     const ds = (await maybe('/v1/disputes?all=1')) || [];
-    fill(body, table(['job', 'renter', 'provider', 'state', 'claimed', 'renter_says', 'floor', 'reason', ''],
+    fill(body, table(['job', 'renter', 'provider', 'state', 'claimed', 'reported', 'renter_says', 'floor', 'reason', ''],
       ds.map((d) => {
         const note = notes[d.job] || (notes[d.job] = h('input', { 'aria-label': t('decision_note'), placeholder: t('decision_note'), size: 16, autocomplete: 'off' }));
         const decide = (side) => {
@@ -27,8 +27,11 @@ export async function disputes(main) {
           }));
           return b;
         };
+        // A provider that reported another receipt than the one disputed signed two: the
+        // operator sees both amounts, and a decision charges at most the smaller.
+        const reported = d.equivocation ? h('span', {}, usdc(d.reported_usdc), ' ', h('span', { class: 'badge bad' }, t('two_receipts'))) : usdc(d.reported_usdc);
         return [h('code', {}, d.job), h('code', {}, short(d.renter)), h('code', {}, short(d.provider)), t('dispute_' + d.state), usdc(d.claimed_usdc),
-          usdc(d.renter_says_usdc), usdc(d.floor_usdc), d.reason, d.state === 'open' ? h('span', { class: 'inline' }, note, decide('provider'), decide('renter')) : usdc(d.charged_usdc)];
+          reported, usdc(d.renter_says_usdc), usdc(d.floor_usdc), d.reason, d.state === 'open' ? h('span', { class: 'inline' }, note, decide('provider'), decide('renter')) : usdc(d.charged_usdc)];
       })));
   };
 }

@@ -1,28 +1,38 @@
 // Every role: Jobs: the jobs this node rented or runs, each with its live output; a renter
 // cancels one or downloads its output.
-import { api, stream } from '../api.js';
+import { api, maybe, stream } from '../api.js';
 import { busy, button, errorBox, facts, fill, h, say, short, table, card } from '../dom.js';
 import { t, usdc, when } from '../i18n.js';
 import { logView } from '../logview.js';
+import { active, inputProgress } from './jobinput.js';
 
 let openJob = null;
+let uploadTimer = null;
 // placements keeps how each job placed by model from this page found its provider (the
 // answer of POST /v1/jobs; the node does not keep it).
 const placements = {};
 
 export async function jobs(main) {
+  const uploads = h('div', { id: 'uploads' });
   const list = h('div');
   const detail = h('div');
-  main.append(list, detail);
+  main.append(uploads, list, detail);
   if (openJob) jobDetail(detail, openJob);
-  return async () => {
+  const refresh = async () => {
     const js = (await api('GET', '/v1/jobs')) || [];
     fill(list, table(['job', 'side', 'state', 'gpus', 'model', 'seconds', 'cost', 'exit', 'peer'],
       js.map((j) => [h('a', { href: '#jobs', onclick: (ev) => { ev.preventDefault(); openJob = j.id; jobDetail(detail, j.id); } }, j.id),
         t('side_' + j.side), h('span', { class: 'badge ' + j.state }, t('state_' + j.state)), String(j.gpus), j.model, String(j.seconds), usdc(j.cost_usdc),
         j.state === 'ended' ? `${j.exit_code} ${j.exit_reason || ''}` : '–', h('code', {}, short(j.peer))]), 'no_jobs'));
     if (openJob) refreshJob();
+    // Inputs being hashed or sent (before their job exists, or while it is leased): the
+    // tab follows them every second until they are done.
+    const ups = ((await maybe('/v1/uploads')) || []).filter(active);
+    fill(uploads, ups.length ? card('uploads', ...ups.map((u) => h('p', {}, u.job ? h('code', {}, u.job) : '', ' ', inputProgress(u)))) : null);
+    clearTimeout(uploadTimer);
+    if (ups.length) uploadTimer = setTimeout(() => { if (uploads.isConnected) refresh(); }, 1000);
   };
+  return refresh;
 }
 
 let jobAbort = null;
@@ -47,6 +57,7 @@ function jobDetail(box, id) {
       const passed = (pl.attempts || []).filter((a) => a.outcome !== 'accepted');
       if (passed.length) rows.push(['passed_over', passed.map((a) => `${a.offer} (${t('outcome_' + a.outcome)}: ${a.error || ''})`).join('; ')]);
     }
+    if (j.input) rows.push(['input', h('span', { id: 'job-input' }, inputProgress(j.input))]);
     if (j.metered_seconds) rows.push(['metered', t('metered_seconds', { seconds: j.metered_seconds })]);
     if (j.state === 'ended') {
       rows.push(['exit', h('span', { id: 'job-exit' }, `${j.exit_code} ${j.exit_reason || ''}`)], ['seconds', String(j.seconds)],

@@ -3,6 +3,7 @@
 import { api } from '../api.js';
 import { busy, field, h, say } from '../dom.js';
 import { t } from '../i18n.js';
+import { inputProgress } from './jobinput.js';
 import { followJob } from './jobs.js';
 
 // chosenOffer is the offer "Rent" picked on the Offers tab.
@@ -26,6 +27,7 @@ export async function run(main) {
     hours: h('input', { type: 'number', min: 0.01, step: 'any', value: 1 }),
     max: h('input', { inputmode: 'decimal', size: 6 }),
     egress: h('input', { type: 'checkbox' }),
+    inputs: h('textarea', { rows: 2, placeholder: '/path/to/dataset' }),
   };
   const out = h('div', { id: 'run-result' });
   const go = h('button', { type: 'submit', i18n: 'start_job' });
@@ -42,14 +44,29 @@ export async function run(main) {
           args: splitArgs(f.command.value), env: f.env.value.split('\n').map((s) => s.trim()).filter(Boolean),
           gpus: Number(f.gpus.value), max_seconds: Math.ceil(Number(f.hours.value) * 3600),
           max_price_usdc: f.max.value.replace(',', '.') || undefined, egress: f.egress.checked,
+          inputs: f.inputs.value.split('\n').map((s) => s.trim()).filter(Boolean),
         };
-        const j = await api('POST', '/v1/jobs', req);
-        followJob(j.id, j.placement);
+        // An input is hashed and sent before the job starts: its progress is shown meanwhile.
+        let poll = null;
+        if (req.inputs.length) {
+          req.progress = Math.random().toString(16).slice(2);
+          poll = setInterval(async () => {
+            const u = ((await api('GET', '/v1/uploads')) || []).find((x) => x.progress === req.progress);
+            if (u) say(out, h('p', { id: 'run-input' }, inputProgress(u)));
+          }, 1000);
+        }
+        try {
+          const j = await api('POST', '/v1/jobs', req);
+          followJob(j.id, j.placement);
+        } finally {
+          clearInterval(poll);
+        }
       });
     },
   }, h('p', { i18n: 'run_intro' }), field('offer', f.offer), field('or_model', f.model), field('region', f.region), field('tier', f.tier),
   field('image', f.image), field('image_archive', f.archive), field('command', f.command), field('env', f.env, 'env_hint'),
-  field('gpus', f.gpus), field('max_hours', f.hours), field('max_price', f.max, 'max_price_hint'), field('egress', f.egress), go), out);
+  field('gpus', f.gpus), field('max_hours', f.hours), field('max_price', f.max, 'max_price_hint'), field('egress', f.egress),
+  field('inputs', f.inputs, 'inputs_hint'), go), out);
   return null;
 }
 
