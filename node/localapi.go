@@ -59,6 +59,7 @@ func (a *APIServer) routes() [][]apiRoute {
 		a.onboardingRoutes(),
 		a.modelRoutes(),
 		a.jobRoutes(),
+		a.portRoutes(),
 		a.providerRoutes(),
 		a.payoutRoutes(),
 		a.moneyRoutes(),
