@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
 
 	"github.com/spf13/cobra"
@@ -43,6 +42,9 @@ func jobForwardCommand() *cobra.Command {
 	return c
 }
 
+// jobRunning is a running job's state (ledger.JobRunning: the CLI links no ledger).
+const jobRunning = "running"
+
 // errForwardEnded ends a forward whose job is no longer running.
 var errForwardEnded = errors.New("the job is no longer running")
 
@@ -54,7 +56,7 @@ func forwardPort(ctx context.Context, cl *api.Client, id string, port int, local
 	if err != nil {
 		return err
 	}
-	if v.State != ledger.JobRunning {
+	if v.State != jobRunning {
 		return fmt.Errorf("job %s is %s: its ports are reached while it runs", id, v.State)
 	}
 	ln, err := listenLocal(local, port)
@@ -81,7 +83,7 @@ func forwardPort(ctx context.Context, cl *api.Client, id string, port int, local
 			t, err := cl.DialTunnel(ctx, id, port)
 			if err != nil {
 				c.Close()
-				if v, jerr := cl.Job(ctx, id); jerr == nil && v.State != ledger.JobRunning {
+				if v, jerr := cl.Job(ctx, id); jerr == nil && v.State != jobRunning {
 					stop(fmt.Errorf("%w (it is %s)", errForwardEnded, v.State))
 				} else if ctx.Err() == nil {
 					fmt.Fprintf(errOut, "port %d of job %s: a connection could not be carried: %v\n", port, id, err)
