@@ -78,6 +78,9 @@ func (a *APIServer) jobTunnel(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// jobPageCSP is added to every answer of a job's port proxied by the API.
+const jobPageCSP = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
+
 // jobPortProxy proxies an HTTP request under /v1/jobs/ID/ports/PORT/ to the job's port,
 // as the request for the path after it. The API's token and the dashboard's cookie are
 // not passed on: the job is the provider's machine, not this node.
@@ -101,6 +104,12 @@ func (a *APIServer) jobPortProxy(w http.ResponseWriter, r *http.Request) error {
 				return a.n.renter.DialPort(ctx, id, port)
 			},
 			DisableKeepAlives: true,
+		},
+		// The job's pages are served from the dashboard's origin: sandboxed, their scripts run
+		// in an origin of their own and reach neither the dashboard's storage nor its API.
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Add("Content-Security-Policy", jobPageCSP)
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			status := http.StatusBadGateway

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,18 @@ func TestJobTunnelOnContainers(t *testing.T) {
 	bearer := http.Header{"Authorization": {"Bearer " + token}}
 	if got := page(cl.Base+"/v1/jobs/"+v.ID+"/ports/8000/index.html", bearer); got != "200 served-from-the-job\n" {
 		t.Fatalf("the job's page through the API's proxy: %q", got)
+	}
+	resp, err := http.DefaultClient.Do(func() *http.Request {
+		req, _ := http.NewRequest(http.MethodGet, cl.Base+"/v1/jobs/"+v.ID+"/ports/8000/", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return req
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Values("Content-Security-Policy"); !slices.Contains(csp, jobPageCSP) {
+		t.Fatalf("the job's page is not sandboxed on the dashboard's origin: %q", csp)
 	}
 	if got := page(cl.Base+"/v1/jobs/"+v.ID+"/ports/8000/index.html", nil); !strings.HasPrefix(got, "401") {
 		t.Fatalf("the API's proxy without the token: %q", got)
