@@ -60,6 +60,7 @@ func (a *APIServer) routes() [][]apiRoute {
 		a.modelRoutes(),
 		a.jobRoutes(),
 		a.execRoutes(),
+		a.portRoutes(),
 		a.providerRoutes(),
 		a.payoutRoutes(),
 		a.moneyRoutes(),

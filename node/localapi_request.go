@@ -113,6 +113,10 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return c.ResponseWriter.Write(p)
 }
 
+// Unwrap lets http.ResponseController reach the connection (a job tunnel's upgrade
+// hijacks it).
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
 func (c *countingWriter) Flush() {
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()

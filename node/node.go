@@ -353,6 +353,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	n.peer.Handle(protocol.JobProtocol, n.jobs.HandleJob)
 	n.peer.Handle(protocol.JobControlProtocol, n.jobs.HandleControl)
 	n.peer.Handle(protocol.JobInputProtocol, n.jobs.HandleInput)
+	n.peer.Handle(protocol.JobTunnelProtocol, n.jobs.HandleTunnel)
 	n.publisher.SetMaxInput(n.cfg.Jobs.MaxInputMB << 20) // data in: the largest input, in the offer
 	n.peer.Handle(protocol.HoldReleaseProtocol, n.jobs.HandleHoldRelease)
 	n.peer.Handle(protocol.JobExecProtocol, n.jobs.HandleExec)

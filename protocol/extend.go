@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -13,7 +14,7 @@ import (
 
 // CheckExtension opens a lease that extends prev (whose envelope is prevRaw) and checks it:
 // signed by prev's provider, every term of prev (job, proposal, parties, model, GPUs,
-// price, issue time, limits, egress) unchanged, Extends naming prev, and an end later than
+// price, issue time, limits, egress, ports) unchanged, Extends naming prev, and an end later than
 // prev's by at most maxSeconds (the proposal's max_seconds: each added period is at most
 // what the renter first asked for) and at most MaxJobDuration after the issue.
 func CheckExtension(raw, prevRaw []byte, prev *Lease, maxSeconds int64) (*Lease, error) {
@@ -32,7 +33,7 @@ func CheckExtension(raw, prevRaw []byte, prev *Lease, maxSeconds int64) (*Lease,
 	switch {
 	case l.Version != prev.Version || l.Job != prev.Job || l.Proposal != prev.Proposal || l.Renter != prev.Renter ||
 		l.Model != prev.Model || l.GPUs != prev.GPUs || l.Price != prev.Price || !l.IssuedAt.Equal(prev.IssuedAt) ||
-		l.Limits != prev.Limits || l.Egress != prev.Egress:
+		l.Limits != prev.Limits || l.Egress != prev.Egress || !slices.Equal(l.Ports, prev.Ports):
 		return nil, bad("an extension must keep every term of the lease it extends but its end")
 	case l.Extends != RecordSHA256(prevRaw):
 		return nil, bad("it extends another lease")

@@ -28,6 +28,7 @@ func TestCheckExtension(t *testing.T) {
 		"more gpus":          func(x *Lease) { x.GPUs = 2 },
 		"reissued":           func(x *Lease) { x.IssuedAt = x.IssuedAt.Add(time.Minute) },
 		"egress":             func(x *Lease) { x.Egress = true },
+		"ports":              func(x *Lease) { x.Ports = []int{8000} },
 		"extends another":    func(x *Lease) { x.Extends = RecordSHA256([]byte("other")) },
 		"first lease again":  func(x *Lease) { x.Extends = "" },
 		"shorter":            func(x *Lease) { x.EndsAt = l.EndsAt.Add(-time.Minute) },

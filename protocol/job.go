@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,6 +100,9 @@ type JobStatus struct {
 	// least. Disputed says the renter disputed the final receipt.
 	MeteredSeconds int64 `json:"metered_seconds"`
 	Disputed       bool  `json:"disputed,omitempty"`
+	// Ports are the ports the job declared (its proposal's), which its renter reaches
+	// through job tunnels while it runs.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Image says what a job runs: a registry reference the provider pulls, or an OCI image
@@ -126,6 +130,11 @@ type Proposal struct {
 	Args     []string  `json:"args,omitempty"`
 	Env      []string  `json:"env,omitempty"`
 	Egress   bool      `json:"egress,omitempty"`
+	// Ports are the TCP ports the job serves its renter through job tunnels
+	// (JobTunnelProtocol); none is reachable otherwise. Omitted when empty: a provider
+	// built before ports refuses a proposal naming some (its strict decoding knows no
+	// such member), and takes one without them as before.
+	Ports []int `json:"ports,omitempty"`
 	// Hold is the coordinator's signed escrow hold for this job (an EscrowHold envelope):
 	// a provider that requires escrow starts the job only against it.
 	Hold []byte `json:"escrow_hold,omitempty"`
@@ -163,6 +172,8 @@ type Lease struct {
 	// Extends is the hex SHA-256 of the lease this one extends (a later EndsAt, every other
 	// term the same; extend.go), empty for a job's first lease.
 	Extends string `json:"extends,omitempty"`
+	// Ports are the proposal's, which the provider agrees to serve (omitted when empty).
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Receipt is a provider's signed account of a job's use of its GPUs. The renter
@@ -295,6 +306,9 @@ func CheckProposal(raw []byte, now time.Time) (*Proposal, error) {
 	case len(p.Args) > maxArgs || len(p.Env) > maxEnv:
 		return nil, bad("at most %d arguments and %d environment variables", maxArgs, maxEnv)
 	}
+	if err := CheckPorts(p.Ports); err != nil {
+		return nil, bad("ports: %v", err)
+	}
 	if _, err := peer.Decode(p.Provider); err != nil {
 		return nil, bad("provider %q is not a peer ID", p.Provider)
 	}
@@ -341,7 +355,7 @@ func CheckLease(raw []byte, proposalRaw []byte, p *Proposal) (*Lease, error) {
 	}
 	bad := func(format string, args ...any) error { return invalid(KindLease, format, args...) }
 	switch {
-	case l.Job != p.Job || l.Renter != p.Renter || l.Model != p.Model || l.GPUs != p.GPUs || l.Egress != p.Egress:
+	case l.Job != p.Job || l.Renter != p.Renter || l.Model != p.Model || l.GPUs != p.GPUs || l.Egress != p.Egress || !slices.Equal(l.Ports, p.Ports):
 		return nil, bad("terms differ from the proposal")
 	case l.Proposal != RecordSHA256(proposalRaw):
 		return nil, bad("lease answers another proposal")

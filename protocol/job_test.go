@@ -61,6 +61,10 @@ func TestJobRecords(t *testing.T) {
 		"bad job id":     func(p *Proposal) { p.Job = "x" },
 		"too long":       func(p *Proposal) { p.MaxSeconds = int64(MaxJobDuration/time.Second) + 1 },
 		"lower case sku": func(p *Proposal) { p.Model = "l4-24gb" },
+		"port 0":         func(p *Proposal) { p.Ports = []int{0} },
+		"port 65536":     func(p *Proposal) { p.Ports = []int{65536} },
+		"port twice":     func(p *Proposal) { p.Ports = []int{8000, 8000} },
+		"17 ports":       func(p *Proposal) { p.Ports = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17} },
 	} {
 		q := p
 		edit(&q)
@@ -82,6 +86,28 @@ func TestJobRecords(t *testing.T) {
 	backdated.IssuedAt, backdated.EndsAt = testNow.Add(-time.Hour), testNow
 	if _, err := CheckLease(seal(t, KindLease, backdated, psk), praw, got); Reason(err) != "invalid" {
 		t.Fatalf("a lease dated an hour before the proposal: %v", err)
+	}
+	// A lease serves the ports the proposal declared, no more and no fewer.
+	withPort := p
+	withPort.Ports = []int{8000, 8888}
+	wraw := seal(t, KindProposal, withPort, rsk)
+	wgot, err := CheckProposal(wraw, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := l
+	wl.Proposal = RecordSHA256(wraw)
+	if _, err := CheckLease(seal(t, KindLease, wl, psk), wraw, wgot); Reason(err) != "invalid" {
+		t.Fatalf("a lease leaving out the proposal's ports: %v", err)
+	}
+	wl.Ports = []int{8000, 8888}
+	if _, err := CheckLease(seal(t, KindLease, wl, psk), wraw, wgot); err != nil {
+		t.Fatalf("a lease with the proposal's ports: %v", err)
+	}
+	extra := l
+	extra.Ports = []int{22}
+	if _, err := CheckLease(seal(t, KindLease, extra, psk), praw, got); Reason(err) != "invalid" {
+		t.Fatalf("a lease adding a port: %v", err)
 	}
 	dear := l
 	dear.Price = 600_000

@@ -25,7 +25,7 @@ func Spoken() Versions {
 		KindMarketStats: SettlementVersion, KindModelCatalogue: ModelsVersion,
 	},
 		Streams: []string{OfferProtocol, OfferSyncProtocol, RevocationSyncProtocol, ModelsSyncProtocol, ApplyProtocol, NotifyProtocol,
-			JobProtocol, JobControlProtocol, JobReportProtocol, HoldReleaseProtocol, WalletProtocol, UptimeProtocol,
+			JobProtocol, JobControlProtocol, JobTunnelProtocol, JobReportProtocol, HoldReleaseProtocol, WalletProtocol, UptimeProtocol,
 			BenchNetProtocol, BenchChallengeProtocol},
 		Topics: []string{OffersTopic, RevocationsTopic, ScoresTopic, MarketTopic, ModelsTopic},
 	}

@@ -126,6 +126,9 @@ type Containerd struct {
 	configs  map[string]ocispec.Image // image configs by manifest digest (immutable)
 	unpacked map[string]bool          // manifest digests known to be unpacked
 	uidBases map[uint32]string        // user-namespace ranges in use, by first host uid: the job
+
+	// dialNS holds the network namespaces of the jobs Dial reached (dial.go).
+	dialNS jobNetNamespaces
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -326,6 +329,7 @@ func (c *Containerd) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
+		c.dialNS.closeAll()
 		if err := c.drainNamespaces(context.Background()); err != nil {
 			c.log.Warn("the namespaces made ahead for jobs could not all be taken down", "err", err)
 		}

@@ -154,6 +154,7 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	c.unwatch(id)
+	c.dialNS.forget(id)
 	if task, err := ctr.Task(ctx, nil); err == nil {
 		if st, err := task.Status(ctx); err == nil && st.Status != client.Stopped {
 			c.log.Warn("removing a job that still runs: SIGKILL", "job", id)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"time"
 )
 
@@ -126,6 +127,11 @@ type Runtime interface {
 	// namespaces, seccomp profile and limits, never more (exec.go); ErrJobNotRunning once
 	// the job has ended.
 	Exec(ctx context.Context, id string, e ExecSpec) (ExecProcess, error)
+	// Dial connects to a TCP port of a running job, to 127.0.0.1:port inside the job's own
+	// network namespace (dial.go): a port is never published on the host. It fails with
+	// ErrNotFound for a job that is not running here, ErrPortClosed when nothing in the
+	// job listens on the port.
+	Dial(ctx context.Context, id string, port int) (net.Conn, error)
 	Close() error
 	// ExtendWallClock lets a running job run by longer than its wall clock so far (a lease
 	// that grew); an ended or ending job is an error.

@@ -59,6 +59,7 @@ func RunSuite(t *testing.T, rt Runtime, image string, hooks SuiteHooks) {
 		t.Run("Concurrent", s.testConcurrent)
 		t.Run("ExecAsTheJob", s.testExecAsTheJob)
 		t.Run("ExecTerminal", s.testExecTerminal)
+		t.Run("DialPort", s.testDialPort)
 	})
 	t.Run("NothingLeft", func(t *testing.T) {
 		infos, err := rt.List(context.Background())
@@ -779,4 +780,55 @@ func (s *suite) testOutputEntriesBounded(t *testing.T) {
 		t.Fatalf("a job making 100,000 empty files in a 4 MiB /output: %+v with %d entries, want reason %q; log:\n%s", exit, entries, ReasonOutputLimit, log)
 	}
 	t.Logf("/output held %d entries when the job was killed (limit %d MiB)", entries, spec.ScratchBytes/mib)
+}
+
+// testDialPort: a job without egress serves HTTP on a port (busybox httpd, on every address
+// of its namespace); Dial reaches it from inside the job's namespace, a port it does not
+// listen on is ErrPortClosed, and an ended job is ErrNotFound.
+func (s *suite) testDialPort(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	spec := s.spec(t, "sh", "-c", "mkdir /tmp/www && echo served-from-the-job > /tmp/www/index.html && echo READY && exec httpd -f -p 8000 -h /tmp/www")
+	if err := s.rt.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, spec, "READY")
+	var conn net.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// httpd listens a moment after the job said READY.
+		if conn, err = s.rt.Dial(ctx, spec.ID, 8000); err == nil || !errors.Is(err, ErrPortClosed) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("dial the job's port 8000: %v", err)
+	}
+	fmt.Fprintf(conn, "GET /index.html HTTP/1.0\r\nHost: job\r\n\r\n")
+	page, _ := io.ReadAll(conn)
+	conn.Close()
+	if !strings.Contains(string(page), "200 OK") || !strings.Contains(string(page), "served-from-the-job") {
+		t.Fatalf("the job's page through Dial: %q", page)
+	}
+	if _, err := s.rt.Dial(ctx, spec.ID, 8001); !errors.Is(err, ErrPortClosed) {
+		t.Fatalf("a port the job does not listen on: %v, want ErrPortClosed", err)
+	}
+	if _, err := s.rt.Dial(ctx, "no-such-job", 8000); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a job the runtime does not hold: %v, want ErrNotFound", err)
+	}
+	if err := s.rt.Kill(ctx, spec.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.rt.Wait(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.rt.Dial(ctx, spec.ID, 8000); err == nil {
+		c.Close()
+		t.Fatal("an ended job's port was reached")
+	}
+	s.remove(t, s.rt, spec.ID)
+	if _, err := s.rt.Dial(ctx, spec.ID, 8000); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a removed job: %v, want ErrNotFound", err)
+	}
 }

@@ -33,6 +33,7 @@ type jobFile struct {
 	Tries        int               `toml:"tries"`
 	Output       string            `toml:"output"`
 	Inputs       []string          `toml:"inputs"`
+	Ports        []int             `toml:"ports"`
 }
 
 // usdcText is an amount of USDC written as a string ("2.50") or a number (2.5).
@@ -142,6 +143,9 @@ func (f jobFile) fill(cmd *cobra.Command, req *api.JobRequest, hours *float64, o
 	}
 	if !set("input") {
 		req.Inputs = f.Inputs
+	}
+	if !set("port") {
+		req.Ports = f.Ports
 	}
 	if len(req.Args) == 0 {
 		req.Args = f.Command

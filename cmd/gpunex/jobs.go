@@ -19,7 +19,7 @@ import (
 
 func jobCommand() *cobra.Command {
 	c := &cobra.Command{Use: "job", Short: "Rent GPUs: run jobs on providers, follow and manage them"}
-	c.AddCommand(jobRunCommand(), jobListCommand(), jobStatusCommand(), jobLogsCommand(), jobCancelCommand(), jobFetchCommand(), jobExecCommand())
+	c.AddCommand(jobRunCommand(), jobListCommand(), jobStatusCommand(), jobLogsCommand(), jobCancelCommand(), jobFetchCommand(), jobExecCommand(), jobForwardCommand())
 	c.AddCommand(jobExtendCommand()) // jobextend.go
 	return c
 }
@@ -35,6 +35,7 @@ type jobRun struct {
 	req          api.JobRequest
 	hours        float64
 	detach       bool
+	forward      bool // forward the job's ports from this machine's loopback once it starts
 	file, output string
 }
 
@@ -42,7 +43,7 @@ func jobRunCommand() *cobra.Command {
 	var o jobRun
 	c := &cobra.Command{
 		Use: "run (--provider PEER | --offer ID | --model M [--region R] [--tier T] [--tries N]) --gpus N --max-hours H [--max-price P] " +
-			"(--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--input PATH] [--output DIR] [--detach] [-f JOB.toml] -- CMD ARGS...",
+			"(--image REF | --image-archive FILE.tar) [--env K=V] [--egress] [--input PATH] [--port N [--forward]] [--output DIR] [--detach] [-f JOB.toml] -- CMD ARGS...",
 		Short: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code",
 		Long: "Negotiate a job with a provider, run it, stream its output; exits with the job's exit code.\n\n" +
 			"With --model and no provider or offer, the job goes to the best offer by merit (as `gpunex offers search`\n" +
@@ -51,7 +52,10 @@ func jobRunCommand() *cobra.Command {
 			"-f reads the job from a TOML file (docs/api.md, \"Job files\"); flags override it.\n\n" +
 			"--input sends a file or a folder (links inside it kept; links leaving it, devices and pipes refused) before\n" +
 			"the job starts; the job reads it at /input/NAME and cannot change it. Only what the provider does not hold\n" +
-			"already is sent: a second job with the same data, or an upload that was cut, sends only what is missing.\n\n" + jobOutputHelp,
+			"already is sent: a second job with the same data, or an upload that was cut, sends only what is missing.\n\n" +
+			"--port declares a TCP port the job serves: only you reach it, over the link to the provider (gpunex job\n" +
+			"forward JOB PORT); --forward forwards each declared port from this machine's loopback as soon as the job\n" +
+			"starts, and prints the local address.\n\n" + jobOutputHelp,
 		RunE: func(cmd *cobra.Command, args []string) error { return runJob(cmd, args, o) },
 	}
 	f := c.Flags()
@@ -71,6 +75,8 @@ func jobRunCommand() *cobra.Command {
 	f.BoolVar(&o.req.Egress, "egress", false, "let the job reach the network")
 	f.StringVarP(&o.output, "output", "o", "", "when the job ends, download what it wrote to /output into this folder")
 	f.StringArrayVar(&o.req.Inputs, "input", nil, "file or folder sent to the provider before the job starts, read-only at /input/NAME (repeatable)")
+	f.IntSliceVar(&o.req.Ports, "port", nil, "TCP port the job serves you (repeatable); reach it with gpunex job forward")
+	f.BoolVar(&o.forward, "forward", false, "once the job starts, forward its ports from 127.0.0.1 and print the local addresses (not with --detach)")
 	f.BoolVar(&o.detach, "detach", false, "print the job ID and return once the job started")
 	return c
 }
@@ -127,6 +133,13 @@ func runJob(cmd *cobra.Command, args []string, o jobRun) error {
 	fmt.Fprintf(errOut, "job %s started on %s: %d x %s at %s USDC/GPU-hour, until %s\n", v.ID, v.Peer, v.GPUs, v.Model, v.PriceUSDC,
 		v.EndsAt.Local().Format(time.DateTime))
 	printPath(cmd, cl, v.Peer)
+	if o.forward && !o.detach {
+		ctx, stop := context.WithCancel(cmd.Context())
+		defer stop()
+		for _, port := range v.Ports { // jobforward.go
+			go forwardPort(ctx, cl, v.ID, port, "", errOut)
+		}
+	}
 	if o.detach {
 		if o.output != "" {
 			fmt.Fprintf(errOut, "its output is not fetched with --detach: gpunex job fetch %s %s, once it ended\n", v.ID, o.output)

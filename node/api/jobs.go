@@ -89,6 +89,9 @@ type JobRequest struct {
 	// Progress, when set, names this request's input hashing and upload for GET
 	// /v1/uploads while the request runs: a random name of the caller's.
 	Progress string `json:"progress,omitempty"`
+	// Ports are the TCP ports the job serves its renter (gpunex job forward, the API's
+	// /v1/jobs/ID/ports/PORT/); at most 16.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Ordinal writes n as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 21st.

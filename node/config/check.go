@@ -135,6 +135,9 @@ func (c *Config) checkJobs() (errs []error) {
 	if j.MaxImageMB < 1 || j.MemoryMBPerGPU < 16 || j.CPUMillisPerGPU < 100 || j.Pids < 16 || j.ScratchMB < 1 || j.ProposalsPerMinute < 1 {
 		errs = append(errs, errors.New("jobs: max_image_mb, scratch_mb and proposals_per_minute must be at least 1, memory_mb_per_gpu 16, cpu_millis_per_gpu 100, pids 16"))
 	}
+	if j.MaxTunnels < 0 || j.TunnelGBPerJob < 0 || j.TunnelsPerMinute < 1 {
+		errs = append(errs, errors.New("jobs: max_tunnels and tunnel_gb_per_job must be at least 0 (0: no tunnels, no bound), tunnels_per_minute at least 1"))
+	}
 	if ci := j.CheckpointInterval.Duration; ci < time.Second || ci > protocol.CheckpointInterval {
 		errs = append(errs, fmt.Errorf("jobs.checkpoint_interval %s: must be between 1s and %s", j.CheckpointInterval, protocol.CheckpointInterval))
 	}

@@ -136,6 +136,13 @@ type JobsConfig struct {
 	BlockedRenters []string `toml:"blocked_renters"`
 	// ProposalsPerMinute caps the proposals taken from one peer.
 	ProposalsPerMinute int `toml:"proposals_per_minute"`
+	// A job's renter reaches the ports the job declared through tunnels, one per TCP
+	// connection (docs/protocols/jobs.md, "Job tunnels"): MaxTunnels at once per job (0:
+	// none), TunnelGBPerJob carried by a job's tunnels in all, both ways (0: no bound), and
+	// TunnelsPerMinute opened by one peer.
+	MaxTunnels       int   `toml:"max_tunnels"`
+	TunnelGBPerJob   int64 `toml:"tunnel_gb_per_job"`
+	TunnelsPerMinute int   `toml:"tunnels_per_minute"`
 	// RequireEscrow makes the provider start a job only against a coordinator's escrow
 	// hold covering its maximum cost.
 	RequireEscrow bool `toml:"require_escrow"`

@@ -29,6 +29,7 @@ func TestConfigCheckSaysWhatToFix(t *testing.T) {
 		"bad zone":          {func(c *Config) { c.Provider.Availability.Timezone = "Mars/Olympus" }, "provider.availability"},
 		"IPv6 egress block": {func(c *Config) { c.Jobs.EgressBlocked = []string{"2001:db8::/32"} }, "jobs.egress_blocked"},
 		"bad egress block":  {func(c *Config) { c.Jobs.EgressBlocked = []string{"10.0.0.0/8", "intranet"} }, `jobs.egress_blocked "intranet"`},
+		"no tunnel rate":    {func(c *Config) { c.Jobs.TunnelsPerMinute = 0 }, "tunnels_per_minute"},
 	}
 	for name, c := range cases {
 		cfg := Defaults(RoleProvider)

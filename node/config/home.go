@@ -430,6 +430,12 @@ scratch_mb = {{.Jobs.ScratchMB}}
 blocked_renters = {{list .Jobs.BlockedRenters}}
 # Most proposals taken from one peer per minute.
 proposals_per_minute = {{.Jobs.ProposalsPerMinute}}
+# The ports jobs declare reach their renter only, through the peer-to-peer link: most
+# connections open at once per job (0: none), GB a job's connections carry in all (0: no
+# bound), connections one peer opens per minute.
+max_tunnels = {{.Jobs.MaxTunnels}}
+tunnel_gb_per_job = {{.Jobs.TunnelGBPerJob}}
+tunnels_per_minute = {{.Jobs.TunnelsPerMinute}}
 # Start a job only against the coordinator's escrow hold covering its maximum cost.
 require_escrow = {{.Jobs.RequireEscrow}}
 # Stop a job whose renter has countersigned no usage checkpoint for this long ("0s":

@@ -45,6 +45,9 @@ func Defaults(role string) Config {
 			Pids:               1024,
 			ScratchMB:          10 << 10,
 			ProposalsPerMinute: 30,
+			MaxTunnels:         64,
+			TunnelGBPerJob:     100,
+			TunnelsPerMinute:   600,
 			RequireEscrow:      true,
 			CheckpointInterval: Duration{protocol.CheckpointInterval},
 			// One missed checkpoint at the slowest pace allowed, with the meter's tolerance:

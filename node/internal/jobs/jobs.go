@@ -54,7 +54,7 @@ func viewJob(j ledger.Job, now time.Time) api.JobView {
 		ExitCode: j.ExitCode, ExitReason: j.ExitReason, GPUUUIDs: j.GPUs, Receipt: j.Receipt, Countersign: len(j.ReceiptCountersig) > 0,
 		MeteredSeconds: j.CheckpointSeconds, Disputed: len(j.Dispute) > 0}}
 	if p, err := openProposal(j.Proposal); err == nil {
-		v.Model, v.GPUs = p.Model, p.GPUs
+		v.Model, v.GPUs, v.Ports = p.Model, p.GPUs, p.Ports
 		v.Image = p.Image.Ref
 		if v.Image == "" {
 			v.Image = "archive sha256:" + p.Image.ArchiveSHA256[:12]

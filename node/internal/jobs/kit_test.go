@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -301,6 +302,9 @@ type fakeRuntime struct {
 	onStart  func(sandbox.Spec) // writes what the job would (its log, its output)
 	startErr error
 	pullGate chan struct{} // when set, a pull waits until it is closed (a pull that takes long)
+	// listening are the ports every running job serves: Dial connects to the address of
+	// a test listener standing for it.
+	listening map[int]string
 }
 
 type fakeJob struct {
@@ -504,6 +508,35 @@ func (f *fakeRuntime) List(context.Context) ([]sandbox.Info, error) {
 }
 
 func (f *fakeRuntime) Close() error { return nil }
+
+func (f *fakeRuntime) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	f.mu.Lock()
+	j, addr := f.jobs[id], f.listening[port]
+	f.mu.Unlock()
+	if j == nil {
+		return nil, sandbox.ErrNotFound
+	}
+	select {
+	case <-j.done:
+		return nil, sandbox.ErrNotFound
+	default:
+	}
+	if addr == "" {
+		return nil, sandbox.ErrPortClosed
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+// listen has every running job serve port with a test listener.
+func (f *fakeRuntime) listen(port int, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listening == nil {
+		f.listening = map[int]string{}
+	}
+	f.listening[port] = addr
+}
 
 // renter is a renter's side with what it was built from.
 type renter struct {

@@ -157,7 +157,7 @@ func (r *Renter) proposal(req api.JobRequest, provider peer.ID, model string, pr
 	p := protocol.Proposal{
 		Version: protocol.JobVersion, Job: hex.EncodeToString(id[:]), Renter: r.peer.ID.String(), Provider: provider.String(),
 		IssuedAt: r.clock.Now().UTC(), Model: model, GPUs: req.GPUs, MaxSeconds: req.MaxSeconds, MaxPrice: price,
-		Image: protocol.Image{Ref: req.Image}, Args: req.Args, Env: req.Env, Egress: req.Egress,
+		Image: protocol.Image{Ref: req.Image}, Args: req.Args, Env: req.Env, Egress: req.Egress, Ports: req.Ports,
 	}
 	if img != nil {
 		p.Image.ArchiveSHA256, p.Image.ArchiveSize = img.sha256, img.size
@@ -594,6 +594,9 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 	if p.Egress && egress == "" {
 		return nil, nil, 0, jobErr("this provider gives jobs no network (its jobs.egress is %q): propose without egress, or pick an offer with egress (gpunex offers search --egress)", protocol.EgressDeny)
 	}
+	if len(p.Ports) > 0 && r.cfg.MaxTunnels == 0 {
+		return nil, nil, 0, jobErr("this provider serves no job ports (its jobs.max_tunnels is 0): propose without ports, or pick another provider")
+	}
 	if p.GPUs > item.Count {
 		return nil, nil, 0, jobErr("%d x %s asked, %d offered", p.GPUs, p.Model, item.Count)
 	}
@@ -625,6 +628,7 @@ func (r *Runner) decide(p *protocol.Proposal, raw []byte, now time.Time) (lease 
 			Pids: cfg.Pids, ScratchBytes: cfg.ScratchMB << 20,
 		},
 		Egress: p.Egress,
+		Ports:  p.Ports,
 	}
 	if lease, err = protocol.Seal(protocol.KindLease, l, r.peer.Key); err != nil {
 		r.Release(p.Job)

@@ -93,8 +93,9 @@ type Runner struct {
 	// sessions counts the renters' sessions with their running jobs (sessions.go).
 	sessions *jobSessions
 	// input is data in: the renters' chunk cache and the inputs in flight (inputs.go).
-	input *providerInputs
-	exec  execPolicy // the rate and idle deadline of shells (exec.go)
+	input   *providerInputs
+	exec    execPolicy   // the rate and idle deadline of shells (exec.go)
+	tunnels *tunnelGuard // each peer's and network's tunnel opens (tunnel.go)
 
 	mu sync.Mutex
 	// detectErr says why the probe found no GPU at start; cleared when a later probe
@@ -117,7 +118,8 @@ func NewRunner(d Deps) (*Runner, error) {
 	}
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
 		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, probe: d.Probe, dir: d.Dir,
-		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]jobImage{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions(), exec: newExecPolicy()}
+		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]jobImage{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions(), exec: newExecPolicy(),
+		tunnels: newTunnelGuard(d.Jobs, d.Trusted)}
 	r.input = newProviderInputs(filepath.Join(d.Dir, ".inputs"), d.Jobs.InputCacheGB<<30, r)
 	clean := d.CleanGPU
 	if clean == nil {

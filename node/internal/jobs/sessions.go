@@ -62,10 +62,34 @@ type jobSessions struct {
 	mu    sync.Mutex
 	open  map[string]int   // job + "/" + kind -> sessions open
 	bytes map[string]int64 // job -> bytes carried by its sessions
+	// ends are the closers of each job's open sessions, called when it ends (onEnd).
+	ends    map[string]map[uint64]func()
+	nextEnd uint64
 }
 
 func newJobSessions() *jobSessions {
-	return &jobSessions{open: map[string]int{}, bytes: map[string]int64{}}
+	return &jobSessions{open: map[string]int{}, bytes: map[string]int64{}, ends: map[string]map[uint64]func(){}}
+}
+
+// onEnd has end called when the job ends (forget), unless drop is called first. A session
+// registers its closer, then checks that its job still runs: one that ended in between
+// was forgotten before the closer was there.
+func (s *jobSessions) onEnd(job string, end func()) (drop func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextEnd++
+	n := s.nextEnd
+	if s.ends[job] == nil {
+		s.ends[job] = map[uint64]func(){}
+	}
+	s.ends[job][n] = end
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if delete(s.ends[job], n); len(s.ends[job]) == 0 {
+			delete(s.ends, job)
+		}
+	}
 }
 
 // acquire takes one of a job's max sessions of a kind (max <= 0: none allowed); release
@@ -99,14 +123,19 @@ func (s *jobSessions) spend(job string, n, budget int64) bool {
 	return budget <= 0 || s.bytes[job] <= budget
 }
 
-// forget drops an ended job's counts.
+// forget drops an ended job's counts and closes its sessions still open.
 func (s *jobSessions) forget(job string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.bytes, job)
 	for k := range s.open {
 		if len(k) > len(job) && k[:len(job)+1] == job+"/" {
 			delete(s.open, k)
 		}
+	}
+	ends := s.ends[job]
+	delete(s.ends, job)
+	s.mu.Unlock()
+	for _, end := range ends {
+		end()
 	}
 }

@@ -72,7 +72,7 @@ func New(peers, penalised func() float64) *Metrics {
 		}, []string{"outcome"}),
 		JobSessions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpunex_job_sessions_total",
-			Help: "A renter's sessions with its running jobs by kind (tunnel, exec, input) and outcome: opened, not_renter, not_running, limit, rate_limited, other.",
+			Help: "A renter's sessions with its running jobs by kind (tunnel, exec, input) and outcome: opened, not_renter, not_running, limit, rate_limited, other; tunnels also port (not declared) and closed (nothing listens).",
 		}, []string{"kind", "outcome"}),
 		JobsStarted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpunex_jobs_started_total",

@@ -58,6 +58,10 @@ function jobDetail(box, id) {
       if (passed.length) rows.push(['passed_over', passed.map((a) => `${a.offer} (${t('outcome_' + a.outcome)}: ${a.error || ''})`).join('; ')]);
     }
     if (j.input) rows.push(['input', h('span', { id: 'job-input' }, inputProgress(j.input))]);
+    // The ports the job serves its renter: reached from the renter's loopback while it runs.
+    if (j.side === 'renter' && j.ports && j.ports.length) {
+      rows.push(['ports', h('span', { id: 'job-ports' }, j.ports.flatMap((p, i) => [i ? ' ' : null, h('code', {}, `gpunex job forward ${j.id} ${p}`)]))]);
+    }
     if (j.metered_seconds) rows.push(['metered', t('metered_seconds', { seconds: j.metered_seconds })]);
     if (j.state === 'ended') {
       rows.push(['exit', h('span', { id: 'job-exit' }, `${j.exit_code} ${j.exit_reason || ''}`)], ['seconds', String(j.seconds)],
