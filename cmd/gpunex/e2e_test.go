@@ -685,7 +685,8 @@ output = "out"
 	}
 
 	// The provider's earnings: the demo job, paid by the batch, and the CLI job, pending;
-	// the market advice for its model.
+	// the market advice for its model (its GPU-seconds leased: jobs this short set no lease
+	// price, money.MinCountedGPUSeconds).
 	var earn api.EarningsView
 	json.Unmarshal([]byte(mustRun(t, "earnings", "--json", "--by", "gpu", "--home", p1.Home)), &earn)
 	if earn.Total <= 0 || len(earn.Payouts) != 1 || !earn.Payouts[0].Paid || earn.Payouts[0].Transaction != batches[0].Payouts[0].Transaction || len(earn.History) < 1 {
@@ -696,7 +697,7 @@ output = "out"
 		var adv []api.PriceAdvice
 		out, _, _ := gpunex(t, "price", "recommend", "--model", "H100-80GB", "--json", "--home", p1.Home)
 		json.Unmarshal([]byte(out), &adv)
-		if len(adv) == 1 && adv[0].Leases >= 1 && adv[0].Recommended > 0 && adv[0].YourPriceUSDC != "" {
+		if len(adv) == 1 && adv[0].LeasedGPUSeconds > 0 && adv[0].Recommended > 0 && adv[0].YourPriceUSDC != "" {
 			break
 		}
 		if time.Now().After(deadline) {
