@@ -131,3 +131,44 @@ func renterMarket(t *testing.T, d *jobDesk, raw []byte) *Market {
 	}
 	return m
 }
+
+// TestWashJobsWeighLittle: a provider renting to a sock puppet of its own runs 200
+// 1-second jobs at three times the market price after one real hour-long job it
+// interrupted: its completion stays under the prior (the real interruption outweighs the
+// wash jobs, each weighing its charge), and the median lease price stays the real job's.
+func TestWashJobsWeighLittle(t *testing.T) {
+	d := newJobDesk(t)
+	real := d.job(t, 1800, 1790)
+	real.rec.Reason = "lost GPU-0: it fell off the bus"
+	real.receipt = seal(t, protocol.KindReceipt, real.rec, d.provider)
+	real.countersignReceipt(t)
+	if a := d.net.report(t, d.provHost, real.report()); a["ok"] != "true" {
+		t.Fatalf("the real job's report: %v", a)
+	}
+	for range 200 {
+		j := newJob(t, d.provider, d.renter, d.clock.Now().Add(-70*time.Minute), 1, -1)
+		j.l.Price = 3 * testPrice
+		j.lease = seal(t, protocol.KindLease, j.l, d.provider)
+		j.leaseCS = countersign(t, protocol.KindLease, j.lease, j.id, d.renter, j.l.IssuedAt)
+		j.rec.Lease, j.rec.Price, j.rec.Amount = protocol.RecordSHA256(j.lease), j.l.Price, protocol.Cost(j.l.Price, testGPUs, 1)
+		j.receipt = seal(t, protocol.KindReceipt, j.rec, d.provider)
+		j.countersignReceipt(t)
+		d.hold(t, j)
+		if a := d.net.report(t, d.provHost, j.report()); a["ok"] != "true" {
+			t.Fatalf("a wash job's report: %v", a)
+		}
+	}
+	rs, _ := d.ledger.Reliability.UpdateReliability(d.provider.id.String(), func(*ledger.ReliabilityState) error { return nil })
+	if r := rs.Reliability.Completion.Ratio(d.clock.Now(), time.Hour); r >= protocol.Prior {
+		t.Fatalf("200 wash jobs pushed the completion to %.3f, over the prior %.2f: %+v", r, protocol.Prior, rs.Reliability.Completion)
+	}
+	st, err := d.market.compute(d.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Markets {
+		if m.Model == "H100-80GB" && m.MedianLeasePrice != testPrice {
+			t.Fatalf("the wash jobs moved the median lease price to %s: %+v", m.MedianLeasePrice, m)
+		}
+	}
+}
