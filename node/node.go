@@ -271,6 +271,7 @@ func (n *Node) startMoney(d Deps, as *assembly) (err error) {
 		}
 	}
 	n.wallet = money.NewWallet(as.money, n.settlement)
+	n.wallet.SetAlert(n.alerts.Event)
 	n.renter = jobs.NewRenter(jobs.RenterDeps{Peer: n.peer, Ledger: n.ledger.Jobs, Clock: n.clock, Log: n.log.With("subsystem", "jobs"),
 		Metrics: n.metrics, Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: n.cfg.Jobs.CheckpointInterval.Duration})
 	n.goLoop(func() { n.renter.Meter(as.run) })
