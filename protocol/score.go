@@ -45,12 +45,6 @@ func decay(from, to time.Time, halfLife time.Duration) float64 {
 // failure; a benchmark at 80% of its first result is 0.8). Outcomes may arrive late: an
 // outcome older than the sums is decayed to their time instead.
 func (d *DecayedRatio) Add(at time.Time, good float64, halfLife time.Duration) {
-	d.AddWeighted(at, good, 1, halfLife)
-}
-
-// AddWeighted records an outcome worth weight outcomes (a small job counts for less than
-// a full one, so that many tiny jobs cannot outweigh one real failure).
-func (d *DecayedRatio) AddWeighted(at time.Time, good, weight float64, halfLife time.Duration) {
 	good = math.Max(0, math.Min(1, good))
 	switch {
 	case d.At.IsZero():
@@ -60,12 +54,12 @@ func (d *DecayedRatio) AddWeighted(at time.Time, good, weight float64, halfLife 
 		d.Good, d.Total, d.At = d.Good*f, d.Total*f, at
 	default:
 		f := decay(at, d.At, halfLife)
-		d.Good += good * weight * f
-		d.Total += weight * f
+		d.Good += good * f
+		d.Total += f
 		return
 	}
-	d.Good += good * weight
-	d.Total += weight
+	d.Good += good
+	d.Total++
 }
 
 // Ratio is the decayed ratio at time now, blended with the prior: (good + prior x w) /

@@ -184,14 +184,13 @@ func (st *charges) HandleJobReport(s network.Stream) {
 		if l, _, err := protocol.OpenLease(r.Lease); err == nil && at.After(l.EndsAt) {
 			at = l.EndsAt
 		}
-		weight := completionWeight(st.jobCharge(rec, out.Earning))
 		st.ledger.Reliability.UpdateReliability(remote.String(), func(rs *ledger.ReliabilityState) error {
 			good := 1.0
 			if fault {
 				good = 0
 				rs.AddEvent(protocol.WhyInterrupted(rec.Job, rec.Reason))
 			}
-			rs.Reliability.Completion.AddWeighted(at, good, weight, halfLife)
+			rs.Reliability.Completion.Add(at, good, halfLife)
 			return nil
 		})
 	}
@@ -259,29 +258,4 @@ func (st *charges) checkReport(remote peer.ID, r protocol.JobReport, now time.Ti
 		Seconds: rec.Seconds, EndedAt: rec.EndedAt, Renter: rec.Renter,
 		Countersigned: countersigned, CheckpointAmount: protocol.CheckpointCharge(rec, cpSeconds),
 		PendingUntil: now.Add(st.disputeWindow)}, rec, nil
-}
-
-// CompletionFullCharge is the charge from which a job counts as a whole outcome in its
-// provider's completion; a smaller job counts for its share of it. A provider renting to a
-// sock puppet of its own pays the commission on every charge: thousands of 1-second jobs
-// then weigh what their total charge weighs, and cannot dilute a real interruption for a
-// few cents (security review finding 18).
-const CompletionFullCharge = protocol.MicroUSDC(1_000_000)
-
-// completionWeight is what a job charged charge weighs in its provider's completion.
-func completionWeight(charge protocol.MicroUSDC) float64 {
-	return min(1, float64(charge)/float64(CompletionFullCharge))
-}
-
-// jobCharge is what a reported job is charged: the charge made, or while its receipt
-// waits, the receipt's amount within the job's hold.
-func (st *charges) jobCharge(rec *protocol.Receipt, e *ledger.Earning) protocol.MicroUSDC {
-	if e != nil {
-		return e.Charge
-	}
-	charge := rec.Amount
-	if h, err := st.ledger.Escrow.GetHold(rec.Job); err == nil {
-		charge = min(charge, h.Amount)
-	}
-	return charge
 }

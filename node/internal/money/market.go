@@ -1,7 +1,6 @@
 package money
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -80,7 +79,7 @@ func (s *marketStats) compute(now time.Time) (protocol.MarketStats, error) {
 		m         protocol.Market
 		providers map[string]bool
 		listed    []protocol.MicroUSDC
-		leased    []chargedLease
+		leased    []protocol.MicroUSDC
 	}
 	markets := map[key]*acc{}
 	get := func(k key) *acc {
@@ -110,8 +109,7 @@ func (s *marketStats) compute(now time.Time) (protocol.MarketStats, error) {
 	for _, r := range reports {
 		// Only jobs paid through an escrow hold count: anyone can sign a lease with a
 		// renter of its own, nobody can make the coordinator charge one.
-		h, err := s.ledger.Escrow.GetHold(r.Job)
-		if err != nil || h.State != ledger.HoldCharged || h.Provider != r.Provider {
+		if h, err := s.ledger.Escrow.GetHold(r.Job); err != nil || h.State != ledger.HoldCharged || h.Provider != r.Provider {
 			continue
 		}
 		l, _, err := protocol.OpenLease(r.Lease)
@@ -125,7 +123,7 @@ func (s *marketStats) compute(now time.Time) (protocol.MarketStats, error) {
 		a := get(key{l.Model, regionOf[l.Provider]})
 		a.m.Leases++
 		a.m.LeasedGPUSeconds += int64(rec.GPUs) * rec.Seconds
-		a.leased = append(a.leased, chargedLease{price: l.Price, charge: h.Charge})
+		a.leased = append(a.leased, l.Price)
 	}
 	st := protocol.MarketStats{Version: protocol.SettlementVersion, Coordinator: s.id.String(), IssuedAt: now.UTC(),
 		ExpiresAt: now.UTC().Add(3 * s.cfg.MarketInterval.Duration), WindowSecs: int64(window / time.Second),
@@ -133,7 +131,7 @@ func (s *marketStats) compute(now time.Time) (protocol.MarketStats, error) {
 	for _, a := range markets {
 		a.m.ListedProviders = len(a.providers)
 		a.m.MedianListPrice = protocol.Median(a.listed)
-		a.m.MedianLeasePrice = chargeWeightedMedian(a.leased)
+		a.m.MedianLeasePrice = protocol.Median(a.leased)
 		if supply := int64(a.m.ListedGPUs) * int64(window/time.Second); supply > 0 {
 			a.m.Utilisation = int(min(1000, a.m.LeasedGPUSeconds*1000/supply))
 		} else if a.m.Leases > 0 {
@@ -254,32 +252,4 @@ func (m *Market) RecommendPrice(model, region string) ([]api.PriceAdvice, error)
 		return nil, fmt.Errorf("%w: no market statistics for model %q in region %q", api.ErrNotFound, model, region)
 	}
 	return out, nil
-}
-
-// chargedLease is a lease price with what its job was charged.
-type chargedLease struct {
-	price, charge protocol.MicroUSDC
-}
-
-// chargeWeightedMedian is the lease price at which half of the money charged was charged
-// at that price or less: each lease weighs its charge, so that a provider's thousands of
-// 1-second jobs for a sock-puppet renter (wash jobs, paid only their commission) weigh
-// what they were charged, not one real lease each (security review finding 18).
-func chargeWeightedMedian(leases []chargedLease) protocol.MicroUSDC {
-	if len(leases) == 0 {
-		return 0
-	}
-	s := slices.Clone(leases)
-	slices.SortFunc(s, func(a, b chargedLease) int { return cmp.Compare(a.price, b.price) })
-	var total, sum int64
-	for _, l := range s {
-		total += int64(l.charge)
-	}
-	for _, l := range s {
-		sum += int64(l.charge)
-		if 2*sum >= total {
-			return l.price
-		}
-	}
-	return s[len(s)-1].price
 }
