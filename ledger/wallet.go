@@ -47,6 +47,35 @@ func (s *WalletStore) OwnPayoutSettings() (*protocol.PayoutSettings, error) {
 	return &settings, nil
 }
 
+const keyPendingPayout = "provider/payout-pending"
+
+// PayoutChange is a change of a provider's payout settings asked for from a dashboard
+// session, waiting for [payout] change_delay before it applies: new settings, or Remove
+// (back to config.toml's).
+type PayoutChange struct {
+	Settings    *protocol.PayoutSettings `json:"settings,omitempty"`
+	Remove      bool                     `json:"remove,omitempty"`
+	RequestedAt time.Time                `json:"requested_at"`
+	ApplyAt     time.Time                `json:"apply_at"`
+}
+
+// SetPendingPayout keeps the payout change waiting to apply; nil forgets it.
+func (s *WalletStore) SetPendingPayout(p *PayoutChange) error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		if p == nil {
+			return txn.Delete([]byte(keyPendingPayout))
+		}
+		return putJSON(txn, keyPendingPayout, p)
+	})
+}
+
+// PendingPayoutChange returns the payout change waiting to apply, or ErrNotFound.
+func (s *WalletStore) PendingPayoutChange() (PayoutChange, error) {
+	var p PayoutChange
+	err := s.db.View(func(txn *badger.Txn) error { return getJSON(txn, keyPendingPayout, &p) })
+	return p, err
+}
+
 const prefixOwnDeposit = "wallet/deposit/"
 
 // OwnDeposit is a deposit this node sent, recorded before it is sent so that a crash

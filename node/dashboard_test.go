@@ -215,9 +215,26 @@ func TestDashboardSessions(t *testing.T) {
 	if r := get(tk.URL, cookie, "", "attacker.example"); r.StatusCode != http.StatusForbidden {
 		t.Fatalf("a ticket followed for another host: %d", r.StatusCode)
 	}
-	// (No such job: the output route answers, not the gate.)
-	if r := get(tk.URL, cookie, "", ""); r.StatusCode == http.StatusForbidden || r.StatusCode == http.StatusUnauthorized || !strings.HasPrefix(r.Header.Get("Content-Disposition"), "attachment") {
-		t.Fatalf("a ticket followed with the cookie: %d, %q", r.StatusCode, r.Header.Get("Content-Disposition"))
+	// Another session cannot follow this session's ticket (and spends it doing so).
+	other := get(strings.TrimPrefix(link(), base), nil, "", "")
+	var otherCookie *http.Cookie
+	for _, c := range other.Cookies() {
+		if strings.HasPrefix(c.Name, "gpunex_session_") {
+			otherCookie = c
+		}
+	}
+	if otherCookie == nil || otherCookie.Value == cookie.Value {
+		t.Fatalf("a second session: %+v", otherCookie)
+	}
+	if r := get(tk.URL, otherCookie, "", ""); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("a ticket followed by another session: %d", r.StatusCode)
+	}
+	r = call("POST", "/v1/dashboard/download", cookie, key, "", `{"path":"/v1/jobs/0123456789abcdef/output"}`)
+	json.NewDecoder(r.Body).Decode(&tk)
+	// No such job: the output route answers, not the gate, and its error is no attachment
+	// saved under the tar's name.
+	if r := get(tk.URL, cookie, "", ""); r.StatusCode != http.StatusNotFound || r.Header.Get("Content-Disposition") != "" {
+		t.Fatalf("a ticket of a job with no output: %d, %q", r.StatusCode, r.Header.Get("Content-Disposition"))
 	}
 	if r := get(tk.URL, cookie, "", ""); r.StatusCode != http.StatusForbidden {
 		t.Fatalf("a ticket followed twice: %d", r.StatusCode)

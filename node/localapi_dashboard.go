@@ -33,8 +33,38 @@ func (a *APIServer) serveDownload(w http.ResponseWriter, r *http.Request) {
 	r2 := r.Clone(context.WithValue(r.Context(), ticketKey{}, true))
 	r2.URL.Path, r2.URL.RawPath, r2.RequestURI = path, "", path
 	parts := strings.Split(path, "/")
-	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", parts[3]+"-output.tar"))
-	a.mux.ServeHTTP(w, r2)
+	a.mux.ServeHTTP(&attachment{ResponseWriter: w, name: parts[3] + "-output.tar"}, r2)
+}
+
+// attachment names the answer a file to save only when it is one (200): an error (a job
+// with no output, gone, not this node's) stays a page the browser shows, not an error body
+// saved under the tar's name.
+type attachment struct {
+	http.ResponseWriter
+	name        string
+	wroteHeader bool
+}
+
+func (w *attachment) WriteHeader(code int) {
+	if !w.wroteHeader && code == http.StatusOK {
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", w.name))
+	}
+	w.wroteHeader = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *attachment) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes a streamed tar on as it is written.
+func (w *attachment) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // ticketKey marks a request a download ticket authorized.

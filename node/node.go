@@ -272,6 +272,7 @@ func (n *Node) startMoney(d Deps, as *assembly) (err error) {
 		}
 	}
 	n.wallet = money.NewWallet(as.money, n.settlement)
+	n.wallet.SetAlert(n.alerts.Event)
 	n.renter = jobs.NewRenter(jobs.RenterDeps{Base: n.base(n.log.With("subsystem", "jobs")), Ledger: n.ledger.Jobs,
 		Offers: n.catalogue, Escrow: n.wallet, CheckpointInterval: n.cfg.Jobs.CheckpointInterval.Duration})
 	n.goLoop(func() { n.renter.Meter(as.run) })

@@ -19,7 +19,7 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().String("home", defaultHome(), "node home directory (env GPUNEX_HOME)")
 	root.AddCommand(versionCommand(), initCommand(), nodeCommand(), statusCommand(), offerCommand(),
 		offersCommand(), verifyCommand(), devnetCommand(), applyCommand(), notificationsCommand(), coordinatorCommand(), jobCommand(), gpusCommand(), benchCommand(), scoreCommand(), doctorCommand(), serviceCommand(), maintenanceCommand(), availabilityCommand(), peersCommand(),
-		walletCommand(), earningsCommand(), priceCommand(), auditCommand(), dashboardCommand())
+		walletCommand(), payoutCommand(), earningsCommand(), priceCommand(), auditCommand(), dashboardCommand())
 	return root
 }
 

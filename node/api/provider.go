@@ -128,6 +128,19 @@ type PayoutSettingsView struct {
 	// from the dashboard (DELETE /v1/provider/payout goes back to config.toml).
 	FromConfig bool             `json:"from_config"`
 	Deliveries []PayoutDelivery `json:"deliveries"`
+	// Pending is a change asked for from a dashboard session, waiting for [payout]
+	// change_delay (cancel: DELETE /v1/provider/payout/pending; apply at once: gpunex
+	// payout confirm on the node's terminal); nil when none waits.
+	Pending *PendingPayoutView `json:"pending,omitempty"`
+}
+
+// PendingPayoutView is a payout settings change waiting to apply: new settings, or remove
+// (back to config.toml's [payout]).
+type PendingPayoutView struct {
+	Settings    *protocol.PayoutSettings `json:"settings,omitempty"`
+	Remove      bool                     `json:"remove,omitempty"`
+	RequestedAt time.Time                `json:"requested_at"`
+	ApplyAt     time.Time                `json:"apply_at"`
 }
 
 // PayoutRequest is the body of PUT /v1/provider/payout. Spaces in the IBAN and BIC are

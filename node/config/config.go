@@ -256,6 +256,10 @@ type PayoutConfig struct {
 	AccountName   string `toml:"account_name"`
 	IBAN          string `toml:"iban"`
 	BIC           string `toml:"bic"`
+	// ChangeDelay is how long a change of the payout settings made from a dashboard session
+	// waits before it applies (the operator is alerted and can cancel it meanwhile), unless
+	// confirmed on the node's own terminal (gpunex payout confirm); 0 applies it at once.
+	ChangeDelay Duration `toml:"change_delay"`
 }
 
 // Settings returns the payout settings to sign, or nil when none are configured.

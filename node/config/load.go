@@ -72,6 +72,7 @@ func Defaults(role string) Config {
 			DisputeWindow:   Duration{24 * time.Hour},
 		},
 		Wallet: WalletConfig{Keypair: "wallet.json"},
+		Payout: PayoutConfig{ChangeDelay: Duration{24 * time.Hour}},
 		Alerts: AlertsConfig{ScoreBelow: 60, DiskFreeGB: 10, CertificateDays: 14},
 		Offers: OffersConfig{
 			TTL:           Duration{10 * time.Minute},

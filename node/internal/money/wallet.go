@@ -49,7 +49,13 @@ type Wallet struct {
 	payoutPoke chan struct{}
 	payoutMu   sync.Mutex
 	deliveries map[peer.ID]api.PayoutDelivery
+	// alert tells the operator (a payout settings change applied after its delay); nil
+	// tells nobody.
+	alert func(key, subject, body string)
 }
+
+// SetAlert has the wallet tell the operator through alert.
+func (w *Wallet) SetAlert(alert func(key, subject, body string)) { w.alert = alert }
 
 // NewWallet returns a node's wallet; settlement is the node's own when it is a coordinator.
 func NewWallet(d Deps, settlement *Settlement) *Wallet {
@@ -412,11 +418,16 @@ func (w *Wallet) SetPayoutSettings(ps *protocol.PayoutSettings) error {
 		w.deliveries[c] = api.PayoutDelivery{Coordinator: c.String()}
 	}
 	w.payoutMu.Unlock()
+	w.poke()
+	return nil
+}
+
+// poke wakes PayoutSettingsLoop.
+func (w *Wallet) poke() {
 	select {
 	case w.payoutPoke <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // PayoutSettingsView describes the payout settings in force and where their delivery stands.
@@ -426,6 +437,9 @@ func (w *Wallet) PayoutSettingsView() (api.PayoutSettingsView, error) {
 		return api.PayoutSettingsView{}, err
 	}
 	v := api.PayoutSettingsView{Settings: ps, FromConfig: fromConfig, Deliveries: []api.PayoutDelivery{}}
+	if c, err := w.PendingPayoutChange(); err == nil && c != nil {
+		v.Pending = &api.PendingPayoutView{Settings: c.Settings, Remove: c.Remove, RequestedAt: c.RequestedAt, ApplyAt: c.ApplyAt}
+	}
 	ids, _ := w.cfg.TrustedCoordinators()
 	w.payoutMu.Lock()
 	defer w.payoutMu.Unlock()
@@ -449,6 +463,13 @@ func (w *Wallet) PayoutSettingsLoop(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-w.payoutPoke:
+			case <-w.payoutChangeDue():
+				if c, err := w.ApplyDuePayoutChange(); err != nil {
+					w.log.Warn("payout settings change not applied", "err", err)
+				} else if c != nil && w.alert != nil {
+					w.alert("payout-settings", "Payout settings changed", "The payout settings change asked for from the dashboard at "+
+						c.RequestedAt.Format(time.RFC3339)+" applied: "+DescribePayoutChange(*c))
+				}
 			}
 		}
 		if ctx.Err() != nil {

@@ -52,18 +52,32 @@ export async function payments(main) {
       if (method.value === 'bank') Object.assign(req, { account_name: holder.value, iban: iban.value, bic: bic.value });
       else req.solana_address = addr.value;
       const nv = await api('PUT', '/v1/provider/payout', req);
-      say(payoutOut, okBox('payout_saved'));
+      say(payoutOut, okBox(nv.pending ? 'payout_pending_saved' : 'payout_saved'));
       drawDeliveries(nv);
       await drawPayout();
     }));
     const reset = v.from_config ? null : button('payout_from_config', () => busy(reset, payoutOut, async () => {
       const nv = await api('DELETE', '/v1/provider/payout');
-      say(payoutOut, okBox('payout_reset'));
+      say(payoutOut, okBox(nv.pending ? 'payout_pending_saved' : 'payout_reset'));
       drawDeliveries(nv);
       await drawPayout();
     }), 'danger');
     const now = v.settings ? `${t('method_' + s.method)}, ${t('schedule_' + s.schedule)}: ${s.method === 'bank' ? s.account_name + ' · ' + s.iban : s.solana_address}` : t('no_payout_settings');
-    fill(payout, facts([['paid_to', h('span', { id: 'payout-now' }, now)], ['set_in', t(v.from_config ? 'set_in_config' : 'set_in_dashboard')]]),
+    // A change asked for from a session waits for payout.change_delay: shown with its
+    // cancel button, since whoever took a session would hope it goes unnoticed.
+    const p = v.pending;
+    const ps = (p && p.settings) || {};
+    const pendingWhat = p && (p.remove ? t('payout_pending_remove')
+      : `${t('method_' + ps.method)}, ${t('schedule_' + ps.schedule)}: ${ps.method === 'bank' ? ps.account_name + ' · ' + ps.iban : ps.solana_address}`);
+    const cancel = p ? button('payout_cancel', () => busy(cancel, payoutOut, async () => {
+      const nv = await api('DELETE', '/v1/provider/payout/pending');
+      say(payoutOut, okBox('payout_cancelled'));
+      drawDeliveries(nv);
+      await drawPayout();
+    }), 'danger') : null;
+    const rows = [['paid_to', h('span', { id: 'payout-now' }, now)], ['set_in', t(v.from_config ? 'set_in_config' : 'set_in_dashboard')]];
+    if (p) rows.push(['payout_pending', h('span', { id: 'payout-pending' }, t('payout_pending_what', { what: pendingWhat, when: when(p.apply_at) }), ' ', cancel)]);
+    fill(payout, facts(rows),
       h('div', { class: 'filters' }, field('method', method), field('schedule', schedule)), usdcFields, bankFields, h('p', { class: 'inline' }, save, reset));
     drawDeliveries(v);
   };
