@@ -75,7 +75,7 @@ cross:
 unit:
 	GPUNEX_PACKAGE=$$(ls -t dist/gpunex_*_$(ARCH).deb 2>/dev/null | head -1) \
 	GPUNEX_PACKAGE_ARM64=$$(ls -t dist/gpunex_*_arm64.deb 2>/dev/null | head -1) \
-	GPUNEX_IMAGE=$$(ls -t dist/gpunex_*_$(ARCH).oci.tar 2>/dev/null | head -1) $(GO) test -count=1 -timeout 20m ./...
+	GPUNEX_IMAGE=$$(ls -t dist/gpunex_*_$(ARCH).oci.tar 2>/dev/null | head -1) $(GO) test -count=1 -timeout 40m ./...
 
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
