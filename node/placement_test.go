@@ -44,14 +44,18 @@ func TestJobPlacedByModel(t *testing.T) {
 	elsewhere := provider("0.50", "us-east", 1, Deps{})
 	renter := tn.add(testConfig(config.RoleRenter), nil)
 	model := declaredModel(busy)
-	eventually(t, 10*time.Second, "the four offers found, ranked busy, mute, free in eu-west", func() (bool, string) {
+	// (Each offer benchmarked too: placement passes over offers no fresh attestation
+	// vouches for, and the providers' first runs may still be under way.)
+	eventually(t, 30*time.Second, "the four offers found, benchmarked, ranked busy, mute, free in eu-west", func() (bool, string) {
 		_, all := searchHas(t, renter, elsewhere.ID())
 		rows := search(t, renter, api.SearchFilter{Model: model, Region: "eu-west"})
 		var got []string
+		benchmarked := true
 		for _, r := range rows {
-			got = append(got, fmt.Sprintf("%s %.3f", r.Provider, r.Rank.Merit))
+			got = append(got, fmt.Sprintf("%s %.3f %s", r.Provider, r.Rank.Merit, r.Unbenchmarked))
+			benchmarked = benchmarked && r.Unbenchmarked == ""
 		}
-		return all && len(rows) == 3 && rows[0].Provider == busy.ID().String() && rows[1].Provider == mute.ID().String() &&
+		return all && benchmarked && len(rows) == 3 && rows[0].Provider == busy.ID().String() && rows[1].Provider == mute.ID().String() &&
 			rows[2].Provider == free.ID().String(), strings.Join(got, ", ")
 	})
 	// Every provider requires an escrow hold. The renter's account covers the job that
