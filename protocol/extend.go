@@ -18,16 +18,12 @@ import (
 // prev's by at most maxSeconds (the proposal's max_seconds: each added period is at most
 // what the renter first asked for) and at most MaxJobDuration after the issue.
 func CheckExtension(raw, prevRaw []byte, prev *Lease, maxSeconds int64) (*Lease, error) {
-	env, err := openKind(raw, KindLease)
+	l, signer, err := OpenLease(raw)
 	if err != nil {
 		return nil, err
 	}
-	var l Lease
-	if err := decodePayload(env, JobVersion, &l, func() int { return l.Version }); err != nil {
-		return nil, err
-	}
-	if l.Provider != env.signerText || l.Provider != prev.Provider {
-		return nil, fmt.Errorf("%w: lease signed by %s for provider %s; the job is with %s", ErrWrongSigner, env.Signer, l.Provider, prev.Provider)
+	if l.Provider != signer.String() || l.Provider != prev.Provider {
+		return nil, fmt.Errorf("%w: lease signed by %s for provider %s; the job is with %s", ErrWrongSigner, signer, l.Provider, prev.Provider)
 	}
 	bad := func(format string, args ...any) error { return invalid(KindLease, format, args...) }
 	switch {
@@ -42,5 +38,5 @@ func CheckExtension(raw, prevRaw []byte, prev *Lease, maxSeconds int64) (*Lease,
 	case l.EndsAt.Sub(l.IssuedAt) > MaxJobDuration:
 		return nil, bad("period out of range: a lease lasts at most %s", MaxJobDuration)
 	}
-	return &l, nil
+	return l, nil
 }
