@@ -92,40 +92,27 @@ func followUpload(ctx context.Context, cl *api.Client, name string, w io.Writer,
 func uploadLine(u api.InputProgress) string {
 	switch u.Phase {
 	case "hashing":
-		return fmt.Sprintf("input: hashing %s of %s", bytesText(u.Hashed), bytesText(u.Bytes))
+		return fmt.Sprintf("input: hashing %s of %s", api.BytesText(u.Hashed), api.BytesText(u.Bytes))
 	case "uploading":
 		toSend := u.Bytes - u.Held
-		s := fmt.Sprintf("input: %s of %s sent", bytesText(u.Sent), bytesText(toSend))
+		s := fmt.Sprintf("input: %s of %s sent", api.BytesText(u.Sent), api.BytesText(toSend))
 		if u.Held > 0 {
-			s += fmt.Sprintf(" (%s held by the provider already)", bytesText(u.Held))
+			s += fmt.Sprintf(" (%s held by the provider already)", api.BytesText(u.Held))
 		}
 		if u.Rate > 0 {
-			s += fmt.Sprintf(", %s/s, %s left", bytesText(u.Rate), time.Duration(u.ETASeconds)*time.Second)
+			s += fmt.Sprintf(", %s/s, %s left", api.BytesText(u.Rate), time.Duration(u.ETASeconds)*time.Second)
 		}
 		return s
 	case "done":
-		s := fmt.Sprintf("input: %s at the provider, %s sent", bytesText(u.Bytes), bytesText(u.Sent))
+		s := fmt.Sprintf("input: %s at the provider, %s sent", api.BytesText(u.Bytes), api.BytesText(u.Sent))
 		if u.Held > 0 {
-			s += fmt.Sprintf(", %s it held already", bytesText(u.Held))
+			s += fmt.Sprintf(", %s it held already", api.BytesText(u.Held))
 		}
 		return s
 	case "failed":
 		return "input: failed: " + u.Error
 	}
-	return fmt.Sprintf("input: %s hashed, nothing sent", bytesText(u.Bytes))
-}
-
-// bytesText writes a byte count for people: "512.0 MiB".
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	return fmt.Sprintf("input: %s hashed, nothing sent", api.BytesText(u.Bytes))
 }
 
 // stderrIsTerminal says whether progress may rewrite its line.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -37,4 +38,17 @@ type InputProgress struct {
 func (c *Client) Uploads(ctx context.Context) ([]InputProgress, error) {
 	var v []InputProgress
 	return v, c.Do(ctx, http.MethodGet, "/v1/uploads", nil, &v)
+}
+
+// BytesText writes a byte count for people: "512.0 MiB", "1.5 GiB".
+func BytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }

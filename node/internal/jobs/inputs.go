@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
+	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -84,7 +85,7 @@ func (r *Runner) checkInput(p *protocol.Proposal) error {
 		return jobErr("this provider takes no input data (jobs.max_input_mb = 0): propose without --input")
 	}
 	if p.Input.Bytes > max {
-		return jobErr("an input of %s, this provider takes at most %s", sizeText(p.Input.Bytes), sizeText(max))
+		return jobErr("an input of %s, this provider takes at most %s", api.BytesText(p.Input.Bytes), api.BytesText(max))
 	}
 	return nil
 }
@@ -451,17 +452,4 @@ func minTime(a, b time.Time) time.Time {
 func isTimeout(err error) bool {
 	var ne interface{ Timeout() bool }
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// sizeText writes a byte count for people: "512 MiB", "1.5 GiB".
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

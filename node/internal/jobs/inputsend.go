@@ -125,7 +125,7 @@ func checkOfferInput(so *protocol.SignedOffer, in *protocol.InputRef) error {
 	case max == 0:
 		return api.Conflict(jobErr("provider %s takes no input data (its offer states no largest input: it takes none, or runs a gpunex from before inputs): nothing was sent", so.Signer))
 	case in.Bytes > max:
-		return api.Conflict(jobErr("an input of %s, provider %s takes at most %s: nothing was sent", sizeText(in.Bytes), so.Signer, sizeText(max)))
+		return api.Conflict(jobErr("an input of %s, provider %s takes at most %s: nothing was sent", api.BytesText(in.Bytes), so.Signer, api.BytesText(max)))
 	}
 	return nil
 }
