@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/gpunex/gpunex/node/internal/clock"
@@ -69,11 +68,9 @@ type Coordinator struct {
 	revoked       Revocations
 	apps          Applications
 	applicantNets *p2p.NetworkBudget
-	turnsMu       sync.Mutex
-	turns         map[peer.ID][]time.Time // transfer turns taken in the last hour, per peer
-	// turnsPerHour is the constant of that name (the package's tests, which run many times
-	// a minute, raise it).
-	turnsPerHour int
+	// turns are the transfer turns taken in the last hour, per peer: turnsPerHour each
+	// (the package's tests, which run many times a minute, raise it).
+	turns *p2p.PeerRate
 }
 
 // benchRunsPerMinute bounds the bench-net streams a peer opens in a minute.
@@ -90,7 +87,7 @@ func NewCoordinator(d CoordinatorDeps) *Coordinator {
 	c := &Coordinator{peer: d.Peer, clock: d.Clock, metrics: d.Metrics, trust: d.Trust, models: d.Models,
 		rate: p2p.NewPeerRate(benchRunsPerMinute), bytes: p2p.NewSources(float64(BenchBytesPerHour)/60, 2*protocol.MaxBenchTransfer, 4),
 		minimum: d.Minimum, links: d.Links, log: d.Log, revoked: d.Revocations, apps: d.Applications,
-		applicantNets: p2p.NewNetworkBudget(applicantTurnsPerNetwork/60.0, applicantTurnsPerNetwork), turnsPerHour: turnsPerHour}
+		applicantNets: p2p.NewNetworkBudget(applicantTurnsPerNetwork/60.0, applicantTurnsPerNetwork), turns: p2p.NewPeerRateOver(turnsPerHour, time.Hour)}
 	if c.log == nil {
 		c.log = slog.Default()
 	}

@@ -333,7 +333,7 @@ func (tc *testCoordinator) build(m protocol.HostMinimum) *Coordinator {
 // rationing their streams and turns (a new coordinator's side on the same host).
 func (tc *testCoordinator) setMinimum(m protocol.HostMinimum) {
 	c := tc.build(m)
-	c.rate, c.turnsPerHour = p2p.NewPeerRate(1000), 1000
+	c.rate, c.turns = p2p.NewPeerRate(1000), p2p.NewPeerRateOver(1000, time.Hour)
 	tc.Coordinator = c
 	tc.peer.Handle(protocol.BenchNetProtocol, c.HandleBenchNet)
 }

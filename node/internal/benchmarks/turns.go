@@ -65,25 +65,7 @@ func (c *Coordinator) standingOf(p peer.ID, m protocol.BenchNetMsg) standing {
 const turnsPerHour = 4
 
 // takeTurn records a turn for p at now, unless p had turnsPerHour in the last hour.
-func (c *Coordinator) takeTurn(p peer.ID, now time.Time) bool {
-	c.turnsMu.Lock()
-	defer c.turnsMu.Unlock()
-	if c.turns == nil || len(c.turns) > 100_000 {
-		c.turns = map[peer.ID][]time.Time{} // a flood of identities costs them their history, not our memory
-	}
-	kept := c.turns[p][:0]
-	for _, t := range c.turns[p] {
-		if now.Sub(t) < time.Hour {
-			kept = append(kept, t)
-		}
-	}
-	if len(kept) >= c.turnsPerHour {
-		c.turns[p] = kept
-		return false
-	}
-	c.turns[p] = append(kept, now)
-	return true
-}
+func (c *Coordinator) takeTurn(p peer.ID, now time.Time) bool { return c.turns.Allow(p, now) }
 
 // transferWait is how long a run waits for its turn to transfer. (Tests shorten it.)
 var transferWait = 90 * time.Second

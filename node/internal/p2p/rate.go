@@ -11,16 +11,21 @@ import (
 	manet "github.com/multiformats/go-multiaddr/net"
 )
 
-// PeerRate limits how many requests each peer makes in a sliding minute.
+// PeerRate limits how many requests each peer makes in a sliding window (a minute unless
+// NewPeerRateOver says otherwise).
 type PeerRate struct {
-	mu    sync.Mutex
-	limit int
-	seen  map[peer.ID][]time.Time
+	mu     sync.Mutex
+	limit  int
+	window time.Duration
+	seen   map[peer.ID][]time.Time
 }
 
 // NewPeerRate allows limit requests per peer in any minute.
-func NewPeerRate(limit int) *PeerRate {
-	return &PeerRate{limit: limit, seen: map[peer.ID][]time.Time{}}
+func NewPeerRate(limit int) *PeerRate { return NewPeerRateOver(limit, time.Minute) }
+
+// NewPeerRateOver allows limit requests per peer in any window.
+func NewPeerRateOver(limit int, window time.Duration) *PeerRate {
+	return &PeerRate{limit: limit, window: window, seen: map[peer.ID][]time.Time{}}
 }
 
 // Allow records a request from p at now and reports whether it is within the limit.
@@ -29,7 +34,7 @@ func (r *PeerRate) Allow(p peer.ID, now time.Time) bool {
 	defer r.mu.Unlock()
 	recent := r.seen[p][:0]
 	for _, t := range r.seen[p] {
-		if now.Sub(t) < time.Minute {
+		if now.Sub(t) < r.window {
 			recent = append(recent, t)
 		}
 	}
@@ -41,7 +46,7 @@ func (r *PeerRate) Allow(p peer.ID, now time.Time) bool {
 	if len(r.seen) > 10_000 {
 		// Forget idle peers so that many one-off peers cannot grow the map without bound.
 		for q, ts := range r.seen {
-			if len(ts) == 0 || now.Sub(ts[len(ts)-1]) >= time.Minute {
+			if len(ts) == 0 || now.Sub(ts[len(ts)-1]) >= r.window {
 				delete(r.seen, q)
 			}
 		}
