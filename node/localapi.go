@@ -95,9 +95,13 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 	return a, nil
 }
 
-// serveHTTP is the listener's handler: the security headers on every answer, no caching of
+// serveHTTP is the listener's handler: a job page's host to its job, then the security headers on every answer, no caching of
 // the API, download tickets followed, then the routes.
 func (a *APIServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if job, port, ok := dashboard.PageHost(r.Host); ok && a.n.renter != nil {
+		a.serveJobPage(w, r, job, port) // a job's own page, on its own origin
+		return
+	}
 	dashboard.SecurityHeaders(w.Header())
 	if strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, "/download/") {
 		w.Header().Set("Cache-Control", "no-store") // nothing of the API in a browser's cache

@@ -7,23 +7,27 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
+	"github.com/gpunex/gpunex/node/dashboard"
 )
 
 // A running job's declared ports, reached by its renter through the local API: as raw
-// connections (the tunnel upgrade `gpunex job forward` uses, node/api/tunnel.go), and as
-// HTTP proxied to the job (/v1/jobs/ID/ports/PORT/..., what the dashboard's "Open" link
-// points at; websockets included). Both behind the API's own authorization; each
-// connection is one job tunnel (jobs.Renter.DialPort).
+// connections (the tunnel upgrade `gpunex job forward` uses, node/api/tunnel.go), as HTTP
+// proxied to the job (/v1/jobs/ID/ports/PORT/..., for API clients), and as a job page on
+// an origin of its own (pPORT-JOB.localhost, what the dashboard's "Open" button opens;
+// dashboard/pages.go). Websockets included. Each connection is one job tunnel
+// (jobs.Renter.DialPort).
 
 func (a *APIServer) portRoutes() []apiRoute {
 	return []apiRoute{
 		{pattern: "GET /v1/jobs/{id}/tunnel/{port}", stream: a.jobTunnel},
 		{pattern: "/v1/jobs/{id}/ports/{port}/", stream: a.jobPortProxy},
+		{pattern: "POST /v1/dashboard/open", answer: a.openPage},
 	}
 }
 
@@ -90,14 +94,28 @@ func (a *APIServer) jobPortProxy(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	prefix := fmt.Sprintf("/v1/jobs/%s/ports/%d", id, port)
-	proxy := &httputil.ReverseProxy{
+	a.portProxy(id, port, func(out *http.Request) {
+		out.URL.Path = "/" + strings.TrimPrefix(strings.TrimPrefix(out.URL.Path, prefix), "/")
+		out.URL.RawPath = ""
+		out.Header.Del("Authorization")
+		out.Header.Del("Cookie")
+		out.Header.Set("X-Forwarded-Prefix", prefix)
+	}, func(h http.Header) {
+		// The job's pages are served from the dashboard's origin here: sandboxed, their
+		// scripts run in an origin of their own and reach neither the dashboard's storage
+		// nor its API.
+		h.Add("Content-Security-Policy", jobPageCSP)
+	}).ServeHTTP(w, r)
+	return nil
+}
+
+// portProxy is a reverse proxy to a job's port, each connection a job tunnel; rewrite
+// adapts the request passed on, answer the headers of the job's answer.
+func (a *APIServer) portProxy(id string, port int, rewrite func(*http.Request), answer func(http.Header)) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", port)
-			pr.Out.URL.Path = "/" + strings.TrimPrefix(strings.TrimPrefix(pr.In.URL.Path, prefix), "/")
-			pr.Out.URL.RawPath = ""
-			pr.Out.Header.Del("Authorization")
-			pr.Out.Header.Del("Cookie")
-			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
+			rewrite(pr.Out)
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -105,10 +123,8 @@ func (a *APIServer) jobPortProxy(w http.ResponseWriter, r *http.Request) error {
 			},
 			DisableKeepAlives: true,
 		},
-		// The job's pages are served from the dashboard's origin: sandboxed, their scripts run
-		// in an origin of their own and reach neither the dashboard's storage nor its API.
 		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Add("Content-Security-Policy", jobPageCSP)
+			answer(resp.Header)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -119,6 +135,61 @@ func (a *APIServer) jobPortProxy(w http.ResponseWriter, r *http.Request) error {
 			writeJSON(w, status, map[string]string{"error": err.Error()})
 		},
 	}
-	proxy.ServeHTTP(w, r)
-	return nil
+}
+
+// openPage answers POST /v1/dashboard/open: the one-time URL that opens a running job's
+// port in the session's browser, on the job page's own origin (dashboard/pages.go).
+func (a *APIServer) openPage(r *http.Request) (any, error) {
+	var req api.OpenPageRequest
+	if err := decodeBody(r, 4096, &req); err != nil {
+		return nil, err
+	}
+	if !jobIDPattern.MatchString(req.Job) {
+		return nil, api.Invalid(fmt.Errorf("job %q: 16 hexadecimal digits", req.Job))
+	}
+	if err := a.n.renter.CheckPort(req.Job, req.Port); err != nil {
+		return nil, err
+	}
+	url, err := a.dash.NewPageTicket(r, req.Job, req.Port)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrForbidden, err)
+	}
+	return api.DashboardLink{URL: url}, nil
+}
+
+// jobIDPattern is a job's id as a job page's host names it.
+var jobIDPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// serveJobPage answers every request whose Host names a job page (pPORT-JOB.localhost):
+// its ticket taken at dashboard.PageOpenPath, then the job's own answers, proxied with the
+// path unchanged, for a browser holding that page's cookie. The dashboard's headers are
+// not set: the page is the job's, on an origin that holds nothing of the node's.
+func (a *APIServer) serveJobPage(w http.ResponseWriter, r *http.Request, id string, port int) {
+	code := http.StatusOK
+	defer func() { a.n.metrics.APIRequests.WithLabelValues("job page", strconv.Itoa(code)).Inc() }()
+	refuse := func(why string) {
+		code = http.StatusForbidden
+		w.Header().Set("Content-Security-Policy", "default-src 'none'")
+		w.Header().Set("Cache-Control", "no-store")
+		http.Error(w, why, code)
+	}
+	if r.URL.Path == dashboard.PageOpenPath {
+		if !a.dash.OpenPage(w, r, id, port) {
+			refuse("this link was used, has expired, or is not for this page: open the port again from the dashboard")
+			return
+		}
+		// A refresh to the job's root: a navigation of this host, which sends the cookie just
+		// set (a redirect would still count as the dashboard's navigation).
+		w.Header().Set("Content-Security-Policy", "default-src 'none'")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><meta http-equiv="refresh" content="0;url=/"><title>gpunex</title>`)
+		return
+	}
+	if !a.dash.PageAuthorized(r, id, port) {
+		refuse("open this job's port from the node's dashboard (Jobs, then Open)")
+		return
+	}
+	a.portProxy(id, port, func(out *http.Request) { a.dash.StripPageCookie(out.Header) }, func(http.Header) {}).ServeHTTP(w, r)
 }

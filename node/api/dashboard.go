@@ -37,3 +37,10 @@ func (c *Client) DashboardLink(ctx context.Context) (DashboardLink, error) {
 type DownloadRequest struct {
 	Path string `json:"path"`
 }
+
+// OpenPageRequest is the body of POST /v1/dashboard/open: the running job and the port
+// whose page the session's browser opens (answered with a DashboardLink).
+type OpenPageRequest struct {
+	Job  string `json:"job"`
+	Port int    `json:"port"`
+}

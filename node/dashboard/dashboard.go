@@ -70,6 +70,9 @@ type Server struct {
 	links    map[string]time.Time // link code → expiry
 	sessions map[string]session   // by the SHA-256 of the cookie's value
 	tickets  map[string]ticket    // download ticket → what it opens
+	// pageTickets and pages are the job pages asked for and opened (pages.go).
+	pageTickets map[string]pageTicket
+	pages       map[string]page // by the SHA-256 of the page cookie's value
 
 	index []byte // the page holds no secret and no per-session data: the same bytes for all
 	login *template.Template
@@ -85,6 +88,7 @@ func New(addr, store string) *Server {
 	s := &Server{
 		now: time.Now, cookie: "gpunex_session_" + port, store: store,
 		links: map[string]time.Time{}, sessions: map[string]session{}, tickets: map[string]ticket{},
+		pageTickets: map[string]pageTicket{}, pages: map[string]page{},
 		index: must(fs.ReadFile(files, "index.html")),
 		login: template.Must(template.ParseFS(files, "login.html")),
 		files: files,
@@ -124,6 +128,26 @@ func (s *Server) save() {
 	}
 }
 
+// dropExpired removes the entries of m past their expiry.
+func dropExpired[V any](m map[string]V, now time.Time, expires func(V) time.Time) {
+	for k, v := range m {
+		if now.After(expires(v)) {
+			delete(m, k)
+		}
+	}
+}
+
+// dropFirstExpiring removes the entry of m that expires first, to make room.
+func dropFirstExpiring[V any](m map[string]V, expires func(V) time.Time) {
+	var first string
+	for k, v := range m {
+		if first == "" || expires(v).Before(expires(m[first])) {
+			first = k
+		}
+	}
+	delete(m, first)
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
@@ -137,11 +161,7 @@ func (s *Server) NewLink() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	for c, exp := range s.links {
-		if now.After(exp) {
-			delete(s.links, c)
-		}
-	}
+	dropExpired(s.links, now, func(exp time.Time) time.Time { return exp })
 	s.links[code] = now.Add(LinkTTL)
 	return "/login?code=" + code
 }
@@ -184,11 +204,7 @@ func (s *Server) NewTicket(r *http.Request, path string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	for k, t := range s.tickets {
-		if now.After(t.expires) {
-			delete(s.tickets, k)
-		}
-	}
+	dropExpired(s.tickets, now, func(t ticket) time.Time { return t.expires })
 	if len(s.tickets) >= maxTickets {
 		return "", errors.New("too many downloads waiting: follow or let expire those asked for")
 	}
@@ -222,13 +238,7 @@ func (s *Server) newSession() (id string, sess session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.sessions) >= maxSessions {
-		var oldest string
-		for k, v := range s.sessions {
-			if oldest == "" || v.Expires.Before(s.sessions[oldest].Expires) {
-				oldest = k
-			}
-		}
-		delete(s.sessions, oldest)
+		dropFirstExpiring(s.sessions, func(v session) time.Time { return v.Expires })
 	}
 	s.sessions[cookieID(id)] = sess
 	s.save()

@@ -264,6 +264,13 @@ func (r *Renter) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 	return &tunnelConn{Stream: s, in: in, port: port}, nil
 }
 
+// CheckPort says whether a tunnel to the job's port may be asked for now: a job this node
+// rented, running, that declared the port (the dashboard checks before it opens a page).
+func (r *Renter) CheckPort(id string, port int) error {
+	_, _, err := r.tunnelTarget(id, port)
+	return err
+}
+
 // tunnelTarget returns a job this node rented, running and declaring port, and its
 // provider.
 func (r *Renter) tunnelTarget(id string, port int) (ledger.Job, peer.ID, error) {

@@ -58,9 +58,18 @@ function jobDetail(box, id) {
       if (passed.length) rows.push(['passed_over', passed.map((a) => `${a.offer} (${t('outcome_' + a.outcome)}: ${a.error || ''})`).join('; ')]);
     }
     if (j.input) rows.push(['input', h('span', { id: 'job-input' }, inputProgress(j.input))]);
-    // The ports the job serves its renter: reached from the renter's loopback while it runs.
+    // The ports the job serves its renter, reached while it runs: opened in a new tab on
+    // an origin of the job's own (pPORT-JOB.localhost, through a one-time ticket), or
+    // forwarded to the renter's loopback from a terminal.
     if (j.side === 'renter' && j.ports && j.ports.length) {
-      rows.push(['ports', h('span', { id: 'job-ports' }, j.ports.flatMap((p, i) => [i ? ' ' : null, h('code', {}, `gpunex job forward ${j.id} ${p}`)]))]);
+      rows.push(['ports', h('span', { id: 'job-ports' }, j.ports.flatMap((p, i) => {
+        const open = j.state === 'running' ? button('open_port', () => busy(open, out, async () => {
+          const tk = await api('POST', '/v1/dashboard/open', { job: j.id, port: p });
+          window.open(tk.url, '_blank', 'noopener');
+        })) : null;
+        if (open) open.dataset.port = String(p);
+        return [i ? ' ' : null, h('strong', {}, String(p)), ' ', open, ' ', h('code', {}, `gpunex job forward ${j.id} ${p}`)];
+      }))]);
     }
     if (j.metered_seconds) rows.push(['metered', t('metered_seconds', { seconds: j.metered_seconds })]);
     if (j.state === 'ended') {
