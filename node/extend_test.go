@@ -23,7 +23,8 @@ import (
 // longer lease is refused, and its job ends at the first lease's end; a stranger can extend
 // neither the job nor its hold; an extension outside the provider's availability is
 // refused; a funded extension before the lease's end lets the job run past it, to its own
-// end, and its receipt charges the whole run, more than the first hold.
+// end, and its receipt charges the whole run, more than the first hold, countersigned by a
+// follower that started before the extension.
 func TestLeaseExtension(t *testing.T) {
 	if testing.Short() {
 		t.Skip("containerd")
@@ -83,6 +84,17 @@ func TestLeaseExtension(t *testing.T) {
 	// Funded now; the provider's availability closed, then open again.
 	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "second", Renter: renter.ID().String(), Amount: 100_000_000})
 	long := run(12)
+	// Followed from before the extension, as `gpunex job run` does: the receipt, which
+	// follows from the extended lease, is still taken and countersigned.
+	type followed struct {
+		v   api.JobView
+		err error
+	}
+	follow := make(chan followed, 1)
+	go func() {
+		v, err := renter.renter.JobLogs(ctx, long.ID, true, io.Discard)
+		follow <- followed{v, err}
+	}()
 	closedDay := time.Now().UTC().Add(72 * time.Hour).Weekday().String()[:3]
 	if _, err := prov.publisher.SetAvailability(ctx, &ledger.Availability{Timezone: "UTC", Windows: []string{strings.ToLower(closedDay) + " 00:00-01:00"}}); err != nil {
 		t.Fatal(err)
@@ -100,7 +112,8 @@ func TestLeaseExtension(t *testing.T) {
 	if want := long.EndsAt.Add(lease * time.Second); !v.EndsAt.Equal(want) {
 		t.Fatalf("the lease ends at %s, want %s", v.EndsAt, want)
 	}
-	final, err = renter.renter.JobLogs(ctx, long.ID, true, io.Discard)
+	f := <-follow
+	final, err = f.v, f.err
 	if err != nil || final.State != "ended" || final.ExitReason != "exited" || final.Seconds <= lease || !final.Countersign {
 		t.Fatalf("the extended job: %+v %v", final, err)
 	}

@@ -19,6 +19,11 @@ import (
 // keeps both. A receipt charging more than was observed is not countersigned: the renter
 // signs a dispute stating what it observed and sends it to the coordinator instead.
 func (r *Renter) takeReceipt(ctx context.Context, j ledger.Job, raw []byte) (ledger.Job, error) {
+	// The job as it is now: a follower that loaded it before an extension holds the old
+	// lease, and the receipt follows from the new one.
+	if cur, err := r.renterJob(j.ID); err == nil {
+		j = cur
+	}
 	if len(j.ReceiptCountersig) > 0 || len(j.Dispute) > 0 {
 		return j, nil
 	}
