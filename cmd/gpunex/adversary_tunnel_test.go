@@ -60,6 +60,8 @@ var (
 	floodOpened0       float64
 )
 
+// tunnelScenarios: tunnel-flood comes after tunnel-hog, whose job it attacks and its renter
+// fetches from (run alone, it starts the job itself, and its first honest fetches fail).
 func tunnelScenarios() []scenario {
 	return []scenario{tunnelHogScenario(), tunnelFloodScenario()}
 }
