@@ -301,7 +301,9 @@ func TestAdversary(t *testing.T) {
 	t.Cleanup(func() { dev.Process.Signal(os.Interrupt); dev.Wait() })
 	e := newAdvEnv(t, f)
 	var rows []advRow
-	for _, sc := range append(append(adversaryScenarios(), inputScenarios()...), execScenarios()...) { // data in, shells: adversary_input_test.go, adversary_exec_test.go
+	// Data in, shells, job tunnels: adversary_input_test.go, adversary_exec_test.go, adversary_tunnel_test.go.
+	scenarios := append(append(append(adversaryScenarios(), inputScenarios()...), execScenarios()...), tunnelScenarios()...)
+	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) { rows = append(rows, e.run(t, sc)) })
 	}
 	var b strings.Builder
