@@ -7,9 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,18 +68,5 @@ func execScenarios() []scenario {
 // execSessions reads gpunex_job_sessions_total{kind="exec",outcome} from a node's metrics.
 func execSessions(t *testing.T, e *advEnv, name, outcome string) float64 {
 	t.Helper()
-	resp, err := http.Get(e.nodes[name].API + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	prefix := `gpunex_job_sessions_total{kind="exec",outcome="` + outcome + `"} `
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
+	return nodeMetric(t, e, name, `gpunex_job_sessions_total{kind="exec",outcome="`+outcome+`"}`)
 }

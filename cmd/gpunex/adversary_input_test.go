@@ -12,8 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -283,18 +281,5 @@ func hostileInput(ctx context.Context, t *testing.T, a *attacker, e *advEnv, tri
 // inputBytes reads a node's gpunex_job_input_bytes_total{outcome} from its /metrics.
 func inputBytes(t *testing.T, e *advEnv, name, outcome string) float64 {
 	t.Helper()
-	resp, err := http.Get(e.nodes[name].API + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	prefix := `gpunex_job_input_bytes_total{outcome="` + outcome + `"} `
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
+	return nodeMetric(t, e, name, `gpunex_job_input_bytes_total{outcome="`+outcome+`"}`)
 }
