@@ -80,6 +80,9 @@ func (c *Config) checkOffers() (errs []error) {
 	if c.Offers.SearchTimeout.Duration <= 0 {
 		errs = append(errs, errors.New("offers.search_timeout must be positive"))
 	}
+	if c.Offers.WarmSearch.Duration <= 0 || c.Offers.WarmSearch.Duration > c.Offers.SearchTimeout.Duration {
+		errs = append(errs, fmt.Errorf("offers.warm_search %s: must be positive and at most offers.search_timeout (%s)", c.Offers.WarmSearch, c.Offers.SearchTimeout))
+	}
 	if _, err := c.TrustedCoordinators(); err != nil {
 		errs = append(errs, err)
 	}

@@ -402,6 +402,10 @@ type OffersConfig struct {
 	TTL           Duration `toml:"ttl"`            // validity of each announced offer
 	Republish     Duration `toml:"republish"`      // re-announce interval; must be well under ttl
 	SearchTimeout Duration `toml:"search_timeout"` // how long a search queries the DHT
+	// WarmSearch is how long a search whose book follows gossip waits for the DHT walk:
+	// the walk only adds what gossip missed, and what it fetches later is in the book for
+	// the next search.
+	WarmSearch Duration `toml:"warm_search"`
 }
 
 // ProviderConfig declares what a provider sells.

@@ -286,6 +286,9 @@ ttl = "{{.Offers.TTL}}"
 republish = "{{.Offers.Republish}}"
 # How long a search waits for DHT answers.
 search_timeout = "{{.Offers.SearchTimeout}}"
+# How long a search waits for the DHT when this node's offer book follows gossip (it
+# already holds the network's offers): what the DHT adds later is there for the next one.
+warm_search = "{{.Offers.WarmSearch}}"
 
 [trust]
 # Peer IDs of the coordinators whose certificates this node accepts: offers without a

@@ -78,6 +78,7 @@ func Defaults(role string) Config {
 			TTL:           Duration{10 * time.Minute},
 			Republish:     Duration{3 * time.Minute},
 			SearchTimeout: Duration{3 * time.Second},
+			WarmSearch:    Duration{500 * time.Millisecond},
 		},
 	}
 	if role == RoleProvider {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -55,6 +56,9 @@ type Catalogue struct {
 	// served to each peer and network.
 	syncSlots chan struct{}
 	syncs     *p2p.Sources
+	// findProviders walks the DHT for the providers under a key (the peer's; a test's slow
+	// walk).
+	findProviders func(context.Context, cid.Cid) <-chan peer.AddrInfo
 	// ownRevoked is called when this node's own certificate is revoked (a provider stops
 	// publishing); set with OnOwnRevocation.
 	ownRevoked func()
@@ -65,8 +69,9 @@ func New(d Deps) *Catalogue {
 	return &Catalogue{
 		peer: d.Peer, id: d.Peer.ID, book: d.Book, trust: d.Trust, metrics: d.Metrics, log: d.Log,
 		clock: d.Clock, cfg: d.Offers, boot: d.Bootstrap, scores: d.Scores,
-		syncSlots: make(chan struct{}, maxSyncServing),
-		syncs:     p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4),
+		syncSlots:     make(chan struct{}, maxSyncServing),
+		syncs:         p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4),
+		findProviders: d.Peer.FindProviders,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/node/api"
@@ -234,7 +235,6 @@ type SearchStats struct {
 // SearchMeasured is Search with the figures of where its offers came from (benchmarks).
 func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]api.OfferRow, SearchStats, error) {
 	var st SearchStats
-	var mu sync.Mutex
 	start := time.Now()
 	defer func() { c.metrics.Searches.Observe(time.Since(start).Seconds()) }()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.SearchTimeout.Duration)
@@ -249,6 +249,7 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	}
 	if c.peer.RoutingTableSize() > 0 {
 		stale := c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
+		walk, fetch, fetched := ctx, ctx, func() {}
 		if c.clock.Now().Sub(c.book.lastSynced()) > stale {
 			// Gossip may have missed offers (this node just joined, or was away): catch up
 			// from peers first, so that the DHT phase only fetches what they lacked.
@@ -257,34 +258,17 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 			c.SyncOffers(sctx)
 			scancel()
 			st.Sync = time.Since(t)
+		} else {
+			// Warm: the book follows gossip and the walk only adds what gossip missed, so
+			// the search waits for it WarmSearch at most. The offers it found are fetched
+			// all the same, into the book for the next search, within SearchTimeout.
+			var cancelWalk context.CancelFunc
+			walk, cancelWalk = context.WithTimeout(ctx, c.cfg.WarmSearch.Duration)
+			defer cancelWalk()
+			fetch, fetched = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SearchTimeout.Duration)
 		}
 		t := time.Now()
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
-		for ai := range c.peer.FindProviders(ctx, key) {
-			if ai.ID == c.id {
-				continue
-			}
-			st.Found++
-			so, at := c.book.Get(ai.ID)
-			if so != nil && c.clock.Now().Sub(at) < stale {
-				continue // gossip keeps this one current
-			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func(ai peer.AddrInfo) {
-				defer func() { <-sem; wg.Done() }()
-				ok := c.fetchOffer(ctx, ai)
-				mu.Lock()
-				if ok {
-					st.Fetched++
-				} else {
-					st.Failed++
-				}
-				mu.Unlock()
-			}(ai)
-		}
-		wg.Wait()
+		st.Found, st.Fetched, st.Failed = c.walkOffers(walk, fetch, fetched, key, stale)
 		st.DHT = time.Since(t)
 	}
 
@@ -307,6 +291,54 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	SortRows(f, rows)
 	c.log.Debug("search", "dht_providers", st.Found, "fetched", st.Fetched, "fetch_failed", st.Failed, "sync", st.Sync, "dht", st.DHT, "rows", len(rows), "took", time.Since(start))
 	return rows, st, nil
+}
+
+// walkOffers fetches the offers of the providers the DHT names under key that gossip did
+// not keep current (not heard from for stale). The walk and the wait for the fetches end
+// with walk; each fetch ends with fetch, which may outlive walk (a warm search's late
+// fetches fill the book for the next search); done is called once every fetch is over. It
+// returns the providers named, and the fetches done and failed by the time the wait ended.
+func (c *Catalogue) walkOffers(walk, fetch context.Context, done func(), key cid.Cid, stale time.Duration) (found, fetched, failed int) {
+	var mu sync.Mutex
+	var ok, bad int
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for ai := range c.findProviders(walk, key) {
+		if ai.ID == c.id {
+			continue
+		}
+		found++
+		so, at := c.book.Get(ai.ID)
+		if so != nil && c.clock.Now().Sub(at) < stale {
+			continue // gossip keeps this one current
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-walk.Done():
+			continue // the channel closes: the walk is over
+		}
+		wg.Add(1)
+		go func(ai peer.AddrInfo) {
+			defer func() { <-sem; wg.Done() }()
+			got := c.fetchOffer(fetch, ai)
+			mu.Lock()
+			defer mu.Unlock()
+			if got {
+				ok++
+			} else {
+				bad++
+			}
+		}(ai)
+	}
+	over := make(chan struct{})
+	go func() { wg.Wait(); done(); close(over) }()
+	select {
+	case <-over:
+	case <-walk.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return found, ok, bad
 }
 
 // fetchOffer gets a provider's offer record into the book: from the provider itself over

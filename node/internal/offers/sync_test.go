@@ -3,9 +3,13 @@ package offers
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -78,5 +82,74 @@ func TestOfferStream(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(renter.metrics.RecordsAccepted.WithLabelValues("offer", "stream")); n != 1 {
 		t.Fatalf("offers taken from the stream: %v", n)
+	}
+}
+
+// TestWarmSearchDoesNotWaitForTheWalk: a renter whose book follows gossip answers a search
+// from its book without waiting for a DHT walk that does not end; a provider the walk named
+// before the warm budget passed is fetched all the same, and a later search shows it. A
+// renter whose book is cold waits for the walk and its fetches, up to search_timeout.
+func TestWarmSearchDoesNotWaitForTheWalk(t *testing.T) {
+	prov, renter := newWorld(t), newWorld(t)
+	pub := newPublisher(t, prov, []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 4}})
+	prov.peer.Handle(protocol.OfferProtocol, pub.HandleOfferStream)
+	if _, err := pub.SetPrice(context.Background(), "L4-24GB", 1_300_000); err != nil {
+		t.Fatal(err)
+	}
+	renter.connect(prov)
+	for deadline := time.Now().Add(10 * time.Second); renter.peer.RoutingTableSize() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the provider never entered the renter's routing table")
+		}
+	}
+	// A walk that names the provider at once, then never ends.
+	renter.cat.findProviders = func(ctx context.Context, _ cid.Cid) <-chan peer.AddrInfo {
+		ch := make(chan peer.AddrInfo)
+		go func() {
+			defer close(ch)
+			select {
+			case ch <- peer.AddrInfo{ID: prov.peer.ID, Addrs: prov.peer.Host.Addrs()}:
+			case <-ctx.Done():
+				return
+			}
+			<-ctx.Done()
+		}()
+		return ch
+	}
+	renter.cat.cfg.SearchTimeout.Duration = time.Hour // a walk that is waited for never ends
+	renter.cat.cfg.WarmSearch.Duration = 50 * time.Millisecond
+	renter.book.markSynced(renter.clock.Now()) // warm: it follows gossip
+
+	search := func() []api.OfferRow {
+		t.Helper()
+		got := make(chan []api.OfferRow, 1)
+		go func() {
+			rows, _ := renter.cat.Search(context.Background(), api.SearchFilter{Unbenchmarked: true})
+			got <- rows
+		}()
+		select {
+		case rows := <-got:
+			return rows
+		case <-time.After(30 * time.Second):
+			t.Fatal("a warm search waited for a DHT walk that does not end")
+			return nil
+		}
+	}
+	search()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if rows := search(); len(rows) == 1 && rows[0].Provider == prov.peer.ID.String() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the offer the walk named was never fetched into the book")
+		}
+	}
+
+	// Cold: the walk and its fetches are waited for, up to search_timeout; the offer is in
+	// this very search.
+	renter.book.Reset()
+	renter.cat.cfg.SearchTimeout.Duration = 300 * time.Millisecond
+	if rows := search(); len(rows) != 1 {
+		t.Fatalf("a cold search: %d offers, want the provider's the walk named", len(rows))
 	}
 }
