@@ -97,9 +97,42 @@ type reachability struct {
 func (r *reachability) watch(ctx context.Context, p *Peer) {
 	onEvent(ctx, p, func(e event.EvtLocalReachabilityChanged) {
 		r.mu.Lock()
+		defer r.mu.Unlock()
+		if e.Reachability == network.ReachabilityUnknown && r.state == network.ReachabilityUnknown {
+			return // relayIfUnknown's nudge: nothing was learnt
+		}
 		r.state, r.since = e.Reachability, time.Now()
-		r.mu.Unlock()
 	})
+}
+
+// UnknownReachabilityWait is how long a node that takes relay slots waits for AutoNAT's
+// verdict before it takes them anyway. AutoNAT servers do not dial back private addresses,
+// so a node behind a NAT whose both sides use private ranges (a company network,
+// carrier-grade NAT) never hears it is private; without slots no renter reaches it.
+const UnknownReachabilityWait = 30 * time.Second
+
+// relayIfUnknown waits, then, if AutoNAT has said nothing yet, tells the host's AutoRelay
+// that reachability is unknown, which has it take reservations on the static relays (the
+// node's coordinators). The relay addresses are announced besides the direct ones while no
+// direct address is confirmed reachable (AutoNAT v2); a later verdict of AutoNAT wins.
+func (r *reachability) relayIfUnknown(ctx context.Context, p *Peer, wait time.Duration) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(wait):
+	}
+	r.mu.Lock()
+	unknown := r.state == network.ReachabilityUnknown
+	r.mu.Unlock()
+	if !unknown {
+		return
+	}
+	em, err := p.Host.EventBus().Emitter(new(event.EvtLocalReachabilityChanged))
+	if err != nil {
+		return
+	}
+	defer em.Close()
+	em.Emit(event.EvtLocalReachabilityChanged{Reachability: network.ReachabilityUnknown})
 }
 
 // onEvent calls f with each event of type E the host emits, until ctx ends.

@@ -5,6 +5,7 @@ package p2p
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,7 +48,10 @@ type Options struct {
 	// the relay a public node serves.
 	Reachability   string
 	TakeRelaySlots bool
-	Relay          Relay
+	// RelayIfUnknownAfter is how long a node in "auto" that takes relay slots waits for
+	// AutoNAT before it takes them anyway (0: UnknownReachabilityWait).
+	RelayIfUnknownAfter time.Duration
+	Relay               Relay
 	// MaxPeers is the connection manager's high water mark (low: three quarters of it);
 	// 0: libp2p's default (192).
 	MaxPeers int
@@ -136,6 +140,9 @@ func New(o Options) (_ *Peer, err error) {
 	p.reach.watch(ctx, p)
 	if p.ownsHost && o.TakeRelaySlots {
 		go p.closeIdleRelayedLoop(ctx)
+		if o.Reachability != "public" && o.Reachability != "private" && len(o.Bootstrap) > 0 {
+			go p.reach.relayIfUnknown(ctx, p, cmp.Or(o.RelayIfUnknownAfter, UnknownReachabilityWait))
+		}
 	}
 	p.ps, err = pubsub.NewGossipSub(ctx, p.Host, append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
