@@ -259,6 +259,7 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 	n.peer.Handle(protocol.OfferSyncProtocol, n.catalogue.HandleSyncStream)
 	n.peer.Handle(protocol.ModelsSyncProtocol, n.models.HandleSync)
 	n.peer.Handle(protocol.RevocationSyncProtocol, n.catalogue.HandleRevocationSync)
+	n.peer.Handle(protocol.ScoreSyncProtocol, n.catalogue.HandleScoreSync)
 	return nil
 }
 

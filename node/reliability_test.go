@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
@@ -156,5 +158,29 @@ func TestProviderHistory(t *testing.T) {
 	var bad map[string]any
 	if err := cl.Do(context.Background(), "GET", "/v1/provider/history?days=900", nil, &bad); err == nil || !strings.Contains(err.Error(), "1 to 180") {
 		t.Fatalf("days=900: %v", err)
+	}
+}
+
+// TestScoresSyncAtJoin: a renter that joins after the provider was scored takes the score
+// records from its peers at once (the score sync), as it does the offers, rather than
+// waiting for the coordinator's next publication; a search ranks the provider by it.
+func TestScoresSyncAtJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node network test")
+	}
+	tn, prov, renter := scoredNet(t)
+	eventually(t, 15*time.Second, "the first renter holds a score", func() (bool, string) {
+		return renter.scores.Score(prov.ID(), tn.boot.ID()) != nil, ""
+	})
+	late := tn.add(testConfig(config.RoleRenter), nil)
+	eventually(t, 15*time.Second, "the renter that joined took scores from a sync", func() (bool, string) {
+		n := testutil.ToFloat64(late.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindScore), "sync"))
+		return n >= 1 && late.scores.Score(prov.ID(), tn.boot.ID()) != nil, fmt.Sprintf("%v from a sync", n)
+	})
+	rows := search(t, late, api.SearchFilter{Unbenchmarked: true})
+	for _, r := range rows {
+		if r.Provider == prov.ID().String() && r.Score == nil {
+			t.Fatalf("the renter that joined lists the provider without its score: %+v", r)
+		}
 	}
 }

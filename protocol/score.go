@@ -115,6 +115,14 @@ const (
 	UptimeProtocol = "/gpunex/uptime/1.0.0"
 	// ScoresTopic is the gossipsub topic of score records.
 	ScoresTopic = "/gpunex/scores/1"
+	// ScoreSyncProtocol hands a joining node every valid score record a peer holds, so that
+	// it ranks providers by their scores at once rather than after the next publication
+	// (up to a coordinator's publish interval). As the offer sync: the client closes its
+	// write side, the server writes each record length-prefixed (at most MaxSyncScores)
+	// and closes; each is checked as if it came by gossip.
+	ScoreSyncProtocol = "/gpunex/score-sync/1.0.0"
+	// MaxSyncScores caps one score sync answer (at most 160 MiB of records).
+	MaxSyncScores = 40_000
 	// ScoreVersion is the payload version of uptime proofs and score records.
 	ScoreVersion = 1
 	// MaxUptimeProofSize and MaxScoreSize cap their envelopes.

@@ -24,8 +24,8 @@ func Spoken() Versions {
 		KindEscrowHold: SettlementVersion, KindPayoutSettings: SettlementVersion, KindPayoutBatch: SettlementVersion,
 		KindMarketStats: SettlementVersion, KindModelCatalogue: ModelsVersion,
 	},
-		Streams: []string{OfferProtocol, OfferSyncProtocol, RevocationSyncProtocol, ModelsSyncProtocol, ApplyProtocol, NotifyProtocol,
-			JobProtocol, JobControlProtocol, JobTunnelProtocol, JobReportProtocol, HoldReleaseProtocol, WalletProtocol, UptimeProtocol,
+		Streams: []string{OfferProtocol, OfferSyncProtocol, RevocationSyncProtocol, ScoreSyncProtocol, ModelsSyncProtocol, ApplyProtocol, NotifyProtocol,
+			JobProtocol, JobControlProtocol, JobTunnelProtocol, JobExecProtocol, JobInputProtocol, JobReportProtocol, HoldReleaseProtocol, WalletProtocol, UptimeProtocol,
 			BenchNetProtocol, BenchChallengeProtocol},
 		Topics: []string{OffersTopic, RevocationsTopic, ScoresTopic, MarketTopic, ModelsTopic},
 	}

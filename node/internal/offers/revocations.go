@@ -75,11 +75,58 @@ func (c *Catalogue) HandleRevocationSync(s network.Stream) {
 	}
 }
 
+// HandleScoreSync writes every valid score record this node holds.
+func (c *Catalogue) HandleScoreSync(s network.Stream) {
+	defer s.Close()
+	if c.scores == nil {
+		s.Reset()
+		return
+	}
+	release, ok := c.admitSync(s) // shares the offer sync's bounds
+	if !ok {
+		s.Reset()
+		return
+	}
+	defer release()
+	s.SetDeadline(time.Now().Add(30 * time.Second))
+	w := bufio.NewWriter(s)
+	for i, raw := range c.scores.Records() {
+		if i == protocol.MaxSyncScores {
+			break
+		}
+		if err := protocol.WriteFrame(w, raw); err != nil {
+			s.Reset()
+			return
+		}
+	}
+	if err := w.Flush(); err != nil {
+		s.Reset()
+	}
+}
+
+// syncScores reads a peer's score records into the score book: a joining node ranks
+// providers by their scores at once. A peer of a release without the protocol refuses the
+// stream; the scores then come by gossip.
+func (c *Catalogue) syncScores(ctx context.Context, p peer.ID) error {
+	if c.scores == nil {
+		return nil
+	}
+	return c.readSync(ctx, p, protocol.ScoreSyncProtocol, protocol.KindScore, protocol.MaxSyncScores, protocol.MaxScoreSize,
+		func(raw []byte) { c.scores.Take(raw, "sync") })
+}
+
 // syncRevocations reads a peer's revocations.
 func (c *Catalogue) syncRevocations(ctx context.Context, p peer.ID) error {
+	return c.readSync(ctx, p, protocol.RevocationSyncProtocol, protocol.KindRevocation, protocol.MaxSyncRevocations, protocol.MaxRevocationSize,
+		func(raw []byte) { c.TakeRevocation(raw, "sync") })
+}
+
+// readSync reads a sync answer of a peer on proto: at most max records of kind, each at
+// most size bytes, each handed to take; a frame over the bounds ends it, counted.
+func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, kind protocol.Kind, max, size int, take func([]byte)) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s, err := c.peer.OpenStream(ctx, p, protocol.RevocationSyncProtocol)
+	s, err := c.peer.OpenStream(ctx, p, proto)
 	if err != nil {
 		return err
 	}
@@ -89,17 +136,17 @@ func (c *Catalogue) syncRevocations(ctx context.Context, p peer.ID) error {
 	}
 	s.CloseWrite()
 	r := bufio.NewReader(s)
-	for i := 0; i < protocol.MaxSyncRevocations; i++ {
+	for i := 0; i < max; i++ {
 		if _, err := r.Peek(1); err == io.EOF {
 			return nil
 		}
-		raw, err := protocol.ReadFrame(r, protocol.MaxRevocationSize)
+		raw, err := protocol.ReadFrame(r, size)
 		if err != nil {
 			s.Reset()
-			c.metrics.RecordsRejected.WithLabelValues(string(protocol.KindRevocation), "sync", protocol.Reason(err)).Inc()
+			c.metrics.RecordsRejected.WithLabelValues(string(kind), "sync", protocol.Reason(err)).Inc()
 			return err
 		}
-		c.TakeRevocation(raw, "sync")
+		take(raw)
 	}
 	return nil
 }

@@ -144,6 +144,16 @@ func (s scoreBook) Score(p, by peer.ID) *protocol.SignedScore {
 	return nil
 }
 
+func (s scoreBook) Records() [][]byte {
+	var out [][]byte
+	for _, sc := range s {
+		out = append(out, sc.Raw)
+	}
+	return out
+}
+
+func (s scoreBook) Take([]byte, string) error { return errors.New("a fixed score book takes nothing") }
+
 // TestSearchFromTheBook: a node alone (no DHT peers) searches the offers its book holds:
 // live ones only, filtered, each row with the score of the coordinator that certified it,
 // best merit first; an offer's record is found by its ID.

@@ -160,6 +160,9 @@ func (c *Catalogue) SyncOffers(ctx context.Context) (answered bool) {
 				ok.Store(true)
 				c.log.Debug("offer sync", "peer", p, "new", got)
 			}
+			if err := c.syncScores(ctx, p); err != nil {
+				c.log.Debug("score sync failed", "peer", p, "err", err)
+			}
 		}(p)
 	}
 	wg.Wait()

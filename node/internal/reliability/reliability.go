@@ -377,6 +377,19 @@ func (b *Book) Score(p, by peer.ID) *protocol.SignedScore {
 	return best
 }
 
+// Records returns every valid score record held, as signed: a score sync's answer.
+func (b *Book) Records() [][]byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out [][]byte
+	for _, s := range b.scores {
+		if b.clock.Now().Before(s.ExpiresAt) {
+			out = append(out, s.Raw)
+		}
+	}
+	return out
+}
+
 // Scores returns every valid score record held.
 func (b *Book) Scores() []protocol.ScoreRecord {
 	b.mu.Lock()
