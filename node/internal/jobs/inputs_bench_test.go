@@ -147,8 +147,13 @@ func BenchmarkInputUpload(b *testing.B) {
 
 // benchHost is a libp2p host on the loopback, TCP only, as a peer.
 func benchHost(b *testing.B) (crypto.PrivKey, *p2p.Peer) {
+	return benchHostOn(b, "/ip4/127.0.0.1/tcp/0")
+}
+
+// benchHostOn is a libp2p host listening on listen only, as a peer.
+func benchHostOn(b *testing.B, listen string) (crypto.PrivKey, *p2p.Peer) {
 	key, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-	h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
+	h, err := libp2p.New(libp2p.Identity(key), libp2p.ListenAddrStrings(listen))
 	if err != nil {
 		b.Fatal(err)
 	}
