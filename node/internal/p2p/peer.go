@@ -116,6 +116,7 @@ func New(o Options) (_ *Peer, err error) {
 			libp2p.ListenAddrStrings(o.Listen...),
 			libp2p.UserAgent(o.UserAgent),
 			libp2p.ConnectionGater(p.bans),
+			libp2p.SwarmOpts(swarm.WithDialRanker(tcpFirst)), // dial.go
 		}, opts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("start libp2p host on %v: %w", o.Listen, err)
