@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpunex/gpunex/node/api"
@@ -37,6 +38,9 @@ type APIServer struct {
 	mux     *http.ServeMux
 	metrics http.Handler
 	dash    *dashboard.Server
+	// consoles are the dashboard's shells in rented jobs (localapi_console.go), by id.
+	consolesMu sync.Mutex
+	consoles   map[string]*console
 	// stop ends every request's context when the API closes: followed logs and the
 	// dashboard's event streams would otherwise hold the shutdown.
 	stop context.CancelFunc
@@ -60,6 +64,7 @@ func (a *APIServer) routes() [][]apiRoute {
 		a.modelRoutes(),
 		a.jobRoutes(),
 		a.execRoutes(),
+		a.consoleRoutes(),
 		a.portRoutes(),
 		a.providerRoutes(),
 		a.payoutRoutes(),
@@ -79,7 +84,8 @@ func (n *Node) ServeAPI(listen, token string) (*APIServer, error) {
 		return nil, fmt.Errorf("API listen: %w", err)
 	}
 	a := &APIServer{n: n, token: token, started: time.Now(), ln: ln, mux: http.NewServeMux(), dash: dashboard.New(ln.Addr().String(), n.dashboardStore()),
-		metrics: promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{})}
+		consoles: map[string]*console{},
+		metrics:  promhttp.HandlerFor(n.metrics.Registry, promhttp.HandlerOpts{})}
 	a.dash.Register(a.mux)
 	a.mux.HandleFunc("GET /metrics", a.serveMetrics)
 	a.mux.HandleFunc("GET /healthz", serveHealth)

@@ -20,8 +20,9 @@ import (
 // click. The job (busybox httpd, no egress) is shown on the Jobs tab with its port and an
 // Open button; the click opens a new tab on the job page's own origin
 // (http://p8000-JOB.localhost:PORT/), which shows the job's page at its root. That page
-// cannot read the node's API; without the browser's cookie the page's host refuses; once
-// the job ended, the page says so.
+// cannot read the node's API; without the browser's cookie the page's host refuses. A
+// Shell button gives a shell in the job on the same page (its files, its user). Once the
+// job ended, the shell ends and the page says so.
 func TestJobPortInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("containerd and chromium")
@@ -85,6 +86,15 @@ func TestJobPortInBrowser(t *testing.T) {
 		t.Fatalf("the job's page without the cookie: %d %q", code, body)
 	}
 
+	// A shell in the job from the same page: the job's files, as the job's user.
+	rp.eval(`document.querySelector('#job-shell').click()`, nil)
+	rp.wait("the shell's input line", `document.querySelector('#shell-input')`)
+	rp.eval(`(() => { const i = document.querySelector('#shell-input');
+		i.value = 'cat /tmp/www/index.html; echo "uid $(id -u)"';
+		i.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' })); })()`, nil)
+	rp.wait("the shell's answer", `document.querySelector('#shell-output').innerText.includes('uid 65534') &&
+		document.querySelector('#shell-output').innerText.includes('served-from-the-job')`)
+
 	if _, err := renter.renter.CancelJob(context.Background(), v.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +102,7 @@ func TestJobPortInBrowser(t *testing.T) {
 		j, err := renter.ledger.Jobs.GetJob(v.ID)
 		return err == nil && j.State != ledger.JobRunning, ""
 	})
+	rp.wait("the shell ended with the job", `document.querySelector('#shell-input').disabled`)
 	jp.run(chromedp.Reload())
 	jp.wait("the page says the job no longer runs", `document.body && document.body.innerText.includes('while it runs')`)
 	rp.checkClean()

@@ -22,6 +22,18 @@ import (
 // from the job's provider (docs/protocols/jobs.md, "Shells").
 const ExecUpgrade = "gpunex-exec"
 
+// ConsoleView answers POST /v1/jobs/{id}/console: the dashboard's shell in the job, whose
+// output GET /v1/jobs/{id}/console/{id} streams.
+type ConsoleView struct {
+	ID string `json:"id"`
+}
+
+// ConsoleInput is the body of POST /v1/jobs/{id}/console/{cid}/input: text for the shell's
+// standard input (a line ends with "\n").
+type ConsoleInput struct {
+	Data string `json:"data"`
+}
+
 // ExecRequest is the body of POST /v1/jobs/{id}/exec: what to run in the job, and whether
 // with a terminal of Cols x Rows.
 type ExecRequest struct {
@@ -73,12 +85,12 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, x ExecIO)
 		return 0, errors.New("the node did not open the exec session")
 	}
 	defer rw.Close()
-	return runExec(rw, x)
+	return RunExec(rw, x)
 }
 
-// runExec drives an exec session's frames: the renter's input, resizes, signals and
-// keepalives out, the process's output and end in.
-func runExec(rw io.ReadWriteCloser, x ExecIO) (int, error) {
+// RunExec drives an exec session's frames on rw: the renter's input, resizes, signals and
+// keepalives out, the process's output and end in. It returns the process's exit code.
+func RunExec(rw io.ReadWriteCloser, x ExecIO) (int, error) {
 	var mu sync.Mutex
 	send := func(typ byte, data []byte) error {
 		mu.Lock()

@@ -44,8 +44,9 @@ function jobDetail(box, id) {
   const signal = jobAbort.signal;
   const head = h('div');
   const out = h('div');
+  const shell = h('div');
   const log = logView({ class: 'log', id: 'job-log', 'aria-live': 'polite', tabindex: 0 }, `gpunex job logs ${id}`);
-  fill(box, card('job', head, out, h('h3', { i18n: 'output' }), log.note, log.pre));
+  fill(box, card('job', head, out, shell, h('h3', { i18n: 'output' }), log.note, log.pre));
   refreshJob = async () => {
     const j = await api('GET', '/v1/jobs/' + id);
     const rows = [['job', h('code', {}, j.id)], ['state', h('span', { class: 'badge ' + j.state, id: 'job-state' }, t('state_' + j.state))],
@@ -96,6 +97,11 @@ function jobDetail(box, id) {
       }));
       extend.id = 'job-extend';
       acts.push(hours, extend);
+      if (!shell.firstChild) {
+        const open = button('open_shell', () => busy(open, out, () => openShell(shell, id, signal)));
+        open.id = 'job-shell';
+        acts.push(open);
+      }
     }
     if (j.side === 'renter' && j.state === 'ended') {
       // Through a one-time ticket: the browser saves the output to disk as it arrives,
@@ -117,6 +123,28 @@ function jobDetail(box, id) {
   }).catch((e) => {
     if (!signal.aborted) say(out, errorBox(e));
   });
+}
+
+// openShell runs a shell in the job (its user, its namespaces, no terminal) and shows it in
+// box: its output as it comes, a line to type into. Leaving the job's page ends it.
+async function openShell(box, id, signal) {
+  const c = await api('POST', `/v1/jobs/${encodeURIComponent(id)}/console`, {});
+  const base = `/v1/jobs/${encodeURIComponent(id)}/console/${c.id}`;
+  const screen = h('pre', { class: 'log', id: 'shell-output', 'aria-live': 'polite', tabindex: 0 });
+  const line = h('input', { type: 'text', id: 'shell-input', autocomplete: 'off', spellcheck: 'false', 'aria-label': t('shell_input'), title: t('shell_input') });
+  const problem = h('div');
+  line.addEventListener('keydown', (ev) => {
+    if (ev.key !== 'Enter') return;
+    const text = line.value + '\n';
+    line.value = '';
+    screen.append(text);
+    api('POST', base + '/input', { data: text }).catch((e) => say(problem, errorBox(e)));
+  });
+  fill(box, h('h3', { i18n: 'shell' }), screen, line, problem);
+  line.focus();
+  stream('GET', base, (text) => { screen.append(text); screen.scrollTop = screen.scrollHeight; }, signal)
+    .then(() => { line.disabled = true; })
+    .catch((e) => { line.disabled = true; if (!signal.aborted) say(problem, errorBox(e)); });
 }
 
 // followJob opens a job started from the Run tab on the Jobs tab, with how it was placed.
