@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,15 +130,6 @@ func benchTunnel(b *testing.B, listen string) {
 	b.ReportMetric(float64(plainP50.Microseconds())/1000, "plain-p50-ms")
 	b.ReportMetric(float64(tunnelP50.Microseconds())/1000, "tunnel-p50-ms")
 	b.ReportMetric(float64((tunnelP50-plainP50).Microseconds())/1000, "added-p50-ms")
-}
-
-// processCPU is the CPU time the process's threads spent so far, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serveSink serves a sink on the loopback: it reads a connection to its end, then writes
