@@ -148,9 +148,11 @@ func startNS(t *testing.T, ns, home string) *nsNode {
 // NAT, a renter behind another, and a provider behind a symmetric NAT, each in network
 // namespaces of the test. Each provider learns it is private, takes a relay reservation on
 // the coordinator and announces its relay address; it is certified, the renter finds its
-// offer and runs a job on it, while strangers through the relay hoard circuits to the
-// providers and spend their proposal budgets (nat_stranger_test.go). The connection to the
-// first ends direct (hole punched), to the second relayed; the test records both.
+// offer and runs a job on it, which serves a page on a port it declares: the renter reads
+// it through `gpunex job forward` (nat_ports_test.go). Meanwhile strangers through the relay
+// hoard circuits to the providers and spend their proposal budgets (nat_stranger_test.go).
+// The connection to the first ends direct (hole punched), to the second relayed; the test
+// records both.
 func TestNATTraversal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -277,17 +279,24 @@ func TestNATTraversal(t *testing.T) {
 			}
 		}
 		started := time.Now()
+		// The job says hello, then serves a page on the port it declares, without egress.
 		id, err := gpunexNS(renter.ns, "", "job", "run", "--detach", "--home", renter.home, "--offer", p.st.PeerID+"/L4-24GB", "--gpus", "1", "--max-hours", "0.1",
-			"--image-archive", archive, "--", "sh", "-c", "echo hello from behind NAT")
+			"--image-archive", archive, "--port", "8000", "--", "sh", "-c",
+			"echo hello from behind NAT && mkdir /tmp/www && echo served-from-"+p.ns+" > /tmp/www/index.html && exec httpd -f -p 8000 -h /tmp/www")
 		if err != nil {
 			t.Fatalf("job on %s: %v\n%s", p.ns, err, id)
 		}
 		proposed := time.Since(started)
 		lines := strings.Split(strings.TrimSpace(id), "\n")
 		id = lines[len(lines)-1]
-		out, err := gpunexNS(renter.ns, "", "job", "logs", "-f", id, "--home", renter.home)
-		if err != nil || !strings.Contains(out, "hello from behind NAT") {
-			t.Fatalf("job on %s: %v\n%s", p.ns, err, out)
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			out, err := gpunexNS(renter.ns, "", "job", "logs", id, "--home", renter.home)
+			if err == nil && strings.Contains(out, "hello from behind NAT") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job on %s: %v\n%s", p.ns, err, out)
+			}
 		}
 		ran := time.Since(started)
 		// How the renter's connection to the provider ended: a hole punch that succeeds has
@@ -303,7 +312,15 @@ func TestNATTraversal(t *testing.T) {
 			}
 		}
 		paths[p.ns] = pv.Path
-		t.Logf("%s: job proposed and started in %s, its output read in %s, connection %s (%v)", p.ns, proposed.Round(10*time.Millisecond), ran.Round(10*time.Millisecond), pv.Path, pv.Conns)
+		// Its port, through the same connection: direct, hole punched or relayed.
+		forwarded := time.Now()
+		if page := fetchForwarded(t, renter, id, fmt.Sprintf("127.0.0.1:%d", 18000+len(paths))); strings.TrimSpace(page) != "served-from-"+p.ns {
+			t.Errorf("the page of the job on %s through gpunex job forward: %q", p.ns, page)
+		}
+		if out, err := gpunexNS(renter.ns, "", "job", "cancel", id, "--home", renter.home); err != nil {
+			t.Errorf("cancel the job on %s: %v\n%s", p.ns, err, out)
+		}
+		t.Logf("%s: job proposed and started in %s, its output read in %s, its port's page in %s more, connection %s (%v)", p.ns, proposed.Round(10*time.Millisecond), ran.Round(10*time.Millisecond), time.Since(forwarded).Round(10*time.Millisecond), pv.Path, pv.Conns)
 	}
 	checkStrangers(t, hoarders, spender, map[string]string{prov.st.PeerID: prov.ns, sym.st.PeerID: sym.ns})
 	if paths[pubProv.ns] != "direct" {
