@@ -148,8 +148,9 @@ func startNS(t *testing.T, ns, home string) *nsNode {
 // NAT, a renter behind another, and a provider behind a symmetric NAT, each in network
 // namespaces of the test. Each provider learns it is private, takes a relay reservation on
 // the coordinator and announces its relay address; it is certified, the renter finds its
-// offer and runs a job on it, which serves a page on a port it declares: the renter reads
-// it through `gpunex job forward` (nat_ports_test.go). Meanwhile strangers through the relay
+// offer and runs a job on it with a dataset (`--input`), which serves a page on a port it
+// declares: the renter reads it through `gpunex job forward` (nat_ports_test.go), runs a
+// shell in it that sees the dataset as the job's user, and extends its lease. Meanwhile strangers through the relay
 // hoard circuits to the providers and spend their proposal budgets (nat_stranger_test.go).
 // The connection to the first ends direct (hole punched), to the second relayed; the test
 // records both.
@@ -279,9 +280,14 @@ func TestNATTraversal(t *testing.T) {
 			}
 		}
 		started := time.Now()
-		// The job says hello, then serves a page on the port it declares, without egress.
+		// The job gets a dataset, says hello, then serves a page on the port it declares,
+		// without egress.
+		dataset := filepath.Join(renter.home, "dataset-"+p.ns+".txt")
+		if err := os.WriteFile(dataset, []byte("rows for "+p.ns+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		id, err := gpunexNS(renter.ns, "", "job", "run", "--detach", "--home", renter.home, "--offer", p.st.PeerID+"/L4-24GB", "--gpus", "1", "--max-hours", "0.1",
-			"--image-archive", archive, "--port", "8000", "--", "sh", "-c",
+			"--image-archive", archive, "--input", dataset, "--port", "8000", "--", "sh", "-c",
 			"echo hello from behind NAT && mkdir /tmp/www && echo served-from-"+p.ns+" > /tmp/www/index.html && exec httpd -f -p 8000 -h /tmp/www")
 		if err != nil {
 			t.Fatalf("job on %s: %v\n%s", p.ns, err, id)
@@ -316,6 +322,14 @@ func TestNATTraversal(t *testing.T) {
 		forwarded := time.Now()
 		if page := fetchForwarded(t, renter, id, fmt.Sprintf("127.0.0.1:%d", 18000+len(paths))); strings.TrimSpace(page) != "served-from-"+p.ns {
 			t.Errorf("the page of the job on %s through gpunex job forward: %q", p.ns, page)
+		}
+		// A shell in it sees the dataset, as the job's user; its lease grows.
+		if out, err := gpunexNS(renter.ns, "", "job", "exec", id, "--home", renter.home, "--", "sh", "-c", "cat /input/dataset-"+p.ns+".txt; id -u"); err != nil ||
+			out != "rows for "+p.ns+"\n65534\n" {
+			t.Errorf("a shell in the job on %s: %v\n%q", p.ns, err, out)
+		}
+		if out, err := gpunexNS(renter.ns, "", "job", "extend", id, "--hours", "0.05", "--home", renter.home); err != nil || !strings.Contains(out, "the lease now ends at") {
+			t.Errorf("extend the job on %s: %v\n%s", p.ns, err, out)
 		}
 		if out, err := gpunexNS(renter.ns, "", "job", "cancel", id, "--home", renter.home); err != nil {
 			t.Errorf("cancel the job on %s: %v\n%s", p.ns, err, out)
