@@ -322,7 +322,11 @@ func (s *soak) printTable() {
 	r := s.report
 	s.say("soak table (seed %d, %s, %d providers, %d renters)", r.Seed, s.o.Duration, s.o.Providers, s.o.Renters)
 	s.say("  %-28s %s", "fault", "applied")
-	for _, k := range []string{FaultKill, FaultRPCSlow, FaultRPCFail, FaultRPCDrop, FaultDisk} {
+	for _, k := range FaultKinds {
+		if why := r.NotApplied[k]; why != "" {
+			s.say("  %-28s not applied: %s", k, why)
+			continue
+		}
 		s.say("  %-28s %d", k, r.Applied[k])
 	}
 	s.say("  %-28s %s", "jobs", "count")
@@ -334,7 +338,8 @@ func (s *soak) printTable() {
 	for _, k := range keys {
 		s.say("  %-28s %d", k, r.Jobs[k])
 	}
-	s.say("  deposits %d, payout batches %d, checks %d, dropped transactions %d", r.Deposits, r.Batches, r.Checks, s.rpc.dropped.Load())
+	s.say("  deposits %d, payout batches %d, checks %d, dropped transactions %d, packets dropped by partitions %d",
+		r.Deposits, r.Batches, r.Checks, s.rpc.dropped.Load(), s.part.dropped.Load())
 	s.say("  invariant breaks: %d", len(r.Breaks))
 	for _, b := range r.Breaks {
 		s.say("    %s", b)

@@ -27,14 +27,22 @@ const (
 	FaultRPCFail = "rpc failing"   // every Solana RPC call answered 503
 	FaultRPCDrop = "rpc drops txs" // transactions acknowledged and never sent
 	FaultDisk    = "disk full"     // a provider's file system filled to its last MiB, then freed
+	// FaultPartition: two nodes cut apart (a provider and the coordinator, a renter and a
+	// provider, or a renter and the coordinator), then healed.
+	FaultPartition = "partition"
 )
 
+// FaultKinds are the kinds of fault, in the order of the soak's table.
+var FaultKinds = []string{FaultKill, FaultRPCSlow, FaultRPCFail, FaultRPCDrop, FaultDisk, FaultPartition}
+
 // Fault is one fault of the schedule: its kind, from At after the start for For, on
-// Target (a node's name, for kill -9).
+// Target (a node's name, for kill -9, a full disk and a partition) and, for a partition,
+// from Peer.
 type Fault struct {
 	At     time.Duration `json:"at"`
 	Kind   string        `json:"kind"`
 	Target string        `json:"target,omitempty"`
+	Peer   string        `json:"peer,omitempty"`
 	For    time.Duration `json:"for"`
 }
 
@@ -43,18 +51,25 @@ func (f Fault) String() string {
 	if f.Target != "" {
 		on = " " + f.Target
 	}
+	if f.Peer != "" {
+		on += " from " + f.Peer
+	}
 	return fmt.Sprintf("at %6s: %s%s for %s", f.At.Round(time.Second), f.Kind, on, f.For.Round(time.Second))
 }
 
 // drawSchedule draws the faults of a soak from its seed: one every 0.5 to 1.5 FaultEvery
-// (at least 5 s apart), kills twice as often as each RPC fault, each lasting 2 s to MaxDown.
+// (at least 5 s apart), each kind in turn, then kills and partitions again; each lasts
+// 2 s to MaxDown, a partition twice that (a TCP connection outlives a short one).
 func drawSchedule(o SoakOptions, nodes []string) []Fault {
 	rng := rand.New(rand.NewPCG(o.Seed, 0x50a4))
-	kinds := []string{FaultKill, FaultRPCSlow, FaultKill, FaultRPCFail, FaultKill, FaultRPCDrop, FaultDisk}
-	var providers []string
+	kinds := []string{FaultKill, FaultPartition, FaultRPCSlow, FaultRPCFail, FaultDisk, FaultRPCDrop, FaultKill, FaultPartition, FaultKill}
+	var providers, renters []string
 	for _, n := range nodes {
-		if strings.HasPrefix(n, "provider-") {
+		switch {
+		case strings.HasPrefix(n, "provider-"):
 			providers = append(providers, n)
+		case strings.HasPrefix(n, "renter-"):
+			renters = append(renters, n)
 		}
 	}
 	var out []Fault
@@ -73,6 +88,20 @@ func drawSchedule(o SoakOptions, nodes []string) []Fault {
 				continue
 			}
 			f.Target = providers[rng.IntN(len(providers))]
+		case FaultPartition:
+			if len(providers) == 0 || len(renters) == 0 {
+				continue
+			}
+			f.For *= 2
+			provider, renter := providers[rng.IntN(len(providers))], renters[rng.IntN(len(renters))]
+			switch rng.IntN(3) {
+			case 0:
+				f.Target, f.Peer = provider, "coordinator"
+			case 1:
+				f.Target, f.Peer = renter, provider
+			default:
+				f.Target, f.Peer = renter, "coordinator"
+			}
 		}
 		out = append(out, f)
 	}
@@ -106,6 +135,8 @@ func (s *soak) apply(ctx context.Context, f Fault) {
 		s.kill(ctx, f)
 	case FaultDisk:
 		s.fillDisk(ctx, f)
+	case FaultPartition:
+		s.partition(ctx, f)
 	default:
 		mode := map[string]int32{FaultRPCSlow: rpcSlow, FaultRPCFail: rpcFail, FaultRPCDrop: rpcDrop}[f.Kind]
 		s.rpc.SetMode(mode)
