@@ -25,15 +25,21 @@ func TestSoakSchedule(t *testing.T) {
 	last := time.Duration(0)
 	for _, f := range a {
 		longest := 15 * time.Second
-		if f.Kind == FaultPartition {
+		switch f.Kind {
+		case FaultPartition:
 			longest *= 2
+		case FaultClock:
+			longest *= 4
+			if f.Offset == 0 || f.Offset < -maxSkew || f.Offset > maxSkew || f.Offset%time.Minute != 0 {
+				t.Errorf("a clock skew moves a clock by whole minutes, 1 to 5 either way: %s", f)
+			}
 		}
 		if f.At < last+5*time.Second || f.At >= 3*time.Minute || f.For < 2*time.Second || f.For > longest {
 			t.Errorf("fault out of bounds: %s", f)
 		}
-		if (f.Kind == FaultKill || f.Kind == FaultDisk || f.Kind == FaultPartition) != (f.Target != "") ||
+		if (f.Kind == FaultKill || f.Kind == FaultDisk || f.Kind == FaultPartition || f.Kind == FaultClock) != (f.Target != "") ||
 			f.Kind == FaultDisk && !strings.HasPrefix(f.Target, "provider-") {
-			t.Errorf("a kill names its node, a full disk its provider, a partition its two nodes, nothing else names one: %s", f)
+			t.Errorf("a kill and a clock skew name their node, a full disk its provider, a partition its two nodes, nothing else names one: %s", f)
 		}
 		if f.Kind == FaultPartition && !partitionPairs[[2]string{nodeRole(f.Target), nodeRole(f.Peer)}] {
 			t.Errorf("a partition cuts a provider or a renter from the coordinator, or a renter from a provider: %s", f)
