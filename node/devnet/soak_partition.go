@@ -18,8 +18,10 @@ import (
 // dials from its listen port (TCP with SO_REUSEPORT, QUIC from its one socket), so the
 // source port names the sender as the destination port names the receiver.
 
-// partitionChain holds the partitions' rules, hooked from OUTPUT for the loopback interface.
-const partitionChain = "GPUNEX-SOAK"
+// partitionChainPrefix names the chain of a soak's partitions, hooked from OUTPUT for the
+// loopback interface: GPUNEX-SOAK-<pid>, one per soak process, so that two soaks on one
+// machine (make test beside make soak) keep their own rules.
+const partitionChainPrefix = "GPUNEX-SOAK-"
 
 // listenPort is one port a node's libp2p host listens on.
 type listenPort struct {
@@ -52,6 +54,7 @@ func listenPorts(addrs []string) []listenPort {
 
 // partitions applies and heals the soak's partitions.
 type partitions struct {
+	chain string
 	// unavailable says why partitions cannot be applied here (no iptables, not root); ""
 	// when they can.
 	unavailable string
@@ -61,11 +64,11 @@ type partitions struct {
 	mu      sync.Mutex // one iptables change at a time
 }
 
-// setUpPartitions removes the chain a soak that did not end may have left, and creates
-// it anew; without iptables, or as a user who may not change it, partitions are reported
-// as not applied.
+// setUpPartitions removes the chains that soaks which did not end left (their process is
+// gone), and creates this soak's; without iptables, or as a user who may not change it,
+// partitions are reported as not applied.
 func setUpPartitions() *partitions {
-	pt := &partitions{}
+	pt := &partitions{chain: partitionChainPrefix + strconv.Itoa(os.Getpid())}
 	if _, err := exec.LookPath("iptables"); err != nil {
 		pt.unavailable = "no iptables here"
 		return pt
@@ -74,25 +77,51 @@ func setUpPartitions() *partitions {
 		pt.unavailable = "iptables needs root"
 		return pt
 	}
-	pt.tearDown()
-	if err := iptables("-N", partitionChain); err != nil {
+	removeLeftChains()
+	removeChain(pt.chain)
+	if err := iptables("-N", pt.chain); err != nil {
 		pt.unavailable = err.Error()
 		return pt
 	}
-	if err := iptables("-I", "OUTPUT", "-o", "lo", "-j", partitionChain); err != nil {
+	if err := iptables("-I", "OUTPUT", "-o", "lo", "-j", pt.chain); err != nil {
 		pt.unavailable = err.Error()
-		iptables("-X", partitionChain)
+		iptables("-X", pt.chain)
 	}
 	return pt
 }
 
-// tearDown unhooks, empties and deletes the chain; each step fails harmlessly when there
-// is nothing to undo.
-func (pt *partitions) tearDown() {
-	for iptables("-D", "OUTPUT", "-o", "lo", "-j", partitionChain) == nil {
+// tearDown removes the soak's chain, healing any partition left.
+func (pt *partitions) tearDown() { removeChain(pt.chain) }
+
+// removeLeftChains removes the chains of soaks whose process is gone: they crashed or were
+// killed before their tear-down.
+func removeLeftChains() {
+	out, err := exec.Command("iptables", "-w", "-S").Output()
+	if err != nil {
+		return
 	}
-	iptables("-F", partitionChain)
-	iptables("-X", partitionChain)
+	for _, line := range strings.Split(string(out), "\n") {
+		chain, ok := strings.CutPrefix(line, "-N ")
+		pid, isSoak := strings.CutPrefix(chain, partitionChainPrefix)
+		if !ok || !isSoak {
+			continue
+		}
+		if _, err := strconv.Atoi(pid); err != nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); errors.Is(err, os.ErrNotExist) {
+			removeChain(chain)
+		}
+	}
+}
+
+// removeChain unhooks, empties and deletes a chain; each step fails harmlessly when there
+// is nothing to undo.
+func removeChain(chain string) {
+	for iptables("-D", "OUTPUT", "-o", "lo", "-j", chain) == nil {
+	}
+	iptables("-F", chain)
+	iptables("-X", chain)
 }
 
 // cut drops the packets between two nodes' ports; it returns the rules to pass to heal.
@@ -116,7 +145,7 @@ func (pt *partitions) cut(a, b []listenPort) ([][]string, error) {
 		return nil, errors.New("the two nodes share no protocol to cut")
 	}
 	for i, r := range rules {
-		if err := iptables(append([]string{"-A", partitionChain}, r...)...); err != nil {
+		if err := iptables(append([]string{"-A", pt.chain}, r...)...); err != nil {
 			pt.remove(rules[:i])
 			return nil, err
 		}
@@ -132,7 +161,7 @@ func (pt *partitions) heal(rules [][]string) error {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	tag := rules[0][len(rules[0])-3]
-	if out, err := exec.Command("iptables", "-w", "-L", partitionChain, "-v", "-x", "-n").Output(); err == nil {
+	if out, err := exec.Command("iptables", "-w", "-L", pt.chain, "-v", "-x", "-n").Output(); err == nil {
 		pt.dropped.Add(droppedPackets(string(out), tag))
 	}
 	return pt.remove(rules)
@@ -141,7 +170,7 @@ func (pt *partitions) heal(rules [][]string) error {
 func (pt *partitions) remove(rules [][]string) error {
 	var errs []error
 	for _, r := range rules {
-		errs = append(errs, iptables(append([]string{"-D", partitionChain}, r...)...))
+		errs = append(errs, iptables(append([]string{"-D", pt.chain}, r...)...))
 	}
 	return errors.Join(errs...)
 }

@@ -27,13 +27,24 @@ func TestListenPorts(t *testing.T) {
 
 // TestPartitionCutsAndHeals: with a partition between two nodes' ports, one cannot reach
 // the other (dialling from its listen port, as libp2p does) and the packets are counted;
-// once healed it can again, and the chain is gone after the soak's tear-down. Needs root
-// and iptables.
+// once healed it can again; the chain a crashed soak left is removed at the start, and the
+// soak's own after its tear-down. Needs root and iptables.
 func TestPartitionCutsAndHeals(t *testing.T) {
 	if _, err := exec.LookPath("iptables"); err != nil || os.Geteuid() != 0 {
 		t.Skip("needs root and iptables")
 	}
+	crashed := partitionChainPrefix + "4194399" // above Linux's largest pid: no such process
+	if err := iptables("-N", crashed); err != nil {
+		t.Fatal(err)
+	}
+	if err := iptables("-I", "OUTPUT", "-o", "lo", "-j", crashed); err != nil {
+		t.Fatal(err)
+	}
 	pt := setUpPartitions()
+	if iptables("-L", crashed, "-n") == nil {
+		removeChain(crashed)
+		t.Error("the chain of a crashed soak outlived the next soak's start")
+	}
 	defer pt.tearDown()
 	if pt.unavailable != "" {
 		t.Fatalf("partitions unavailable as root with iptables: %s", pt.unavailable)
@@ -61,7 +72,7 @@ func TestPartitionCutsAndHeals(t *testing.T) {
 		t.Fatalf("after healing: %v", err)
 	}
 	pt.tearDown()
-	if iptables("-L", partitionChain, "-n") == nil {
+	if iptables("-L", pt.chain, "-n") == nil {
 		t.Error("the chain outlived the tear-down")
 	}
 }
