@@ -201,13 +201,14 @@ func (s *soak) kill(ctx context.Context, f Fault) {
 // fault's time restarts it with the right time. A node a kill has down takes the offset
 // at the kill's restart.
 func (s *soak) skewClock(ctx context.Context, f Fault) {
+	ctx = context.WithoutCancel(ctx) // the soak's end waits for the clock to be right again
 	if err := s.restartSkewed(ctx, f.Target, f.Offset); err != nil {
 		s.breaks("restart", fmt.Sprintf("%s with its clock %s off: %v", f.Target, f.Offset, err))
 		return
 	}
 	s.count(s.report.Applied, f.Kind)
-	sleepCtx(context.WithoutCancel(ctx), f.For)
-	if err := s.restartSkewed(context.WithoutCancel(ctx), f.Target, 0); err != nil {
+	sleepCtx(ctx, f.For)
+	if err := s.restartSkewed(ctx, f.Target, 0); err != nil {
 		s.breaks("restart", fmt.Sprintf("%s with its clock right again: %v", f.Target, err))
 	}
 }
