@@ -99,8 +99,9 @@ adversary: deps
 	  grep -E '^ +--- FAIL|^ +adversary_test.go:[0-9]+: [a-z-]+:|^(ok|FAIL)' /tmp/gpunex-adversary.log; \
 	  echo "(full log: /tmp/gpunex-adversary.log)"; exit $$status
 
-## soak: the chaos soak, a devnet of real processes (6 providers, 3 renters) under kill -9 and a
-## failing Solana RPC for SOAK (30m), money invariants checked every minute and at the end
+## soak: the chaos soak, a devnet of real processes (6 providers, 3 renters) under kill -9, a
+## failing Solana RPC, full disks, network partitions (iptables, as root) and skewed clocks for
+## SOAK (30m), money invariants checked every minute and at the end
 ## (make test runs it for 3 minutes with seed 1); SOAK_SEED=N replays a run's schedule
 SOAK ?= 30m
 SOAK_SEED ?= 0

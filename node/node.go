@@ -130,6 +130,10 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (_ 
 	if n.clock == nil {
 		n.clock = clock.System()
 	}
+	if off := cfg.Debug.ClockOffset.Duration; off != 0 {
+		n.clock = clock.Offset(n.clock, off)
+		n.log.Warn("the node's clock is skewed on purpose (debug.clock_offset; tests only)", "offset", off)
+	}
 	self, err := peer.IDFromPrivateKey(key)
 	if err != nil {
 		return nil, err

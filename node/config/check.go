@@ -42,6 +42,9 @@ func (c *Config) checkNode() (errs []error) {
 	if r := c.P2P.Relay; r.Reservations <= 0 || r.CircuitsPerPeer <= 0 || r.CircuitDuration.Duration <= 0 || r.CircuitDataMB <= 0 {
 		errs = append(errs, errors.New("p2p.relay: reservations, circuits_per_peer, circuit_duration and circuit_data_mb must each be above 0"))
 	}
+	if off := c.Debug.ClockOffset.Duration; off < -MaxClockOffset || off > MaxClockOffset {
+		errs = append(errs, fmt.Errorf("debug.clock_offset %s: at most %s either way", off, MaxClockOffset))
+	}
 	if c.P2P.MaxPeers < 16 {
 		errs = append(errs, fmt.Errorf("p2p.max_peers %d: at least 16", c.P2P.MaxPeers))
 	}

@@ -65,7 +65,20 @@ type Config struct {
 	Payout     PayoutConfig     `toml:"payout"`
 	// Alerts are the node's messages to its operator (docs/operations.md, "Alerts").
 	Alerts AlertsConfig `toml:"alerts"`
+	// Debug holds settings for tests only (docs/config.md, "[debug]").
+	Debug DebugConfig `toml:"debug"`
 }
+
+// DebugConfig is [debug]: settings that tests give a node to see how the network copes, never
+// set in production.
+type DebugConfig struct {
+	// ClockOffset is added to the system clock for everything the node dates and times
+	// (records, leases, holds, checkpoints): a node whose clock is skewed, for the soak.
+	ClockOffset Duration `toml:"clock_offset"`
+}
+
+// MaxClockOffset bounds debug.clock_offset: an hour is a badly set clock; more is a typo.
+const MaxClockOffset = time.Hour
 
 // AlertsConfig is [alerts]: where the node tells its operator that something needs them,
 // and when. Without email or webhook_url nothing is sent.

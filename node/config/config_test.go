@@ -30,6 +30,7 @@ func TestConfigCheckSaysWhatToFix(t *testing.T) {
 		"IPv6 egress block": {func(c *Config) { c.Jobs.EgressBlocked = []string{"2001:db8::/32"} }, "jobs.egress_blocked"},
 		"bad egress block":  {func(c *Config) { c.Jobs.EgressBlocked = []string{"10.0.0.0/8", "intranet"} }, `jobs.egress_blocked "intranet"`},
 		"no tunnel rate":    {func(c *Config) { c.Jobs.TunnelsPerMinute = 0 }, "tunnels_per_minute"},
+		"clock a day off":   {func(c *Config) { c.Debug.ClockOffset.Duration = -24 * time.Hour }, "debug.clock_offset"},
 	}
 	for name, c := range cases {
 		cfg := Defaults(RoleProvider)
@@ -135,5 +136,35 @@ func TestBootstrapPeersMerged(t *testing.T) {
 	peers, err := c.BootstrapPeers()
 	if err != nil || len(peers) != 2 || peers[0].ID.String() != a || len(peers[0].Addrs) != 2 || peers[1].ID.String() != b || len(peers[1].Addrs) != 1 {
 		t.Fatalf("%v %v", peers, err)
+	}
+}
+
+// TestClockOffsetWrittenBack: a clock offset written into a home (the soak's clock fault)
+// reads back as written, and a home without one has no [debug] table at all.
+func TestClockOffsetWrittenBack(t *testing.T) {
+	h, _, err := Init(t.TempDir(), InitOptions{Role: RoleRenter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(h.Path(ConfigFile)); strings.Contains(string(b), "[debug]") {
+		t.Fatalf("init wrote a [debug] table:\n%s", b)
+	}
+	cfg, err := h.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Debug.ClockOffset.Duration = -3 * time.Minute
+	if err := h.WriteConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = h.Config(); err != nil || cfg.Debug.ClockOffset.Duration != -3*time.Minute {
+		t.Fatalf("read back %v, %v; want -3m", cfg.Debug.ClockOffset, err)
+	}
+	cfg.Debug.ClockOffset.Duration = 0
+	if err := h.WriteConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(h.Path(ConfigFile)); strings.Contains(string(b), "clock_offset") {
+		t.Fatalf("an offset of 0 still written:\n%s", b)
 	}
 }

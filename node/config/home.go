@@ -267,7 +267,11 @@ role = "{{.Role}}"
 level = "{{.Log.Level}}"
 # text | json
 format = "{{.Log.Format}}"
-
+{{if .Debug.ClockOffset.Duration}}
+[debug]
+# Tests only (docs/config.md): the node's clock reads the system clock plus this offset.
+clock_offset = "{{.Debug.ClockOffset}}"
+{{end}}
 [p2p]
 # Multiaddrs the libp2p host listens on (TCP and QUIC).
 listen = {{list .P2P.Listen}}

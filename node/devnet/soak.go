@@ -45,10 +45,13 @@ type SoakReport struct {
 	Seed     uint64
 	Schedule []Fault
 	Applied  map[string]int // faults applied, by kind
-	Jobs     map[string]int // jobs by outcome: ended, failed, refused, lost (the harness lost track)
-	Deposits int
-	Batches  int
-	Checks   int
+	// NotApplied says why a kind of fault could not be applied here (partitions without
+	// iptables or root), by kind.
+	NotApplied map[string]string
+	Jobs       map[string]int // jobs by outcome: ended, failed, refused, lost (the harness lost track)
+	Deposits   int
+	Batches    int
+	Checks     int
 	// Breaks are the invariant breaks found, each once with the check that found it.
 	Breaks    []string
 	Resources []ResourceTrend
@@ -62,7 +65,9 @@ type soak struct {
 	renters []*devnetProc
 	provs   []*devnetProc
 	archive string
-	mounts  []string // the providers' homes, each a file system of its own
+	mounts  []string                // the providers' homes, each a file system of its own
+	ports   map[string][]listenPort // each node's libp2p ports, by name (keepPorts)
+	part    *partitions
 
 	procMu sync.Mutex // a node's process while a fault restarts it
 	mu     sync.Mutex
@@ -91,12 +96,17 @@ func Soak(ctx context.Context, o SoakOptions) (SoakReport, error) {
 	if err != nil {
 		return SoakReport{}, err
 	}
-	s := &soak{devnet: d, o: o, broken: map[string]bool{}, trend: map[string]*resourceSeries{}}
+	s := &soak{devnet: d, o: o, broken: map[string]bool{}, trend: map[string]*resourceSeries{}, ports: map[string][]listenPort{}}
+	s.part = setUpPartitions()
 	defer func() {
 		d.stop()
 		s.unmountHomes()
+		s.part.tearDown()
 	}()
-	s.report = SoakReport{Seed: o.Seed, Applied: map[string]int{}, Jobs: map[string]int{}}
+	s.report = SoakReport{Seed: o.Seed, Applied: map[string]int{}, NotApplied: map[string]string{}, Jobs: map[string]int{}}
+	if s.part.unavailable != "" {
+		s.report.NotApplied[FaultPartition] = s.part.unavailable
+	}
 	if err := s.setUp(ctx); err != nil {
 		return s.report, err
 	}
@@ -217,7 +227,7 @@ func (s *soak) setUp(ctx context.Context) error {
 
 // keepPorts writes the ports a node listens on into its config, so that a restart after
 // kill -9 listens where its peers knew it, as a node with fixed ports does in production:
-// the devnet's nodes pick free ports at their first start.
+// the devnet's nodes pick free ports at their first start. The partitions cut these ports.
 func (s *soak) keepPorts(ctx context.Context, p *devnetProc) error {
 	st, err := s.client(p).Status(ctx)
 	if err != nil {
@@ -240,6 +250,7 @@ func (s *soak) keepPorts(ctx context.Context, p *devnetProc) error {
 	if len(cfg.P2P.Listen) == 0 {
 		return fmt.Errorf("%s listens on no loopback address: %v", p.Name, st.Addrs)
 	}
+	s.ports[p.Name] = listenPorts(cfg.P2P.Listen)
 	return h.WriteConfig(cfg)
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	chain "github.com/gpunex/gpunex/ledger/solana"
@@ -27,14 +28,30 @@ const (
 	FaultRPCFail = "rpc failing"   // every Solana RPC call answered 503
 	FaultRPCDrop = "rpc drops txs" // transactions acknowledged and never sent
 	FaultDisk    = "disk full"     // a provider's file system filled to its last MiB, then freed
+	// FaultPartition: two nodes cut apart (a provider and the coordinator, a renter and a
+	// provider, or a renter and the coordinator), then healed.
+	FaultPartition = "partition"
+	// FaultClock: a node restarted with its clock Offset by 1 to 5 minutes either way
+	// (config debug.clock_offset), then restarted with the right time.
+	FaultClock = "clock skew"
 )
 
+// FaultKinds are the kinds of fault, in the order of the soak's table.
+var FaultKinds = []string{FaultKill, FaultRPCSlow, FaultRPCFail, FaultRPCDrop, FaultDisk, FaultPartition, FaultClock}
+
+// maxSkew is the largest clock offset the soak gives a node: protocol.MaxClockSkew, at
+// which the other nodes begin to refuse its records.
+const maxSkew = 5 * time.Minute
+
 // Fault is one fault of the schedule: its kind, from At after the start for For, on
-// Target (a node's name, for kill -9).
+// Target (a node's name, for every kind but the RPC's) and, for a partition, from Peer;
+// a clock skew moves Target's clock by Offset.
 type Fault struct {
 	At     time.Duration `json:"at"`
 	Kind   string        `json:"kind"`
 	Target string        `json:"target,omitempty"`
+	Peer   string        `json:"peer,omitempty"`
+	Offset time.Duration `json:"offset,omitempty"`
 	For    time.Duration `json:"for"`
 }
 
@@ -43,18 +60,29 @@ func (f Fault) String() string {
 	if f.Target != "" {
 		on = " " + f.Target
 	}
+	if f.Peer != "" {
+		on += " from " + f.Peer
+	}
+	if f.Offset != 0 {
+		on += fmt.Sprintf(" by %+.0f min", f.Offset.Minutes())
+	}
 	return fmt.Sprintf("at %6s: %s%s for %s", f.At.Round(time.Second), f.Kind, on, f.For.Round(time.Second))
 }
 
 // drawSchedule draws the faults of a soak from its seed: one every 0.5 to 1.5 FaultEvery
-// (at least 5 s apart), kills twice as often as each RPC fault, each lasting 2 s to MaxDown.
+// (at least 5 s apart), each kind in turn, then kills and partitions again; each lasts
+// 2 s to MaxDown, a partition twice that (a TCP connection outlives a short one), a clock
+// skew four times (a restart takes some of it, and leases and checkpoints need a while).
 func drawSchedule(o SoakOptions, nodes []string) []Fault {
 	rng := rand.New(rand.NewPCG(o.Seed, 0x50a4))
-	kinds := []string{FaultKill, FaultRPCSlow, FaultKill, FaultRPCFail, FaultKill, FaultRPCDrop, FaultDisk}
-	var providers []string
+	kinds := []string{FaultKill, FaultPartition, FaultClock, FaultRPCSlow, FaultRPCFail, FaultDisk, FaultRPCDrop, FaultKill, FaultPartition, FaultKill}
+	var providers, renters []string
 	for _, n := range nodes {
-		if strings.HasPrefix(n, "provider-") {
+		switch {
+		case strings.HasPrefix(n, "provider-"):
 			providers = append(providers, n)
+		case strings.HasPrefix(n, "renter-"):
+			renters = append(renters, n)
 		}
 	}
 	var out []Fault
@@ -73,6 +101,27 @@ func drawSchedule(o SoakOptions, nodes []string) []Fault {
 				continue
 			}
 			f.Target = providers[rng.IntN(len(providers))]
+		case FaultClock:
+			f.For *= 4
+			f.Target = nodes[rng.IntN(len(nodes))]
+			f.Offset = time.Duration(1+rng.IntN(int(maxSkew/time.Minute))) * time.Minute
+			if rng.IntN(2) == 0 {
+				f.Offset = -f.Offset
+			}
+		case FaultPartition:
+			if len(providers) == 0 || len(renters) == 0 {
+				continue
+			}
+			f.For *= 2
+			provider, renter := providers[rng.IntN(len(providers))], renters[rng.IntN(len(renters))]
+			switch rng.IntN(3) {
+			case 0:
+				f.Target, f.Peer = provider, "coordinator"
+			case 1:
+				f.Target, f.Peer = renter, provider
+			default:
+				f.Target, f.Peer = renter, "coordinator"
+			}
 		}
 		out = append(out, f)
 	}
@@ -106,6 +155,10 @@ func (s *soak) apply(ctx context.Context, f Fault) {
 		s.kill(ctx, f)
 	case FaultDisk:
 		s.fillDisk(ctx, f)
+	case FaultPartition:
+		s.partition(ctx, f)
+	case FaultClock:
+		s.skewClock(ctx, f)
 	default:
 		mode := map[string]int32{FaultRPCSlow: rpcSlow, FaultRPCFail: rpcFail, FaultRPCDrop: rpcDrop}[f.Kind]
 		s.rpc.SetMode(mode)
@@ -142,6 +195,61 @@ func (s *soak) kill(ctx context.Context, f Fault) {
 	if err := s.launch(context.WithoutCancel(ctx), p, true); err != nil {
 		s.breaks("restart", fmt.Sprintf("%s did not come back after kill -9: %v", p.Name, err))
 	}
+}
+
+// skewClock restarts a node with its clock moved by the fault's offset, and after the
+// fault's time restarts it with the right time. A node a kill has down takes the offset
+// at the kill's restart.
+func (s *soak) skewClock(ctx context.Context, f Fault) {
+	ctx = context.WithoutCancel(ctx) // the soak's end waits for the clock to be right again
+	if err := s.restartSkewed(ctx, f.Target, f.Offset); err != nil {
+		s.breaks("restart", fmt.Sprintf("%s with its clock %s off: %v", f.Target, f.Offset, err))
+		return
+	}
+	s.count(s.report.Applied, f.Kind)
+	sleepCtx(ctx, f.For)
+	if err := s.restartSkewed(ctx, f.Target, 0); err != nil {
+		s.breaks("restart", fmt.Sprintf("%s with its clock right again: %v", f.Target, err))
+	}
+}
+
+// restartSkewed writes a node's clock offset into its config and restarts it (SIGTERM,
+// as an operator would, then SIGKILL after 15 s), unless it is down.
+func (s *soak) restartSkewed(ctx context.Context, name string, offset time.Duration) error {
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	var p *devnetProc
+	for _, q := range s.procs {
+		if q.Name == name {
+			p = q
+		}
+	}
+	if p == nil {
+		return fmt.Errorf("no node %s", name)
+	}
+	h := config.Home{Dir: p.Home}
+	cfg, err := h.Config()
+	if err != nil {
+		return err
+	}
+	cfg.Debug.ClockOffset = config.Duration{Duration: offset}
+	if err := h.WriteConfig(cfg); err != nil {
+		return err
+	}
+	if p.Offline {
+		return nil
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		p.done <- <-p.done
+	}
+	p.Offline = true
+	h.RemoveAPIAddr()
+	return s.launch(ctx, p, true)
 }
 
 // The RPC proxy's modes.

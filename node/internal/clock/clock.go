@@ -21,6 +21,17 @@ func (system) After(d time.Duration) <-chan time.Time { return time.After(d) }
 // System returns the system clock.
 func System() Clock { return system{} }
 
+// Offset returns c moved by d: a node whose clock is skewed (the soak's clock fault,
+// config debug.clock_offset). Timers are not moved: After(d) still waits d.
+func Offset(c Clock, d time.Duration) Clock { return offset{c, d} }
+
+type offset struct {
+	Clock
+	d time.Duration
+}
+
+func (o offset) Now() time.Time { return o.Clock.Now().Add(o.d) }
+
 // Fake is a Clock moved by hand.
 type Fake struct {
 	mu      sync.Mutex
