@@ -38,9 +38,12 @@ type Relay struct {
 }
 
 // BulkProtocols are the stream protocols that carry a job's data: a stream of one to a peer
-// reached through a relay moments ago waits for the hole punch first (preferDirect).
+// reached through a relay moments ago waits for the hole punch first (preferDirect), and
+// the connection is kept while it is open (keepForJobs). A job tunnel is one: it may carry
+// a model server's traffic for hours, and a relayed connection is cut after an hour or
+// 512 MiB.
 var BulkProtocols = map[string]bool{protocol.JobProtocol: true, protocol.JobControlProtocol: true,
-	protocol.JobInputProtocol: true}
+	protocol.JobInputProtocol: true, protocol.JobTunnelProtocol: true}
 
 // reservationRetry is how soon a node asks a relay again after a refusal (libp2p's default
 // is an hour): a provider is refused until its coordinator certifies it.
