@@ -52,37 +52,23 @@ func (c *Catalogue) ValidateRevocation(ctx context.Context, from peer.ID, data [
 
 // HandleRevocationSync writes every revocation this node holds.
 func (c *Catalogue) HandleRevocationSync(s network.Stream) {
-	defer s.Close()
-	release, ok := c.admitSync(s) // shares the offer sync's bounds
-	if !ok {
-		s.Reset()
-		return
-	}
-	defer release()
-	s.SetDeadline(time.Now().Add(30 * time.Second))
-	w := bufio.NewWriter(s)
-	for i, raw := range c.trust.Revocations() {
-		if i == protocol.MaxSyncRevocations {
-			break
-		}
-		if err := protocol.WriteFrame(w, raw); err != nil {
-			s.Reset()
-			return
-		}
-	}
-	if err := w.Flush(); err != nil {
-		s.Reset()
-	}
+	c.serveSync(s, c.trust.Revocations, protocol.MaxSyncRevocations)
 }
 
 // HandleScoreSync writes every valid score record this node holds.
 func (c *Catalogue) HandleScoreSync(s network.Stream) {
-	defer s.Close()
 	if c.scores == nil {
 		s.Reset()
 		return
 	}
-	release, ok := c.admitSync(s) // shares the offer sync's bounds
+	c.serveSync(s, c.scores.Records, protocol.MaxSyncScores)
+}
+
+// serveSync answers a sync stream with records (at most max), each length-prefixed, within
+// the offer sync's bounds on answers served.
+func (c *Catalogue) serveSync(s network.Stream, records func() [][]byte, max int) {
+	defer s.Close()
+	release, ok := c.admitSync(s)
 	if !ok {
 		s.Reset()
 		return
@@ -90,8 +76,8 @@ func (c *Catalogue) HandleScoreSync(s network.Stream) {
 	defer release()
 	s.SetDeadline(time.Now().Add(30 * time.Second))
 	w := bufio.NewWriter(s)
-	for i, raw := range c.scores.Records() {
-		if i == protocol.MaxSyncScores {
+	for i, raw := range records() {
+		if i == max {
 			break
 		}
 		if err := protocol.WriteFrame(w, raw); err != nil {
