@@ -291,7 +291,9 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 		slowSync, slowDHT, slowOther int
 	}
 	results := map[string]*series{}
-	filters := []api.SearchFilter{{Model: model}, {}}
+	// Every offer, benchmarked or not: the harness's providers are not all benchmarked, and
+	// it measures how offers travel.
+	filters := []api.SearchFilter{{Model: model, Unbenchmarked: true}, {Unbenchmarked: true}}
 	for range *scaleRounds {
 		for _, r := range s.renters {
 			for _, mode := range []string{"warm", "cold"} {
