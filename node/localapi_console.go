@@ -33,18 +33,27 @@ type console struct {
 	stdin  *io.PipeWriter
 	out    chan []byte
 	done   chan struct{} // closed when the process ended or the session failed
+	closed chan struct{} // closed when the session is closed (its reader gone)
 	code   int
 	err    error
 	close  func()
 	reader sync.Mutex // held by the one reader of the output
 }
 
-// consoleOut carries the process's output to the console's reader.
-type consoleOut chan []byte
+// consoleOut carries the process's output to the console's reader, until the console is
+// closed (then the output has nowhere to go, and the session ends).
+type consoleOut struct {
+	ch     chan []byte
+	closed chan struct{}
+}
 
 func (o consoleOut) Write(b []byte) (int, error) {
-	o <- append([]byte(nil), b...)
-	return len(b), nil
+	select {
+	case o.ch <- append([]byte(nil), b...):
+		return len(b), nil
+	case <-o.closed:
+		return 0, io.ErrClosedPipe
+	}
 }
 
 func (a *APIServer) consoleRoutes() []apiRoute {
@@ -79,8 +88,9 @@ func (a *APIServer) openConsole(r *http.Request) (any, error) {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	c := &console{job: id, stdin: pw, out: make(chan []byte, 64), done: make(chan struct{})}
+	c := &console{job: id, stdin: pw, out: make(chan []byte, 64), done: make(chan struct{}), closed: make(chan struct{})}
 	c.close = sync.OnceFunc(func() {
+		close(c.closed)
 		pw.Close()
 		resetStream(s) // the provider kills the process
 		cancel()
@@ -92,7 +102,8 @@ func (a *APIServer) openConsole(r *http.Request) (any, error) {
 	a.consoles[cid] = c
 	a.consolesMu.Unlock()
 	go func() {
-		c.code, c.err = api.RunExec(s, api.ExecIO{Stdin: pr, Stdout: consoleOut(c.out), Stderr: consoleOut(c.out)})
+		out := consoleOut{ch: c.out, closed: c.closed}
+		c.code, c.err = api.RunExec(s, api.ExecIO{Stdin: pr, Stdout: out, Stderr: out})
 		close(c.done)
 		s.Close()
 	}()
