@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,14 +110,27 @@ func StartContainerd(ctx context.Context, dir string) (*Daemon, error) {
 	// Own process group: a Ctrl-C meant for the caller does not reach the daemon before Stop
 	// has cleaned up; Pdeathsig ends it if the caller dies without calling Stop.
 	d.cmd.SysProcAttr = daemonProcAttr()
-	if err := d.cmd.Start(); err != nil {
-		d.cleanupSock()
-		return nil, fmt.Errorf("start containerd: %w", err)
-	}
+	// Pdeathsig fires when the thread that started the daemon ends, not the process: a
+	// goroutine that exits with its thread locked (the namespace pinner's, which joins
+	// containerd's mount namespace) ends that thread, and the runtime may have started the
+	// daemon from it. So the daemon is started, and waited for, on a thread locked for its
+	// whole life.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := d.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		d.waitErr = d.cmd.Wait()
 		close(d.exited)
 	}()
+	if err := <-started; err != nil {
+		d.cleanupSock()
+		return nil, fmt.Errorf("start containerd: %w", err)
+	}
 
 	if err := d.waitReady(ctx, 30*time.Second); err != nil {
 		d.Stop()
