@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 )
@@ -99,6 +101,11 @@ func TestJobExecOnContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	stranger.ledger.Jobs.CreateJob(rj)
+	// Connected to the provider, as a stranger who looked it up would be: the refusal must
+	// be the provider's, not a lookup that a node just started has no routing table for.
+	if err := stranger.Host().Connect(context.Background(), peer.AddrInfo{ID: prov.ID(), Addrs: prov.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
 	if r, err := runExec(apiClient(t, stranger), v.ID, "", "cat", "/output/mine"); !errors.Is(err, api.ErrNotFound) || r.stdout != "" {
 		t.Fatalf("a stranger's exec in the renter's job: %+v %v, want refused as not found", r, err)
 	}
