@@ -93,31 +93,44 @@ func dialIn(ctx context.Context, ns *os.File, addr string) (net.Conn, error) {
 }
 
 // dialInNamespace enters the network namespace nsfd on a thread of its own, dials addr
-// there and comes back. A thread that cannot come back stays locked, so that it ends with
-// this goroutine rather than serve others from the job's namespace. (The Go runtime starts
-// new threads from a clean template thread, never from a locked one.)
+// there and comes back. It runs on a goroutine of its own: a thread that cannot come back
+// stays locked, so that it ends with that goroutine rather than serve others (or the
+// caller) from the job's namespace. (The Go runtime starts new threads from a clean
+// template thread, never from a locked one.)
 func dialInNamespace(ctx context.Context, nsfd int, addr string) (net.Conn, error) {
-	runtime.LockOSThread()
-	own, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("the node's network namespace: %w", err)
+	type dialed struct {
+		conn net.Conn
+		err  error
 	}
-	defer own.Close()
-	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("enter the job's network namespace: %w", err)
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp4", addr)
-	if serr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); serr != nil {
-		if conn != nil {
-			conn.Close()
+	done := make(chan dialed, 1)
+	go func() {
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- dialed{nil, fmt.Errorf("the node's network namespace: %w", err)}
+			return
 		}
-		return nil, fmt.Errorf("come back from the job's network namespace: %w", serr)
-	}
-	runtime.UnlockOSThread()
-	return conn, err
+		defer own.Close()
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- dialed{nil, fmt.Errorf("enter the job's network namespace: %w", err)}
+			return
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp4", addr)
+		if serr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); serr != nil {
+			if conn != nil {
+				conn.Close()
+			}
+			done <- dialed{nil, fmt.Errorf("come back from the job's network namespace: %w", serr)}
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- dialed{conn, err}
+	}()
+	r := <-done
+	return r.conn, r.err
 }
 
 func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

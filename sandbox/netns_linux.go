@@ -60,15 +60,30 @@ func (p *pinner) in(f func() error) error {
 	if p == nil {
 		return f()
 	}
+	return onSpentThread(func() error {
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fmt.Errorf("unshare the file-system context: %w", err)
+		}
+		if err := unix.Setns(int(p.ns.Fd()), unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("join containerd's mount namespace: %w", err)
+		}
+		return f()
+	})
+}
+
+// onSpentThread runs f on a thread locked to it that ends with it, and that is not the
+// process's main thread. The runtime does not end the main thread when a goroutine locked
+// to it exits (it parks it for good instead), and what the main thread joins shows as the
+// whole process's: /proc/PID/ns/mnt and /proc/PID/mountinfo would then name containerd's
+// namespace, and every later pin would be compared against the wrong one.
+func onSpentThread(f func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			done <- fmt.Errorf("unshare the file-system context: %w", err)
-			return
-		}
-		if err := unix.Setns(int(p.ns.Fd()), unix.CLONE_NEWNS); err != nil {
-			done <- fmt.Errorf("join containerd's mount namespace: %w", err)
+		if unix.Gettid() == unix.Getpid() {
+			// This goroutine holds the main thread, so the one started now cannot get it.
+			done <- onSpentThread(f)
+			runtime.UnlockOSThread()
 			return
 		}
 		done <- f()
