@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,9 +156,9 @@ func TestOfferNetwork(t *testing.T) {
 	tampered := append([]byte{}, vso.Raw...)
 	tampered[len(tampered)-80] ^= 1
 	rejectedBefore := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("offer", "gossip", "replay"))
-	evil.publish(t, oldRaw)
-	evil.publish(t, forged)
-	evil.publish(t, tampered)
+	evil.publishTo(t, protocol.ModelTopic(model), oldRaw)
+	evil.publishTo(t, protocol.ModelTopic(forgedOffer.GPUs[0].Model), forged)
+	evil.publishTo(t, protocol.ModelTopic(forgedOffer.GPUs[0].Model), tampered)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err = evil.dht.PutValue(ctx, protocol.OfferKey(victim.ID()), forged)
 	cancel()
@@ -220,15 +221,15 @@ func TestOfferNetwork(t *testing.T) {
 type evilPeer struct {
 	id     peer.ID
 	key    crypto.PrivKey
-	topic  *pubsub.Topic
 	dht    *dht.IpfsDHT
 	ps     *pubsub.PubSub
 	topics map[string]*pubsub.Topic
 	// nodes are the test network's nodes when the peer was made: a topic is published to
-	// once each of them lists it.
-	nodes []peer.ID
+	// once each of them that subscribes to it lists it.
+	nodes []*Node
 }
 
+// acceptAll lets the hostile peer's DHT store anything.
 type acceptAll struct{}
 
 func (acceptAll) Validate(string, []byte) error        { return nil }
@@ -246,10 +247,6 @@ func newEvilPeer(t *testing.T, tn *testNet) *evilPeer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic, err := ps.Join(protocol.OffersTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d, err := dht.New(h, dht.Mode(dht.ModeServer), dht.ProtocolPrefix(protocol.DHTProtocolPrefix),
 		dht.Validator(record.NamespacedValidator{protocol.OfferNamespace: acceptAll{}}))
 	if err != nil {
@@ -257,23 +254,16 @@ func newEvilPeer(t *testing.T, tn *testNet) *evilPeer {
 	}
 	t.Cleanup(func() { d.Close() })
 	<-d.RefreshRoutingTable()
-	var nodes []peer.ID
-	for _, n := range tn.nodes {
-		nodes = append(nodes, n.ID())
+	return &evilPeer{h.ID(), sk, d, ps, map[string]*pubsub.Topic{}, slices.Clone(tn.nodes)}
+}
+
+// subscribes says whether a node subscribes to a topic: to an offers topic if it follows
+// it (renters and coordinators: providers follow none), to the others always.
+func subscribes(n *Node, name string) bool {
+	if strings.HasPrefix(name, "/gpunex/offers/") {
+		return slices.Contains(n.catalogue.Followed(), name)
 	}
-	// Gossip only reaches peers that know the new peer joined the topic; every node, not
-	// half of them: one that rejects a record does not forward it, so a record published
-	// before the renter knows the peer may never reach the renter.
-	eventually(t, 15*time.Second, "every node in the hostile peer's topic view", func() (bool, string) {
-		peers := topic.ListPeers()
-		for _, n := range nodes {
-			if !slices.Contains(peers, n) {
-				return false, fmt.Sprintf("%s missing from %d peers", n, len(peers))
-			}
-		}
-		return true, ""
-	})
-	return &evilPeer{h.ID(), sk, topic, d, ps, map[string]*pubsub.Topic{protocol.OffersTopic: topic}, nodes}
+	return true
 }
 
 // publishTo publishes raw on a topic, joining it first.
@@ -286,24 +276,20 @@ func (e *evilPeer) publishTo(t *testing.T, name string, raw []byte) {
 			t.Fatal(err)
 		}
 		e.topics[name] = topic
-		// Every node, not just one: a node that drops the record does not forward it.
+		// Gossip only reaches peers that know the new peer joined the topic; every node
+		// that subscribes, not just one: a node that rejects a record does not forward it,
+		// so a record published before the renter knows the peer may never reach it.
 		eventually(t, 15*time.Second, "every node in the hostile peer's topic view", func() (bool, string) {
 			peers := topic.ListPeers()
 			for _, n := range e.nodes {
-				if !slices.Contains(peers, n) {
-					return false, fmt.Sprintf("%s missing from %v", n, peers)
+				if subscribes(n, name) && !slices.Contains(peers, n.ID()) {
+					return false, fmt.Sprintf("%s missing from %v", n.ID(), peers)
 				}
 			}
 			return true, ""
 		})
 	}
 	if err := topic.Publish(context.Background(), raw); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (e *evilPeer) publish(t *testing.T, raw []byte) {
-	if err := e.topic.Publish(context.Background(), raw); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -356,7 +342,7 @@ func TestJunkGossipCostsItsSender(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		evil.publishTo(t, protocol.OffersTopic, selfCertified)
+		evil.publishTo(t, protocol.ModelTopic("L4-24GB"), selfCertified)
 		evil.publishTo(t, protocol.RevocationsTopic, []byte(fmt.Sprintf("junk revocation %d", i)))
 		evil.publishTo(t, protocol.ScoresTopic, farFuture)
 		evil.publishTo(t, protocol.MarketTopic, []byte(fmt.Sprintf("junk market statistics %d", i)))

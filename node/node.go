@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,7 +158,7 @@ func New(ctx context.Context, cfg config.Config, key crypto.PrivKey, d Deps) (_ 
 	}
 	switch cfg.Role {
 	case config.RoleProvider:
-		err = n.startProvider(ctx, runCtx, d, as.trusted, as.offers)
+		err = n.startProvider(ctx, runCtx, d, as.trusted)
 	case config.RoleCoordinator:
 		err = n.startCoordinator(runCtx, as.trust, as.revocations, as.scores)
 	}
@@ -178,7 +179,7 @@ type assembly struct {
 	boot    []peer.AddrInfo
 	money   money.Deps
 	// The gossip topics the role's subsystems publish on.
-	offers, revocations, scores, market *p2p.Topic
+	revocations, scores, market *p2p.Topic
 }
 
 // openStorage is New's first step: the ledger, the metrics, the model catalogues, the
@@ -236,14 +237,18 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 	if cfg.Role == config.RoleProvider {
 		n.keepHistory()
 	}
+	offersCfg := cfg.Offers
+	if cfg.Role != config.RoleRenter {
+		offersCfg.Models = nil // providers follow no model, coordinators every one
+	}
 	n.catalogue = offers.New(offers.Deps{Base: n.base(n.log.With("subsystem", "offers")), Book: n.book, Trust: n.trust,
-		Offers: cfg.Offers, Bootstrap: as.boot, Scores: n.scores})
+		Offers: offersCfg, Bootstrap: as.boot, Scores: n.scores, Models: func() []string { return n.marketModels(as.trusted) }})
 	stores := money.Stores{Jobs: n.ledger.Jobs, Wallet: n.ledger.Wallet, Own: n.ledger.Provider,
 		Escrow: n.ledger.Escrow, Payouts: n.ledger.Payouts, Reliability: n.ledger.Reliability}
 	as.money = money.Deps{Base: n.base(n.log.With("subsystem", "money")), Ledger: stores,
 		Config: cfg, Home: d.Home}
 	n.market = money.NewMarket(as.money, as.trusted)
-	if as.offers, err = n.peer.Join(protocol.OffersTopic, n.catalogue.ValidateOffer); err != nil {
+	if err := n.followOffers(as.trusted); err != nil {
 		return err
 	}
 	if as.revocations, err = n.peer.Join(protocol.RevocationsTopic, n.catalogue.ValidateRevocation); err != nil {
@@ -265,6 +270,49 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 	n.peer.Handle(protocol.RevocationSyncProtocol, n.catalogue.HandleRevocationSync)
 	n.peer.Handle(protocol.ScoreSyncProtocol, n.catalogue.HandleScoreSync)
 	return nil
+}
+
+// followOffers subscribes a renter to the offer topics of the models it rents
+// (offers.models, or every model of its coordinators' catalogues, followed as they grow),
+// and a coordinator to every model's and the previous release's. A provider follows none:
+// it publishes its own offer and holds no one else's.
+func (n *Node) followOffers(trusted []peer.ID) error {
+	switch {
+	case n.cfg.Role == config.RoleProvider:
+		return nil
+	case n.cfg.Role == config.RoleCoordinator:
+		if err := n.catalogue.FollowPrevious(); err != nil {
+			return err
+		}
+	case len(n.cfg.Offers.Models) > 0:
+		return n.catalogue.Follow(n.cfg.Offers.Models)
+	}
+	n.models.OnChange(func(peer.ID, *protocol.ModelCatalogue, *protocol.ModelCatalogue) {
+		if err := n.catalogue.Follow(n.marketModels(trusted)); err != nil {
+			n.log.Warn("following the offers of a new model failed", "err", err)
+		}
+	})
+	return n.catalogue.Follow(n.marketModels(trusted))
+}
+
+// marketModels are the models of the trusted coordinators' catalogues.
+func (n *Node) marketModels(trusted []peer.ID) []string {
+	var names []string
+	catalogues := []*protocol.ModelCatalogue{}
+	for _, c := range trusted {
+		catalogues = append(catalogues, n.models.Current(c))
+	}
+	if len(catalogues) == 0 {
+		catalogues = append(catalogues, protocol.FirstModels())
+	}
+	for _, c := range catalogues {
+		for _, m := range c.Models {
+			if !slices.Contains(names, m.Model) {
+				names = append(names, m.Model)
+			}
+		}
+	}
+	return names
 }
 
 // startMoney is New's third step: a coordinator's settlement, every node's wallet (its own
@@ -305,10 +353,10 @@ func (n *Node) startLoops(d Deps, as *assembly) {
 
 // startProvider builds a provider's publisher, applicant, job runner and benchmark runner,
 // registers their stream handlers and starts their loops.
-func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer.ID, offersTopic *p2p.Topic) (err error) {
+func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer.ID) (err error) {
 	log := n.log.With("subsystem", "provider")
 	if n.publisher, err = offers.NewPublisher(offers.PublisherDeps{Base: n.base(log), Own: n.ledger.Provider, Applicant: n.ledger.Applicant, Catalogue: n.catalogue,
-		Topic: offersTopic, Provider: n.cfg.Provider, Offers: n.cfg.Offers}); err != nil {
+		Provider: n.cfg.Provider, Offers: n.cfg.Offers}); err != nil {
 		return err
 	}
 	n.catalogue.OnOwnRevocation(n.publisher.Poke)
@@ -497,7 +545,7 @@ type revocationDesk struct {
 // scale harness's renters, joining together, held no offer for minutes).
 func (n *Node) syncJoined(ctx context.Context) {
 	n.models.SyncTrusted(ctx)
-	if n.catalogue.SyncOffers(ctx) || !n.syncRetrying.CompareAndSwap(false, true) {
+	if n.catalogue.SyncJoined(ctx) || !n.syncRetrying.CompareAndSwap(false, true) {
 		return
 	}
 	n.goLoop(func() {
@@ -508,7 +556,7 @@ func (n *Node) syncJoined(ctx context.Context) {
 				return
 			case <-n.clock.After(wait):
 			}
-			if n.catalogue.SyncOffers(ctx) {
+			if n.catalogue.SyncJoined(ctx) {
 				return
 			}
 		}

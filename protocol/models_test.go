@@ -167,7 +167,7 @@ func TestSpokenCoversEveryKind(t *testing.T) {
 			t.Errorf("record kind %s has no version in Spoken", s.kind)
 		}
 	}
-	if len(v.Streams) < 14 || len(v.Topics) != 5 {
+	if len(v.Streams) < 14 || len(v.Topics) != 6 {
 		t.Errorf("streams %v, topics %v", v.Streams, v.Topics)
 	}
 }

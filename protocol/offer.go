@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,8 +38,18 @@ const (
 	maxAvailabilityLen = 1536
 )
 
-// OffersTopic is the gossipsub topic on which offers are announced.
+// OffersTopic is the gossipsub topic every offer was announced on before offers travelled
+// by model. Providers still publish on it, and coordinators still follow it, so that nodes
+// of the previous release keep their offers; renters follow the model topics.
 const OffersTopic = "/gpunex/offers/1"
+
+// ModelTopicPrefix starts the name of each GPU model's offer topic (ModelTopic).
+const ModelTopicPrefix = "/gpunex/offers/model/1/"
+
+// ModelTopic is the gossipsub topic on which the offers of one GPU model are announced: a
+// provider publishes its offer on the topic of each model it declares, a renter follows
+// the topics of the models it rents.
+func ModelTopic(model string) string { return ModelTopicPrefix + NormalizeModel(model) }
 
 // DHTProtocolPrefix makes the gpunex DHT private: it never mixes with the public IPFS DHT.
 const DHTProtocolPrefix = "/gpunex"
@@ -172,7 +183,10 @@ func ModelKey(model string) cid.Cid { return contentKey("model/" + NormalizeMode
 // RegionKey is the DHT provider-record key for a region.
 func RegionKey(region string) cid.Cid { return contentKey("region/" + NormalizeRegion(region)) }
 
-// AllOffersKey is the DHT provider-record key every provider announces under.
+// AllOffersKey is the DHT provider-record key every provider announced under before
+// searches without a model walked the model keys. Providers no longer announce under it
+// (the 20 nodes closest to it held the whole network); nodes of the previous release
+// still search it.
 func AllOffersKey() cid.Cid { return contentKey("all") }
 
 // SignedOffer is an offer that passed every stateless check.
@@ -401,13 +415,54 @@ func PeekOfferSeq(raw []byte) (uint64, error) {
 // from a provider found in the DHT, and fall back to the DHT value record.
 const OfferProtocol = "/gpunex/offer/1.0.0"
 
-// OfferSyncProtocol is the stream protocol on which any node hands over every live offer
-// record it holds, so that a node that just joined has the whole catalogue at once rather
-// than after the next republish. The client opens a stream and closes its write side; the
-// server writes each marshalled envelope prefixed by its length as an unsigned varint, at
-// most MaxSyncOffers records, and closes. The client verifies every record as if it came
-// from gossip.
+// OfferSyncProtocol is the stream protocol on which any node hands over the live offer
+// records it holds, so that a node that just joined has the catalogue at once rather than
+// after the next republish. The client writes an OfferSyncRequest as one JSON frame (a
+// client of the previous release writes nothing) and closes its write side; the server
+// writes each marshalled envelope the request asks for, prefixed by its length as an
+// unsigned varint, at most MaxSyncOffers records, and closes. The client verifies every
+// record as if it came from gossip.
 const OfferSyncProtocol = "/gpunex/offer-sync/1.0.0"
+
+// OfferSyncRequest narrows a catalogue sync to the offers of some models and regions (each
+// list empty: all). A renter that follows a few models asks for theirs; a search for one
+// model asks for that model's.
+type OfferSyncRequest struct {
+	Models  []string `json:"models,omitempty"`
+	Regions []string `json:"regions,omitempty"`
+}
+
+// MaxOfferSyncRequest caps a sync request's frame; MaxOfferSyncFilter the entries of each
+// of its lists.
+const (
+	MaxOfferSyncRequest = 4096
+	MaxOfferSyncFilter  = 64
+)
+
+// Check refuses a request with more than MaxOfferSyncFilter entries in a list.
+func (r OfferSyncRequest) Check() error {
+	if len(r.Models) > MaxOfferSyncFilter || len(r.Regions) > MaxOfferSyncFilter {
+		return fmt.Errorf("%w: a sync request names %d models and %d regions, at most %d each", ErrInvalid, len(r.Models), len(r.Regions), MaxOfferSyncFilter)
+	}
+	return nil
+}
+
+// Matches says whether an offer is one the request asks for: one of its models (any GPU
+// entry) and one of its regions, an empty list matching any.
+func (r OfferSyncRequest) Matches(o *Offer) bool {
+	if len(r.Regions) > 0 && !slices.ContainsFunc(r.Regions, func(x string) bool { return NormalizeRegion(x) == NormalizeRegion(o.Region) }) {
+		return false
+	}
+	if len(r.Models) == 0 {
+		return true
+	}
+	for _, g := range o.GPUs {
+		if slices.ContainsFunc(r.Models, func(m string) bool { return NormalizeModel(m) == g.Model }) {
+			return true
+		}
+	}
+	return false
+}
 
 // MaxSyncOffers caps the records in one sync answer (at most 160 MiB of records).
 const MaxSyncOffers = 20_000

@@ -27,7 +27,7 @@ func Spoken() Versions {
 		Streams: []string{OfferProtocol, OfferSyncProtocol, RevocationSyncProtocol, ScoreSyncProtocol, ModelsSyncProtocol, ApplyProtocol, NotifyProtocol,
 			JobProtocol, JobControlProtocol, JobTunnelProtocol, JobExecProtocol, JobInputProtocol, JobReportProtocol, HoldReleaseProtocol, WalletProtocol, UptimeProtocol,
 			BenchNetProtocol, BenchChallengeProtocol},
-		Topics: []string{OffersTopic, RevocationsTopic, ScoresTopic, MarketTopic, ModelsTopic},
+		Topics: []string{OffersTopic, ModelTopicPrefix + "MODEL", RevocationsTopic, ScoresTopic, MarketTopic, ModelsTopic},
 	}
 	sort.Strings(v.Streams)
 	sort.Strings(v.Topics)

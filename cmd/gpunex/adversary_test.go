@@ -358,7 +358,7 @@ func adversaryScenarios() []scenario {
 					Provider: a.h.ID().String(), Seq: 1, IssuedAt: now.Add(48 * time.Hour), ExpiresAt: now.Add(49 * time.Hour)})
 				var n int64
 				for ctx.Err() == nil {
-					for _, topic := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic, protocol.ModelsTopic} {
+					for _, topic := range []string{protocol.OffersTopic, protocol.ModelTopic("H100-80GB"), protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic, protocol.ModelsTopic} {
 						a.publish(ctx, topic, []byte("junk "+randomHex(8)))
 						n++
 					}
@@ -396,7 +396,7 @@ func adversaryScenarios() []scenario {
 				replayer = a.h.ID()
 				var n int64
 				for ctx.Err() == nil {
-					a.publish(ctx, protocol.OffersTopic, rec.Raw)
+					a.publish(ctx, protocol.ModelTopic(rows[0].Model), rec.Raw)
 					n++
 				}
 				return n
@@ -422,6 +422,69 @@ func adversaryScenarios() []scenario {
 			},
 		},
 		{
+			// A real provider's offer sprayed on the topics of models it does not offer, to
+			// reach the renters of every model: each copy is rejected before the book, and
+			// costs its sender.
+			name: "offer-on-wrong-topics", victim: "renter-1", honest: honestSearch,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				a := newAttacker(t, e, "renter-1")
+				t.Cleanup(a.close)
+				rows, err := e.clients["renter-1"].Search(ctx, url.Values{})
+				if err != nil || len(rows) == 0 {
+					t.Fatalf("no offer to spray: %v", err)
+				}
+				rec, err := e.clients["renter-1"].OfferRecord(ctx, rows[0].ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sprayer = a.h.ID()
+				sprayedModels = map[string]bool{}
+				for _, g := range rec.Offer.GPUs {
+					sprayedModels[g.Model] = true
+				}
+				var others []string
+				for _, m := range protocol.FirstModels().Models {
+					if !sprayedModels[m.Model] {
+						others = append(others, protocol.ModelTopic(m.Model))
+					}
+				}
+				sprayedProvider = rows[0].Provider
+				var n int64
+				for ctx.Err() == nil {
+					a.publish(ctx, others[n%int64(len(others))], rec.Raw)
+					n++
+					time.Sleep(time.Millisecond)
+				}
+				return n
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				wrong := nodeMetric(t, e, "renter-1", `gpunex_records_rejected_total{kind="offer",reason="wrong_topic",source="gossip"}`)
+				if wrong == 0 {
+					t.Errorf("%d offers on the wrong topics, none counted as such", ops)
+				}
+				g, _ := e.clients["renter-1"].Gossip(context.Background(), sprayer.String())
+				for wait := time.Now().Add(3 * time.Second); g.Score > -1000 && time.Now().Before(wait); {
+					time.Sleep(200 * time.Millisecond)
+					g, _ = e.clients["renter-1"].Gossip(context.Background(), sprayer.String())
+				}
+				if g.Score > -1000 {
+					t.Errorf("%d offers sprayed on the wrong topics, and the sprayer's score is still %.0f", ops, g.Score)
+				}
+				for _, m := range protocol.FirstModels().Models {
+					if sprayedModels[m.Model] {
+						continue
+					}
+					rows, _ := e.clients["renter-1"].Search(context.Background(), url.Values{"model": {m.Model}, "unbenchmarked": {"true"}})
+					for _, r := range rows {
+						if r.Provider == sprayedProvider {
+							t.Errorf("the sprayed offer is listed under %s, which it does not offer", m.Model)
+						}
+					}
+				}
+				return fmt.Sprintf("%.0f of %d rejected as wrong_topic; graylisted, score %.0f", wrong, ops, g.Score)
+			},
+		},
+		{
 			// A fresh identity every few messages: each pays its own penalty; the victim's
 			// cost stays bounded.
 			name: "gossip-sybil", victim: "renter-1", honest: honestSearch,
@@ -430,7 +493,7 @@ func adversaryScenarios() []scenario {
 				for ctx.Err() == nil {
 					a := newAttacker(t, e, "renter-1")
 					for range 4 {
-						a.publish(ctx, protocol.OffersTopic, []byte("junk "+randomHex(8)))
+						a.publish(ctx, protocol.ModelTopic("H100-80GB"), []byte("junk "+randomHex(8)))
 						n++
 					}
 					sybils = append(sybils, a.h.ID())
@@ -683,10 +746,27 @@ func adversaryScenarios() []scenario {
 			},
 		},
 		{
-			// Identities rotating to have a renter serve its whole catalogue again and again.
+			// Identities rotating to have a renter serve its catalogue again and again: as a
+			// node of the previous release asks (no request: everything), with a model filter,
+			// and with requests past the filter's limits or not JSON at all.
 			name: "sync-flood", victim: "renter-1", honest: honestSearch,
 			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				var i atomic.Int64
+				var tooMany protocol.OfferSyncRequest
+				for k := range protocol.MaxOfferSyncFilter + 1 {
+					tooMany.Models = append(tooMany.Models, fmt.Sprintf("M%d-1GB", k))
+				}
 				return sybil(ctx, t, e, "renter-1", protocol.OfferSyncProtocol, 10, func(a *attacker, s network.Stream) {
+					s.SetDeadline(time.Now().Add(10 * time.Second))
+					switch i.Add(1) % 4 {
+					case 1:
+						protocol.WriteJSONFrame(s, protocol.OfferSyncRequest{Models: []string{"H100-80GB", "L4-24GB"}})
+					case 2:
+						protocol.WriteJSONFrame(s, tooMany)
+					case 3:
+						protocol.WriteFrame(s, []byte("{not json"))
+					}
+					s.CloseWrite()
 					if k, _ := io.Copy(io.Discard, s); k > 0 {
 						syncsServed.Add(1)
 					}
@@ -697,7 +777,14 @@ func adversaryScenarios() []scenario {
 				if limit := int64(24 + adversaryDuration.Minutes()*24 + 1); syncsServed.Load() > limit {
 					t.Errorf("%d catalogue syncs served to one network, over its budget of %d", syncsServed.Load(), limit)
 				}
-				return fmt.Sprintf("%d of %d catalogue syncs served", syncsServed.Load(), ops)
+				junk := 0.0
+				for _, reason := range []string{"invalid", "malformed"} {
+					junk += nodeMetric(t, e, "renter-1", `gpunex_records_rejected_total{kind="sync",reason="`+reason+`",source="stream"}`)
+				}
+				if ops >= 4 && junk == 0 {
+					t.Errorf("%d sync streams, and no request past the limits counted as refused", ops)
+				}
+				return fmt.Sprintf("%d of %d catalogue syncs served; %.0f requests refused before a slot", syncsServed.Load(), ops, junk)
 			},
 		},
 		{
@@ -775,6 +862,9 @@ var (
 	loopBanned        atomic.Bool
 	replayedOffer     api.OfferRow
 	replayer          peer.ID
+	sprayedProvider   string // offer-on-wrong-topics
+	sprayedModels     map[string]bool
+	sprayer           peer.ID
 	proposalsAccepted atomic.Int64
 	proposalsChecked  atomic.Int64
 	syncsServed       atomic.Int64

@@ -114,7 +114,7 @@ func newGreedyProvider(t *testing.T, e *advEnv) *greedyProvider {
 		GPUs: []protocol.OfferGPUs{{Model: "H100-80GB", Count: 1, VRAMGB: 80, PricePerGPUHour: 3_600_000}}})
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		g.publish(ctx, protocol.OffersTopic, offer)
+		g.publish(ctx, protocol.ModelTopic("H100-80GB"), offer)
 		seen := 0
 		for _, node := range []string{"renter-1", "coordinator"} { // the coordinator holds money only for certified offers it holds
 			// Its offer carries no benchmark attestation: searches pass it over unless asked.
@@ -371,7 +371,7 @@ func (g *greedyProvider) attestation(challenge, receipt []byte) []byte {
 // publishOffer gossips a new offer of the greedy provider's H100 carrying attestation.
 func (g *greedyProvider) publishOffer(ctx context.Context, e *advEnv, attestation []byte) {
 	now := time.Now().UTC()
-	g.publish(ctx, protocol.OffersTopic, g.seal(protocol.KindOffer, protocol.Offer{Version: protocol.OfferVersion, Provider: g.h.ID().String(),
+	g.publish(ctx, protocol.ModelTopic("H100-80GB"), g.seal(protocol.KindOffer, protocol.Offer{Version: protocol.OfferVersion, Provider: g.h.ID().String(),
 		Seq: uint64(now.UnixNano()), IssuedAt: now, ExpiresAt: now.Add(10 * time.Minute), Region: "eu-west", Availability: "24/7",
 		Addrs: g.addrs, Certificate: g.certificate, Attestation: attestation,
 		GPUs: []protocol.OfferGPUs{{Model: "H100-80GB", Count: 1, VRAMGB: 80, PricePerGPUHour: 3_600_000}}}))

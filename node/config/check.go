@@ -86,6 +86,11 @@ func (c *Config) checkOffers() (errs []error) {
 	if c.Offers.WarmSearch.Duration <= 0 || c.Offers.WarmSearch.Duration > c.Offers.SearchTimeout.Duration {
 		errs = append(errs, fmt.Errorf("offers.warm_search %s: must be positive and at most offers.search_timeout (%s)", c.Offers.WarmSearch, c.Offers.SearchTimeout))
 	}
+	for _, m := range c.Offers.Models {
+		if strings.TrimSpace(m) == "" || len(m) > 64 {
+			errs = append(errs, fmt.Errorf("offers.models %q: each must be a model name", m))
+		}
+	}
 	if _, err := c.TrustedCoordinators(); err != nil {
 		errs = append(errs, err)
 	}

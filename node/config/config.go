@@ -419,6 +419,9 @@ type OffersConfig struct {
 	// the walk only adds what gossip missed, and what it fetches later is in the book for
 	// the next search.
 	WarmSearch Duration `toml:"warm_search"`
+	// Models are the GPU models whose offers a renter follows (their gossip topics); empty:
+	// every model of its coordinators' catalogues.
+	Models []string `toml:"models"`
 }
 
 // ProviderConfig declares what a provider sells.

@@ -293,6 +293,9 @@ search_timeout = "{{.Offers.SearchTimeout}}"
 # How long a search waits for the DHT when this node's offer book follows gossip (it
 # already holds the network's offers): what the DHT adds later is there for the next one.
 warm_search = "{{.Offers.WarmSearch}}"
+# A renter follows the offers of these GPU models by gossip (empty: every model of its
+# coordinators' catalogues), e.g. models = ["H100-80GB", "L40S-48GB"].
+# models = []
 
 [trust]
 # Peer IDs of the coordinators whose certificates this node accepts: offers without a

@@ -7,6 +7,7 @@ package offers
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -41,6 +42,9 @@ type Deps struct {
 	Bootstrap []peer.AddrInfo
 	// Scores may be nil: rows then carry no score.
 	Scores Scores
+	// Models are the GPU models a search without a model walks the DHT keys of (the
+	// model catalogues of the trusted coordinators).
+	Models func() []string
 }
 
 // Catalogue is the node's side of the offer network: it takes offers and revocations in
@@ -63,6 +67,11 @@ type Catalogue struct {
 	// findProviders walks the DHT for the providers under a key (the peer's; a test's slow
 	// walk).
 	findProviders func(context.Context, cid.Cid) <-chan peer.AddrInfo
+	// models are the models a search without one walks the keys of (Deps.Models).
+	models func() []string
+	// followed are the offer topics this node subscribes to (topics.go).
+	topicsMu sync.Mutex
+	followed []string
 	// ownRevoked is called when this node's own certificate is revoked (a provider stops
 	// publishing); set with OnOwnRevocation.
 	ownRevoked func()
@@ -72,7 +81,7 @@ type Catalogue struct {
 func New(d Deps) *Catalogue {
 	return &Catalogue{
 		peer: d.Peer, id: d.Peer.ID, book: d.Book, trust: d.Trust, metrics: d.Metrics, log: d.Log,
-		clock: d.Clock, cfg: d.Offers, boot: d.Bootstrap, scores: d.Scores,
+		clock: d.Clock, cfg: d.Offers, boot: d.Bootstrap, scores: d.Scores, models: d.Models,
 		syncSlots:     make(chan struct{}, maxSyncServing),
 		syncs:         p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4),
 		findProviders: d.Peer.FindProviders,
@@ -122,6 +131,12 @@ func (c *Catalogue) score(so *protocol.SignedOffer) *protocol.SignedScore {
 // (node/internal/p2p/gossipscore.go).
 func (c *Catalogue) ValidateOffer(ctx context.Context, from peer.ID, data []byte) p2p.Verdict {
 	_, fresh, err := c.book.Accept(data, "gossip")
+	return verdict(fresh, err)
+}
+
+// verdict is the gossip verdict on an offer the book took (fresh: it changed the book) or
+// refused with err.
+func verdict(fresh bool, err error) p2p.Verdict {
 	if err == nil && !fresh {
 		// The record held already, again (a republish: it says the offer is still
 		// current, and is forwarded): free within the sender's budget, so that a peer

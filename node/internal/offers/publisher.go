@@ -40,10 +40,8 @@ type PublisherDeps struct {
 	Own       *ledger.ProviderStore
 	Applicant *ledger.ApplicantStore
 	Catalogue *Catalogue
-	// Topic is the offers gossip topic.
-	Topic    *p2p.Topic
-	Provider config.ProviderConfig
-	Offers   config.OffersConfig
+	Provider  config.ProviderConfig
+	Offers    config.OffersConfig
 }
 
 // Publisher announces this node's offer: on start, on every price change, at every
@@ -54,11 +52,13 @@ type Publisher struct {
 	own       *ledger.ProviderStore
 	applicant *ledger.ApplicantStore
 	catalogue *Catalogue
-	topic     *p2p.Topic
-	metrics   *metrics.Metrics
-	log       *slog.Logger
-	clock     clock.Clock
-	cfg       config.OffersConfig
+	// topics are the offer topics the offer is published on, without subscribing: each
+	// declared model's and the previous release's (topics.go).
+	topics  []*p2p.Topic
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	clock   clock.Clock
+	cfg     config.OffersConfig
 
 	region string
 	base   []protocol.OfferGPUs // declared in config, with configured prices
@@ -101,13 +101,24 @@ func NewPublisher(d PublisherDeps) (*Publisher, error) {
 		return nil, err
 	}
 	p := &Publisher{
-		peer: d.Peer, id: d.Peer.ID, own: d.Own, applicant: d.Applicant, catalogue: d.Catalogue, topic: d.Topic,
+		peer: d.Peer, id: d.Peer.ID, own: d.Own, applicant: d.Applicant, catalogue: d.Catalogue,
 		metrics: d.Metrics, log: d.Log, clock: d.Clock, cfg: d.Offers,
 		sched: sched, configSched: sched, base: items,
 		region:     protocol.NormalizeRegion(d.Provider.Region),
 		wake:       make(chan struct{}, 1),
 		followWake: make(chan struct{}, 1),
 		announce:   make(chan []byte, 1),
+	}
+	var models []string
+	for _, g := range items {
+		models = append(models, g.Model)
+	}
+	for _, name := range topicsOf(models) {
+		t, err := d.Peer.JoinToPublish(name)
+		if err != nil {
+			return nil, err
+		}
+		p.topics = append(p.topics, t)
 	}
 	set, err := d.Own.Availability()
 	if err != nil {
@@ -166,8 +177,8 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 }
 
-// gossipPeersLoop publishes again whenever the node goes from no gossip peer on the offers
-// topic to one: a record published while alone (at start, or after losing every peer)
+// gossipPeersLoop publishes again whenever the node goes from no gossip peer on one of its
+// offer topics to one: a record published while alone (at start, or after losing every peer)
 // reached nobody, and waiting for the republish interval would keep the offer out of other
 // nodes' books for that long. It also publishes when a bootstrap peer (a coordinator, which
 // probes and scores by the offer) joins again: gossip with it may have been cut (p2p's
@@ -177,14 +188,20 @@ func (p *Publisher) gossipPeersLoop(ctx context.Context) {
 	for _, ai := range p.catalogue.boot {
 		boot[ai.ID] = true
 	}
-	err := p.topic.WhenPeerJoins(ctx, func(id peer.ID, first bool) {
-		if first || boot[id] {
-			p.Poke()
-		}
-	})
-	if err != nil {
-		p.log.Warn("watching gossip peers failed", "err", err)
+	var watchers sync.WaitGroup
+	for _, t := range p.topics {
+		watchers.Go(func() {
+			err := t.WhenPeerJoins(ctx, func(id peer.ID, first bool) {
+				if first || boot[id] {
+					p.Poke()
+				}
+			})
+			if err != nil {
+				p.log.Warn("watching gossip peers failed", "err", err)
+			}
+		})
 	}
+	watchers.Wait()
 }
 
 // build makes the offer as it stands at now: declared GPUs with current prices, or a
@@ -333,16 +350,19 @@ func (p *Publisher) publishLocked(ctx context.Context, withdrawn string) error {
 	default:
 	}
 	p.announce <- raw
-	if err := p.topic.Publish(ctx, raw); err != nil {
-		// The offer is signed, current and queued for the DHT: searches still find it.
-		p.log.Warn("gossiping the offer failed; it reaches renters through the DHT", "seq", o.Seq, "err", err)
+	for _, t := range p.topics {
+		if err := t.Publish(ctx, raw); err != nil {
+			// The offer is signed, current and queued for the DHT: searches still find it.
+			p.log.Warn("gossiping the offer failed; it reaches renters through the DHT", "seq", o.Seq, "topic", t, "err", err)
+		}
 	}
 	p.log.Debug("offer published", "seq", o.Seq, "gpus", len(o.GPUs), "withdrawn", o.Withdrawn)
 	return nil
 }
 
 // announceLoop stores the newest offer in the DHT under the provider's key and announces
-// the provider under the model, region and "all" keys.
+// the provider under its models' and its region's keys (no longer under the "all offers"
+// key: a search without a model walks the model keys).
 //
 // The closest peers to a key change as the network grows: when the routing table has grown
 // by a quarter since the last announcement, the loop announces again, so that records sit
@@ -384,7 +404,7 @@ func (p *Publisher) announceDHT(ctx context.Context, raw []byte) {
 	if err := p.peer.PutValue(ctx, protocol.OfferKey(p.id), raw); err != nil {
 		p.log.Debug("DHT put of offer failed", "err", err)
 	}
-	keys := []cid.Cid{protocol.AllOffersKey(), protocol.RegionKey(p.region)}
+	keys := []cid.Cid{protocol.RegionKey(p.region)}
 	for _, g := range p.base {
 		keys = append(keys, protocol.ModelKey(g.Model))
 	}

@@ -37,14 +37,10 @@ func newPublisher(t *testing.T, w *world, approved []protocol.CertifiedGPU, wind
 			t.Fatal(err)
 		}
 	}
-	topic, err := w.peer.Join(protocol.OffersTopic, w.cat.ValidateOffer)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Defaults(config.RoleProvider)
 	cfg.Provider = config.ProviderConfig{Region: "EU-West", Availability: config.AvailabilityConfig{Timezone: "UTC", Windows: windows},
 		GPUs: []config.GPUConfig{{Model: "l4-24gb", Count: 4, VRAMGB: 24, PriceUSDC: "1.50"}, {Model: "A100-80GB", Count: 2, VRAMGB: 80, PriceUSDC: "3.00"}}}
-	p, err := NewPublisher(PublisherDeps{Base: subsystem.Base{Peer: w.peer, Metrics: w.metrics, Log: quietLogger(), Clock: w.clock}, Own: w.ledger.Provider, Applicant: w.ledger.Applicant, Catalogue: w.cat, Topic: topic,
+	p, err := NewPublisher(PublisherDeps{Base: subsystem.Base{Peer: w.peer, Metrics: w.metrics, Log: quietLogger(), Clock: w.clock}, Own: w.ledger.Provider, Applicant: w.ledger.Applicant, Catalogue: w.cat,
 		Provider: cfg.Provider, Offers: cfg.Offers})
 	if err != nil {
 		t.Fatal(err)

@@ -240,22 +240,27 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.SearchTimeout.Duration)
 	defer cancel()
 
-	key := protocol.AllOffersKey()
-	switch {
-	case f.Model != "":
-		key = protocol.ModelKey(f.Model)
-	case f.Region != "":
-		key = protocol.RegionKey(f.Region)
-	}
+	keys := c.searchKeys(f)
 	if c.peer.RoutingTableSize() > 0 {
 		stale := c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
 		walk, fetch, fetched := ctx, ctx, func() {}
-		if c.clock.Now().Sub(c.book.lastSynced()) > stale {
+		// A book that does not follow the model's gossip (a provider's; a renter's that
+		// follows other models) is cold at every search.
+		if !c.follows(f.Model) || c.clock.Now().Sub(c.book.lastSynced()) > stale {
 			// Gossip may have missed offers (this node just joined, or was away): catch up
-			// from peers first, so that the DHT phase only fetches what they lacked.
+			// from peers first, so that the DHT phase only fetches what they lacked. A book
+			// that follows the model syncs all it follows (and is warm again); another asks
+			// for the model searched only.
+			req := protocol.OfferSyncRequest{Models: c.cfg.Models}
+			if !c.follows(f.Model) {
+				req = protocol.OfferSyncRequest{}
+				if f.Model != "" {
+					req.Models = []string{f.Model}
+				}
+			}
 			t := time.Now()
 			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-			c.SyncOffers(sctx)
+			c.SyncOffers(sctx, req)
 			scancel()
 			st.Sync = time.Since(t)
 		} else {
@@ -268,7 +273,7 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 			fetch, fetched = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SearchTimeout.Duration)
 		}
 		t := time.Now()
-		st.Found, st.Fetched, st.Failed = c.walkOffers(walk, fetch, fetched, key, stale)
+		st.Found, st.Fetched, st.Failed = c.walkOffers(walk, fetch, fetched, keys, stale)
 		st.DHT = time.Since(t)
 	}
 
@@ -293,17 +298,64 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	return rows, st, nil
 }
 
-// walkOffers fetches the offers of the providers the DHT names under key that gossip did
+// searchKeys are the DHT keys a search walks: its model's, else its region's, else every
+// model's. There is no key for every offer: the 20 nodes closest to it would hold a record
+// of every provider, and hand them all to every search.
+func (c *Catalogue) searchKeys(f api.SearchFilter) []cid.Cid {
+	switch {
+	case f.Model != "":
+		return []cid.Cid{protocol.ModelKey(f.Model)}
+	case f.Region != "":
+		return []cid.Cid{protocol.RegionKey(f.Region)}
+	}
+	var keys []cid.Cid
+	if c.models != nil {
+		for _, m := range c.models() {
+			keys = append(keys, protocol.ModelKey(m))
+		}
+	}
+	return keys
+}
+
+// findProvidersOf merges the walks of several keys into one stream of providers, each named
+// once; it closes when every walk is over.
+func (c *Catalogue) findProvidersOf(ctx context.Context, keys []cid.Cid) <-chan peer.AddrInfo {
+	out := make(chan peer.AddrInfo)
+	var mu sync.Mutex
+	seen := map[peer.ID]bool{}
+	var walks sync.WaitGroup
+	for _, k := range keys {
+		walks.Go(func() {
+			for ai := range c.findProviders(ctx, k) {
+				mu.Lock()
+				dup := seen[ai.ID]
+				seen[ai.ID] = true
+				mu.Unlock()
+				if dup {
+					continue
+				}
+				select {
+				case out <- ai:
+				case <-ctx.Done():
+				}
+			}
+		})
+	}
+	go func() { walks.Wait(); close(out) }()
+	return out
+}
+
+// walkOffers fetches the offers of the providers the DHT names under keys that gossip did
 // not keep current (not heard from for stale). The walk and the wait for the fetches end
 // with walk; each fetch ends with fetch, which may outlive walk (a warm search's late
 // fetches fill the book for the next search); done is called once every fetch is over. It
 // returns the providers named, and the fetches done and failed by the time the wait ended.
-func (c *Catalogue) walkOffers(walk, fetch context.Context, done func(), key cid.Cid, stale time.Duration) (found, fetched, failed int) {
+func (c *Catalogue) walkOffers(walk, fetch context.Context, done func(), keys []cid.Cid, stale time.Duration) (found, fetched, failed int) {
 	var mu sync.Mutex
 	var ok, bad int
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
-	for ai := range c.findProviders(walk, key) {
+	for ai := range c.findProvidersOf(walk, keys) {
 		if ai.ID == c.id {
 			continue
 		}

@@ -55,9 +55,16 @@ func (c *Catalogue) fetchOfferDirect(ctx context.Context, ai peer.AddrInfo) ([]b
 // maxSyncServing caps the sync answers a node writes at once: each can be large.
 const maxSyncServing = 4
 
-// HandleSyncStream writes every live offer this node holds.
+// HandleSyncStream writes the live offers this node holds that the asker's request asks
+// for (every one for an asker of the previous release, which sends no request).
 func (c *Catalogue) HandleSyncStream(s network.Stream) {
 	defer s.Close()
+	req, err := readSyncRequest(s)
+	if err != nil {
+		c.metrics.RecordsRejected.WithLabelValues("sync", "stream", protocol.Reason(err)).Inc()
+		s.Reset()
+		return
+	}
 	release, ok := c.admitSync(s)
 	if !ok {
 		s.Reset() // busy or asked too often: the asker tries its other peers
@@ -66,11 +73,15 @@ func (c *Catalogue) HandleSyncStream(s network.Stream) {
 	defer release()
 	s.SetDeadline(time.Now().Add(30 * time.Second))
 	w := bufio.NewWriter(s)
-	offers := c.book.Live(c.clock.Now())
-	for i, so := range offers {
-		if i == protocol.MaxSyncOffers {
+	sent := 0
+	for _, so := range c.book.Live(c.clock.Now()) {
+		if sent == protocol.MaxSyncOffers {
 			break
 		}
+		if !req.Matches(&so.Offer) {
+			continue
+		}
+		sent++
 		var lenBuf [binary.MaxVarintLen64]byte
 		w.Write(lenBuf[:binary.PutUvarint(lenBuf[:], uint64(len(so.Raw)))])
 		if _, err := w.Write(so.Raw); err != nil {
@@ -83,8 +94,27 @@ func (c *Catalogue) HandleSyncStream(s network.Stream) {
 	}
 }
 
-// syncFrom reads a peer's live offers into the book and returns how many were new.
-func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID) (int, error) {
+// syncRequestWait bounds the wait for a sync request, before a sync slot is taken.
+const syncRequestWait = 5 * time.Second
+
+// readSyncRequest reads the request that starts a sync stream: none (the asker closed its
+// side at once: a node of the previous release) asks for every offer.
+func readSyncRequest(s network.Stream) (protocol.OfferSyncRequest, error) {
+	var req protocol.OfferSyncRequest
+	s.SetReadDeadline(time.Now().Add(syncRequestWait))
+	r := bufio.NewReader(s)
+	if _, err := r.Peek(1); err == io.EOF {
+		return req, nil
+	}
+	if err := protocol.ReadJSONFrame(r, protocol.MaxOfferSyncRequest, &req); err != nil {
+		return req, err
+	}
+	return req, req.Check()
+}
+
+// syncFrom reads the live offers a peer holds that req asks for into the book, and returns
+// how many were new.
+func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferSyncRequest) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := c.peer.OpenStream(ctx, p, protocol.OfferSyncProtocol)
@@ -94,6 +124,10 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID) (int, error) {
 	defer s.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		s.SetDeadline(dl)
+	}
+	if err := protocol.WriteJSONFrame(s, req); err != nil {
+		s.Reset()
+		return 0, err
 	}
 	s.CloseWrite()
 	// Records are checked in batches of 64: one batch signature verification costs less
@@ -121,10 +155,42 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID) (int, error) {
 	return fresh, err
 }
 
-// SyncOffers asks up to three connected peers for their offers, in parallel, the
-// bootstrap peers first (infrastructure that follows the whole network, where any other
-// peer may have joined moments ago). The sync counts as done only if one of them answered.
-func (c *Catalogue) SyncOffers(ctx context.Context) (answered bool) {
+// SyncOffers asks up to three connected peers for the offers req asks for, in parallel,
+// the bootstrap peers first (infrastructure that follows the whole network, where any other
+// peer may have joined moments ago). The sync counts as done only if one of them answered;
+// a sync of everything this node follows makes its book warm again (searches answer from it).
+func (c *Catalogue) SyncOffers(ctx context.Context, req protocol.OfferSyncRequest) (answered bool) {
+	return c.sync(ctx, &req)
+}
+
+// SyncJoined is the sync of a node that just joined: revocations and scores, and the
+// offers of the models it follows if it follows any (a provider's book holds its own offer
+// only: it syncs the market's at a search).
+func (c *Catalogue) SyncJoined(ctx context.Context) (answered bool) {
+	if !c.Following() {
+		return c.sync(ctx, nil)
+	}
+	return c.sync(ctx, &protocol.OfferSyncRequest{Models: c.cfg.Models})
+}
+
+// followsAll says whether a sync of req brings everything this node follows by gossip.
+func (c *Catalogue) followsAll(req protocol.OfferSyncRequest) bool {
+	return len(req.Regions) == 0 && (len(req.Models) == 0 || slices.Equal(req.Models, c.cfg.Models))
+}
+
+// follows says whether this node's book follows the gossip of model ("": every model).
+func (c *Catalogue) follows(model string) bool {
+	if !c.Following() {
+		return false
+	}
+	if len(c.cfg.Models) == 0 {
+		return true
+	}
+	return model != "" && slices.ContainsFunc(c.cfg.Models, func(m string) bool { return protocol.NormalizeModel(m) == protocol.NormalizeModel(model) })
+}
+
+// sync syncs revocations, the offers req asks for (none when nil) and scores.
+func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {
 	peers := c.peer.Host.Network().Peers()
 	if len(c.boot) > 0 {
 		first := map[peer.ID]bool{}
@@ -154,19 +220,23 @@ func (c *Catalogue) SyncOffers(ctx context.Context) (answered bool) {
 			if err := c.syncRevocations(ctx, p); err != nil {
 				c.log.Debug("revocation sync failed", "peer", p, "err", err)
 			}
-			if got, err := c.syncFrom(ctx, p); err != nil {
-				c.log.Debug("offer sync failed", "peer", p, "err", err)
-			} else {
-				ok.Store(true)
-				c.log.Debug("offer sync", "peer", p, "new", got)
+			if req != nil {
+				if got, err := c.syncFrom(ctx, p, *req); err != nil {
+					c.log.Debug("offer sync failed", "peer", p, "err", err)
+				} else {
+					ok.Store(true)
+					c.log.Debug("offer sync", "peer", p, "new", got)
+				}
 			}
 			if err := c.syncScores(ctx, p); err != nil {
 				c.log.Debug("score sync failed", "peer", p, "err", err)
+			} else if req == nil {
+				ok.Store(true) // without offers, the sync is done once the scores came
 			}
 		}(p)
 	}
 	wg.Wait()
-	if ok.Load() {
+	if ok.Load() && req != nil && c.followsAll(*req) {
 		c.book.markSynced(c.clock.Now())
 	}
 	return ok.Load()

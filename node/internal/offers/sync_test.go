@@ -1,7 +1,10 @@
 package offers
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -31,7 +34,7 @@ func TestCatalogueSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.connect(a)
-	if !b.cat.SyncOffers(context.Background()) {
+	if !b.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
 		t.Fatal("the sync found no peer answering")
 	}
 	if so, _ := b.book.Get(live.id); so == nil {
@@ -50,7 +53,7 @@ func TestCatalogueSync(t *testing.T) {
 	// budget is spent, and then the peer is refused.
 	served := 0
 	for range SyncsPerMinute {
-		if _, err := b.cat.syncFrom(context.Background(), a.peer.ID); err == nil {
+		if _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err == nil {
 			served++
 		}
 	}
@@ -82,6 +85,72 @@ func TestOfferStream(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(renter.metrics.RecordsAccepted.WithLabelValues("offer", "stream")); n != 1 {
 		t.Fatalf("offers taken from the stream: %v", n)
+	}
+}
+
+// TestFilteredSync: a sync asking for one model brings that model's offers only, and
+// leaves the book cold for the rest; an asker of the previous release, which sends no
+// request, gets every offer; a request past its limits or malformed is refused and counted
+// before any sync slot is taken.
+func TestFilteredSync(t *testing.T) {
+	a, b := newWorld(t), newWorld(t)
+	a.peer.Handle(protocol.OfferSyncProtocol, a.cat.HandleSyncStream)
+	l4, a100 := a.certified(), a.certified()
+	a100.cert = testCertificate(t, testCoordinatorKey, a100.id, []protocol.CertifiedGPU{{Model: "A100-80GB", Count: 2}}, a.clock.Now())
+	for _, raw := range [][]byte{a.offer(l4, 1, 1_000_000, nil), a.offer(a100, 1, 2_000_000, func(o *protocol.Offer) {
+		o.GPUs = []protocol.OfferGPUs{{Model: "A100-80GB", Count: 2, VRAMGB: 80, PricePerGPUHour: 2_000_000}}
+	})} {
+		if _, _, err := a.book.Accept(raw, "gossip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.connect(a)
+	if got, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{Models: []string{"a100-80gb"}}); err != nil || got != 1 {
+		t.Fatalf("a sync for the A100: %d new offers, %v", got, err)
+	}
+	if so, _ := b.book.Get(a100.id); so == nil {
+		t.Fatal("the A100 offer did not come")
+	}
+	if so, _ := b.book.Get(l4.id); so != nil {
+		t.Fatal("a sync for the A100 brought an L4 offer")
+	}
+	if b.cat.followsAll(protocol.OfferSyncRequest{Models: []string{"A100-80GB"}}) {
+		t.Fatal("a sync of one model should leave the book of a node following every model cold")
+	}
+
+	// An asker of the previous release writes nothing and gets every offer.
+	s, err := b.peer.OpenStream(context.Background(), a.peer.ID, protocol.OfferSyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.CloseWrite()
+	n := 0
+	if err := protocol.ReadSyncFrames(bufio.NewReader(s), func([]byte) { n++ }); err != nil || n != 2 {
+		t.Fatalf("an old asker got %d offers, %v", n, err)
+	}
+	s.Close()
+
+	// Past the limits, or not JSON: refused before a slot is taken, and counted.
+	tooMany := protocol.OfferSyncRequest{}
+	for i := range protocol.MaxOfferSyncFilter + 1 {
+		tooMany.Models = append(tooMany.Models, fmt.Sprintf("M%d-1GB", i))
+	}
+	if _, err := b.cat.syncFrom(context.Background(), a.peer.ID, tooMany); err == nil {
+		t.Fatal("a request naming too many models was served")
+	}
+	s, err = b.peer.OpenStream(context.Background(), a.peer.ID, protocol.OfferSyncProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	protocol.WriteFrame(s, []byte("not json"))
+	s.CloseWrite()
+	if _, err := io.ReadAll(s); err == nil {
+		t.Fatal("a malformed request was answered")
+	}
+	for _, reason := range []string{"invalid", "malformed"} {
+		if n := testutil.ToFloat64(a.metrics.RecordsRejected.WithLabelValues("sync", "stream", reason)); n != 1 {
+			t.Fatalf("%s sync requests counted: %v", reason, n)
+		}
 	}
 }
 
@@ -118,6 +187,9 @@ func TestWarmSearchDoesNotWaitForTheWalk(t *testing.T) {
 	}
 	renter.cat.cfg.SearchTimeout.Duration = time.Hour // a walk that is waited for never ends
 	renter.cat.cfg.WarmSearch.Duration = 50 * time.Millisecond
+	if err := renter.cat.Follow([]string{"L4-24GB"}); err != nil {
+		t.Fatal(err)
+	}
 	renter.book.markSynced(renter.clock.Now()) // warm: it follows gossip
 
 	search := func() []api.OfferRow {

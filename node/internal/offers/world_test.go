@@ -60,7 +60,8 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(func() { w.peer.Close() })
 	offers := config.Defaults(config.RoleRenter).Offers
 	offers.SearchTimeout.Duration = time.Second
-	w.cat = New(Deps{Base: subsystem.Base{Peer: w.peer, Metrics: w.metrics, Log: quietLogger(), Clock: w.clock}, Book: w.book, Trust: w.trust, Offers: offers})
+	w.cat = New(Deps{Base: subsystem.Base{Peer: w.peer, Metrics: w.metrics, Log: quietLogger(), Clock: w.clock}, Book: w.book, Trust: w.trust, Offers: offers,
+		Models: func() []string { return []string{"L4-24GB", "A100-80GB"} }})
 	return w
 }
 

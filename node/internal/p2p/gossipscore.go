@@ -34,16 +34,9 @@ func gossipScoreOptions(record func(map[peer.ID]float64)) []pubsub.Option {
 		Topics:               map[string]*pubsub.TopicScoreParams{},
 	}
 	// Every topic scores its senders alike: a rejected message costs its sender on all.
+	// Topics joined later (one per GPU model) get the same parameters at Join.
 	for _, name := range []string{protocol.OffersTopic, protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic, protocol.ModelsTopic} {
-		params.Topics[name] = &pubsub.TopicScoreParams{
-			SkipAtomicValidation:           true,
-			TopicWeight:                    1,
-			TimeInMeshWeight:               0.01, // P1 is always computed: its quantum must be set
-			TimeInMeshQuantum:              time.Second,
-			TimeInMeshCap:                  10,
-			InvalidMessageDeliveriesWeight: invalidMessageWeight,
-			InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(time.Hour),
-		}
+		params.Topics[name] = topicScoreParams()
 	}
 	thresholds := &pubsub.PeerScoreThresholds{
 		SkipAtomicValidation:        true,
@@ -56,6 +49,19 @@ func gossipScoreOptions(record func(map[peer.ID]float64)) []pubsub.Option {
 	return []pubsub.Option{
 		pubsub.WithPeerScore(params, thresholds),
 		pubsub.WithPeerScoreInspect(record, time.Second),
+	}
+}
+
+// topicScoreParams are the scoring parameters of every topic.
+func topicScoreParams() *pubsub.TopicScoreParams {
+	return &pubsub.TopicScoreParams{
+		SkipAtomicValidation:           true,
+		TopicWeight:                    1,
+		TimeInMeshWeight:               0.01, // P1 is always computed: its quantum must be set
+		TimeInMeshQuantum:              time.Second,
+		TimeInMeshCap:                  10,
+		InvalidMessageDeliveriesWeight: invalidMessageWeight,
+		InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(time.Hour),
 	}
 }
 

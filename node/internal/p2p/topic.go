@@ -65,7 +65,8 @@ const (
 )
 
 // Join registers v as the topic's validator, joins and subscribes to it. The topic is left at
-// Close. Messages v ignores are free only within IgnoredPerMinute per peer.
+// Close. Messages v ignores are free only within IgnoredPerMinute per peer. A topic joined
+// already (JoinToPublish) is subscribed to.
 func (p *Peer) Join(name string, v Validator) (*Topic, error) {
 	ignored := NewPeerBudget(IgnoredPerMinute, IgnoredBurst)
 	err := p.ps.RegisterTopicValidator(name, func(ctx context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
@@ -89,17 +90,13 @@ func (p *Peer) Join(name string, v Validator) (*Topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Topic{}
-	if t.t, err = p.ps.Join(name); err != nil {
+	t, err := p.JoinToPublish(name)
+	if err != nil {
 		return nil, err
 	}
 	if t.sub, err = t.t.Subscribe(); err != nil {
-		t.t.Close()
 		return nil, err
 	}
-	p.mu.Lock()
-	p.topics = append(p.topics, t)
-	p.mu.Unlock()
 	go func() {
 		for {
 			if _, err := t.sub.Next(context.Background()); err != nil {
@@ -107,6 +104,31 @@ func (p *Peer) Join(name string, v Validator) (*Topic, error) {
 			}
 		}
 	}()
+	return t, nil
+}
+
+// JoinToPublish joins a topic without subscribing to it: the node publishes on it
+// (gossipsub's fanout: to the connected peers that subscribe) and receives nothing. A
+// provider announces its offer so, and holds no one else's. Joining a topic twice returns
+// the topic joined.
+func (p *Peer) JoinToPublish(name string) (*Topic, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, t := range p.topics {
+		if t.t.String() == name {
+			return t, nil
+		}
+	}
+	pt, err := p.ps.Join(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pt.SetScoreParams(topicScoreParams()); err != nil {
+		pt.Close()
+		return nil, err
+	}
+	t := &Topic{t: pt}
+	p.topics = append(p.topics, t)
 	return t, nil
 }
 
@@ -143,6 +165,8 @@ func (t *Topic) WhenPeerJoins(ctx context.Context, f func(id peer.ID, first bool
 }
 
 func (t *Topic) close() {
-	t.sub.Cancel()
+	if t.sub != nil {
+		t.sub.Cancel()
+	}
 	t.t.Close()
 }

@@ -1,0 +1,103 @@
+package offers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// Offers travel on one gossip topic per GPU model (protocol.ModelTopic). A renter follows
+// the topics of the models it rents, a coordinator every model and the topic of the
+// previous release (protocol.OffersTopic). A provider follows none: it publishes on its
+// models' topics and the old one without subscribing (the Publisher), and its book holds
+// its own offer only, so that what a provider receives and keeps does not grow with the
+// network (docs/performance.md).
+
+// errWrongTopic marks an offer sent on the topic of a model it does not offer.
+var errWrongTopic = errors.New("offer on the topic of a model it does not offer")
+
+// Follow subscribes to the offer topics of models, once each. A node that follows any
+// topic holds the market's offers: its book follows gossip, so searches answer from it.
+func (c *Catalogue) Follow(models []string) error {
+	c.topicsMu.Lock()
+	defer c.topicsMu.Unlock()
+	for _, m := range models {
+		name := protocol.ModelTopic(m)
+		if slices.Contains(c.followed, name) {
+			continue
+		}
+		if _, err := c.peer.Join(name, c.modelValidator(protocol.NormalizeModel(m))); err != nil {
+			return fmt.Errorf("follow the offers of %s: %w", m, err)
+		}
+		c.followed = append(c.followed, name)
+	}
+	return nil
+}
+
+// FollowPrevious subscribes to the offers topic of the previous release, on which its
+// providers publish (and this release's providers too, for its renters).
+func (c *Catalogue) FollowPrevious() error {
+	c.topicsMu.Lock()
+	defer c.topicsMu.Unlock()
+	if slices.Contains(c.followed, protocol.OffersTopic) {
+		return nil
+	}
+	if _, err := c.peer.Join(protocol.OffersTopic, c.ValidateOffer); err != nil {
+		return err
+	}
+	c.followed = append(c.followed, protocol.OffersTopic)
+	return nil
+}
+
+// Following says whether this node follows offer gossip (a renter or a coordinator), and
+// so holds the market's offers.
+func (c *Catalogue) Following() bool {
+	c.topicsMu.Lock()
+	defer c.topicsMu.Unlock()
+	return len(c.followed) > 0
+}
+
+// Followed returns the offer topics this node subscribes to.
+func (c *Catalogue) Followed() []string {
+	c.topicsMu.Lock()
+	defer c.topicsMu.Unlock()
+	return slices.Clone(c.followed)
+}
+
+// modelValidator is the validator of a model's offer topic: ValidateOffer, and an offer
+// that does not offer the model is rejected before it reaches the book (it would reach
+// the renters of another model: a provider flooding every topic with its offer is scored
+// down). A withdrawal names no GPUs: it travels on every topic of its provider.
+func (c *Catalogue) modelValidator(model string) p2p.Validator {
+	return func(ctx context.Context, from peer.ID, data []byte) p2p.Verdict {
+		so, err := c.book.check(data, "gossip")
+		if err != nil {
+			return verdict(false, err)
+		}
+		if len(so.Offer.GPUs) > 0 && !slices.ContainsFunc(so.Offer.GPUs, func(g protocol.OfferGPUs) bool { return g.Model == model }) {
+			err := fmt.Errorf("%w: %s on the topic of %s", errWrongTopic, so.Signer, model)
+			c.book.rejectAs("gossip", "wrong_topic", err)
+			return p2p.Reject
+		}
+		_, fresh := c.book.store(so, "gossip")
+		return verdict(fresh, nil)
+	}
+}
+
+// topicsOf returns the topics a provider offering models publishes on: each model's, and
+// the previous release's.
+func topicsOf(models []string) []string {
+	names := []string{protocol.OffersTopic}
+	for _, m := range models {
+		if name := protocol.ModelTopic(m); !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
