@@ -235,6 +235,7 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 	}
 	n.scores = reliability.NewBook(n.clock, n.metrics, as.trust)
 	if cfg.Role == config.RoleProvider {
+		n.scores.KeepOnly(as.self) // a provider keeps its own score, not the network's
 		n.keepHistory()
 	}
 	offersCfg := cfg.Offers

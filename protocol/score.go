@@ -115,10 +115,11 @@ const (
 	UptimeProtocol = "/gpunex/uptime/1.0.0"
 	// ScoresTopic is the gossipsub topic of score records.
 	ScoresTopic = "/gpunex/scores/1"
-	// ScoreSyncProtocol hands a joining node every valid score record a peer holds, so that
+	// ScoreSyncProtocol hands a joining node the valid score records a peer holds, so that
 	// it ranks providers by their scores at once rather than after the next publication
-	// (up to a coordinator's publish interval). As the offer sync: the client closes its
-	// write side, the server writes each record length-prefixed (at most MaxSyncScores)
+	// (up to a coordinator's publish interval). As the offer sync: the client writes a
+	// ScoreSyncRequest as one JSON frame (or nothing: every record) and closes its write
+	// side, the server writes each record asked for length-prefixed (at most MaxSyncScores)
 	// and closes; each is checked as if it came by gossip.
 	ScoreSyncProtocol = "/gpunex/score-sync/1.0.0"
 	// MaxSyncScores caps one score sync answer (at most 160 MiB of records).
@@ -235,4 +236,24 @@ func CheckScore(raw []byte, now time.Time, trust Trust) (*SignedScore, error) {
 		return nil, err
 	}
 	return &SignedScore{ScoreRecord: s, Signer: env.Signer, Raw: raw}, nil
+}
+
+// ScoreSyncRequest narrows a score sync to the records of some providers (empty: all). A
+// provider, which does not follow the scores topic, asks for its own.
+type ScoreSyncRequest struct {
+	Providers []string `json:"providers,omitempty"`
+}
+
+// MaxScoreSyncRequest caps a score sync request's frame; MaxScoreSyncProviders its list.
+const (
+	MaxScoreSyncRequest   = 4096
+	MaxScoreSyncProviders = 64
+)
+
+// Check refuses a request naming more than MaxScoreSyncProviders providers.
+func (r ScoreSyncRequest) Check() error {
+	if len(r.Providers) > MaxScoreSyncProviders {
+		return fmt.Errorf("%w: a score sync request names %d providers, at most %d", ErrInvalid, len(r.Providers), MaxScoreSyncProviders)
+	}
+	return nil
 }

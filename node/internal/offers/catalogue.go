@@ -26,9 +26,9 @@ import (
 // shows it on each row.
 type Scores interface {
 	Score(provider, by peer.ID) *protocol.SignedScore
-	// Records are the valid score records held, as signed (served to a joining peer);
-	// Take checks one and keeps it (a record of a sync).
-	Records() [][]byte
+	// Records are the valid score records held of providers (all when empty), as signed
+	// (served to a joining peer); Take checks one and keeps it (a record of a sync).
+	Records(providers []string) [][]byte
 	Take(raw []byte, source string) error
 }
 

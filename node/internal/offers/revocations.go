@@ -55,13 +55,34 @@ func (c *Catalogue) HandleRevocationSync(s network.Stream) {
 	c.serveSync(s, c.trust.Revocations, protocol.MaxSyncRevocations)
 }
 
-// HandleScoreSync writes every valid score record this node holds.
+// HandleScoreSync writes the valid score records this node holds that the request asks for
+// (every one for an asker that sends none).
 func (c *Catalogue) HandleScoreSync(s network.Stream) {
 	if c.scores == nil {
 		s.Reset()
 		return
 	}
-	c.serveSync(s, c.scores.Records, protocol.MaxSyncScores)
+	var req protocol.ScoreSyncRequest
+	err := readRequest(s, protocol.MaxScoreSyncRequest, &req)
+	if err == nil {
+		err = req.Check()
+	}
+	if err != nil {
+		c.metrics.RecordsRejected.WithLabelValues("score-sync", "stream", protocol.Reason(err)).Inc()
+		s.Reset()
+		return
+	}
+	c.serveSync(s, func() [][]byte { return c.scores.Records(req.Providers) }, protocol.MaxSyncScores)
+}
+
+// scoresWanted is what this node asks of a score sync: a node that follows offers ranks
+// every provider, a provider (which follows no offer, and keeps only its own score: its
+// dashboard shows it) its own.
+func (c *Catalogue) scoresWanted() protocol.ScoreSyncRequest {
+	if c.Following() {
+		return protocol.ScoreSyncRequest{}
+	}
+	return protocol.ScoreSyncRequest{Providers: []string{c.id.String()}}
 }
 
 // serveSync answers a sync stream with records (at most max), each length-prefixed, within
@@ -93,23 +114,24 @@ func (c *Catalogue) serveSync(s network.Stream, records func() [][]byte, max int
 // syncScores reads a peer's score records into the score book: a joining node ranks
 // providers by their scores at once. A peer of a release without the protocol refuses the
 // stream; the scores then come by gossip.
-func (c *Catalogue) syncScores(ctx context.Context, p peer.ID) error {
+func (c *Catalogue) syncScores(ctx context.Context, p peer.ID, req protocol.ScoreSyncRequest) error {
 	if c.scores == nil {
 		return nil
 	}
-	return c.readSync(ctx, p, protocol.ScoreSyncProtocol, protocol.KindScore, protocol.MaxSyncScores, protocol.MaxScoreSize,
+	return c.readSync(ctx, p, protocol.ScoreSyncProtocol, req, protocol.KindScore, protocol.MaxSyncScores, protocol.MaxScoreSize,
 		func(raw []byte) { c.scores.Take(raw, "sync") })
 }
 
 // syncRevocations reads a peer's revocations.
 func (c *Catalogue) syncRevocations(ctx context.Context, p peer.ID) error {
-	return c.readSync(ctx, p, protocol.RevocationSyncProtocol, protocol.KindRevocation, protocol.MaxSyncRevocations, protocol.MaxRevocationSize,
+	return c.readSync(ctx, p, protocol.RevocationSyncProtocol, nil, protocol.KindRevocation, protocol.MaxSyncRevocations, protocol.MaxRevocationSize,
 		func(raw []byte) { c.TakeRevocation(raw, "sync") })
 }
 
-// readSync reads a sync answer of a peer on proto: at most max records of kind, each at
-// most size bytes, each handed to take; a frame over the bounds ends it, counted.
-func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, kind protocol.Kind, max, size int, take func([]byte)) error {
+// readSync sends req (as a JSON frame; nothing when nil) on a stream to a peer on proto and
+// reads its answer: at most max records of kind, each at most size bytes, each handed to
+// take; a frame over the bounds ends it, counted.
+func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req any, kind protocol.Kind, max, size int, take func([]byte)) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := c.peer.OpenStream(ctx, p, proto)
@@ -119,6 +141,12 @@ func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, kind 
 	defer s.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		s.SetDeadline(dl)
+	}
+	if req != nil {
+		if err := protocol.WriteJSONFrame(s, req); err != nil {
+			s.Reset()
+			return err
+		}
 	}
 	s.CloseWrite()
 	r := bufio.NewReader(s)

@@ -3,6 +3,7 @@ package offers
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,10 +145,12 @@ func (s scoreBook) Score(p, by peer.ID) *protocol.SignedScore {
 	return nil
 }
 
-func (s scoreBook) Records() [][]byte {
+func (s scoreBook) Records(providers []string) [][]byte {
 	var out [][]byte
-	for _, sc := range s {
-		out = append(out, sc.Raw)
+	for p, sc := range s {
+		if len(providers) == 0 || slices.Contains(providers, p.String()) {
+			out = append(out, sc.Raw)
+		}
 	}
 	return out
 }

@@ -101,15 +101,22 @@ const syncRequestWait = 5 * time.Second
 // side at once: a node of the previous release) asks for every offer.
 func readSyncRequest(s network.Stream) (protocol.OfferSyncRequest, error) {
 	var req protocol.OfferSyncRequest
-	s.SetReadDeadline(time.Now().Add(syncRequestWait))
-	r := bufio.NewReader(s)
-	if _, err := r.Peek(1); err == io.EOF {
-		return req, nil
-	}
-	if err := protocol.ReadJSONFrame(r, protocol.MaxOfferSyncRequest, &req); err != nil {
+	if err := readRequest(s, protocol.MaxOfferSyncRequest, &req); err != nil {
 		return req, err
 	}
 	return req, req.Check()
+}
+
+// readRequest reads the JSON frame (at most max bytes) that starts a sync stream into v,
+// waiting syncRequestWait at most; an asker that closed its side at once sent none, and v
+// stays as it was.
+func readRequest(s network.Stream, max int, v any) error {
+	s.SetReadDeadline(time.Now().Add(syncRequestWait))
+	r := bufio.NewReader(s)
+	if _, err := r.Peek(1); err == io.EOF {
+		return nil
+	}
+	return protocol.ReadJSONFrame(r, max, v)
 }
 
 // syncFrom reads the live offers a peer holds that req asks for into the book, and returns
@@ -228,7 +235,7 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 					c.log.Debug("offer sync", "peer", p, "new", got)
 				}
 			}
-			if err := c.syncScores(ctx, p); err != nil {
+			if err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
 				c.log.Debug("score sync failed", "peer", p, "err", err)
 			} else if req == nil {
 				ok.Store(true) // without offers, the sync is done once the scores came

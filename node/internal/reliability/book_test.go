@@ -51,3 +51,46 @@ func TestBookPerCoordinator(t *testing.T) {
 		t.Fatalf("%d records listed, want one per coordinator", n)
 	}
 }
+
+// TestProviderBookKeepsItsOwn: a provider's book keeps its own score records only; the
+// others' are checked (a forged one is refused, so gossip does not forward it) but not
+// kept, and a score sync asking for some providers gets theirs only.
+func TestProviderBookKeepsItsOwn(t *testing.T) {
+	cKey, c := recordtest.NewKey()
+	_, self := recordtest.NewKey()
+	_, other := recordtest.NewKey()
+	forgerKey, _ := recordtest.NewKey()
+	now := time.Now()
+	book := NewBook(clock.System(), metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), protocol.NewTrust(c))
+	record := func(key crypto.PrivKey, p peer.ID) []byte {
+		raw, err := protocol.Seal(protocol.KindScore, protocol.ScoreRecord{Version: protocol.ScoreVersion, Coordinator: c.String(),
+			Provider: p.String(), Seq: 1, IssuedAt: now, ExpiresAt: now.Add(time.Hour), Score: 80}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	// As a coordinator's book, it serves what a sync asks for.
+	for _, p := range []peer.ID{self, other} {
+		if err := book.Take(record(cKey, p), "gossip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, all := len(book.Records([]string{self.String()})), len(book.Records(nil)); n != 1 || all != 2 {
+		t.Fatalf("a sync for one provider gets %d records, for all %d", n, all)
+	}
+
+	book = NewBook(clock.System(), metrics.New(func() float64 { return 0 }, func() float64 { return 0 }), protocol.NewTrust(c))
+	book.KeepOnly(self)
+	for _, p := range []peer.ID{self, other} {
+		if err := book.Take(record(cKey, p), "gossip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if book.Score(self, c) == nil || book.Score(other, c) != nil || len(book.Records(nil)) != 1 {
+		t.Fatal("a provider's book should keep its own score and no other")
+	}
+	if err := book.Take(record(forgerKey, other), "gossip"); err == nil {
+		t.Fatal("a forged record of another provider was taken")
+	}
+}

@@ -307,6 +307,8 @@ type Book struct {
 	mu     sync.Mutex
 	scores map[scoreKey]*protocol.SignedScore
 	onTake func(*protocol.SignedScore)
+	// keepOnly, when set, is the one provider whose records the book keeps (KeepOnly).
+	keepOnly peer.ID
 }
 
 // scoreKey is a provider and the coordinator that scored it.
@@ -327,6 +329,10 @@ func (b *Book) Take(raw []byte, source string) error {
 	p, _ := peer.Decode(s.Provider)
 	k := scoreKey{p, s.Signer}
 	b.mu.Lock()
+	if b.keepOnly != "" && p != b.keepOnly {
+		b.mu.Unlock()
+		return nil // valid, and forwarded; not this provider's to keep
+	}
 	if cur := b.scores[k]; cur != nil && cur.Seq >= s.Seq {
 		b.mu.Unlock()
 		return fmt.Errorf("%w: score seq %d, have %d", protocol.ErrReplay, s.Seq, cur.Seq)
@@ -339,6 +345,15 @@ func (b *Book) Take(raw []byte, source string) error {
 		onTake(s)
 	}
 	return nil
+}
+
+// KeepOnly has the book keep the records of one provider only (a provider's book: its
+// own), so that what a provider holds does not grow with the network. Others' records are
+// still checked, and forwarded by gossip.
+func (b *Book) KeepOnly(p peer.ID) {
+	b.mu.Lock()
+	b.keepOnly = p
+	b.mu.Unlock()
 }
 
 // OnTake calls f with each score record the book takes (a provider keeps its own).
@@ -377,13 +392,14 @@ func (b *Book) Score(p, by peer.ID) *protocol.SignedScore {
 	return best
 }
 
-// Records returns every valid score record held, as signed: a score sync's answer.
-func (b *Book) Records() [][]byte {
+// Records returns the valid score records held of providers (every provider's when empty),
+// as signed: a score sync's answer.
+func (b *Book) Records(providers []string) [][]byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out [][]byte
 	for _, s := range b.scores {
-		if b.clock.Now().Before(s.ExpiresAt) {
+		if b.clock.Now().Before(s.ExpiresAt) && (len(providers) == 0 || slices.Contains(providers, s.Provider)) {
 			out = append(out, s.Raw)
 		}
 	}
