@@ -228,6 +228,8 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 			MayReserve: n.mayReserveRelay}}); err != nil {
 		return err
 	}
+	n.metrics.CountFrom("gpunex_autonat_refused_total", "AutoNAT requests refused past the budget of their network (p2p.AutoNATPerNetwork a minute).",
+		func() float64 { return float64(n.peer.AutoNATRefused()) })
 	n.models.UsePeer(n.peer)
 	if n.alerts, err = alerts.New(alerts.Deps{Alerts: n.ledger.Alerts, Clock: n.clock, Log: n.log,
 		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + as.self.String()}); err != nil {

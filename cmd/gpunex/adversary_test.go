@@ -46,6 +46,10 @@ import (
 
 var adversaryDuration = flag.Duration("adversary.duration", 2*time.Second, "how long each adversary scenario attacks")
 
+// autonatPerNetwork is p2p.AutoNATPerNetwork (node/internal is out of this package's reach):
+// the AutoNAT requests one network gets served a minute.
+const autonatPerNetwork = 30
+
 // Budgets every scenario must keep the victim within.
 const (
 	victimCPUBudget = 1.0       // cores, on average over the attack
@@ -808,6 +812,41 @@ func adversaryScenarios() []scenario {
 			},
 		},
 		{
+			// Fresh identities from one host asking the coordinator's AutoNAT service to dial
+			// them back, to spend the dial-backs honest providers behind NAT need: served
+			// within the network's budget, the rest reset before the service reads them.
+			name: "autonat-sybil", victim: "coordinator", honest: honestBalance,
+			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
+				// Four at once: each request waits 100 ms to tell a served one (the service
+				// waits for the request) from a refused one (reset).
+				var ops atomic.Int64
+				var wg sync.WaitGroup
+				for range 4 {
+					wg.Go(func() {
+						ops.Add(sybil(ctx, t, e, "coordinator", "/libp2p/autonat/1.0.0", 4, func(a *attacker, s network.Stream) {
+							s.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+							_, err := s.Read(make([]byte, 1))
+							if te, ok := err.(interface{ Timeout() bool }); ok && te.Timeout() {
+								autonatServed.Add(1)
+							}
+						}))
+					})
+				}
+				wg.Wait()
+				return ops.Load()
+			},
+			check: func(t *testing.T, e *advEnv, ops int64) string {
+				refused := nodeMetric(t, e, "coordinator", "gpunex_autonat_refused_total")
+				if limit := int64(autonatPerNetwork + adversaryDuration.Minutes()*autonatPerNetwork + 1); autonatServed.Load() > limit {
+					t.Errorf("%d AutoNAT requests of one network served, over its budget of %d", autonatServed.Load(), limit)
+				}
+				if ops > 2*autonatPerNetwork && refused == 0 {
+					t.Errorf("%d AutoNAT requests from one network, none refused", ops)
+				}
+				return fmt.Sprintf("%d of %d AutoNAT requests served, %.0f refused", autonatServed.Load(), ops, refused)
+			},
+		},
+		{
 			// Streams opened on every coordinator protocol and left to trickle.
 			name: "slow-streams", victim: "coordinator", honest: honestBalance,
 			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
@@ -862,7 +901,8 @@ var (
 	loopBanned        atomic.Bool
 	replayedOffer     api.OfferRow
 	replayer          peer.ID
-	sprayedProvider   string // offer-on-wrong-topics
+	autonatServed     atomic.Int64 // autonat-sybil
+	sprayedProvider   string       // offer-on-wrong-topics
 	sprayedModels     map[string]bool
 	sprayer           peer.ID
 	proposalsAccepted atomic.Int64

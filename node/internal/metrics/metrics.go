@@ -105,3 +105,9 @@ func New(peers, penalised func() float64) *Metrics {
 	)
 	return m
 }
+
+// CountFrom registers a counter read from f at each scrape (a count another part of the
+// node keeps, such as the AutoNAT requests its peer refused).
+func (m *Metrics) CountFrom(name, help string, f func() float64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+}

@@ -75,6 +75,9 @@ type Peer struct {
 	// the host was given).
 	bans  *bans
 	reach reachability
+	// autonat refuses AutoNAT requests past their network's budget (nil when the host was
+	// given).
+	autonat *autonatGate
 	// jobStreams counts each peer's open job streams (keepForJobs).
 	jobStreams map[peer.ID]int
 	// relayedUse is when each relayed connection peers opened to this node last had one of
@@ -100,17 +103,21 @@ func New(o Options) (_ *Peer, err error) {
 		p.bans = newBans()
 		acl := newRelayACL(o.Relay)
 		opts := natOptions(o, acl)
+		var rm network.ResourceManager
 		if o.MaxPeers > 0 {
 			cm, err := connmgr.NewConnManager(o.MaxPeers*3/4, o.MaxPeers)
 			if err != nil {
 				return nil, err
 			}
-			rm, err := resourceManager(o.MaxPeers)
-			if err != nil {
+			if rm, err = resourceManager(o.MaxPeers); err != nil {
 				return nil, err
 			}
-			opts = append(opts, libp2p.ConnectionManager(cm), libp2p.ResourceManager(rm))
+			opts = append(opts, libp2p.ConnectionManager(cm))
+		} else if rm, err = defaultResourceManager(); err != nil {
+			return nil, err
 		}
+		p.autonat = newAutoNATGate(rm)
+		opts = append(opts, libp2p.ResourceManager(p.autonat))
 		p.Host, err = libp2p.New(append([]libp2p.Option{
 			libp2p.Identity(o.Key),
 			libp2p.ListenAddrStrings(o.Listen...),
@@ -123,6 +130,7 @@ func New(o Options) (_ *Peer, err error) {
 		}
 		p.ownsHost = true
 		acl.use(p.Host.Network())
+		p.autonat.use(p.Host.Network())
 	}
 	if p.Host.ID() != p.ID {
 		return nil, errors.New("host identity differs from the node key")
@@ -158,6 +166,14 @@ func New(o Options) (_ *Peer, err error) {
 		return nil, fmt.Errorf("start gossipsub: %w", err)
 	}
 	return p, nil
+}
+
+// defaultResourceManager is libp2p's resource manager with its default limits, as a host
+// built without one gets.
+func defaultResourceManager() (network.ResourceManager, error) {
+	limits := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&limits)
+	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
 }
 
 // resourceManager is libp2p's resource manager with its default limits, scaled to the
