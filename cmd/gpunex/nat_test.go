@@ -153,7 +153,9 @@ func startNS(t *testing.T, ns, home string) *nsNode {
 // shell in it that sees the dataset as the job's user, and extends its lease. Meanwhile strangers through the relay
 // hoard circuits to the providers and spend their proposal budgets (nat_stranger_test.go).
 // The connection to the first ends direct (hole punched), to the second relayed; the test
-// records both.
+// records both. A fourth provider sits behind a NAT whose outside is a private address (a
+// company network): AutoNAT never tells it it is private, it takes its relay slot after
+// p2p.UnknownReachabilityWait all the same, and the renter reaches it through the relay.
 func TestNATTraversal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -182,14 +184,26 @@ func TestNATTraversal(t *testing.T) {
 	_, provNS := lab.homeBehindNAT(pub, "prov", "11.0.0.2", 1, false)
 	_, renterNS := lab.homeBehindNAT(pub, "rent", "11.0.0.3", 2, false)
 	_, symNS := lab.homeBehindNAT(pub, "sym", "11.0.0.4", 3, true)
+	// A provider in a company network: its router's outside is a private address
+	// (10.0.0.7), on a segment where the coordinator answers at 10.0.0.1 too. AutoNAT
+	// servers do not dial back private addresses, so it never hears that it is private.
+	_, corpNS := lab.homeBehindNAT(pub, "corp", "10.0.0.7", 5, false)
 
 	listen := "/ip4/0.0.0.0/tcp/4001,/ip4/0.0.0.0/udp/4001/quic-v1"
 	coord := filepath.Join(dir, "coordinator")
 	initCoordinator(t, coord, listen)
+	lab.in(coordNS, "ip", "addr", "add", "10.0.0.1/24", "dev", "eth0")
 	c := startNS(t, coordNS, coord)
-	boot := "/ip4/11.0.0.1/tcp/4001/p2p/" + c.st.PeerID + ",/ip4/11.0.0.1/udp/4001/quic-v1/p2p/" + c.st.PeerID
+	bootAt := func(ip string) string {
+		return "/ip4/" + ip + "/tcp/4001/p2p/" + c.st.PeerID + ",/ip4/" + ip + "/udp/4001/quic-v1/p2p/" + c.st.PeerID
+	}
+	boot := bootAt("11.0.0.1")
 
 	newNode := func(ns, name, role string) *nsNode {
+		boot := boot
+		if ns == corpNS {
+			boot = bootAt("10.0.0.1")
+		}
 		home := filepath.Join(dir, name)
 		args := []string{"init", "--home", home, "--role", role, "--listen", listen, "--bootstrap", boot}
 		if role == "provider" {
@@ -206,10 +220,11 @@ func TestNATTraversal(t *testing.T) {
 	pubProv := newNode(openNS, "open", "provider")
 	prov := newNode(provNS, "provider", "provider")
 	sym := newNode(symNS, "symmetric", "provider")
+	corp := newNode(corpNS, "corporate", "provider")
 	renter := newNode(renterNS, "renter", "renter")
 
 	// Certified through the coordinator: only then does its relay give them a slot.
-	for _, p := range []*nsNode{pubProv, prov, sym} {
+	for _, p := range []*nsNode{pubProv, prov, sym, corp} {
 		nsCertify(t, c, p)
 	}
 	// The provider on the public segment is found reachable, and takes no relay slot.
@@ -231,6 +246,16 @@ func TestNATTraversal(t *testing.T) {
 		}
 		if out := mustNS(t, p.ns, "status", "--home", p.home); !strings.Contains(out, "reachability: private, relayed") || !strings.Contains(out, "/p2p-circuit/") {
 			t.Fatalf("%s status:\n%s", p.ns, out)
+		}
+	}
+
+	// The provider whose NAT's outside is private stays "unknown", and takes its relay slot
+	// once p2p.UnknownReachabilityWait (30 s) has passed all the same.
+	for deadline, st := time.Now().Add(90*time.Second), (api.Status{}); !st.Relayed; time.Sleep(500 * time.Millisecond) {
+		json.Unmarshal([]byte(mustNS(t, corp.ns, "status", "--json", "--home", corp.home)), &st)
+		if st.Reachability == "public" || time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(corp.home, "node.log"))
+			t.Fatalf("%s: reachability %q, relayed %v, addrs %v\n%s", corp.ns, st.Reachability, st.Relayed, st.Addrs, tail(string(log), 3000))
 		}
 	}
 
@@ -270,7 +295,7 @@ func TestNATTraversal(t *testing.T) {
 	}
 	f.Close()
 	paths := map[string]string{}
-	for _, p := range []*nsNode{pubProv, prov, sym} {
+	for _, p := range []*nsNode{pubProv, prov, sym, corp} {
 		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(300 * time.Millisecond) {
 			if strings.Contains(mustNS(t, renter.ns, "offers", "search", "--json", "--home", renter.home), p.st.PeerID) {
 				break
@@ -354,6 +379,9 @@ func TestNATTraversal(t *testing.T) {
 	}
 	if paths[sym.ns] != "relayed" {
 		t.Errorf("behind a symmetric NAT only the relay works: %q", paths[sym.ns])
+	}
+	if paths[corp.ns] != "relayed" {
+		t.Errorf("to a provider whose NAT's outside is private, not routed from the renter, only the relay works: %q", paths[corp.ns])
 	}
 }
 
