@@ -609,7 +609,9 @@ func (s *suite) testRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
 	defer cancel()
 	before := s.hooks.NewInstance(t)
-	running := s.spec(t, "sh", "-c", "echo STARTED; sleep 1; echo ENDED; exit 4")
+	// 3 s: long enough to outlive the restart on a loaded machine (with 1 s, a restart that
+	// took longer found it ended, in a CI rehearsal at a load of 12 on 2 cores).
+	running := s.spec(t, "sh", "-c", "echo STARTED; sleep 3; echo ENDED; exit 4")
 	ended := s.spec(t, "sh", "-c", "exit 5")
 	for _, sp := range []Spec{running, ended} {
 		if err := before.Start(ctx, sp); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -351,6 +352,9 @@ func (p *Publisher) publishLocked(ctx context.Context, withdrawn string) error {
 	}
 	p.announce <- raw
 	for _, t := range p.topics {
+		if model, ok := strings.CutPrefix(t.Name(), protocol.ModelTopicPrefix); ok && !belongsTo(so, model) {
+			continue // a declared model it neither offers nor is certified for: refused there
+		}
 		if err := t.Publish(ctx, raw); err != nil {
 			// The offer is signed, current and queued for the DHT: searches still find it.
 			p.log.Warn("gossiping the offer failed; it reaches renters through the DHT", "seq", o.Seq, "topic", t, "err", err)

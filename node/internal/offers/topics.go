@@ -71,16 +71,16 @@ func (c *Catalogue) Followed() []string {
 }
 
 // modelValidator is the validator of a model's offer topic: ValidateOffer, and an offer
-// that does not offer the model is rejected before it reaches the book (it would reach
-// the renters of another model: a provider flooding every topic with its offer is scored
-// down). A withdrawal names no GPUs: it travels on every topic of its provider.
+// that neither offers nor is certified for the model is rejected before it reaches the
+// book (it would reach the renters of another model: a provider flooding every topic with
+// its offer is scored down).
 func (c *Catalogue) modelValidator(model string) p2p.Validator {
 	return func(ctx context.Context, from peer.ID, data []byte) p2p.Verdict {
 		so, err := c.book.check(data, "gossip")
 		if err != nil {
 			return verdict(false, err)
 		}
-		if len(so.Offer.GPUs) > 0 && !slices.ContainsFunc(so.Offer.GPUs, func(g protocol.OfferGPUs) bool { return g.Model == model }) {
+		if !belongsTo(so, model) {
 			err := fmt.Errorf("%w: %s on the topic of %s", errWrongTopic, so.Signer, model)
 			c.book.rejectAs("gossip", "wrong_topic", err)
 			return p2p.Reject
@@ -90,8 +90,22 @@ func (c *Catalogue) modelValidator(model string) p2p.Validator {
 	}
 }
 
-// topicsOf returns the topics a provider offering models publishes on: each model's, and
-// the previous release's.
+// belongsTo says whether an offer travels on a model's topic: it offers the model, or its
+// certificate certifies it. The latter carries an offer that stopped offering a model (its
+// GPUs delisted by a benchmark, or outside its availability: a withdrawal names no GPUs)
+// to that model's renters, who would otherwise keep the old one until it expires.
+func belongsTo(so *protocol.SignedOffer, model string) bool {
+	if slices.ContainsFunc(so.Offer.GPUs, func(g protocol.OfferGPUs) bool { return g.Model == model }) {
+		return true
+	}
+	if so.Cert == nil {
+		return len(so.Offer.GPUs) == 0 // a withdrawal without a certificate: nothing tells
+	}
+	return slices.ContainsFunc(so.Cert.GPUs, func(g protocol.CertifiedGPU) bool { return protocol.NormalizeModel(g.Model) == model })
+}
+
+// topicsOf returns the topics a provider declaring models may publish on: each model's,
+// and the previous release's. It publishes on those its offer belongs to (belongsTo).
 func topicsOf(models []string) []string {
 	names := []string{protocol.OffersTopic}
 	for _, m := range models {

@@ -92,3 +92,28 @@ func TestTopicsOfAProvider(t *testing.T) {
 		t.Fatalf("topics %v, want %v", got, want)
 	}
 }
+
+// TestOfferBelongsToItsModelsTopics: an offer travels on the topics of the models it
+// offers and of those its certificate certifies (so that a model it stopped offering
+// hears of it), and on no other: a provider declaring a model it is not certified for
+// does not publish there, where it would be rejected and scored down.
+func TestOfferBelongsToItsModelsTopics(t *testing.T) {
+	w := newWorld(t)
+	p := w.certified() // certified for L4-24GB only
+	so, err := protocol.CheckOffer(w.offer(p, 1, 1_000_000, func(o *protocol.Offer) {
+		o.GPUs = append(o.GPUs, protocol.OfferGPUs{Model: "A100-80GB", Count: 1, VRAMGB: 80, PricePerGPUHour: 2_000_000})
+	}), w.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	so.Cert = &protocol.SignedCertificate{Certificate: protocol.Certificate{GPUs: []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 2}, {Model: "h100-80gb", Count: 1}}}}
+	for model, want := range map[string]bool{"L4-24GB": true, "A100-80GB": true, "H100-80GB": true, "L40S-48GB": false} {
+		if got := belongsTo(so, model); got != want {
+			t.Errorf("an offer of L4 and A100, certified for L4 and H100, on the %s topic: %v, want %v", model, got, want)
+		}
+	}
+	so.Offer.GPUs = nil // withdrawn: on its certified models' topics
+	if !belongsTo(so, "H100-80GB") || belongsTo(so, "A100-80GB") {
+		t.Error("a withdrawal should travel on its certified models' topics only")
+	}
+}

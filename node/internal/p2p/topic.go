@@ -132,6 +132,9 @@ func (p *Peer) JoinToPublish(name string) (*Topic, error) {
 	return t, nil
 }
 
+// Name is the topic's name.
+func (t *Topic) Name() string { return t.t.String() }
+
 // Publish sends data to the topic's peers.
 func (t *Topic) Publish(ctx context.Context, data []byte) error { return t.t.Publish(ctx, data) }
 
