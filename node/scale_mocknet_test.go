@@ -180,5 +180,62 @@ func (h *mockHost) Connect(ctx context.Context, pi peer.AddrInfo) error {
 
 func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...libp2pprotocol.ID) (network.Stream, error) {
 	h.links.link(h.ID(), p)
-	return h.Host.NewStream(ctx, p, pids...)
+	st, err := h.Host.NewStream(ctx, p, pids...)
+	if err != nil {
+		return nil, err
+	}
+	return &deadlineStream{Stream: st}, nil
+}
+
+func (h *mockHost) SetStreamHandler(pid libp2pprotocol.ID, handler network.StreamHandler) {
+	h.Host.SetStreamHandler(pid, func(st network.Stream) { handler(&deadlineStream{Stream: st}) })
+}
+
+func (h *mockHost) SetStreamHandlerMatch(pid libp2pprotocol.ID, match func(libp2pprotocol.ID) bool, handler network.StreamHandler) {
+	h.Host.SetStreamHandlerMatch(pid, match, func(st network.Stream) { handler(&deadlineStream{Stream: st}) })
+}
+
+// deadlineStream gives a mocknet stream the deadlines mocknet ignores (its SetDeadline does
+// nothing): the protocols bound their exchanges with them, and without them a read from a
+// peer that never answers waits forever. A deadline that passes resets the stream, where
+// QUIC's would fail the pending read or write with a timeout: either way the exchange ends.
+type deadlineStream struct {
+	network.Stream
+	mu          sync.Mutex
+	read, write *time.Timer
+}
+
+func (s *deadlineStream) arm(timer **time.Timer, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if *timer != nil {
+		(*timer).Stop()
+		*timer = nil
+	}
+	if !t.IsZero() {
+		*timer = time.AfterFunc(time.Until(t), func() { s.Stream.Reset() })
+	}
+}
+
+func (s *deadlineStream) SetReadDeadline(t time.Time) error  { s.arm(&s.read, t); return nil }
+func (s *deadlineStream) SetWriteDeadline(t time.Time) error { s.arm(&s.write, t); return nil }
+func (s *deadlineStream) SetDeadline(t time.Time) error {
+	s.arm(&s.read, t)
+	s.arm(&s.write, t)
+	return nil
+}
+
+func (s *deadlineStream) disarm() {
+	s.arm(&s.read, time.Time{})
+	s.arm(&s.write, time.Time{})
+}
+
+func (s *deadlineStream) Close() error {
+	s.disarm()
+	return s.Stream.Close()
+}
+
+func (s *deadlineStream) Reset() error {
+	s.disarm()
+	return s.Stream.Reset()
 }
