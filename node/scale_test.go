@@ -67,10 +67,11 @@ type scaleNet struct {
 // heapMark is the Go heap and goroutine stacks in use, after a GC.
 type heapMark struct{ heap, stacks uint64 }
 
-func markHeap() heapMark {
+func (s *scaleNet) markHeap(what string) heapMark {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	s.t.Logf("heap %s: %.1f MB heap, %.1f MB stacks in use", what, float64(ms.HeapInuse)/1e6, float64(ms.StackInuse)/1e6)
 	return heapMark{ms.HeapInuse, ms.StackInuse}
 }
 
@@ -206,11 +207,11 @@ func TestScaleHarness(t *testing.T) {
 	report := &scaleReport{}
 	report.add("links: %s", linkModel)
 	started := time.Now()
-	s.heapBase = markHeap()
+	s.heapBase = s.markHeap("before any node")
 	if _, err := s.start(scaleConfig(testConfig(config.RoleCoordinator))); err != nil {
 		t.Fatal(err)
 	}
-	s.heapCoord = markHeap()
+	s.heapCoord = s.markHeap("with the coordinator")
 
 	// Providers join eight at a time, then the renters.
 	cpu0 := cpuTime()
@@ -241,7 +242,7 @@ func TestScaleHarness(t *testing.T) {
 	report.add("nodes started (1 coordinator, %d providers, %d renters)", nProv, nRent)
 	report.add("  %d providers joined in %s, %s of CPU", nProv, time.Since(started).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
 	s.waitOffers(report, "the coordinator held every provider's offer", []*Node{s.coord})
-	s.heapProviders = markHeap()
+	s.heapProviders = s.markHeap("with the providers")
 
 	// Renters join a network that is up: their first catalogue sync brings every offer.
 	joined := time.Now()
@@ -266,7 +267,7 @@ func TestScaleHarness(t *testing.T) {
 	}
 	report.add("  %d renters joined in %s", nRent, time.Since(joined).Round(100*time.Millisecond))
 	s.waitOffers(report, fmt.Sprintf("the %d renters held every offer", nRent), s.renters)
-	s.heapRenters = markHeap()
+	s.heapRenters = s.markHeap("with the renters")
 
 	s.measureSearches(report)
 	s.measurePriceChanges(report)
@@ -433,15 +434,14 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 func (s *scaleNet) measureWindow(report *scaleReport) {
 	nodes := s.all()
 	w := *scaleWindow
-	gossip0 := sumGossip(nodes)
+	// One gather per node at each end, the roles' sums taken from it: gathering a thousand
+	// nodes' metrics takes a while on a loaded machine.
+	tg0 := time.Now()
+	gossip0 := gossipByNode(nodes)
 	roles := []struct {
 		name  string
 		nodes []*Node
 	}{{"coordinator", []*Node{s.coord}}, {"provider", s.providers}, {"renter", s.renters}}
-	roleGossip0 := make([]float64, len(roles))
-	for i, r := range roles {
-		roleGossip0[i] = sumGossip(r.nodes)
-	}
 	probes0 := counterSum(s.coord, "gpunex_uptime_probes_total", nil)
 	// Score records are counted where they arrive: at a renter, or the last provider.
 	witness := nodes[len(nodes)-1]
@@ -450,14 +450,25 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	time.Sleep(w)
 	cpu := cpuTime() - cpu0
 	elapsed := time.Since(t0)
-	gossip := sumGossip(nodes) - gossip0
+	// Each node's count spans from its gather at the start to its gather at the end.
+	gossipPerMin := float64(time.Minute) / float64(time.Since(tg0))
+	gossip1 := gossipByNode(nodes)
+	gossip := 0.0
+	roleGossip := make([]float64, len(roles))
+	for i := range nodes {
+		gossip += gossip1[i] - gossip0[i]
+		switch {
+		case i == 0:
+			roleGossip[0] += gossip1[i] - gossip0[i]
+		case i <= len(s.providers):
+			roleGossip[1] += gossip1[i] - gossip0[i]
+		default:
+			roleGossip[2] += gossip1[i] - gossip0[i]
+		}
+	}
 	probes := counterSum(s.coord, "gpunex_uptime_probes_total", nil) - probes0
 	scores := counterSum(witness, "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)}) - scores0
-	roleGossip := make([]float64, len(roles))
-	for i, r := range roles {
-		roleGossip[i] = sumGossip(r.nodes) - roleGossip0[i]
-	}
-	heapEnd := markHeap()
+	heapEnd := s.markHeap("at the end of the window")
 
 	runtime.GC()
 	var ms runtime.MemStats
@@ -493,7 +504,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  memory: %.1f MB per node in use by Go (heap and stacks, after a GC), %.1f MB resident per node; %d goroutines per node",
 		float64(ms.HeapInuse+ms.StackInuse)/n/1e6, float64(procStatusBytes("VmRSS"))/n/1e6, runtime.NumGoroutine()/len(nodes))
 	report.add("  connections: %.1f per node", float64(conns)/n)
-	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*perMin)
+	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*gossipPerMin)
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
 	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour", probes*perMin*60, scores*perMin*60)
@@ -517,7 +528,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 		slices.Sort(conns)
 		k := float64(max(len(r.nodes), 1))
 		report.add("  %s (%d): live offers held mean %.0f, min %d, max %d; connections mean %.1f, max %d; gossip %.1f records validated per node per minute",
-			r.name, len(r.nodes), float64(sumInts(held))/k, held[0], held[len(held)-1], float64(sumInts(conns))/k, conns[len(conns)-1], roleGossip[i]/k*perMin)
+			r.name, len(r.nodes), float64(sumInts(held))/k, held[0], held[len(held)-1], float64(sumInts(conns))/k, conns[len(conns)-1], roleGossip[i]/k*gossipPerMin)
 	}
 }
 
@@ -548,11 +559,11 @@ func sumInts(v []int) int {
 	return t
 }
 
-// sumGossip adds up the gossip records every node validated (accepted or rejected).
-func sumGossip(nodes []*Node) float64 {
-	t := 0.0
-	for _, n := range nodes {
-		t += counterSum(n, "gpunex_records_accepted_total", map[string]string{"source": "gossip"}) +
+// gossipByNode is the gossip records each node validated (accepted or rejected).
+func gossipByNode(nodes []*Node) []float64 {
+	t := make([]float64, len(nodes))
+	for i, n := range nodes {
+		t[i] = counterSum(n, "gpunex_records_accepted_total", map[string]string{"source": "gossip"}) +
 			counterSum(n, "gpunex_records_rejected_total", map[string]string{"source": "gossip"})
 	}
 	return t
