@@ -54,6 +54,11 @@ type mockLinks struct {
 	links  int
 	added  int
 	cms    []*connmgr.BasicConnMgr
+
+	// linked holds the pairs linked so far ([2]peer.ID, the lesser first), read without mu:
+	// every stream a node opens asks, and 1,000 nodes asking under one lock made a convoy
+	// of ten thousand goroutines that stalled the providers' joining past 200.
+	linked sync.Map
 }
 
 func newMockLinks() *mockLinks {
@@ -111,9 +116,13 @@ func (m *mockLinks) link(a, b peer.ID) {
 	if a == b {
 		return
 	}
+	key := [2]peer.ID{min(a, b), max(a, b)}
+	if _, ok := m.linked.Load(key); ok {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.mn.LinksBetweenPeers(a, b)) > 0 {
+	if _, ok := m.linked.Load(key); ok {
 		return
 	}
 	ra, oka := m.region[a]
@@ -127,6 +136,7 @@ func (m *mockLinks) link(a, b peer.ID) {
 	}
 	m.links++
 	l.SetOptions(mocknet.LinkOptions{Latency: m.latency(ra, rb), Bandwidth: min(m.access[a], m.access[b])})
+	m.linked.Store(key, struct{}{})
 }
 
 // latency draws a link's one-way latency: 5 to 20 ms within a region, the table's figure
