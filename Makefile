@@ -111,10 +111,13 @@ soak: deps
 	  grep -E 'soak_test.go:[0-9]+: (soak|  )' /tmp/gpunex-soak.log | sed -E 's/^ +soak_test.go:[0-9]+: //'; \
 	  grep -E '^(--- |ok|FAIL)' /tmp/gpunex-soak.log; echo "(full log: /tmp/gpunex-soak.log)"; exit $$status
 
-## scale: the scale harness, NODES providers and 20 renters in one process (not part of `make test`)
+## scale: the scale harness, NODES providers and RENTERS renters in one process, linked over
+## QUIC on loopback or, with LINKS=mocknet, simulated in memory (not part of `make test`)
 NODES ?= 100
+RENTERS ?= 20
+LINKS ?= quic
 scale:
-	$(GO) test -tags scale -run '^TestScaleHarness$$' -count 1 -timeout 120m -v ./node/ -args -scale.providers=$(NODES) -scale.out=scale-$(NODES).txt
+	$(GO) test -tags scale -run '^TestScaleHarness$$' -count 1 -timeout 120m -v ./node/ -args -scale.providers=$(NODES) -scale.renters=$(RENTERS) -scale.links=$(LINKS) -scale.out=scale-$(NODES)-$(LINKS).txt
 
 ## screenshots: the dashboard's tabs, as the browser test sees them, into docs/dashboard/
 screenshots: deps

@@ -43,6 +43,7 @@ var (
 	scaleRounds    = flag.Int("scale.rounds", 2, "rounds of searches, each renter searching four ways a round")
 	scaleOut       = flag.String("scale.out", "", "a file the report is also written to")
 	scaleHeap      = flag.String("scale.heapprofile", "", "a file the heap profile is written to after the steady-state window")
+	scaleLinks     = flag.String("scale.links", "quic", "how nodes are linked: quic (each on its own loopback address) or mocknet (simulated in memory, scale_mocknet_test.go)")
 )
 
 type scaleNet struct {
@@ -55,6 +56,29 @@ type scaleNet struct {
 	renters   []*Node
 	started   int // nodes started: the next one's address
 	ledgers   []*ledger.Ledger
+
+	links *mockLinks // the simulated network in mocknet mode; nil over QUIC
+
+	// heap is the Go heap in use after a GC as each role finished joining, for the
+	// marginal heap per node of each role.
+	heapBase, heapCoord, heapProviders, heapRenters heapMark
+}
+
+// heapMark is the Go heap and goroutine stacks in use, after a GC.
+type heapMark struct{ heap, stacks uint64 }
+
+func (s *scaleNet) markHeap(what string) heapMark {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.t.Logf("heap %s: %.1f MB heap, %.1f MB stacks in use", what, float64(ms.HeapInuse)/1e6, float64(ms.StackInuse)/1e6)
+	return heapMark{ms.HeapInuse, ms.StackInuse}
+}
+
+// perNode is the heap and stacks from a to b divided among n nodes, in MB.
+func perNode(a, b heapMark, n int) string {
+	d := func(x, y uint64) float64 { return (float64(y) - float64(x)) / float64(max(n, 1)) / 1e6 }
+	return fmt.Sprintf("%.2f MB heap + %.2f MB stacks", d(a.heap, b.heap), d(a.stacks, b.stacks))
 }
 
 // close stops every node at once (one by one, a thousand nodes would take many minutes).
@@ -75,6 +99,9 @@ func (s *scaleNet) close() {
 	wg.Wait()
 	for _, l := range s.ledgers {
 		l.Close()
+	}
+	if s.links != nil {
+		s.links.close() // the hosts: p2p.Peer closes only a host it built
 	}
 }
 
@@ -126,17 +153,23 @@ func (s *scaleNet) start(cfg config.Config) (*Node, error) {
 		for _, g := range cfg.Provider.GPUs {
 			gpus = append(gpus, protocol.CertifiedGPU{Model: protocol.NormalizeModel(g.Model), Count: g.Count})
 		}
-		if err := l.SetOwnCertificate(testCertificate(s.t, s.coordKey, id, gpus, time.Now())); err != nil {
+		if err := l.Applicant.SetOwnCertificate(testCertificate(s.t, s.coordKey, id, gpus, time.Now())); err != nil {
 			return nil, err
 		}
 		// The coordinator probes the providers whose application it approved.
 		now := time.Now()
-		if err := s.coord.ledger.PutApplication(ledger.Application{ID: id.String()[len(id.String())-12:], Provider: id.String(),
+		if err := s.coord.ledger.Applications.PutApplication(ledger.Application{ID: id.String()[len(id.String())-12:], Provider: id.String(),
 			Status: protocol.StatusApproved, SubmittedAt: now, UpdatedAt: now}); err != nil {
 			return nil, err
 		}
 	}
-	n, err := New(context.Background(), cfg, sk, Deps{Ledger: l, Logger: quietLogger()})
+	deps := Deps{Ledger: l, Logger: quietLogger()}
+	if s.links != nil {
+		if deps.Host, err = s.links.host(sk, cfg.Role, cfg.P2P.MaxPeers); err != nil {
+			return nil, err
+		}
+	}
+	n, err := New(context.Background(), cfg, sk, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -161,12 +194,24 @@ func TestScaleHarness(t *testing.T) {
 	raiseFileLimit(t)
 	nProv, nRent := *scaleProviders, *scaleRenters
 	s := &scaleNet{t: t}
+	linkModel := "QUIC on loopback, each node on its own address (127.x.y.z), hosts built by p2p.New as in production"
+	switch *scaleLinks {
+	case "quic":
+	case "mocknet":
+		s.links = newMockLinks()
+		linkModel = s.links.describe()
+	default:
+		t.Fatalf("-scale.links %q: quic or mocknet", *scaleLinks)
+	}
 	t.Cleanup(s.close)
 	report := &scaleReport{}
+	report.add("links: %s", linkModel)
 	started := time.Now()
+	s.heapBase = s.markHeap("before any node")
 	if _, err := s.start(scaleConfig(testConfig(config.RoleCoordinator))); err != nil {
 		t.Fatal(err)
 	}
+	s.heapCoord = s.markHeap("with the coordinator")
 
 	// Providers join eight at a time, then the renters.
 	cpu0 := cpuTime()
@@ -197,6 +242,7 @@ func TestScaleHarness(t *testing.T) {
 	report.add("nodes started (1 coordinator, %d providers, %d renters)", nProv, nRent)
 	report.add("  %d providers joined in %s, %s of CPU", nProv, time.Since(started).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
 	s.waitOffers(report, "the coordinator held every provider's offer", []*Node{s.coord})
+	s.heapProviders = s.markHeap("with the providers")
 
 	// Renters join a network that is up: their first catalogue sync brings every offer.
 	joined := time.Now()
@@ -221,12 +267,14 @@ func TestScaleHarness(t *testing.T) {
 	}
 	report.add("  %d renters joined in %s", nRent, time.Since(joined).Round(100*time.Millisecond))
 	s.waitOffers(report, fmt.Sprintf("the %d renters held every offer", nRent), s.renters)
+	s.heapRenters = s.markHeap("with the renters")
 
 	s.measureSearches(report)
 	s.measurePriceChanges(report)
 	s.measureWindow(report)
-	out := fmt.Sprintf("=== scale harness: %d providers, %d renters, %d nodes, %s ===\n%s\n", nProv, nRent, nProv+nRent+1,
-		time.Now().UTC().Format(time.DateTime), report)
+	report.add("run: %s in all; peak resident memory of the process %.0f MB", time.Since(started).Round(time.Second), float64(procStatusBytes("VmHWM"))/1e6)
+	out := fmt.Sprintf("=== scale harness: %d providers, %d renters, %d nodes, links %s, %s ===\n%s\n", nProv, nRent, nProv+nRent+1,
+		*scaleLinks, time.Now().UTC().Format(time.DateTime), report)
 	fmt.Print("\n" + out)
 	if *scaleOut != "" {
 		if err := os.WriteFile(*scaleOut, []byte(out), 0o644); err != nil {
@@ -386,7 +434,14 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 func (s *scaleNet) measureWindow(report *scaleReport) {
 	nodes := s.all()
 	w := *scaleWindow
-	gossip0 := sumGossip(nodes)
+	// One gather per node at each end, the roles' sums taken from it: gathering a thousand
+	// nodes' metrics takes a while on a loaded machine.
+	tg0 := time.Now()
+	gossip0 := gossipByNode(nodes)
+	roles := []struct {
+		name  string
+		nodes []*Node
+	}{{"coordinator", []*Node{s.coord}}, {"provider", s.providers}, {"renter", s.renters}}
 	probes0 := counterSum(s.coord, "gpunex_uptime_probes_total", nil)
 	// Score records are counted where they arrive: at a renter, or the last provider.
 	witness := nodes[len(nodes)-1]
@@ -395,9 +450,25 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	time.Sleep(w)
 	cpu := cpuTime() - cpu0
 	elapsed := time.Since(t0)
-	gossip := sumGossip(nodes) - gossip0
+	// Each node's count spans from its gather at the start to its gather at the end.
+	gossipPerMin := float64(time.Minute) / float64(time.Since(tg0))
+	gossip1 := gossipByNode(nodes)
+	gossip := 0.0
+	roleGossip := make([]float64, len(roles))
+	for i := range nodes {
+		gossip += gossip1[i] - gossip0[i]
+		switch {
+		case i == 0:
+			roleGossip[0] += gossip1[i] - gossip0[i]
+		case i <= len(s.providers):
+			roleGossip[1] += gossip1[i] - gossip0[i]
+		default:
+			roleGossip[2] += gossip1[i] - gossip0[i]
+		}
+	}
 	probes := counterSum(s.coord, "gpunex_uptime_probes_total", nil) - probes0
 	scores := counterSum(witness, "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)}) - scores0
+	heapEnd := s.markHeap("at the end of the window")
 
 	runtime.GC()
 	var ms runtime.MemStats
@@ -431,12 +502,34 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("steady state over %s:", elapsed.Round(time.Second))
 	report.add("  CPU: %.3f of a core per node (%.2f cores for the process)", cpu.Seconds()/elapsed.Seconds()/n, cpu.Seconds()/elapsed.Seconds())
 	report.add("  memory: %.1f MB per node in use by Go (heap and stacks, after a GC), %.1f MB resident per node; %d goroutines per node",
-		float64(ms.HeapInuse+ms.StackInuse)/n/1e6, float64(residentBytes())/n/1e6, runtime.NumGoroutine()/len(nodes))
+		float64(ms.HeapInuse+ms.StackInuse)/n/1e6, float64(procStatusBytes("VmRSS"))/n/1e6, runtime.NumGoroutine()/len(nodes))
 	report.add("  connections: %.1f per node", float64(conns)/n)
-	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*perMin)
+	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*gossipPerMin)
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
 	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour", probes*perMin*60, scores*perMin*60)
+	if s.links != nil {
+		report.add("  mocknet links made: %d (%.1f per node)", s.links.linkCount(), float64(s.links.linkCount())/n)
+	}
+	report.add("per role (Go heap in use after a GC; marginal: the growth while the role joined, divided by its nodes):")
+	report.add("  heap: %.1f MB before any node, %.1f MB with the coordinator, %.1f MB with the providers, %.1f MB with the renters, %.1f MB at the end of the window",
+		float64(s.heapBase.heap)/1e6, float64(s.heapCoord.heap)/1e6, float64(s.heapProviders.heap)/1e6, float64(s.heapRenters.heap)/1e6, float64(heapEnd.heap)/1e6)
+	report.add("  coordinator: %s at start; providers: %s each; renters: %s each; from the renters' join to the window's end: %s in all",
+		perNode(s.heapBase, s.heapCoord, 1), perNode(s.heapCoord, s.heapProviders, len(s.providers)), perNode(s.heapProviders, s.heapRenters, len(s.renters)),
+		perNode(s.heapRenters, heapEnd, 1))
+	now := time.Now()
+	for i, r := range roles {
+		held, conns := []int{}, []int{}
+		for _, x := range r.nodes {
+			held = append(held, len(x.book.Live(now)))
+			conns = append(conns, x.peer.Connected())
+		}
+		slices.Sort(held)
+		slices.Sort(conns)
+		k := float64(max(len(r.nodes), 1))
+		report.add("  %s (%d): live offers held mean %.0f, min %d, max %d; connections mean %.1f, max %d; gossip %.1f records validated per node per minute",
+			r.name, len(r.nodes), float64(sumInts(held))/k, held[0], held[len(held)-1], float64(sumInts(conns))/k, conns[len(conns)-1], roleGossip[i]/k*gossipPerMin)
+	}
 }
 
 type scaleReport struct{ lines []string }
@@ -466,11 +559,11 @@ func sumInts(v []int) int {
 	return t
 }
 
-// sumGossip adds up the gossip records every node validated (accepted or rejected).
-func sumGossip(nodes []*Node) float64 {
-	t := 0.0
-	for _, n := range nodes {
-		t += counterSum(n, "gpunex_records_accepted_total", map[string]string{"source": "gossip"}) +
+// gossipByNode is the gossip records each node validated (accepted or rejected).
+func gossipByNode(nodes []*Node) []float64 {
+	t := make([]float64, len(nodes))
+	for i, n := range nodes {
+		t[i] = counterSum(n, "gpunex_records_accepted_total", map[string]string{"source": "gossip"}) +
 			counterSum(n, "gpunex_records_rejected_total", map[string]string{"source": "gossip"})
 	}
 	return t
@@ -512,14 +605,15 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// residentBytes is the process's resident memory (VmRSS).
-func residentBytes() int64 {
+// procStatusBytes is one of the process's memory figures in /proc/self/status: VmRSS, its
+// resident memory, or VmHWM, its peak.
+func procStatusBytes(key string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == key+":" {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10
 		}
