@@ -5,6 +5,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,13 +39,23 @@ func TestSoak(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	out := testWriter{t}
-	rep, err := devnet.Soak(context.Background(), devnet.SoakOptions{Dir: t.TempDir(), Binary: binary, Out: out,
+	dir := t.TempDir()
+	rep, err := devnet.Soak(context.Background(), devnet.SoakOptions{Dir: dir, Binary: binary, Out: out,
 		Duration: *soakDuration, Seed: seed, Providers: 6, Renters: 3, CheckEvery: time.Minute})
 	if err != nil {
 		t.Fatalf("the soak did not run (seed %d): %v", seed, err)
 	}
 	for _, b := range rep.Breaks {
 		t.Errorf("seed %d: %s", seed, b)
+	}
+	if len(rep.Breaks) > 0 {
+		// The nodes' logs say why; the test's folder goes with the test.
+		kept := filepath.Join(os.TempDir(), fmt.Sprintf("gpunex-soak-%d", seed))
+		if err := keepLogs(dir, kept); err != nil {
+			t.Logf("the nodes' logs were not kept: %v", err)
+		} else {
+			t.Logf("the nodes' logs are kept in %s", kept)
+		}
 	}
 	for _, k := range devnet.FaultKinds {
 		if why := rep.NotApplied[k]; why != "" {
@@ -52,6 +67,27 @@ func TestSoak(t *testing.T) {
 	if rep.Jobs["ended"] == 0 {
 		t.Errorf("seed %d: no job ended well under the faults: %v", seed, rep.Jobs)
 	}
+}
+
+// keepLogs copies every .log file under dir to the same place under kept.
+func keepLogs(dir, kept string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".log") {
+			return nil // a folder it cannot read (a provider's unmounted disk) is skipped
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(kept, rel)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(kept, rel), b, 0o644)
+	})
 }
 
 // testWriter writes the soak's lines into the test's log.
