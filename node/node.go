@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,7 +244,7 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 		offersCfg.Models = nil // providers follow no model, coordinators every one
 	}
 	n.catalogue = offers.New(offers.Deps{Base: n.base(n.log.With("subsystem", "offers")), Book: n.book, Trust: n.trust,
-		Offers: offersCfg, Bootstrap: as.boot, Scores: n.scores, Models: func() []string { return n.marketModels(as.trusted) }})
+		Offers: offersCfg, Bootstrap: as.boot, Scores: n.scores, Models: func() []string { return n.models.Names(as.trusted) }})
 	stores := money.Stores{Jobs: n.ledger.Jobs, Wallet: n.ledger.Wallet, Own: n.ledger.Provider,
 		Escrow: n.ledger.Escrow, Payouts: n.ledger.Payouts, Reliability: n.ledger.Reliability}
 	as.money = money.Deps{Base: n.base(n.log.With("subsystem", "money")), Ledger: stores,
@@ -291,31 +290,11 @@ func (n *Node) followOffers(trusted []peer.ID) error {
 		return n.catalogue.Follow(n.cfg.Offers.Models)
 	}
 	n.models.OnChange(func(peer.ID, *protocol.ModelCatalogue, *protocol.ModelCatalogue) {
-		if err := n.catalogue.Follow(n.marketModels(trusted)); err != nil {
+		if err := n.catalogue.Follow(n.models.Names(trusted)); err != nil {
 			n.log.Warn("following the offers of a new model failed", "err", err)
 		}
 	})
-	return n.catalogue.Follow(n.marketModels(trusted))
-}
-
-// marketModels are the models of the trusted coordinators' catalogues.
-func (n *Node) marketModels(trusted []peer.ID) []string {
-	var names []string
-	catalogues := []*protocol.ModelCatalogue{}
-	for _, c := range trusted {
-		catalogues = append(catalogues, n.models.Current(c))
-	}
-	if len(catalogues) == 0 {
-		catalogues = append(catalogues, protocol.FirstModels())
-	}
-	for _, c := range catalogues {
-		for _, m := range c.Models {
-			if !slices.Contains(names, m.Model) {
-				names = append(names, m.Model)
-			}
-		}
-	}
-	return names
+	return n.catalogue.Follow(n.models.Names(trusted))
 }
 
 // startMoney is New's third step: a coordinator's settlement, every node's wallet (its own

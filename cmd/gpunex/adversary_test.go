@@ -388,19 +388,12 @@ func adversaryScenarios() []scenario {
 			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
 				a := newAttacker(t, e, "renter-1")
 				defer a.close()
-				rows, err := e.clients["renter-1"].Search(ctx, url.Values{})
-				if err != nil || len(rows) == 0 {
-					t.Fatalf("no offer to replay: %v", err)
-				}
-				rec, err := e.clients["renter-1"].OfferRecord(ctx, rows[0].ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				replayedOffer = rows[0]
+				row, rec := anOffer(ctx, t, e)
+				replayedOffer = row
 				replayer = a.h.ID()
 				var n int64
 				for ctx.Err() == nil {
-					a.publish(ctx, protocol.ModelTopic(rows[0].Model), rec.Raw)
+					a.publish(ctx, protocol.ModelTopic(row.Model), rec.Raw)
 					n++
 				}
 				return n
@@ -433,14 +426,7 @@ func adversaryScenarios() []scenario {
 			attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
 				a := newAttacker(t, e, "renter-1")
 				t.Cleanup(a.close)
-				rows, err := e.clients["renter-1"].Search(ctx, url.Values{})
-				if err != nil || len(rows) == 0 {
-					t.Fatalf("no offer to spray: %v", err)
-				}
-				rec, err := e.clients["renter-1"].OfferRecord(ctx, rows[0].ID)
-				if err != nil {
-					t.Fatal(err)
-				}
+				row, rec := anOffer(ctx, t, e)
 				sprayer = a.h.ID()
 				sprayedModels = map[string]bool{}
 				for _, g := range rec.Offer.GPUs {
@@ -452,7 +438,7 @@ func adversaryScenarios() []scenario {
 						others = append(others, protocol.ModelTopic(m.Model))
 					}
 				}
-				sprayedProvider = rows[0].Provider
+				sprayedProvider = row.Provider
 				var n int64
 				for ctx.Err() == nil {
 					a.publish(ctx, others[n%int64(len(others))], rec.Raw)
@@ -913,6 +899,20 @@ var (
 
 // provider1Jobs is the decayed count of jobs behind provider-1's completion, as the
 // coordinator's latest score says.
+// anOffer is an offer row renter-1 lists and its signed record, as received: what a
+// hostile peer replays.
+func anOffer(ctx context.Context, t *testing.T, e *advEnv) (api.OfferRow, api.OfferRecordView) {
+	rows, err := e.clients["renter-1"].Search(ctx, url.Values{})
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("no offer listed: %v", err)
+	}
+	rec, err := e.clients["renter-1"].OfferRecord(ctx, rows[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows[0], rec
+}
+
 func provider1Jobs(e *advEnv) float64 {
 	scores, err := e.clients["coordinator"].Scores(context.Background(), e.nodes["provider-1"].PeerID)
 	if err != nil || len(scores) == 0 {

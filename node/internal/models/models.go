@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -342,6 +343,28 @@ func (b *Book) Current(coordinator peer.ID) *protocol.ModelCatalogue {
 		return &c.ModelCatalogue
 	}
 	return protocol.FirstModels()
+}
+
+// Names are the model names of the coordinators' current catalogues, each once (the first
+// catalogue's when no coordinator is given): what a renter follows offers of, and what a
+// search without a model walks.
+func (b *Book) Names(coordinators []peer.ID) []string {
+	catalogues := []*protocol.ModelCatalogue{}
+	for _, c := range coordinators {
+		catalogues = append(catalogues, b.Current(c))
+	}
+	if len(catalogues) == 0 {
+		catalogues = append(catalogues, protocol.FirstModels())
+	}
+	var names []string
+	for _, c := range catalogues {
+		for _, m := range c.Models {
+			if !slices.Contains(names, m.Model) {
+				names = append(names, m.Model)
+			}
+		}
+	}
+	return names
 }
 
 // Publish sets the topic a coordinator gossips its catalogue on.
