@@ -52,6 +52,8 @@ type SoakReport struct {
 	Deposits   int
 	Batches    int
 	Checks     int
+	// Disputes is how many disputes the soak's operator decided (soak_disputes.go).
+	Disputes int
 	// Breaks are the invariant breaks found, each once with the check that found it.
 	Breaks    []string
 	Resources []ResourceTrend
@@ -69,11 +71,12 @@ type soak struct {
 	ports   map[string][]listenPort // each node's libp2p ports, by name (keepPorts)
 	part    *partitions
 
-	procMu sync.Mutex // a node's process while a fault restarts it
-	mu     sync.Mutex
-	report SoakReport
-	broken map[string]bool
-	trend  map[string]*resourceSeries
+	procMu  sync.Mutex // a node's process while a fault restarts it
+	mu      sync.Mutex
+	report  SoakReport
+	broken  map[string]bool
+	trend   map[string]*resourceSeries
+	decided map[string]decidedDispute // by job
 }
 
 // Soak runs the soak and returns its report; the error says why it could not run (a node
@@ -96,7 +99,7 @@ func Soak(ctx context.Context, o SoakOptions) (SoakReport, error) {
 	if err != nil {
 		return SoakReport{}, err
 	}
-	s := &soak{devnet: d, o: o, broken: map[string]bool{}, trend: map[string]*resourceSeries{}, ports: map[string][]listenPort{}}
+	s := &soak{devnet: d, o: o, broken: map[string]bool{}, trend: map[string]*resourceSeries{}, decided: map[string]decidedDispute{}, ports: map[string][]listenPort{}}
 	s.part = setUpPartitions()
 	defer func() {
 		d.stop()
@@ -124,8 +127,9 @@ func Soak(ctx context.Context, o SoakOptions) (SoakReport, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.jobs(run, r, rand.New(rand.NewPCG(o.Seed, uint64(i)))) }()
 	}
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.payouts(run) }()
+	go func() { defer wg.Done(); s.operator(run) }()
 	go func() { defer wg.Done(); s.faults(run) }()
 	tick := time.NewTicker(o.CheckEvery)
 	defer tick.Stop()
@@ -352,7 +356,8 @@ func (s *soak) payouts(ctx context.Context) {
 }
 
 // settle brings every node back, waits for the jobs in flight to end and their receipts
-// to be charged (the dispute window is 30 s), and runs the last payout batch.
+// to be charged (the dispute window is 30 s) or their disputes decided, and runs the last
+// payout batch.
 func (s *soak) settle(ctx context.Context) error {
 	s.rpc.SetMode(rpcNormal)
 	s.procMu.Lock()
@@ -367,6 +372,7 @@ func (s *soak) settle(ctx context.Context) error {
 	s.procMu.Unlock()
 	deadline := time.Now().Add(4 * time.Minute)
 	for time.Now().Before(deadline) {
+		s.decideDisputes(ctx)
 		if s.quiet(ctx) {
 			break
 		}

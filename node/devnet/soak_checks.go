@@ -100,6 +100,9 @@ func (s *soak) checkRenter(ctx context.Context, r *devnetProc, final bool) (prot
 		case final && (h.State == "pending" || h.State == "disputed"):
 			s.breaks("holds", fmt.Sprintf("job %s's hold still %s after the run settled", h.Job, h.State))
 		}
+		if s.checkDecided(h, charge) {
+			continue
+		}
 		if j, ok := byID[h.Job]; ok && h.State == "charged" {
 			allowed := protocol.Cost(j.Price, j.GPUs, j.MeteredSeconds+60)
 			if j.Countersign {
@@ -339,8 +342,8 @@ func (s *soak) printTable() {
 	for _, k := range keys {
 		s.say("  %-28s %d", k, r.Jobs[k])
 	}
-	s.say("  deposits %d, payout batches %d, checks %d, dropped transactions %d, packets dropped by partitions %d",
-		r.Deposits, r.Batches, r.Checks, s.rpc.dropped.Load(), s.part.dropped.Load())
+	s.say("  deposits %d, payout batches %d, disputes decided %d, checks %d, dropped transactions %d, packets dropped by partitions %d",
+		r.Deposits, r.Batches, r.Disputes, r.Checks, s.rpc.dropped.Load(), s.part.dropped.Load())
 	s.say("  invariant breaks: %d", len(r.Breaks))
 	for _, b := range r.Breaks {
 		s.say("    %s", b)

@@ -164,8 +164,13 @@ var errLeaseChanged = errors.New("the job's lease was extended meanwhile: the ch
 // Meter keeps the usage of this node's running rented jobs countersigned: every
 // checkpoint interval it asks each job's provider for a checkpoint and countersigns it
 // when it matches what this node observed; it takes the final receipt of a job that ended
-// and sends again the disputes that did not reach the coordinator.
+// and sends again the disputes that did not reach the coordinator. It keeps the clock
+// this node observes with in step (CheckClock).
 func (r *Renter) Meter(ctx context.Context) {
+	r.CheckClock()
+	clockKept := make(chan struct{})
+	go func() { r.keepClock(ctx); close(clockKept) }()
+	defer func() { <-clockKept }()
 	for {
 		select {
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/protocol"
+	"github.com/gpunex/gpunex/sandbox"
 )
 
 // TestCheckpointCountsToLeaseEnd: a provider's checkpoint counts the seconds since the
@@ -285,4 +287,53 @@ func TestAbandonedJob(t *testing.T) {
 	check("delivery failed, within the grace", true, 1800, errors.New("coordinator unreachable"), AbandonAfter, ledger.JobRunning, "", 1)
 	check("delivery failed, past the grace", true, 1800, errors.New("coordinator unreachable"), protocol.HoldGrace, ledger.JobFailed, "the coordinator could not be told: coordinator unreachable", 1)
 	check("settled already", true, 1800, errors.New("hold of job 00000000000000ab settled already"), AbandonAfter, ledger.JobFailed, "the job's hold is settled already at the coordinator", 1)
+}
+
+// TestRenterClockMovedBack replays the soak's clock skew on a renter (seed 2026): a renter
+// whose clock ran 3 minutes ahead while its job started is restarted with its clock right.
+// What it observed of the job is dated by the clock before; without CheckClock it would
+// see the job start 3 minutes in its future, refuse every later checkpoint (the provider
+// then stops the job as unmetered) and dispute the honest receipt. With it, the renter
+// countersigns the checkpoint and the receipt.
+func TestRenterClockMovedBack(t *testing.T) {
+	m := newMarket(t, 1)
+	v := m.run(t, m.request(imageArchive(t, "x")))
+	m.pv.clk.Advance(time.Minute)
+	m.rn.meterOnce(context.Background(), m.rn.job(t, v.ID))
+	m.rn.CheckClock()
+	// The renter's clock was 3 minutes ahead: every time it wrote was 3 minutes later.
+	ahead := 3 * time.Minute
+	m.rn.ledger.UpdateJob(v.ID, func(j *ledger.Job) error {
+		j.ObservedStart, j.LastSeenRunning = j.ObservedStart.Add(ahead), j.LastSeenRunning.Add(ahead)
+		return nil
+	})
+	m.rn.ledger.MarkClock(m.pv.clk.Now().Add(ahead))
+	// It restarts 2 s later, its clock right.
+	m.pv.clk.Advance(2 * time.Second)
+	m.rn.CheckClock()
+	rj := m.rn.job(t, v.ID)
+	if got := m.pv.clk.Now().Sub(rj.ObservedStart); got < time.Minute || got > time.Minute+protocol.MeterTolerance {
+		t.Fatalf("after the restart the renter sees the job started %s ago; it ran 62 s", got)
+	}
+	m.pv.clk.Advance(time.Minute)
+	m.rn.meterOnce(context.Background(), m.rn.job(t, v.ID))
+	if rj := m.rn.job(t, v.ID); rj.CheckpointSeconds != 122 {
+		t.Fatalf("the checkpoint after the clock moved back: the renter countersigned %d s, want 122", rj.CheckpointSeconds)
+	}
+	m.pv.clk.Advance(30 * time.Second)
+	m.pv.rt.end(v.ID, sandbox.Exit{Code: 0, Reason: sandbox.ReasonExited})
+	m.pv.ended(t, v.ID)
+	ev, err := m.rn.JobLogs(context.Background(), v.ID, true, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ev.Countersign || ev.Seconds != 152 || len(m.rn.job(t, v.ID).Dispute) > 0 {
+		t.Fatalf("the honest receipt of 152 s: countersigned %v, %d s, disputed %v", ev.Countersign, ev.Seconds, len(m.rn.job(t, v.ID).Dispute) > 0)
+	}
+	// A clock that did not move back moves nothing.
+	before := m.rn.job(t, v.ID)
+	m.rn.CheckClock()
+	if after := m.rn.job(t, v.ID); !after.ObservedStart.Equal(before.ObservedStart) {
+		t.Fatalf("a clock that did not move back moved the observed start from %s to %s", before.ObservedStart, after.ObservedStart)
+	}
 }
