@@ -183,6 +183,37 @@ func (s *scaleNet) start(cfg config.Config) (*Node, error) {
 	return n, nil
 }
 
+// watchJoins writes the process's goroutines, grouped by stack, to
+// $TMPDIR/gpunex-scale-stall-N.txt whenever a minute passes with no provider joining, so
+// that a stalled join shows what it waits on. It returns the function that stops it.
+func (s *scaleNet) watchJoins() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		last, dumps := -1, 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Minute):
+			}
+			s.mu.Lock()
+			n := len(s.providers)
+			s.mu.Unlock()
+			if n == last && dumps < 3 {
+				dumps++
+				name := fmt.Sprintf("%s/gpunex-scale-stall-%d.txt", os.TempDir(), dumps)
+				if f, err := os.Create(name); err == nil {
+					pprof.Lookup("goroutine").WriteTo(f, 1)
+					f.Close()
+					s.t.Logf("no provider joined for a minute (%d joined): goroutines in %s", n, name)
+				}
+			}
+			last = n
+		}
+	}()
+	return func() { close(done) }
+}
+
 // all returns every node: the coordinator, the providers, the renters.
 func (s *scaleNet) all() []*Node {
 	s.mu.Lock()
@@ -215,6 +246,7 @@ func TestScaleHarness(t *testing.T) {
 
 	// Providers join eight at a time, then the renters.
 	cpu0 := cpuTime()
+	stopWatch := s.watchJoins()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for i := range nProv {
@@ -236,6 +268,7 @@ func TestScaleHarness(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	stopWatch()
 	if t.Failed() {
 		t.FailNow()
 	}
