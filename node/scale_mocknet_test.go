@@ -194,25 +194,96 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...libp2pproto
 	if err != nil {
 		return nil, err
 	}
-	return &deadlineStream{Stream: st}, nil
+	return newDeadlineStream(st), nil
 }
 
 func (h *mockHost) SetStreamHandler(pid libp2pprotocol.ID, handler network.StreamHandler) {
-	h.Host.SetStreamHandler(pid, func(st network.Stream) { handler(&deadlineStream{Stream: st}) })
+	h.Host.SetStreamHandler(pid, func(st network.Stream) { handler(newDeadlineStream(st)) })
 }
 
 func (h *mockHost) SetStreamHandlerMatch(pid libp2pprotocol.ID, match func(libp2pprotocol.ID) bool, handler network.StreamHandler) {
-	h.Host.SetStreamHandlerMatch(pid, match, func(st network.Stream) { handler(&deadlineStream{Stream: st}) })
+	h.Host.SetStreamHandlerMatch(pid, match, func(st network.Stream) { handler(newDeadlineStream(st)) })
 }
 
-// deadlineStream gives a mocknet stream the deadlines mocknet ignores (its SetDeadline does
-// nothing): the protocols bound their exchanges with them, and without them a read from a
-// peer that never answers waits forever. A deadline that passes resets the stream, where
-// QUIC's would fail the pending read or write with a timeout: either way the exchange ends.
+// deadlineStream gives a mocknet stream two things a kernel's socket has and mocknet's
+// lacks.
+//
+// Deadlines (mocknet's SetDeadline does nothing): the protocols bound their exchanges with
+// them, and without them a read from a peer that never answers waits forever. A deadline
+// that passes resets the stream, where QUIC's would fail the pending read or write with a
+// timeout: either way the exchange ends.
+//
+// A send window: mocknet delivers each write of 256 bytes or more a whole link latency
+// after the one before (one write in flight per stream), so a protocol that writes record
+// by record moves a few KB per round trip, where TCP or QUIC would keep a window of data in
+// flight. Here Write queues its bytes and returns; one flusher at a time sends all that is
+// queued as one write, which the link delays by its latency and its bandwidth. A writer more
+// than sendWindow ahead of the link waits, as on a full socket buffer.
 type deadlineStream struct {
 	network.Stream
 	mu          sync.Mutex
 	read, write *time.Timer
+
+	wmu      sync.Mutex
+	sent     *sync.Cond // on wmu: a flush ended or sent a batch
+	pending  []byte
+	flushing bool
+	werr     error
+}
+
+// sendWindow is how far a writer may run ahead of its stream's link.
+const sendWindow = 1 << 20
+
+func newDeadlineStream(st network.Stream) *deadlineStream {
+	s := &deadlineStream{Stream: st}
+	s.sent = sync.NewCond(&s.wmu)
+	return s
+}
+
+func (s *deadlineStream) Write(p []byte) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for len(s.pending) >= sendWindow && s.werr == nil {
+		s.sent.Wait()
+	}
+	if s.werr != nil {
+		return 0, s.werr
+	}
+	s.pending = append(s.pending, p...)
+	if !s.flushing {
+		s.flushing = true
+		go s.flush()
+	}
+	return len(p), nil
+}
+
+// flush sends what is queued, batch after batch, until nothing is.
+func (s *deadlineStream) flush() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for len(s.pending) > 0 && s.werr == nil {
+		batch := s.pending
+		s.pending = nil
+		s.wmu.Unlock()
+		_, err := s.Stream.Write(batch)
+		s.wmu.Lock()
+		if err != nil {
+			s.werr = err
+		}
+		s.sent.Broadcast()
+	}
+	s.pending, s.flushing = nil, false
+	s.sent.Broadcast()
+}
+
+// drain waits until what is queued is sent, and says whether it was.
+func (s *deadlineStream) drain() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for s.flushing {
+		s.sent.Wait()
+	}
+	return s.werr
 }
 
 func (s *deadlineStream) arm(timer **time.Timer, t time.Time) {
@@ -240,12 +311,30 @@ func (s *deadlineStream) disarm() {
 	s.arm(&s.write, time.Time{})
 }
 
+func (s *deadlineStream) CloseWrite() error {
+	if err := s.drain(); err != nil {
+		return err
+	}
+	return s.Stream.CloseWrite()
+}
+
 func (s *deadlineStream) Close() error {
+	err := s.drain()
 	s.disarm()
-	return s.Stream.Close()
+	if cerr := s.Stream.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (s *deadlineStream) Reset() error {
 	s.disarm()
+	s.wmu.Lock()
+	if s.werr == nil {
+		s.werr = network.ErrReset
+	}
+	s.pending = nil
+	s.sent.Broadcast()
+	s.wmu.Unlock()
 	return s.Stream.Reset()
 }

@@ -43,6 +43,7 @@ var (
 	scaleRounds    = flag.Int("scale.rounds", 2, "rounds of searches, each renter searching four ways a round")
 	scaleOut       = flag.String("scale.out", "", "a file the report is also written to")
 	scaleHeap      = flag.String("scale.heapprofile", "", "a file the heap profile is written to after the steady-state window")
+	scaleStacks    = flag.String("scale.goroutines", "", "a file prefix the goroutines, grouped by stack, are written to as each role finishes joining (PREFIX-providers.txt, ...)")
 	scaleLinks     = flag.String("scale.links", "quic", "how nodes are linked: quic (each on its own loopback address) or mocknet (simulated in memory, scale_mocknet_test.go)")
 )
 
@@ -71,7 +72,14 @@ func (s *scaleNet) markHeap(what string) heapMark {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	s.t.Logf("heap %s: %.1f MB heap, %.1f MB stacks in use", what, float64(ms.HeapInuse)/1e6, float64(ms.StackInuse)/1e6)
+	s.t.Logf("heap %s: %.1f MB heap, %.1f MB stacks in use, %d goroutines", what, float64(ms.HeapInuse)/1e6, float64(ms.StackInuse)/1e6, runtime.NumGoroutine())
+	if *scaleStacks != "" {
+		name := fmt.Sprintf("%s-%s.txt", *scaleStacks, strings.ReplaceAll(what, " ", "-"))
+		if f, err := os.Create(name); err == nil {
+			pprof.Lookup("goroutine").WriteTo(f, 1)
+			f.Close()
+		}
+	}
 	return heapMark{ms.HeapInuse, ms.StackInuse}
 }
 
@@ -279,6 +287,7 @@ func TestScaleHarness(t *testing.T) {
 
 	// Renters join a network that is up: their first catalogue sync brings every offer.
 	joined := time.Now()
+	scored := s.scoredProviders()
 	for range nRent {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -299,7 +308,9 @@ func TestScaleHarness(t *testing.T) {
 		t.FailNow()
 	}
 	report.add("  %d renters joined in %s", nRent, time.Since(joined).Round(100*time.Millisecond))
+	scoresHeld := s.watchScores(joined, scored)
 	s.waitOffers(report, fmt.Sprintf("the %d renters held every offer", nRent), s.renters)
+	report.add("  %s", scoresHeld())
 	s.heapRenters = s.markHeap("with the renters")
 
 	s.measureSearches(report)
@@ -343,6 +354,7 @@ func (s *scaleNet) waitOffers(report *scaleReport, what string, nodes []*Node) {
 		}
 		if took > 4*time.Minute {
 			report.add("  NOT DONE: %s: after %s, %d of %d nodes short, the least holding %d of %d", what, took, short, len(nodes), least, len(s.providers))
+			s.whyMissing(report, nodes)
 			return
 		}
 		if time.Since(lastLog) > 15*time.Second {
@@ -350,6 +362,75 @@ func (s *scaleNet) waitOffers(report *scaleReport, what string, nodes []*Node) {
 			lastLog = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// scoredProviders are the providers the coordinator has scored by now.
+func (s *scaleNet) scoredProviders() []peer.ID {
+	var out []peer.ID
+	for _, p := range s.providers {
+		if s.coord.scores.Score(p.ID(), s.coord.ID()) != nil {
+			out = append(out, p.ID())
+		}
+	}
+	return out
+}
+
+// watchScores times, from when the renters began joining, until every renter holds the
+// coordinator's score of every provider it had scored by then: how soon a new renter ranks
+// providers by their real score (the join's score sync, then gossip). It returns the
+// function that waits for the report's line.
+func (s *scaleNet) watchScores(joined time.Time, scored []peer.ID) func() string {
+	done := make(chan string, 1)
+	coord := s.coord.ID()
+	go func() {
+		for {
+			least := len(scored)
+			for _, r := range s.renters {
+				k := 0
+				for _, p := range scored {
+					if r.scores.Score(p, coord) != nil {
+						k++
+					}
+				}
+				least = min(least, k)
+			}
+			took := time.Since(joined).Round(100 * time.Millisecond)
+			switch {
+			case least == len(scored):
+				done <- fmt.Sprintf("the %d renters held the coordinator's scores of the %d providers it had scored %s after they began joining", len(s.renters), len(scored), took)
+				return
+			case took > 4*time.Minute:
+				done <- fmt.Sprintf("NOT DONE: after %s, a renter held %d of the coordinator's %d scores", took, least, len(scored))
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return func() string { return <-done }
+}
+
+// whyMissing reports, for the first node short of offers, up to five providers whose offer
+// it lacks: whether they are connected, the provider's gossip peers on each of its offer
+// topics, and its offer's sequence.
+func (s *scaleNet) whyMissing(report *scaleReport, nodes []*Node) {
+	for _, n := range nodes {
+		shown := 0
+		for _, p := range s.providers {
+			if so, _ := n.book.Get(p.ID()); so != nil || shown == 5 {
+				continue
+			}
+			shown++
+			seq := uint64(0)
+			if cur := p.publisher.Current(); cur != nil {
+				seq = cur.Offer.Seq
+			}
+			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d",
+				n.ID().ShortString(), p.ID().ShortString(), n.peer.Host.Network().Connectedness(p.ID()), p.publisher.GossipPeers(), seq)
+		}
+		if shown > 0 {
+			return
+		}
 	}
 }
 

@@ -464,6 +464,16 @@ func (p *Publisher) Schedule() protocol.Schedule {
 	return p.sched
 }
 
+// GossipPeers says, for each topic the offer is published on, how many gossip peers the
+// node knows there (the peers a publish reaches).
+func (p *Publisher) GossipPeers() map[string]int {
+	out := map[string]int{}
+	for _, t := range p.topics {
+		out[t.Name()] = t.Peers()
+	}
+	return out
+}
+
 // Current returns the offer last published.
 func (p *Publisher) Current() *protocol.SignedOffer {
 	p.mu.Lock()
