@@ -65,6 +65,13 @@ func (c *Catalogue) HandleSyncStream(s network.Stream) {
 		s.Reset()
 		return
 	}
+	if !c.answers(req) {
+		// This node's book does not follow what is asked (a provider holds its own offer
+		// only): a part of the market would pass for all of it. The asker tries its other
+		// peers.
+		s.Reset()
+		return
+	}
 	release, ok := c.admitSync(s)
 	if !ok {
 		s.Reset() // busy or asked too often: the asker tries its other peers
@@ -120,13 +127,13 @@ func readRequest(s network.Stream, max int, v any) error {
 }
 
 // syncFrom reads the live offers a peer holds that req asks for into the book, and returns
-// how many were new.
-func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferSyncRequest) (int, error) {
+// how many were new and how many it received.
+func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferSyncRequest) (fresh, received int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s, err := c.peer.OpenStream(ctx, p, protocol.OfferSyncProtocol)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer s.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -134,16 +141,15 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 	}
 	if err := protocol.WriteJSONFrame(s, req); err != nil {
 		s.Reset()
-		return 0, err
+		return 0, 0, err
 	}
 	s.CloseWrite()
 	// Records are checked in batches of 64: one batch signature verification costs less
 	// than 64 single ones.
-	fresh := 0
 	var batch [][]byte
 	flush := func() {
 		f, v := c.book.acceptBatch(batch, "sync")
-		fresh += f
+		fresh, received = fresh+f, received+len(batch)
 		c.metrics.OfferSyncRecords.Add(float64(v))
 		batch = batch[:0:0]
 	}
@@ -159,7 +165,7 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 		s.Reset()
 		c.book.reject("sync", err)
 	}
-	return fresh, err
+	return fresh, received, err
 }
 
 // SyncOffers asks up to three connected peers for the offers req asks for, in parallel,
@@ -178,6 +184,20 @@ func (c *Catalogue) SyncJoined(ctx context.Context) (answered bool) {
 		return c.sync(ctx, nil)
 	}
 	return c.sync(ctx, &protocol.OfferSyncRequest{Models: c.cfg.Models})
+}
+
+// answers says whether this node's book follows every model req asks for (every model,
+// when it names none), so that its answer to a sync is the market's, not a part of it.
+func (c *Catalogue) answers(req protocol.OfferSyncRequest) bool {
+	if len(req.Models) == 0 {
+		return c.follows("")
+	}
+	for _, m := range req.Models {
+		if !c.follows(m) {
+			return false
+		}
+	}
+	return true
 }
 
 // followsAll says whether a sync of req brings everything this node follows by gossip.
@@ -199,21 +219,19 @@ func (c *Catalogue) follows(model string) bool {
 // sync syncs revocations, the offers req asks for (none when nil) and scores.
 func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {
 	peers := c.peer.Host.Network().Peers()
-	if len(c.boot) > 0 {
-		first := map[peer.ID]bool{}
-		for _, ai := range c.boot {
-			first[ai.ID] = true
-		}
-		slices.SortStableFunc(peers, func(a, b peer.ID) int {
-			switch {
-			case first[a] && !first[b]:
-				return -1
-			case first[b] && !first[a]:
-				return 1
-			}
-			return 0
-		})
+	boot := map[peer.ID]bool{}
+	for _, ai := range c.boot {
+		boot[ai.ID] = true
 	}
+	slices.SortStableFunc(peers, func(a, b peer.ID) int {
+		switch {
+		case boot[a] && !boot[b]:
+			return -1
+		case boot[b] && !boot[a]:
+			return 1
+		}
+		return 0
+	})
 	var wg sync.WaitGroup
 	var ok atomic.Bool
 	for i, p := range peers {
@@ -228,9 +246,11 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 				c.log.Debug("revocation sync failed", "peer", p, "err", err)
 			}
 			if req != nil {
-				if got, err := c.syncFrom(ctx, p, *req); err != nil {
+				if got, received, err := c.syncFrom(ctx, p, *req); err != nil {
 					c.log.Debug("offer sync failed", "peer", p, "err", err)
-				} else {
+				} else if received > 0 || boot[p] {
+					// An empty answer from a peer that is not a coordinator may be a node that
+					// joined moments ago: the sync is not done, and is asked again.
 					ok.Store(true)
 					c.log.Debug("offer sync", "peer", p, "new", got)
 				}

@@ -21,6 +21,7 @@ import (
 // served SyncsPerMinute syncs a minute.
 func TestCatalogueSync(t *testing.T) {
 	a, b := newWorld(t), newWorld(t)
+	a.follows(t)
 	a.peer.Handle(protocol.OfferSyncProtocol, a.cat.HandleSyncStream)
 	a.peer.Handle(protocol.RevocationSyncProtocol, a.cat.HandleRevocationSync)
 	live, revoked := a.certified(), a.certified()
@@ -53,7 +54,7 @@ func TestCatalogueSync(t *testing.T) {
 	// budget is spent, and then the peer is refused.
 	served := 0
 	for range SyncsPerMinute {
-		if _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err == nil {
+		if _, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err == nil {
 			served++
 		}
 	}
@@ -62,6 +63,48 @@ func TestCatalogueSync(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(a.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited")); n != 2 {
 		t.Fatalf("syncs refused: %v", n)
+	}
+}
+
+// follows makes the world's node follow offer gossip (all models, by the previous
+// release's topic), as a renter or a coordinator does: it then answers syncs.
+func (w *world) follows(t *testing.T) {
+	t.Helper()
+	if err := w.cat.FollowPrevious(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSyncAnsweredByFollowers: only a node whose book follows the market answers a sync: a
+// provider, which holds its own offer only, declines (its answer would pass a part of the
+// market for all of it), and the joining node's sync is not done; an empty answer from a
+// node that follows but is not a coordinator (a renter that joined moments ago) does not
+// make it done either; the same empty answer from a coordinator (a market with no offer
+// yet) does.
+func TestSyncAnsweredByFollowers(t *testing.T) {
+	prov, renter, joiner := newWorld(t), newWorld(t), newWorld(t)
+	for _, w := range []*world{prov, renter} {
+		w.peer.Handle(protocol.OfferSyncProtocol, w.cat.HandleSyncStream)
+	}
+	own := prov.certified()
+	if _, _, err := prov.book.Accept(prov.offer(own, 1, 1_000_000, nil), "self"); err != nil {
+		t.Fatal(err)
+	}
+	joiner.connect(prov)
+	if _, _, err := joiner.cat.syncFrom(context.Background(), prov.peer.ID, protocol.OfferSyncRequest{}); err == nil {
+		t.Fatal("a provider, which holds its own offer only, answered a sync of the market")
+	}
+	if joiner.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
+		t.Fatal("a sync answered by a provider alone counts as done")
+	}
+	renter.follows(t)
+	joiner.connect(renter)
+	if joiner.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
+		t.Fatal("an empty answer from a renter that just joined counts as done")
+	}
+	joiner.cat.boot = []peer.AddrInfo{{ID: renter.peer.ID}}
+	if !joiner.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
+		t.Fatal("an empty answer from a coordinator (no offer yet) does not count as done")
 	}
 }
 
@@ -94,6 +137,7 @@ func TestOfferStream(t *testing.T) {
 // before any sync slot is taken.
 func TestFilteredSync(t *testing.T) {
 	a, b := newWorld(t), newWorld(t)
+	a.follows(t)
 	a.peer.Handle(protocol.OfferSyncProtocol, a.cat.HandleSyncStream)
 	l4, a100 := a.certified(), a.certified()
 	a100.cert = testCertificate(t, testCoordinatorKey, a100.id, []protocol.CertifiedGPU{{Model: "A100-80GB", Count: 2}}, a.clock.Now())
@@ -105,7 +149,7 @@ func TestFilteredSync(t *testing.T) {
 		}
 	}
 	b.connect(a)
-	if got, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{Models: []string{"a100-80gb"}}); err != nil || got != 1 {
+	if got, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{Models: []string{"a100-80gb"}}); err != nil || got != 1 {
 		t.Fatalf("a sync for the A100: %d new offers, %v", got, err)
 	}
 	if so, _ := b.book.Get(a100.id); so == nil {
@@ -135,7 +179,7 @@ func TestFilteredSync(t *testing.T) {
 	for i := range protocol.MaxOfferSyncFilter + 1 {
 		tooMany.Models = append(tooMany.Models, fmt.Sprintf("M%d-1GB", i))
 	}
-	if _, err := b.cat.syncFrom(context.Background(), a.peer.ID, tooMany); err == nil {
+	if _, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, tooMany); err == nil {
 		t.Fatal("a request naming too many models was served")
 	}
 	s, err = b.peer.OpenStream(context.Background(), a.peer.ID, protocol.OfferSyncProtocol)
