@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/gpunex/gpunex/node/internal/p2p"
@@ -69,6 +70,12 @@ func (c *Catalogue) HandleScoreSync(s network.Stream) {
 	}
 	if err != nil {
 		c.metrics.RecordsRejected.WithLabelValues("score-sync", "stream", protocol.Reason(err)).Inc()
+		s.Reset()
+		return
+	}
+	if !c.Following() && !slices.Equal(req.Providers, []string{c.id.String()}) {
+		// A provider keeps its own score only: it answers for that alone, and leaves the
+		// market's scores to the nodes that follow it (the asker tries its other peers).
 		s.Reset()
 		return
 	}

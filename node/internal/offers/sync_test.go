@@ -269,3 +269,41 @@ func TestWarmSearchDoesNotWaitForTheWalk(t *testing.T) {
 		t.Fatalf("a cold search: %d offers, want the provider's the walk named", len(rows))
 	}
 }
+
+// heldScores is a score book that holds the given records, for serving syncs.
+type heldScores [][]byte
+
+func (h heldScores) Score(provider, by peer.ID) *protocol.SignedScore { return nil }
+func (h heldScores) Records(providers []string) [][]byte              { return h }
+func (h heldScores) Take(raw []byte, source string) error             { return nil }
+
+// TestScoreSyncAnsweredByFollowers: a provider, which keeps its own score only, answers a
+// score sync that asks for its own score, and declines one that asks for the market's
+// (all providers, or others); a node that follows offers answers both.
+func TestScoreSyncAnsweredByFollowers(t *testing.T) {
+	prov, renter, joiner := newWorld(t), newWorld(t), newWorld(t)
+	for _, w := range []*world{prov, renter} {
+		w.cat.scores = heldScores{[]byte("a score record")}
+		w.peer.Handle(protocol.ScoreSyncProtocol, w.cat.HandleScoreSync)
+		joiner.connect(w)
+	}
+	renter.follows(t)
+	ask := func(w *world, req protocol.ScoreSyncRequest) (int, error) {
+		got := 0
+		err := joiner.cat.readSync(context.Background(), w.peer.ID, protocol.ScoreSyncProtocol, req, protocol.KindScore, protocol.MaxSyncScores, protocol.MaxScoreSize,
+			func([]byte) { got++ })
+		return got, err
+	}
+	if got, err := ask(prov, protocol.ScoreSyncRequest{}); got != 0 || err == nil {
+		t.Fatalf("a provider answered a sync of every score: %d records, %v", got, err)
+	}
+	if got, err := ask(prov, protocol.ScoreSyncRequest{Providers: []string{renter.peer.ID.String()}}); got != 0 || err == nil {
+		t.Fatalf("a provider answered a sync of another provider's score: %d records, %v", got, err)
+	}
+	if got, err := ask(prov, protocol.ScoreSyncRequest{Providers: []string{prov.peer.ID.String()}}); got != 1 || err != nil {
+		t.Fatalf("a provider asked for its own score: %d records, %v", got, err)
+	}
+	if got, err := ask(renter, protocol.ScoreSyncRequest{}); got != 1 || err != nil {
+		t.Fatalf("a renter asked for every score: %d records, %v", got, err)
+	}
+}
