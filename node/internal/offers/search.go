@@ -355,7 +355,19 @@ func (c *Catalogue) walkOffers(walk, fetch context.Context, done func(), keys []
 	var ok, bad int
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
-	for ai := range c.findProvidersOf(walk, keys) {
+	providers := c.findProvidersOf(walk, keys)
+	for {
+		// The walk's end ends the loop at once: the DHT's queries may take a while to wind
+		// down after their context ends (a peer's answer is awaited up to its own timeout),
+		// and the channel closes only then; the search does not wait for that.
+		var ai peer.AddrInfo // stays empty when the walk is over
+		select {
+		case ai = <-providers:
+		case <-walk.Done():
+		}
+		if ai.ID == "" {
+			break
+		}
 		if ai.ID == c.id {
 			continue
 		}
@@ -367,7 +379,7 @@ func (c *Catalogue) walkOffers(walk, fetch context.Context, done func(), keys []
 		select {
 		case sem <- struct{}{}:
 		case <-walk.Done():
-			continue // the channel closes: the walk is over
+			continue // the walk is over: the loop ends
 		}
 		wg.Add(1)
 		go func(ai peer.AddrInfo) {
