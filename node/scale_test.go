@@ -425,8 +425,9 @@ func (s *scaleNet) whyMissing(report *scaleReport, nodes []*Node) {
 			if cur := p.publisher.Current(); cur != nil {
 				seq = cur.Offer.Seq
 			}
-			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d",
-				n.ID().ShortString(), p.ID().ShortString(), n.peer.Host.Network().Connectedness(p.ID()), p.publisher.GossipPeers(), seq)
+			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d; the provider gossips with the coordinator (connected %v) on %v",
+				n.ID().ShortString(), p.ID().ShortString(), n.peer.Host.Network().Connectedness(p.ID()), p.publisher.GossipPeers(), seq,
+				p.peer.Host.Network().Connectedness(s.coord.ID()), p.peer.GossipsWith(s.coord.ID()))
 		}
 		if shown > 0 {
 			return

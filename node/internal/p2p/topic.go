@@ -3,6 +3,7 @@ package p2p
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
@@ -130,6 +131,18 @@ func (p *Peer) JoinToPublish(name string) (*Topic, error) {
 	t := &Topic{t: pt}
 	p.topics = append(p.topics, t)
 	return t, nil
+}
+
+// GossipsWith says, for each topic this node joined, whether id is one of its gossip peers
+// there (it told this node it subscribes).
+func (p *Peer) GossipsWith(id peer.ID) map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]bool{}
+	for _, t := range p.topics {
+		out[t.Name()] = slices.Contains(t.t.ListPeers(), id)
+	}
+	return out
 }
 
 // Name is the topic's name.
