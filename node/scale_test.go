@@ -43,6 +43,7 @@ var (
 	scaleRounds    = flag.Int("scale.rounds", 2, "rounds of searches, each renter searching four ways a round")
 	scaleOut       = flag.String("scale.out", "", "a file the report is also written to")
 	scaleHeap      = flag.String("scale.heapprofile", "", "a file the heap profile is written to after the steady-state window")
+	scaleCPU       = flag.String("scale.cpuprofile", "", "a file the CPU profile of the steady-state window is written to")
 	scaleStacks    = flag.String("scale.goroutines", "", "a file prefix the goroutines, grouped by stack, are written to as each role finishes joining (PREFIX-providers.txt, ...)")
 	scaleLinks     = flag.String("scale.links", "quic", "how nodes are linked: quic (each on its own loopback address) or mocknet (simulated in memory, scale_mocknet_test.go)")
 )
@@ -566,6 +567,14 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	witness := nodes[len(nodes)-1]
 	scores0 := counterSum(witness, "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)})
 	cpu0, t0 := cpuTime(), time.Now()
+	if *scaleCPU != "" {
+		if f, err := os.Create(*scaleCPU); err == nil {
+			defer f.Close() // after the profile is stopped and written
+			if pprof.StartCPUProfile(f) == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
 	time.Sleep(w)
 	cpu := cpuTime() - cpu0
 	elapsed := time.Since(t0)
