@@ -5,8 +5,10 @@ package node
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coreconnmgr "github.com/libp2p/go-libp2p/core/connmgr"
@@ -44,26 +46,36 @@ var interRegionLatency = [5][5]int{
 
 // mockLinks is the simulated network: one mocknet for the run, each node's region and
 // access bandwidth, and the links made so far.
+//
+// Linking takes no lock of the harness's: every stream and dial a node makes asks for its
+// link, and with one lock for them (even held only to make a new link), 1,400 DHT queries
+// of a loaded 250-node network queued on it, each hand-over waiting for the scheduler, and
+// the providers' joining stalled for minutes. Each pair is linked once (linkOnce); the
+// nodes' facts are in a sync.Map; a link's latency is drawn from the pair itself.
 type mockLinks struct {
 	mn mocknet.Mocknet
 
-	mu     sync.Mutex
-	rng    *rand.Rand // fixed seed: a run's draws depend only on the order links are made
-	region map[peer.ID]int
-	access map[peer.ID]float64 // bytes per second
-	links  int
-	added  int
-	cms    []*connmgr.BasicConnMgr
+	mu    sync.Mutex // added, rng, cms: taken once per node
+	rng   *rand.Rand // fixed seed: access bandwidths depend only on the order nodes join
+	added int
+	cms   []*connmgr.BasicConnMgr
 
-	// linked holds the pairs linked so far ([2]peer.ID, the lesser first), read without mu:
-	// every stream a node opens asks, and 1,000 nodes asking under one lock made a convoy
-	// of ten thousand goroutines that stalled the providers' joining past 200.
-	linked sync.Map
+	nodes  sync.Map // peer.ID → mockNode
+	linked sync.Map // [2]peer.ID (the lesser first) → *linkOnce
+	links  atomic.Int64
 }
 
+// mockNode is a node's place in the simulated network.
+type mockNode struct {
+	region int
+	access float64 // bytes per second
+}
+
+// linkOnce makes one pair's link once, whoever dials first.
+type linkOnce struct{ once sync.Once }
+
 func newMockLinks() *mockLinks {
-	return &mockLinks{mn: mocknet.New(), rng: rand.New(rand.NewPCG(31, 1000)),
-		region: map[peer.ID]int{}, access: map[peer.ID]float64{}}
+	return &mockLinks{mn: mocknet.New(), rng: rand.New(rand.NewPCG(31, 1000))}
 }
 
 // accessMbps draws a node's access bandwidth by role: a coordinator in a data centre,
@@ -100,9 +112,8 @@ func (m *mockLinks) host(key crypto.PrivKey, role string, maxPeers int) (host.Ho
 		return nil, err
 	}
 	h.Network().Notify(cm.Notifee())
+	m.nodes.Store(h.ID(), mockNode{region: i % len(linkRegions), access: bw})
 	m.mu.Lock()
-	m.region[h.ID()] = i % len(linkRegions)
-	m.access[h.ID()] = bw
 	m.cms = append(m.cms, cm)
 	m.mu.Unlock()
 	return &mockHost{Host: h, links: m, cm: cm}, nil
@@ -117,43 +128,44 @@ func (m *mockLinks) link(a, b peer.ID) {
 		return
 	}
 	key := [2]peer.ID{min(a, b), max(a, b)}
-	if _, ok := m.linked.Load(key); ok {
-		return
+	v, ok := m.linked.Load(key)
+	if !ok {
+		v, _ = m.linked.LoadOrStore(key, &linkOnce{})
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.linked.Load(key); ok {
-		return
-	}
-	ra, oka := m.region[a]
-	rb, okb := m.region[b]
-	if !oka || !okb {
-		return // not a node of this run: the dial fails as it would without a route
-	}
-	l, err := m.mn.LinkPeers(a, b)
-	if err != nil {
-		return
-	}
-	m.links++
-	l.SetOptions(mocknet.LinkOptions{Latency: m.latency(ra, rb), Bandwidth: min(m.access[a], m.access[b])})
-	m.linked.Store(key, struct{}{})
+	v.(*linkOnce).once.Do(func() {
+		na, oka := m.nodes.Load(a)
+		nb, okb := m.nodes.Load(b)
+		if !oka || !okb {
+			m.linked.Delete(key) // not a node of this run (yet): the dial fails as it would without a route
+			return
+		}
+		l, err := m.mn.LinkPeers(a, b)
+		if err != nil {
+			m.linked.Delete(key)
+			return
+		}
+		m.links.Add(1)
+		ea, eb := na.(mockNode), nb.(mockNode)
+		l.SetOptions(mocknet.LinkOptions{Latency: latency(key, ea.region, eb.region), Bandwidth: min(ea.access, eb.access)})
+	})
 }
 
-// latency draws a link's one-way latency: 5 to 20 ms within a region, the table's figure
-// between regions, with up to 10% jitter either way.
-func (m *mockLinks) latency(ra, rb int) time.Duration {
-	ms := 5 + 15*m.rng.Float64()
+// latency draws a link's one-way latency from the pair itself (the same pair, the same
+// latency, in whatever order links are made): 5 to 20 ms within a region, the table's
+// figure between regions, with up to 10% jitter either way.
+func latency(pair [2]peer.ID, ra, rb int) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(pair[0]))
+	h.Write([]byte(pair[1]))
+	rng := rand.New(rand.NewPCG(h.Sum64(), 31))
+	ms := 5 + 15*rng.Float64()
 	if ra != rb {
-		ms = float64(interRegionLatency[ra][rb]) * (0.9 + 0.2*m.rng.Float64())
+		ms = float64(interRegionLatency[ra][rb]) * (0.9 + 0.2*rng.Float64())
 	}
 	return time.Duration(ms * float64(time.Millisecond))
 }
 
-func (m *mockLinks) linkCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.links
-}
+func (m *mockLinks) linkCount() int { return int(m.links.Load()) }
 
 func (m *mockLinks) close() {
 	m.mn.Close()
