@@ -362,7 +362,7 @@ func (n *Node) startProvider(ctx, runCtx context.Context, d Deps, trusted []peer
 	}
 	if n.jobs, err = jobs.NewRunner(jobs.Deps{Base: n.base(n.log), Ledger: n.ledger.Jobs,
 		Jobs: n.cfg.Jobs, Trusted: trusted, Runtime: rt, RuntimeErr: rtErr, Dir: dir, Probe: probe,
-		Publisher: n.publisher, Reports: n.wallet}); err != nil {
+		Publisher: n.publisher, Reports: n.wallet, RuntimeClockOffset: n.cfg.Debug.ClockOffset.Duration}); err != nil {
 		return err
 	}
 	if err := n.jobs.Reconcile(ctx); err != nil {

@@ -106,6 +106,10 @@ func (r *Runner) finish(id string, exit sandbox.Exit) {
 	}
 	started := j.StartedAt
 	ended := exit.EndedAt
+	if !ended.IsZero() {
+		// The sandbox's clock is the system's; the start is on the node's.
+		ended = ended.Add(r.runtimeOffset)
+	}
 	if ended.IsZero() || ended.Before(started) {
 		ended = r.clock.Now()
 	}
@@ -204,7 +208,7 @@ func (r *Runner) Reconcile(ctx context.Context) error {
 				r.log.Info("job found again after restart", "job", j.ID)
 				r.watch(j.ID)
 			} else {
-				r.finish(j.ID, sandbox.Exit{Code: -1, Reason: "lost: container gone after a provider restart", EndedAt: j.UpdatedAt})
+				r.finish(j.ID, sandbox.Exit{Code: -1, Reason: "lost: container gone after a provider restart"})
 			}
 		case ledger.JobEnded, ledger.JobFailed:
 			if _, ok := held[j.ID]; ok {

@@ -12,6 +12,24 @@ import (
 	"github.com/gpunex/gpunex/sandbox"
 )
 
+// TestReceiptWithClockOffset replays the soak's clock skew on a provider (seed 2026): a
+// provider whose clock runs 5 minutes behind the system's (debug.clock_offset) ran a job for
+// 20 s. The sandbox dates the exit by the system clock, the start is on the node's; mixed,
+// they made 5 min 20 s, and the receipt charged the whole 60-second lease, which the renter
+// rightly disputed. The receipt charges the 20 s.
+func TestReceiptWithClockOffset(t *testing.T) {
+	offset := -5 * time.Minute
+	pv := newProvider(t, nil, []bench.SimulatedGPU{{Model: "L4-24GB"}}, func(d *Deps) { d.RuntimeClockOffset = offset })
+	_, renter := newKey(t)
+	pv.startJob(t, "00000000000000a7", renter, "L4-24GB", 1, 60)
+	pv.clk.Advance(20 * time.Second)
+	pv.rt.end("00000000000000a7", sandbox.Exit{Code: 0, Reason: sandbox.ReasonExited, EndedAt: pv.clk.Now().Add(-offset)})
+	_, rec := pv.ended(t, "00000000000000a7")
+	if rec.Seconds != 20 || !rec.EndedAt.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("a job of 20 s on a provider whose clock is %s off the system's: charged %d s, ended at %s", offset, rec.Seconds, rec.EndedAt)
+	}
+}
+
 // TestReceiptAtTheEnd: a job killed at its lease's end is charged the lease, no more,
 // with the reason "lease expired"; its GPUs are free for the next job, its container is
 // gone, and the job is reported to the coordinator.

@@ -68,20 +68,26 @@ type Deps struct {
 	// availability window.
 	Publisher Publisher
 	Reports   Reporter
+	// RuntimeClockOffset is the node's clock less the system clock (debug.clock_offset):
+	// the sandbox dates a job's exit by the system clock (containerd's), and the receipt
+	// dates it by the node's, as it dates the start.
+	RuntimeClockOffset time.Duration
 }
 
 // Runner is the provider's side of jobs: it decides on proposals by its policy, reserves
 // GPUs, receives images, runs jobs in the sandbox, watches them, and writes receipts.
 type Runner struct {
-	peer      *p2p.Peer
-	ledger    *ledger.JobStore
-	clock     clock.Clock
-	log       *slog.Logger
-	metrics   *metrics.Metrics
-	cfg       config.JobsConfig
-	trusted   []peer.ID
-	publisher Publisher
-	reports   Reporter
+	// runtimeOffset moves the sandbox's times onto the node's clock (Deps.RuntimeClockOffset).
+	runtimeOffset time.Duration
+	peer          *p2p.Peer
+	ledger        *ledger.JobStore
+	clock         clock.Clock
+	log           *slog.Logger
+	metrics       *metrics.Metrics
+	cfg           config.JobsConfig
+	trusted       []peer.ID
+	publisher     Publisher
+	reports       Reporter
 
 	rt    sandbox.Runtime // nil when jobs cannot run here; rtErr says why
 	probe func() (bench.Probe, error)
@@ -119,7 +125,7 @@ func NewRunner(d Deps) (*Runner, error) {
 	r := &Runner{peer: d.Peer, ledger: d.Ledger, clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Jobs, trusted: d.Trusted,
 		publisher: d.Publisher, reports: d.Reports, rt: d.Runtime, rtErr: d.RuntimeErr, probe: d.Probe, dir: d.Dir,
 		rate: p2p.NewPeerRate(d.Jobs.ProposalsPerMinute), nets: p2p.NewNetworkBudget(float64(4*d.Jobs.ProposalsPerMinute), float64(4*d.Jobs.ProposalsPerMinute), d.Trusted...), cancels: map[string]context.CancelFunc{}, images: map[string]jobImage{}, imports: map[string]*sync.Mutex{}, sessions: newJobSessions(), exec: newExecPolicy(),
-		tunnels: newTunnelGuard(d.Jobs, d.Trusted)}
+		tunnels: newTunnelGuard(d.Jobs, d.Trusted), runtimeOffset: d.RuntimeClockOffset}
 	r.input = newProviderInputs(filepath.Join(d.Dir, ".inputs"), d.Jobs.InputCacheGB<<30, r)
 	clean := d.CleanGPU
 	if clean == nil {
