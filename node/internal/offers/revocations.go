@@ -121,12 +121,13 @@ func (c *Catalogue) serveSync(s network.Stream, records func() [][]byte, max int
 // syncScores reads a peer's score records into the score book: a joining node ranks
 // providers by their scores at once. A peer of a release without the protocol refuses the
 // stream; the scores then come by gossip.
-func (c *Catalogue) syncScores(ctx context.Context, p peer.ID, req protocol.ScoreSyncRequest) error {
+func (c *Catalogue) syncScores(ctx context.Context, p peer.ID, req protocol.ScoreSyncRequest) (received int, err error) {
 	if c.scores == nil {
-		return nil
+		return 0, nil
 	}
-	return c.readSync(ctx, p, protocol.ScoreSyncProtocol, req, protocol.KindScore, protocol.MaxSyncScores, protocol.MaxScoreSize,
-		func(raw []byte) { c.scores.Take(raw, "sync") })
+	err = c.readSync(ctx, p, protocol.ScoreSyncProtocol, req, protocol.KindScore, protocol.MaxSyncScores, protocol.MaxScoreSize,
+		func(raw []byte) { received++; c.scores.Take(raw, "sync") })
+	return received, err
 }
 
 // syncRevocations reads a peer's revocations.

@@ -233,7 +233,7 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 		return 0
 	})
 	var wg sync.WaitGroup
-	var ok atomic.Bool
+	var ok, scored atomic.Bool
 	for i, p := range peers {
 		if i == 3 {
 			break
@@ -255,16 +255,24 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 					c.log.Debug("offer sync", "peer", p, "new", got)
 				}
 			}
-			if err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
+			if n, err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
 				c.log.Debug("score sync failed", "peer", p, "err", err)
 			} else if req == nil {
 				ok.Store(true) // without offers, the sync is done once the scores came
+			} else if n > 0 || boot[p] || c.scores == nil {
+				scored.Store(true)
 			}
 		}(p)
 	}
 	wg.Wait()
 	if ok.Load() && req != nil && c.followsAll(*req) {
 		c.book.markSynced(c.clock.Now())
+	}
+	if req != nil {
+		// Offers without scores rank providers without their scores: the sync is asked
+		// again until both came (as for offers, an empty answer counts from a coordinator
+		// only).
+		return ok.Load() && scored.Load()
 	}
 	return ok.Load()
 }
