@@ -710,7 +710,7 @@ func TestGPULostDuringJob(t *testing.T) {
 		t.Fatalf("a job that failed by itself after the ECC errors: %+v %v", final4, err)
 	}
 	// A report the coordinator could not take at once is sent again every 15 s.
-	eventually(t, 40*time.Second, "coordinator counts the three faults against the provider", func() (bool, string) {
+	eventually(t, 90*time.Second, "coordinator counts the three faults against the provider", func() (bool, string) {
 		st, _ := tn.boot.ledger.Reliability.UpdateReliability(prov.ID().String(), func(*ledger.ReliabilityState) error { return nil })
 		c := st.Reliability.Completion
 		// Three faults; the fourth job's receipt says "exited" (checked above), which the
