@@ -49,7 +49,7 @@ func (s *EscrowStore) GetAbandonment(job string) (Abandonment, error) {
 // was counted already.
 func (s *EscrowStore) CountAbandonment(job string, now time.Time, count func(a Abandonment, st *ReliabilityState) error) (bool, error) {
 	first := false
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.update(func(txn *badger.Txn) error {
 		var a Abandonment
 		if err := getJSON(txn, prefixAbandoned+job, &a); err != nil {
 			return err

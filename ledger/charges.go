@@ -115,7 +115,7 @@ func (s *EscrowStore) ChargeReports(items []ReportCharge) ([]ReportOutcome, erro
 		// All of a group or nothing: a group too big for one transaction is halved.
 		n := len(items) - start
 		for {
-			err := s.db.Update(func(txn *badger.Txn) error {
+			err := s.updateMoney(func(txn *badger.Txn) error {
 				for i := start; i < start+n; i++ {
 					o, err := chargeOne(txn, items[i])
 					if err != nil {
@@ -295,7 +295,9 @@ func (s *EscrowStore) ChargeDue(now time.Time) ([]Earning, error) {
 	}
 	var out []Earning
 	for _, h := range holds {
-		err := s.db.Update(func(txn *badger.Txn) error {
+		var e *Earning
+		err := s.updateMoney(func(txn *badger.Txn) (err error) {
+			e = nil
 			var cur Hold
 			if err := getJSON(txn, prefixHold+h.Job, &cur); err != nil {
 				return err
@@ -307,12 +309,12 @@ func (s *EscrowStore) ChargeDue(now time.Time) ([]Earning, error) {
 			if err := getJSON(txn, jobReportKey(cur.Job, cur.Provider), &rep); err != nil {
 				return err
 			}
-			e, err := chargeHold(txn, cur, rep, cur.PendingCharge, protocol.RuleCheckpoint)
-			if e != nil {
-				out = append(out, *e)
-			}
+			e, err = chargeHold(txn, cur, rep, cur.PendingCharge, protocol.RuleCheckpoint)
 			return err
 		})
+		if err == nil && e != nil {
+			out = append(out, *e)
+		}
 		if err != nil {
 			return out, err
 		}

@@ -61,7 +61,8 @@ var ErrDisputeClosed = errors.New("too late to dispute")
 // has not run yet). The same dispute again changes nothing.
 func (s *EscrowStore) OpenDispute(d Dispute) (Dispute, error) {
 	out := d
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.updateMoney(func(txn *badger.Txn) error {
+		out = Dispute{}
 		if err := getJSON(txn, prefixDispute+d.Job, &out); err == nil {
 			return nil
 		} else if !errors.Is(err, ErrNotFound) {
@@ -170,7 +171,8 @@ var ErrNotReported = errors.New("not reported yet")
 func (s *EscrowStore) DecideDispute(job string, decision []byte, amount protocol.MicroUSDC, now time.Time) (Dispute, *Earning, error) {
 	var d Dispute
 	var earning *Earning
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.updateMoney(func(txn *badger.Txn) error {
+		d, earning = Dispute{}, nil
 		if err := getJSON(txn, prefixDispute+job, &d); err != nil {
 			return err
 		}

@@ -78,7 +78,8 @@ func getAccount(txn *badger.Txn, renter string) (Account, error) {
 func (s *EscrowStore) CreditDeposit(d Deposit) (bool, Account, error) {
 	created := false
 	var a Account
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.updateMoney(func(txn *badger.Txn) error {
+		created, a = false, Account{}
 		var prev Deposit
 		if err := getJSON(txn, prefixDeposit+d.Signature, &prev); err == nil {
 			a, err = getAccount(txn, prev.Renter)
@@ -129,7 +130,8 @@ func (s *EscrowStore) RenterDeposits(renter string, limit int) ([]Deposit, error
 // terms are the same, and an error otherwise.
 func (s *EscrowStore) PlaceHold(h Hold) (Hold, error) {
 	var out Hold
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.updateMoney(func(txn *badger.Txn) error {
+		out = Hold{}
 		if err := getJSON(txn, prefixHold+h.Job, &out); err == nil {
 			if out.Renter != h.Renter || out.Provider != h.Provider || out.Amount != h.Amount || out.State != HoldHeld {
 				return fmt.Errorf("job %s already has a %s hold of %s USDC on %s", h.Job, out.State, out.Amount, out.Provider)
@@ -205,7 +207,7 @@ func (s *EscrowStore) ReleaseExpired(now time.Time) ([]Hold, error) {
 			continue
 		}
 		var released Hold
-		err := s.db.Update(func(txn *badger.Txn) (err error) {
+		err := s.updateMoney(func(txn *badger.Txn) (err error) {
 			released, err = expireHold(txn, h.Job, now)
 			return err
 		})
@@ -223,7 +225,7 @@ func (s *EscrowStore) ReleaseExpired(now time.Time) ([]Hold, error) {
 // job never ran); a hold no longer held is an error.
 func (s *EscrowStore) ReleaseHold(job string) (Hold, error) {
 	var h Hold
-	err := s.db.Update(func(txn *badger.Txn) (err error) {
+	err := s.updateMoney(func(txn *badger.Txn) (err error) {
 		h, err = releaseHold(txn, job)
 		return err
 	})

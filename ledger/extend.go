@@ -20,7 +20,8 @@ import (
 // answers it unchanged.
 func (s *EscrowStore) ExtendHold(job, renter string, amount protocol.MicroUSDC, expiresAt time.Time, seal func(Hold) ([]byte, error)) (Hold, error) {
 	var h Hold
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.updateMoney(func(txn *badger.Txn) error {
+		h = Hold{}
 		if err := getJSON(txn, prefixHold+job, &h); err != nil {
 			return fmt.Errorf("job %s has no hold here: %w", job, err)
 		}

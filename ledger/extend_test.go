@@ -2,8 +2,11 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // A renter extends its job's hold: the difference moves from available to held, a raise
@@ -55,5 +58,53 @@ func TestExtendHold(t *testing.T) {
 	}
 	if _, err := l.Escrow.ExtendHold(jobID(1), "renter", 6_000_000, now.Add(27*time.Hour), seal); err == nil {
 		t.Fatal("a charged hold was extended")
+	}
+}
+
+// A renter's deposits credited while its jobs are held, extended and charged, all at once
+// (a coordinator's deposit watcher beside its job streams): every operation succeeds, none
+// fails for having touched the account another changed meanwhile, and the account adds up.
+func TestMoneyMovesAtOnce(t *testing.T) {
+	l := openTemp(t, t.TempDir())
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	const workers, rounds = 6, 20
+	seal := func(h Hold) ([]byte, error) { return []byte("signed"), nil }
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for r := range rounds {
+				i := w*rounds + r + 1
+				sig := fmt.Sprint("deposit", i)
+				if _, _, err := l.Escrow.CreditDeposit(Deposit{Signature: sig, Renter: "renter", Amount: 1_000_000, CreditedAt: now}); err != nil {
+					errs <- fmt.Errorf("deposit %s: %w", sig, err)
+					return
+				}
+				if _, err := l.Escrow.PlaceHold(Hold{Job: jobID(i), Renter: "renter", Provider: "prov", Amount: 400_000, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+					errs <- fmt.Errorf("hold %d: %w", i, err)
+					return
+				}
+				if _, err := l.Escrow.ExtendHold(jobID(i), "renter", 600_000, now.Add(2*time.Hour), seal); err != nil {
+					errs <- fmt.Errorf("extend %d: %w", i, err)
+					return
+				}
+				rc := ReportCharge{Report: JobReport{Job: jobID(i), Provider: "prov", ReceivedAt: now}, Countersigned: true, Receipt: receiptHash(i),
+					Renter: "renter", Amount: 250_000, Model: "L4-24GB", GPUs: 1, Seconds: 60, EndedAt: now}
+				if out, err := l.Escrow.ChargeReports([]ReportCharge{rc}); err != nil || out[0].Earning == nil {
+					errs <- fmt.Errorf("charge %d: %v %+v", i, err, out)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := protocol.MicroUSDC(workers * rounds)
+	a, err := l.Escrow.GetAccount("renter")
+	if err != nil || a.Deposited != n*1_000_000 || a.Charged != n*250_000 || a.Held != 0 || a.OpenHolds != 0 || a.Available != a.Deposited-a.Charged {
+		t.Fatalf("the account after %d jobs: %+v %v", n, a, err)
 	}
 }

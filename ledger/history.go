@@ -97,13 +97,7 @@ func (s *HistoryStore) updateSeries(series string, f func(txn *badger.Txn) error
 	lock := &s.keyLocks[h.Sum32()%uint32(len(s.keyLocks))]
 	lock.Lock()
 	defer lock.Unlock()
-	var err error
-	for range conflictRetries {
-		if err = s.db.Update(f); !errors.Is(err, badger.ErrConflict) {
-			break
-		}
-	}
-	return err
+	return s.update(f)
 }
 
 // dropHistory deletes a series' points before a time, and the oldest of those left while

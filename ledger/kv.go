@@ -26,6 +26,33 @@ type kv struct {
 	// the key's hash: badger's transactions are optimistic, and many writers of one key
 	// would otherwise mostly conflict.
 	keyLocks [64]sync.Mutex
+	// money serialises the transactions that move a renter's funds (updateMoney): each
+	// reads and writes the renter's account, and two at once would conflict.
+	money sync.Mutex
+}
+
+// update runs f in a read-write transaction, and again, up to conflictRetries times, while
+// it loses a conflict with another transaction (badger's transactions are optimistic: a
+// transaction that read a key another one wrote meanwhile fails to commit, and nothing of
+// it is written). f may therefore run more than once: what it gives back to its caller it
+// must set from scratch each time.
+func (k *kv) update(f func(txn *badger.Txn) error) error {
+	var err error
+	for range conflictRetries {
+		if err = k.db.Update(f); !errors.Is(err, badger.ErrConflict) {
+			break
+		}
+	}
+	return err
+}
+
+// updateMoney is update for the transactions that move funds between a renter's account,
+// holds and earnings: they take turns, so that a deposit credited while a receipt is
+// charged never fails on the account both change.
+func (k *kv) updateMoney(f func(txn *badger.Txn) error) error {
+	k.money.Lock()
+	defer k.money.Unlock()
+	return k.update(f)
 }
 
 // scan calls f for each key under prefix, with the prefix stripped.
@@ -80,22 +107,16 @@ func updateJSON[T any](k *kv, key string, f func(v *T) error) (T, error) {
 	lock.Lock()
 	defer lock.Unlock()
 	var v T
-	var err error
-	for range conflictRetries {
+	err := k.update(func(txn *badger.Txn) error {
 		v = *new(T)
-		err = k.db.Update(func(txn *badger.Txn) error {
-			if err := getJSON(txn, key, &v); err != nil {
-				return err
-			}
-			if err := f(&v); err != nil {
-				return err
-			}
-			return putJSON(txn, key, v)
-		})
-		if !errors.Is(err, badger.ErrConflict) {
-			break
+		if err := getJSON(txn, key, &v); err != nil {
+			return err
 		}
-	}
+		if err := f(&v); err != nil {
+			return err
+		}
+		return putJSON(txn, key, v)
+	})
 	return v, err
 }
 
@@ -162,18 +183,8 @@ func getJSON(txn *badger.Txn, key string, v any) error {
 // nextSeq reserves the next number of the counter at key, as NextOfferSeq describes.
 func (k *kv) nextSeq(key string, now time.Time) (next uint64, err error) {
 	// Many callers at once (a coordinator signing scores from its probe workers) conflict:
-	// the loser tries again.
-	for range conflictRetries {
-		if next, err = k.nextSeqOnce(key, now); !errors.Is(err, badger.ErrConflict) {
-			break
-		}
-	}
-	return next, err
-}
-
-func (k *kv) nextSeqOnce(key string, now time.Time) (uint64, error) {
-	var next uint64
-	err := k.db.Update(func(txn *badger.Txn) error {
+	// the loser tries again (update).
+	err = k.update(func(txn *badger.Txn) error {
 		var last uint64
 		item, err := txn.Get([]byte(key))
 		switch {

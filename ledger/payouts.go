@@ -56,7 +56,8 @@ func (s *PayoutStore) Earnings(provider string) ([]Earning, error) {
 // stored already; it reports whether it replaced them.
 func (s *PayoutStore) PutPayoutSettings(settings PayoutSettings) (bool, error) {
 	stored := false
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.update(func(txn *badger.Txn) error {
+		stored = false
 		var cur PayoutSettings
 		if err := getJSON(txn, prefixSettings+settings.Provider, &cur); err == nil && cur.Seq >= settings.Seq {
 			return nil
@@ -165,7 +166,8 @@ const markChunk = 500
 func (s *PayoutStore) NextBatchID(now time.Time) (string, error) {
 	day := now.UTC().Format("20060102")
 	var n int
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.update(func(txn *badger.Txn) error {
+		n = 0
 		if err := getJSON(txn, prefixBatchDay+day, &n); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}

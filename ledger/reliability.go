@@ -48,7 +48,7 @@ func (s *ReliabilityState) AddEvent(e string) {
 // UpdateReliability changes a provider's reliability state atomically, creating it empty.
 func (s *ReliabilityStore) UpdateReliability(provider string, f func(s *ReliabilityState) error) (ReliabilityState, error) {
 	var st ReliabilityState
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.update(func(txn *badger.Txn) error {
 		return updateReliability(txn, provider, func(got *ReliabilityState) error {
 			err := f(got)
 			st = *got

@@ -40,7 +40,9 @@ func TestLeaseExtension(t *testing.T) {
 	const lease = 8 // seconds: each job's --max-hours
 	hours := float64(lease) / 3600
 	firstHold := protocol.HoldAmount(3_600_000, 1, lease)
-	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "first", Renter: renter.ID().String(), Amount: firstHold + 1000})
+	if _, _, err := coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "first", Renter: renter.ID().String(), Amount: firstHold + 1000}); err != nil {
+		t.Fatal(err)
+	}
 	archive := busyboxArchive(t)
 	run := func(secs int) api.JobView {
 		t.Helper()
@@ -82,7 +84,9 @@ func TestLeaseExtension(t *testing.T) {
 	}
 
 	// Funded now; the provider's availability closed, then open again.
-	coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "second", Renter: renter.ID().String(), Amount: 100_000_000})
+	if _, _, err := coord.ledger.Escrow.CreditDeposit(ledger.Deposit{Signature: "second", Renter: renter.ID().String(), Amount: 100_000_000}); err != nil {
+		t.Fatal(err)
+	}
 	long := run(12)
 	// Followed from before the extension, as `gpunex job run` does: the receipt, which
 	// follows from the extended lease, is still taken and countersigned.
