@@ -566,6 +566,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	// Score records are counted where they arrive: at a renter, or the last provider.
 	witness := nodes[len(nodes)-1]
 	scores0 := counterSum(witness, "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)})
+	openings := s.countConnOpenings()
 	cpu0, t0 := cpuTime(), time.Now()
 	if *scaleCPU != "" {
 		if f, err := os.Create(*scaleCPU); err == nil {
@@ -632,6 +633,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  memory: %.1f MB per node in use by Go (heap and stacks, after a GC), %.1f MB resident per node; %d goroutines per node",
 		float64(ms.HeapInuse+ms.StackInuse)/n/1e6, float64(procStatusBytes("VmRSS"))/n/1e6, runtime.NumGoroutine()/len(nodes))
 	report.add("  connections: %.1f per node", float64(conns)/n)
+	report.add("  %s", openings.report(len(s.providers), perMin))
 	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*gossipPerMin)
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)

@@ -32,6 +32,9 @@ type Metrics struct {
 	JobInputBytes *prometheus.CounterVec
 	// UptimeProbes counts a coordinator's probes by outcome (answered, missed).
 	UptimeProbes *prometheus.CounterVec
+	// DHTAnnouncements counts a provider's DHT writes that succeeded: its offer record
+	// stored ("offer"), or itself announced under a region's or model's key ("provider").
+	DHTAnnouncements *prometheus.CounterVec
 }
 
 func New(peers, penalised func() float64) *Metrics {
@@ -90,13 +93,17 @@ func New(peers, penalised func() float64) *Metrics {
 			Name: "gpunex_uptime_probes_total",
 			Help: "Uptime probes this coordinator sent to providers owing uptime, by outcome (answered, missed).",
 		}, []string{"outcome"}),
+		DHTAnnouncements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_dht_announcements_total",
+			Help: "A provider's DHT writes that succeeded, by what: offer (its offer record, at each publication), provider (itself under a region's or model's key, at start, when its routing table grew, and every 6 hours).",
+		}, []string{"what"}),
 	}
 	// The common reasons are exported at 0 from the start, so that rates and alerts on them
 	// work before the first such end.
 	for _, r := range []string{"exited", "oom", "lease_expired", "cancelled by the renter", "provider shutting down", "lost"} {
 		m.JobsEnded.WithLabelValues(r)
 	}
-	m.Registry.MustRegister(m.JobProposals, m.JobSessions, m.JobInputBytes, m.UptimeProbes, m.JobsStarted, m.JobsEnded,
+	m.Registry.MustRegister(m.JobProposals, m.JobSessions, m.JobInputBytes, m.UptimeProbes, m.DHTAnnouncements, m.JobsStarted, m.JobsEnded,
 		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),

@@ -364,18 +364,21 @@ func (p *Publisher) publishLocked(ctx context.Context, withdrawn string) error {
 	return nil
 }
 
-// announceLoop stores the newest offer in the DHT under the provider's key and announces
-// the provider under its models' and its region's keys (no longer under the "all offers"
-// key: a search without a model walks the model keys).
+// announceLoop stores the newest offer in the DHT under the provider's key, at each
+// publication, and announces the provider under its models' and its region's keys (no
+// longer under the "all offers" key: a search without a model walks the model keys) when
+// it starts, then every ReprovideEvery.
 //
 // The closest peers to a key change as the network grows: when the routing table has grown
-// by a quarter since the last announcement, the loop announces again, so that records sit
-// with the peers that searches will ask.
+// by a quarter since the last announcement, the loop announces again, under every key, so
+// that records sit with the peers that searches will ask.
 func (p *Publisher) announceLoop(ctx context.Context) {
 	var last []byte
 	lastSize := 0
+	var provided time.Time // when every key was last announced
 	for {
 		var raw []byte
+		grew := false
 		select {
 		case <-ctx.Done():
 			return
@@ -384,30 +387,51 @@ func (p *Publisher) announceLoop(ctx context.Context) {
 			if size := p.peer.RoutingTableSize(); last == nil || size < lastSize+lastSize/4+1 {
 				continue
 			}
+			grew = true
 			if cur := p.Current(); cur != nil {
 				raw = cur.Raw
 			}
 		}
 		lastSize = p.peer.RoutingTableSize()
+		provide := grew || provided.IsZero() || p.clock.Now().Sub(provided) >= ReprovideEvery
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		p.announceDHT(actx, raw)
+		if p.announceDHT(actx, raw, provide) && provide {
+			provided = p.clock.Now()
+		}
 		cancel()
 		last = raw
 	}
 }
 
-func (p *Publisher) announceDHT(ctx context.Context, raw []byte) {
+// ReprovideEvery is how often a provider announces itself again under its region's and
+// models' keys when nothing else made it. Provider records last 48 hours in the DHT, and
+// each announcement walks the DHT to the nodes closest to each key, opening connections on
+// the way: made at every publication (every 3 minutes), these walks were most of the
+// connections a provider opened, and kept it far above p2p.max_peers
+// (docs/performance.md, "1,000 providers").
+const ReprovideEvery = 6 * time.Hour
+
+// announceDHT stores raw under the provider's key and, when provide says so, announces the
+// provider under its region's and models' keys; it says whether it announced under every
+// key (the next publication stores the offer again anyway).
+func (p *Publisher) announceDHT(ctx context.Context, raw []byte, provide bool) bool {
 	// A node that just started may not have DHT peers yet: wait for them (within ctx).
 	for p.peer.RoutingTableSize() == 0 {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-p.clock.After(200 * time.Millisecond):
 		}
 	}
 	if err := p.peer.PutValue(ctx, protocol.OfferKey(p.id), raw); err != nil {
 		p.log.Debug("DHT put of offer failed", "err", err)
+	} else {
+		p.metrics.DHTAnnouncements.WithLabelValues("offer").Inc()
 	}
+	if !provide {
+		return false
+	}
+	ok := true
 	keys := []cid.Cid{protocol.RegionKey(p.region)}
 	for _, g := range p.base {
 		keys = append(keys, protocol.ModelKey(g.Model))
@@ -415,8 +439,12 @@ func (p *Publisher) announceDHT(ctx context.Context, raw []byte) {
 	for _, k := range keys {
 		if err := p.peer.Provide(ctx, k); err != nil {
 			p.log.Debug("DHT provide failed", "key", k, "err", err)
+			ok = false
+		} else {
+			p.metrics.DHTAnnouncements.WithLabelValues("provider").Inc()
 		}
 	}
+	return ok
 }
 
 // SetPrice changes the price of one declared model and announces the new offer at once.
