@@ -7,9 +7,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // connOpenings counts the connections the providers open and accept during the window, by
@@ -53,6 +57,51 @@ func (s *scaleNet) countConnOpenings() *connOpenings {
 		})
 	}
 	return c
+}
+
+// heldBy says why the providers' connections stay open: per provider, the connections and
+// the peers the connection manager may not trim (protected: gossip mesh, jobs,
+// coordinators), those younger than the grace period, and those older than 5 minutes.
+func heldBy(providers []*Node) string {
+	var conns, protected, young, old int
+	byTag := map[string]int{}
+	tags := []string{"gpunex-bootstrap"}
+	for _, t := range []string{protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic, protocol.ModelsTopic, protocol.OffersTopic} {
+		tags = append(tags, "pubsub:"+t)
+	}
+	now := time.Now()
+	for _, p := range providers {
+		cm := p.Host().ConnManager()
+		for _, id := range p.Host().Network().Peers() {
+			for _, tag := range tags {
+				if cm.IsProtected(id, tag) {
+					byTag[tag]++
+				}
+			}
+		}
+		for _, c := range p.Host().Network().Conns() {
+			conns++
+			age := now.Sub(c.Stat().Opened)
+			switch {
+			case age < p2p.ConnectionGrace:
+				young++
+			case age > 5*time.Minute:
+				old++
+			}
+		}
+		for _, id := range p.Host().Network().Peers() {
+			if cm.IsProtected(id, "") {
+				protected++
+			}
+		}
+	}
+	n := float64(max(len(providers), 1))
+	var parts []string
+	for _, tag := range tags {
+		parts = append(parts, fmt.Sprintf("%s %.1f", tag, float64(byTag[tag])/n))
+	}
+	return fmt.Sprintf("a provider's connections: %.1f; peers protected from trimming %.1f (by tag: %s); connections younger than the grace period (%s) %.1f, older than 5 minutes %.1f",
+		float64(conns)/n, float64(protected)/n, strings.Join(parts, ", "), p2p.ConnectionGrace, float64(young)/n, float64(old)/n)
 }
 
 // report says, per provider and minute, how many connections were opened and closed.

@@ -22,6 +22,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/gpunex/gpunex/node/config"
+	"github.com/gpunex/gpunex/node/internal/p2p"
 )
 
 // The scale harness's mocknet mode (-scale.links=mocknet): the nodes' hosts are go-libp2p's
@@ -107,7 +108,7 @@ func (m *mockLinks) host(key crypto.PrivKey, role string, maxPeers int) (host.Ho
 	if err != nil {
 		return nil, err
 	}
-	cm, err := connmgr.NewConnManager(maxPeers*3/4, maxPeers) // as p2p.New
+	cm, err := connmgr.NewConnManager(maxPeers*3/4, maxPeers, connmgr.WithGracePeriod(p2p.ConnectionGrace)) // as p2p.New
 	if err != nil {
 		return nil, err
 	}

@@ -406,9 +406,9 @@ func (p *Publisher) announceLoop(ctx context.Context) {
 // ReprovideEvery is how often a provider announces itself again under its region's and
 // models' keys when nothing else made it. Provider records last 48 hours in the DHT, and
 // each announcement walks the DHT to the nodes closest to each key, opening connections on
-// the way: made at every publication (every 3 minutes), these walks were most of the
-// connections a provider opened, and kept it far above p2p.max_peers
-// (docs/performance.md, "1,000 providers").
+// the way: made at every publication (every 3 minutes), they were a tenth of the
+// connections a provider opened at 300 providers (docs/performance.md, "Connections held
+// to max_peers").
 const ReprovideEvery = 6 * time.Hour
 
 // announceDHT stores raw under the provider's key and, when provide says so, announces the

@@ -105,7 +105,7 @@ func New(o Options) (_ *Peer, err error) {
 		opts := natOptions(o, acl)
 		var rm network.ResourceManager
 		if o.MaxPeers > 0 {
-			cm, err := connmgr.NewConnManager(o.MaxPeers*3/4, o.MaxPeers)
+			cm, err := connmgr.NewConnManager(o.MaxPeers*3/4, o.MaxPeers, connmgr.WithGracePeriod(ConnectionGrace))
 			if err != nil {
 				return nil, err
 			}
@@ -153,7 +153,7 @@ func New(o Options) (_ *Peer, err error) {
 			go p.reach.relayIfUnknown(ctx, p, cmp.Or(o.RelayIfUnknownAfter, UnknownReachabilityWait))
 		}
 	}
-	p.ps, err = pubsub.NewGossipSub(ctx, p.Host, append([]pubsub.Option{
+	p.ps, err = pubsub.NewGossipSub(ctx, newMeshTagHost(p.Host), append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
 		// Offers come in bursts (providers starting together, a network rejoining): with the
@@ -175,6 +175,14 @@ func defaultResourceManager() (network.ResourceManager, error) {
 	libp2p.SetDefaultServiceLimits(&limits)
 	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
 }
+
+// ConnectionGrace is how long a new connection is spared when the connection manager trims
+// past p2p.max_peers (libp2p's default: a minute). A provider's new connections are mostly
+// other providers' DHT walks (routing-table refreshes, offer records stored at each
+// publication): 30 to 60 a minute at 300 providers, which a minute's grace would keep
+// above the limit. The gossip mesh, the DHT's routing table and jobs are kept first,
+// whatever their age (meshtags.go).
+const ConnectionGrace = 10 * time.Second
 
 // resourceManager is libp2p's resource manager with its default limits, scaled to the
 // machine, except that the whole node may hold twice maxPeers connections (the connection
