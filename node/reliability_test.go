@@ -85,9 +85,25 @@ func TestMaintenanceExcusesProbes(t *testing.T) {
 	if _, err := prov.publisher.AddMaintenance(ledger.Maintenance{Rule: "fifth sunday 02:00 2h"}); err == nil {
 		t.Fatal("bad rule accepted")
 	}
-	eventually(t, 10*time.Second, "coordinator holds the offer with the window", func() (bool, string) {
+	// The offer carries the window and the rule's occurrences within the horizon: one or
+	// two, depending on the day (on a first Sunday after 03:00 UTC, the next two are 28 and
+	// 63 days away, and only the first is within 62 days).
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "coordinator holds the offer with the window and the rule's next occurrence", func() (bool, string) {
 		so, _ := tn.boot.book.Get(prov.ID())
-		return so != nil && protocol.InMaintenance(so.Offer.Maintenance, time.Now()) && len(so.Offer.Maintenance) >= 3, ""
+		if so == nil {
+			return false, "no offer"
+		}
+		ruled := 0
+		for _, w := range so.Offer.Maintenance {
+			if local := w.From.In(paris); local.Weekday() == time.Sunday && local.Day() <= 7 && local.Hour() == 2 && w.To.Sub(w.From) == 2*time.Hour {
+				ruled++
+			}
+		}
+		return protocol.InMaintenance(so.Offer.Maintenance, time.Now()) && ruled >= 1, fmt.Sprintf("%+v", so.Offer.Maintenance)
 	})
 	prov.Close(context.Background())
 	prov.Host().Close()

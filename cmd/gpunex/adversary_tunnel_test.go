@@ -74,8 +74,13 @@ func tunnelFloodScenario() scenario {
 		name: "tunnel-flood", victim: "provider-1", honest: honestTunnelPage,
 		attack: func(ctx context.Context, t *testing.T, e *advEnv) int64 {
 			job := ensureTunnelJob(t, e)
-			floodOpened0 = tunnelSessions(t, e, "opened")
+			// Reset before the provider's count is read (a scrape takes a while): an honest
+			// tunnel opened meanwhile is then counted on the renter's side too.
 			tunnelHonestOpened.Store(0)
+			floodConnected.Store(0)
+			floodBytes.Store(0)
+			floodRefused.Store(0)
+			floodOpened0 = tunnelSessions(t, e, "opened")
 			floodBefore = map[string]float64{}
 			for _, o := range tunnelOutcomes {
 				floodBefore[o] = tunnelSessions(t, e, o)
@@ -143,18 +148,20 @@ func honestTunnelPage(ctx context.Context, e *advEnv) error {
 	if job == "" {
 		return errors.New("renter-1's job does not serve yet")
 	}
-	err := fetchJobPage(ctx, e, job)
-	if err == nil {
+	opened, err := fetchJobPage(ctx, e, job)
+	if opened {
+		// The provider opened it, whether or not the page then came whole before ctx ended.
 		tunnelHonestOpened.Add(1)
 	}
 	return err
 }
 
-// fetchJobPage fetches the page of job through a tunnel of renter-1.
-func fetchJobPage(ctx context.Context, e *advEnv, job string) error {
+// fetchJobPage fetches the page of job through a tunnel of renter-1; opened says whether
+// the tunnel was opened.
+func fetchJobPage(ctx context.Context, e *advEnv, job string) (opened bool, err error) {
 	conn, err := e.clients["renter-1"].DialTunnel(ctx, job, tunnelPort)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close()
 	if d, ok := ctx.Deadline(); ok {
@@ -163,9 +170,9 @@ func fetchJobPage(ctx context.Context, e *advEnv, job string) error {
 	fmt.Fprintf(conn, "GET /index.html HTTP/1.0\r\nHost: job\r\n\r\n")
 	raw, err := io.ReadAll(conn)
 	if !bytes.Contains(raw, []byte(tunnelPage)) {
-		return fmt.Errorf("the job's page through its tunnel: %q (%v)", raw, err)
+		return true, fmt.Errorf("the job's page through its tunnel: %q (%v)", raw, err)
 	}
-	return nil
+	return true, nil
 }
 
 // ensureTunnelJob has renter-1 run, once, a job on provider-1 that serves a page on port
@@ -202,7 +209,7 @@ func ensureTunnelJob(t *testing.T, e *advEnv) string {
 	}
 	for { // httpd listens a moment after the job started
 		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-		err := fetchJobPage(octx, e, v.ID)
+		_, err := fetchJobPage(octx, e, v.ID)
 		ocancel()
 		if err == nil {
 			break
@@ -339,7 +346,8 @@ func tunnelsBack(e *advEnv, job string) (time.Duration, error) {
 	fetch := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return fetchJobPage(ctx, e, job)
+		_, err := fetchJobPage(ctx, e, job)
+		return err
 	}
 	stopped := time.Now()
 	err := fetch()

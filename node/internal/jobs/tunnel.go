@@ -126,11 +126,12 @@ func (r *Runner) HandleTunnel(s network.Stream) {
 		refuse(tunnelCode(err), err)
 		return
 	}
+	// Counted before the answer, so that a renter that has its tunnel finds it counted.
+	r.metrics.JobSessions.WithLabelValues("tunnel", "opened").Inc()
 	if err := protocol.WriteJSONFrame(s, protocol.TunnelAnswer{OK: true}); err != nil {
 		s.Reset()
 		return
 	}
-	r.metrics.JobSessions.WithLabelValues("tunnel", "opened").Inc()
 	// An idle tunnel may stay (a notebook left open), until the lease ends.
 	s.SetDeadline(time.Now().Add(lease.EndsAt.Sub(r.clock.Now()) + tunnelGrace))
 	err = pipe(s, in, conn, func(n int64) bool { return r.sessions.spend(j.ID, n, budget) })
