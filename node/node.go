@@ -229,6 +229,8 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 	}
 	n.metrics.CountFrom("gpunex_autonat_refused_total", "AutoNAT requests refused past the budget of their network (p2p.AutoNATPerNetwork a minute).",
 		func() float64 { return float64(n.peer.AutoNATRefused()) })
+	n.metrics.CountFrom("gpunex_gossip_over_budget_total", "Gossip messages rejected past their sender's budget of repeated and ignored records (p2p.IgnoredPerMinute a minute, bursts of p2p.IgnoredBurst): each costs the sender gossip score.",
+		func() float64 { return float64(n.peer.OverBudget()) })
 	n.models.UsePeer(n.peer)
 	if n.alerts, err = alerts.New(alerts.Deps{Alerts: n.ledger.Alerts, Clock: n.clock, Log: n.log,
 		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + as.self.String()}); err != nil {

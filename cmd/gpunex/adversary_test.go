@@ -389,6 +389,7 @@ func adversaryScenarios() []scenario {
 				a := newAttacker(t, e, "renter-1")
 				defer a.close()
 				row, rec := anOffer(ctx, t, e)
+				replayOver0 = nodeMetric(t, e, "renter-1", "gpunex_gossip_over_budget_total")
 				replayedOffer = row
 				replayer = a.h.ID()
 				var n int64
@@ -407,15 +408,19 @@ func adversaryScenarios() []scenario {
 				}
 				// Past its budget (a burst of 4,000, then 2,000 a minute), each copy is rejected;
 				// the victim's view of scores is refreshed every second.
+				// Copies the victim's validation queue dropped (a victim slower than the
+				// attacker) cost the attacker nothing, and the victim little: the score is
+				// checked when copies went past the budget there.
+				over := nodeMetric(t, e, "renter-1", "gpunex_gossip_over_budget_total") - replayOver0
 				g, _ := e.clients["renter-1"].Gossip(context.Background(), replayer.String())
-				for wait := time.Now().Add(3 * time.Second); ops > 5000 && g.Score > -1000 && time.Now().Before(wait); {
+				for wait := time.Now().Add(3 * time.Second); over > 100 && g.Score > -1000 && time.Now().Before(wait); {
 					time.Sleep(200 * time.Millisecond)
 					g, _ = e.clients["renter-1"].Gossip(context.Background(), replayer.String())
 				}
-				if ops > 5000 && g.Score > -1000 {
-					t.Errorf("%d copies of one offer, and the replayer's score is still %.0f", ops, g.Score)
+				if over > 100 && g.Score > -1000 {
+					t.Errorf("%d copies of one offer, %.0f past the budget at the victim, and the replayer's score is still %.0f", ops, over, g.Score)
 				}
-				return fmt.Sprintf("%d copies of one offer: nothing changed; score %.0f", ops, g.Score)
+				return fmt.Sprintf("%d copies of one offer: nothing changed; %.0f past the budget at the victim; score %.0f", ops, over, g.Score)
 			},
 		},
 		{
@@ -887,6 +892,7 @@ var (
 	loopBanned        atomic.Bool
 	replayedOffer     api.OfferRow
 	replayer          peer.ID
+	replayOver0       float64      // the victim's gossip_over_budget_total before the replay
 	autonatServed     atomic.Int64 // autonat-sybil
 	sprayedProvider   string       // offer-on-wrong-topics
 	sprayedModels     map[string]bool

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -78,6 +79,9 @@ type Peer struct {
 	// autonat refuses AutoNAT requests past their network's budget (nil when the host was
 	// given).
 	autonat *autonatGate
+	// overBudget counts gossip messages rejected past their sender's budget of repeats and
+	// ignored records (Join).
+	overBudget atomic.Int64
 	// jobStreams counts each peer's open job streams (keepForJobs).
 	jobStreams map[peer.ID]int
 	// relayedUse is when each relayed connection peers opened to this node last had one of

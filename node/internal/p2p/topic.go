@@ -76,11 +76,13 @@ func (p *Peer) Join(name string, v Validator) (*Topic, error) {
 			return pubsub.ValidationAccept
 		case Ignore:
 			if !ignored.Spend(from, time.Now()) {
+				p.overBudget.Add(1)
 				return pubsub.ValidationReject
 			}
 			return pubsub.ValidationIgnore
 		case Repeat:
 			if !ignored.Spend(from, time.Now()) {
+				p.overBudget.Add(1)
 				return pubsub.ValidationReject
 			}
 			return pubsub.ValidationAccept
@@ -107,6 +109,10 @@ func (p *Peer) Join(name string, v Validator) (*Topic, error) {
 	}()
 	return t, nil
 }
+
+// OverBudget is how many gossip messages were rejected past their sender's budget of
+// repeated and ignored records (IgnoredPerMinute).
+func (p *Peer) OverBudget() int64 { return p.overBudget.Load() }
 
 // JoinToPublish joins a topic without subscribing to it: the node publishes on it
 // (gossipsub's fanout: to the connected peers that subscribe) and receives nothing. A
