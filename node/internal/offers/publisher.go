@@ -395,7 +395,7 @@ func (p *Publisher) announceLoop(ctx context.Context) {
 		lastSize = p.peer.RoutingTableSize()
 		provide := grew || provided.IsZero() || p.clock.Now().Sub(provided) >= ReprovideEvery
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if p.announceDHT(actx, raw, provide) && provide {
+		if p.announceDHT(actx, raw, provide) {
 			provided = p.clock.Now()
 		}
 		cancel()
