@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -60,10 +61,11 @@ type Catalogue struct {
 	cfg     config.OffersConfig
 	boot    []peer.AddrInfo
 	scores  Scores
-	// syncSlots bounds the catalogue and revocation syncs served at once; syncs the syncs
-	// served to each peer and network.
-	syncSlots chan struct{}
-	syncs     *p2p.Sources
+	// syncSlots bounds the catalogue, revocation and score syncs served at once; syncs the
+	// syncs served to each peer and network.
+	syncSlots   chan struct{}
+	syncWaiting atomic.Int32 // syncs waiting for a slot
+	syncs       *p2p.Sources
 	// findProviders walks the DHT for the providers under a key (the peer's; a test's slow
 	// walk).
 	findProviders func(context.Context, cid.Cid) <-chan peer.AddrInfo
@@ -101,13 +103,36 @@ func (c *Catalogue) admitSync(s network.Stream) (release func(), ok bool) {
 		c.peer.Misbehaved(s.Conn().RemotePeer())
 		return nil, false
 	}
+	release = func() { <-c.syncSlots }
 	select {
 	case c.syncSlots <- struct{}{}:
-		return func() { <-c.syncSlots }, true
+		return release, true
 	default:
-		return nil, false // busy: the asker tries its other peers
+	}
+	// Busy: wait a little for a slot rather than send the asker away at once. A burst of
+	// joins (a network's renters when their coordinator comes back) would otherwise back
+	// off for seconds each, and spend the budget above on asking again.
+	if c.syncWaiting.Add(1) > maxSyncWaiting {
+		c.syncWaiting.Add(-1)
+		return nil, false // the asker tries its other peers
+	}
+	defer c.syncWaiting.Add(-1)
+	t := time.NewTimer(syncSlotWait)
+	defer t.Stop()
+	select {
+	case c.syncSlots <- struct{}{}:
+		return release, true
+	case <-t.C:
+		return nil, false
 	}
 }
+
+// syncSlotWait is how long a sync waits for a slot before it is sent away as busy, and
+// maxSyncWaiting how many syncs may wait at once (the rest are sent away at once).
+const (
+	syncSlotWait   = 3 * time.Second
+	maxSyncWaiting = 64
+)
 
 // OnOwnRevocation sets what to do when a revocation of this node's own certificate arrives.
 func (c *Catalogue) OnOwnRevocation(f func()) { c.ownRevoked = f }

@@ -68,7 +68,7 @@ func TestCatalogueSync(t *testing.T) {
 
 // follows makes the world's node follow offer gossip (all models, by the previous
 // release's topic), as a renter or a coordinator does: it then answers syncs.
-func (w *world) follows(t *testing.T) {
+func (w *world) follows(t testing.TB) {
 	t.Helper()
 	if err := w.cat.FollowPrevious(); err != nil {
 		t.Fatal(err)
@@ -305,5 +305,38 @@ func TestScoreSyncAnsweredByFollowers(t *testing.T) {
 	}
 	if got, err := ask(renter, protocol.ScoreSyncRequest{}); got != 1 || err != nil {
 		t.Fatalf("a renter asked for every score: %d records, %v", got, err)
+	}
+}
+
+// TestBusySyncWaitsForASlot: a sync that finds every slot taken waits for one (a burst of
+// joins queues instead of each asker backing off for seconds and spending its budget on
+// asking again), and is sent away only past syncSlotWait.
+func TestBusySyncWaitsForASlot(t *testing.T) {
+	a, b := newWorld(t), newWorld(t)
+	a.follows(t)
+	a.peer.Handle(protocol.OfferSyncProtocol, a.cat.HandleSyncStream)
+	p := a.certified()
+	if _, _, err := a.book.Accept(a.offer(p, 1, 1_000_000, nil), "gossip"); err != nil {
+		t.Fatal(err)
+	}
+	b.connect(a)
+	for range maxSyncServing { // every slot busy with other askers' syncs
+		a.cat.syncSlots <- struct{}{}
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond) // one of them ends
+		<-a.cat.syncSlots
+	}()
+	if got, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err != nil || got != 1 {
+		t.Fatalf("a sync that came while the peer was busy: %d offers, %v", got, err)
+	}
+	// Still busy past the wait: sent away, and the asker goes to its other peers.
+	a.cat.syncSlots <- struct{}{} // the slot it freed, taken again
+	start := time.Now()
+	if got, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err == nil && got > 0 {
+		t.Fatalf("a sync was served with every slot taken: %d offers", got)
+	}
+	if waited := time.Since(start); waited < syncSlotWait {
+		t.Fatalf("sent away after %s, before the %s wait", waited, syncSlotWait)
 	}
 }

@@ -23,7 +23,7 @@ import (
 // and the catalogue on a real peer on loopback (searches, syncs and the offer stream need
 // one; it has no DHT peers unless connected).
 type world struct {
-	t       *testing.T
+	t       testing.TB
 	clock   *clock.Fake
 	ledger  *ledger.Ledger
 	metrics *metrics.Metrics
@@ -41,7 +41,7 @@ type acceptAll struct{}
 func (acceptAll) Validate(string, []byte) error        { return nil }
 func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	w := &world{t: t, clock: clock.NewFake(monday), metrics: metrics.New(nil, nil)}
 	var err error

@@ -1,0 +1,78 @@
+package offers
+
+import (
+	"bufio"
+	"context"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/node/internal/p2p"
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// BenchmarkCoordinatorSync10k: what a coordinator whose book holds 10,000 providers' offers
+// (ten models, a thousand each) spends on one catalogue sync, served by the real handler
+// over a stream on loopback TCP: the whole catalogue (a renter that follows every model, or
+// a node of the previous release), and one model. The asker reads the frames and drops
+// them: verifying them is the asker's cost, not the coordinator's. A provider's join asks
+// for no offer (its book holds its own). docs/performance.md, "The coordinator for 10,000
+// providers", turns the figures into a share of a core.
+func BenchmarkCoordinatorSync10k(b *testing.B) {
+	const providers, models = 10_000, 10
+	coord, asker := newWorld(b), newWorld(b)
+	coord.follows(b)
+	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
+	coord.cat.syncs = p2p.NewSources(1e12, 1e12, 1) // one asker, asking again and again
+	var names []string
+	for _, m := range protocol.FirstModels().Models[:models] {
+		names = append(names, m.Model)
+	}
+	for i := range providers {
+		m := protocol.FirstModels().Models[i%models]
+		p := coord.certified()
+		p.cert = testCertificate(b, testCoordinatorKey, p.id, []protocol.CertifiedGPU{{Model: m.Model, Count: 2}}, coord.clock.Now())
+		raw := coord.offer(p, 1, 1_000_000, func(o *protocol.Offer) {
+			o.GPUs = []protocol.OfferGPUs{{Model: m.Model, Count: 2, VRAMGB: m.VRAMGB, PricePerGPUHour: 1_000_000}}
+		})
+		if _, _, err := coord.book.Accept(raw, "gossip"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	asker.connect(coord)
+	for _, c := range []struct {
+		name string
+		req  protocol.OfferSyncRequest
+		want int
+	}{
+		{"whole-catalogue", protocol.OfferSyncRequest{}, min(providers, protocol.MaxSyncOffers)},
+		{"one-model", protocol.OfferSyncRequest{Models: names[:1]}, providers / models},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var bytes int
+			for b.Loop() {
+				bytes = syncOnce(b, asker, coord.peer.ID, c.req, c.want)
+			}
+			b.ReportMetric(float64(bytes), "bytes/sync")
+		})
+	}
+}
+
+// syncOnce asks p for the offers of req and reads the answer, which must hold want offers;
+// it returns the bytes of offers received.
+func syncOnce(b *testing.B, asker *world, p peer.ID, req protocol.OfferSyncRequest, want int) int {
+	s, err := asker.peer.OpenStream(context.Background(), p, protocol.OfferSyncProtocol)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := protocol.WriteJSONFrame(s, req); err != nil {
+		b.Fatal(err)
+	}
+	s.CloseWrite()
+	n, bytes := 0, 0
+	if err := protocol.ReadSyncFrames(bufio.NewReader(s), func(raw []byte) { n, bytes = n+1, bytes+len(raw) }); err != nil || n != want {
+		b.Fatalf("%d offers of %d, %v", n, want, err)
+	}
+	return bytes
+}
