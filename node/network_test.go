@@ -18,6 +18,7 @@ import (
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/clock"
+	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -185,7 +186,7 @@ func TestOfferNetwork(t *testing.T) {
 		t.Fatal("forged records were not counted as rejected")
 	}
 	// The renter's gossip scoring penalises the peer that sent them.
-	eventually(t, 5*time.Second, "hostile peer penalised", func() (bool, string) {
+	eventually(t, 5*time.Second+p2p.ScoreInspectEvery, "hostile peer penalised", func() (bool, string) {
 		s, ok := renter.peer.GossipScore(evil.id)
 		return ok && s < 0, fmt.Sprint(s, ok)
 	})
@@ -314,11 +315,11 @@ func TestJunkGossipCostsItsSender(t *testing.T) {
 	}
 	ignoredBefore := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("score", "gossip", "expired"))
 	evil.publishTo(t, protocol.ScoresTopic, stale)
-	eventually(t, 15*time.Second, "the expired record seen and scored", func() (bool, string) {
+	eventually(t, 15*time.Second+p2p.ScoreInspectEvery, "the expired record seen and scored", func() (bool, string) {
 		_, scored := renter.peer.GossipScore(evil.id)
 		return scored && testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("score", "gossip", "expired")) > ignoredBefore, ""
 	})
-	time.Sleep(1100 * time.Millisecond) // one more score inspection, after the record
+	time.Sleep(p2p.ScoreInspectEvery + 100*time.Millisecond) // one more score inspection, after the record
 	if s, _ := renter.peer.GossipScore(evil.id); s < 0 {
 		t.Fatalf("an expired record cost its relay %v", s)
 	}
@@ -348,7 +349,7 @@ func TestJunkGossipCostsItsSender(t *testing.T) {
 		evil.publishTo(t, protocol.MarketTopic, []byte(fmt.Sprintf("junk market statistics %d", i)))
 	}
 	for _, victim := range []*Node{renter, coord} {
-		eventually(t, 10*time.Second, "hostile peer graylisted", func() (bool, string) {
+		eventually(t, 10*time.Second+p2p.ScoreInspectEvery, "hostile peer graylisted", func() (bool, string) {
 			s, ok := victim.peer.GossipScore(evil.id)
 			return ok && s < -1000, fmt.Sprint(s, ok)
 		})

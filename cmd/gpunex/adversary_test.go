@@ -374,6 +374,11 @@ func adversaryScenarios() []scenario {
 			},
 			check: func(t *testing.T, e *advEnv, ops int64) string {
 				g, err := e.clients["renter-1"].Gossip(context.Background(), gossipAttacker.h.ID().String())
+				// Past one score inspection (p2p.ScoreInspectEvery, 5 s) after the attack.
+				for wait := time.Now().Add(8 * time.Second); (err != nil || !g.Known || g.Score > -1000) && time.Now().Before(wait); {
+					time.Sleep(200 * time.Millisecond)
+					g, err = e.clients["renter-1"].Gossip(context.Background(), gossipAttacker.h.ID().String())
+				}
 				if err != nil || !g.Known || g.Score > -1000 {
 					t.Errorf("the junk gossiper is not graylisted: %+v %v", g, err)
 				}
@@ -407,13 +412,13 @@ func adversaryScenarios() []scenario {
 					}
 				}
 				// Past its budget (a burst of 4,000, then 2,000 a minute), each copy is rejected;
-				// the victim's view of scores is refreshed every second.
+				// the victim's view of scores is refreshed every 5 s (p2p.ScoreInspectEvery).
 				// Copies the victim's validation queue dropped (a victim slower than the
 				// attacker) cost the attacker nothing, and the victim little: the score is
 				// checked when copies went past the budget there.
 				over := nodeMetric(t, e, "renter-1", "gpunex_gossip_over_budget_total") - replayOver0
 				g, _ := e.clients["renter-1"].Gossip(context.Background(), replayer.String())
-				for wait := time.Now().Add(3 * time.Second); over > 100 && g.Score > -1000 && time.Now().Before(wait); {
+				for wait := time.Now().Add(8 * time.Second); over > 100 && g.Score > -1000 && time.Now().Before(wait); {
 					time.Sleep(200 * time.Millisecond)
 					g, _ = e.clients["renter-1"].Gossip(context.Background(), replayer.String())
 				}
@@ -458,7 +463,7 @@ func adversaryScenarios() []scenario {
 					t.Errorf("%d offers on the wrong topics, none counted as such", ops)
 				}
 				g, _ := e.clients["renter-1"].Gossip(context.Background(), sprayer.String())
-				for wait := time.Now().Add(3 * time.Second); g.Score > -1000 && time.Now().Before(wait); {
+				for wait := time.Now().Add(8 * time.Second); g.Score > -1000 && time.Now().Before(wait); {
 					time.Sleep(200 * time.Millisecond)
 					g, _ = e.clients["renter-1"].Gossip(context.Background(), sprayer.String())
 				}
@@ -499,9 +504,12 @@ func adversaryScenarios() []scenario {
 			},
 			check: func(t *testing.T, e *advEnv, ops int64) string {
 				graylisted := 0
-				for _, id := range sybils {
-					if g, err := e.clients["renter-1"].Gossip(context.Background(), id.String()); err == nil && g.Known && g.Score < 0 {
-						graylisted++
+				// Past one score inspection (p2p.ScoreInspectEvery, 5 s) after the attack.
+				for wait := time.Now().Add(8 * time.Second); graylisted == 0 && time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
+					for _, id := range sybils {
+						if g, err := e.clients["renter-1"].Gossip(context.Background(), id.String()); err == nil && g.Known && g.Score < 0 {
+							graylisted++
+						}
 					}
 				}
 				if graylisted == 0 {

@@ -48,7 +48,7 @@ func gossipScoreOptions(record func(map[peer.ID]float64)) []pubsub.Option {
 	}
 	return []pubsub.Option{
 		pubsub.WithPeerScore(params, thresholds),
-		pubsub.WithPeerScoreInspect(record, time.Second),
+		pubsub.WithPeerScoreInspect(record, ScoreInspectEvery),
 	}
 }
 
@@ -64,6 +64,12 @@ func topicScoreParams() *pubsub.TopicScoreParams {
 		InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(time.Hour),
 	}
 }
+
+// ScoreInspectEvery is how often the peers' gossip scores are read for the metrics, the
+// local API and the tests: computing every peer's score took a tenth of the scale harness's
+// CPU when done every second (docs/performance.md). The scores themselves are gossipsub's,
+// kept up to date by it whatever this period.
+const ScoreInspectEvery = 5 * time.Second
 
 // GossipScores keeps the latest peer scores for metrics and tests.
 type GossipScores struct {
