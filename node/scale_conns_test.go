@@ -63,7 +63,7 @@ func (s *scaleNet) countConnOpenings() *connOpenings {
 // the peers the connection manager may not trim (protected: gossip mesh, jobs,
 // coordinators), those younger than the grace period, and those older than 5 minutes.
 func heldBy(providers []*Node) string {
-	var conns, protected, young, old int
+	var conns, protected, young, old, unknown int
 	byTag := map[string]int{}
 	tags := []string{"gpunex-bootstrap"}
 	for _, t := range []string{protocol.RevocationsTopic, protocol.ScoresTopic, protocol.MarketTopic, protocol.ModelsTopic, protocol.OffersTopic} {
@@ -83,6 +83,8 @@ func heldBy(providers []*Node) string {
 			conns++
 			age := now.Sub(c.Stat().Opened)
 			switch {
+			case c.Stat().Opened.IsZero():
+				unknown++ // mocknet's connections carry no opening time
 			case age < p2p.ConnectionGrace:
 				young++
 			case age > 5*time.Minute:
@@ -100,8 +102,12 @@ func heldBy(providers []*Node) string {
 	for _, tag := range tags {
 		parts = append(parts, fmt.Sprintf("%s %.1f", tag, float64(byTag[tag])/n))
 	}
-	return fmt.Sprintf("a provider's connections: %.1f; peers protected from trimming %.1f (by tag: %s); connections younger than the grace period (%s) %.1f, older than 5 minutes %.1f",
-		float64(conns)/n, float64(protected)/n, strings.Join(parts, ", "), p2p.ConnectionGrace, float64(young)/n, float64(old)/n)
+	ages := fmt.Sprintf("connections younger than the grace period (%s) %.1f, older than 5 minutes %.1f", p2p.ConnectionGrace, float64(young)/n, float64(old)/n)
+	if unknown > 0 {
+		ages = "connections' ages not known (mocknet)"
+	}
+	return fmt.Sprintf("a provider's connections: %.1f; peers protected from trimming %.1f (by tag: %s); %s",
+		float64(conns)/n, float64(protected)/n, strings.Join(parts, ", "), ages)
 }
 
 // report says, per provider and minute, how many connections were opened and closed.

@@ -4,9 +4,14 @@ package node
 
 import (
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,38 +50,45 @@ var interRegionLatency = [5][5]int{
 	/* sa      */ {100, 60, 90, 150, 0},
 }
 
-// mockLinks is the simulated network: one mocknet for the run, each node's region and
-// access bandwidth, and the links made so far.
+// mockLinks is the simulated network: one mocknet for the run, every node's host made and
+// every pair of nodes linked before the first node starts (prepare).
 //
-// Linking takes no lock of the harness's: every stream and dial a node makes asks for its
-// link, and with one lock for them (even held only to make a new link), 1,400 DHT queries
-// of a loaded 250-node network queued on it, each hand-over waiting for the scheduler, and
-// the providers' joining stalled for minutes. Each pair is linked once (linkOnce); the
-// nodes' facts are in a sync.Map; a link's latency is drawn from the pair itself.
+// Links used to be made when a node first dialled another, but making one takes mocknet's
+// single lock of the whole network, and so does finding one at each new connection: at 800
+// providers, on 2 cores, 9,600 dials were queued on that lock (a goroutine dump) and the
+// providers' joining stopped. Made beforehand by one goroutine, the links of 1,051 nodes
+// cost about 400 MB, the harness's and not a node's (the heap per role is measured from
+// after them). A new connection still takes the lock briefly, to find its link.
 type mockLinks struct {
-	mn mocknet.Mocknet
+	mn    mocknet.Mocknet
+	rng   *rand.Rand // fixed seed: access bandwidths depend only on the order nodes are made
+	links int
 
-	mu    sync.Mutex // added, rng, cms: taken once per node
-	rng   *rand.Rand // fixed seed: access bandwidths depend only on the order nodes join
-	added int
+	mu    sync.Mutex
+	ready map[string][]readyHost // by role, in the order they are handed out
 	cms   []*connmgr.BasicConnMgr
 
-	nodes  sync.Map // peer.ID → mockNode
-	linked sync.Map // [2]peer.ID (the lesser first) → *linkOnce
-	links  atomic.Int64
+	// While counting is set, each dial that opens a connection is counted by what asked for
+	// it (dialers: "caller protocol" → *atomic.Int64): what makes a provider churn.
+	counting atomic.Bool
+	dialers  sync.Map
+}
+
+// readyHost is a node's key and host, made before the node starts.
+type readyHost struct {
+	key  crypto.PrivKey
+	host *mockHost
 }
 
 // mockNode is a node's place in the simulated network.
 type mockNode struct {
+	id     peer.ID
 	region int
 	access float64 // bytes per second
 }
 
-// linkOnce makes one pair's link once, whoever dials first.
-type linkOnce struct{ once sync.Once }
-
 func newMockLinks() *mockLinks {
-	return &mockLinks{mn: mocknet.New(), rng: rand.New(rand.NewPCG(31, 1000))}
+	return &mockLinks{mn: mocknet.New(), rng: rand.New(rand.NewPCG(31, 1000)), ready: map[string][]readyHost{}}
 }
 
 // accessMbps draws a node's access bandwidth by role: a coordinator in a data centre,
@@ -92,63 +104,56 @@ func (m *mockLinks) accessMbps(role string) float64 {
 	}
 }
 
-// host adds a node to the mocknet and returns its host: mocknet's basic host (identify, no
-// transport, no resource manager) with a connection manager of the production limits, and
-// links made when the node dials.
-func (m *mockLinks) host(key crypto.PrivKey, role string, maxPeers int) (host.Host, error) {
-	m.mu.Lock()
-	i := m.added
-	m.added++
-	bw := m.accessMbps(role) * 1e6 / 8
-	m.mu.Unlock()
-	// A distinct address per node, so that the protocols' per-address limits see a thousand
-	// hosts. Mocknet dials by peer ID: addresses are only names.
-	addr := ma.StringCast(fmt.Sprintf("/ip4/10.%d.%d.%d/tcp/4001", i/62500, i/250%250, 1+i%250))
-	h, err := m.mn.AddPeer(key, addr)
-	if err != nil {
-		return nil, err
+// prepare makes a host for each of roles (a role, and its nodes' p2p.max_peers), then links
+// every pair, each link with a latency and a bandwidth drawn for it.
+func (m *mockLinks) prepare(roles []string, maxPeers func(role string) int) error {
+	var nodes []mockNode
+	for i, role := range roles {
+		key, _, err := crypto.GenerateEd25519Key(crand.Reader)
+		if err != nil {
+			return err
+		}
+		// A distinct address per node, so that the protocols' per-address limits see a
+		// thousand hosts. Mocknet dials by peer ID: addresses are only names.
+		addr := ma.StringCast(fmt.Sprintf("/ip4/10.%d.%d.%d/tcp/4001", i/62500, i/250%250, 1+i%250))
+		h, err := m.mn.AddPeer(key, addr)
+		if err != nil {
+			return err
+		}
+		cm, err := connmgr.NewConnManager(maxPeers(role)*3/4, maxPeers(role), connmgr.WithGracePeriod(p2p.ConnectionGrace)) // as p2p.New
+		if err != nil {
+			return err
+		}
+		h.Network().Notify(cm.Notifee())
+		nodes = append(nodes, mockNode{id: h.ID(), region: i % len(linkRegions), access: m.accessMbps(role) * 1e6 / 8})
+		m.cms = append(m.cms, cm)
+		m.ready[role] = append(m.ready[role], readyHost{key: key, host: &mockHost{Host: h, links: m, cm: cm,
+			labels: pprof.WithLabels(context.Background(), pprof.Labels("role", role))}})
 	}
-	cm, err := connmgr.NewConnManager(maxPeers*3/4, maxPeers, connmgr.WithGracePeriod(p2p.ConnectionGrace)) // as p2p.New
-	if err != nil {
-		return nil, err
+	for i, a := range nodes {
+		for _, b := range nodes[i+1:] {
+			l, err := m.mn.LinkPeers(a.id, b.id)
+			if err != nil {
+				return err
+			}
+			l.SetOptions(mocknet.LinkOptions{Latency: latency([2]peer.ID{min(a.id, b.id), max(a.id, b.id)}, a.region, b.region),
+				Bandwidth: min(a.access, b.access)})
+			m.links++
+		}
 	}
-	h.Network().Notify(cm.Notifee())
-	m.nodes.Store(h.ID(), mockNode{region: i % len(linkRegions), access: bw})
-	m.mu.Lock()
-	m.cms = append(m.cms, cm)
-	m.mu.Unlock()
-	return &mockHost{Host: h, links: m, cm: cm}, nil
+	return nil
 }
 
-// link makes the link between a and b unless there is one. Links are made when a dials b,
-// not all at once: 1,050 nodes linked pairwise make 550,000 links (376 MB of heap,
-// measured), charged to whichever node joined last; made on dial, they follow the
-// connections, as a kernel's sockets do.
-func (m *mockLinks) link(a, b peer.ID) {
-	if a == b {
-		return
+// take hands out the next prepared key and host of role.
+func (m *mockLinks) take(role string) (crypto.PrivKey, host.Host, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.ready[role]) == 0 {
+		return nil, nil, fmt.Errorf("no %s host prepared", role)
 	}
-	key := [2]peer.ID{min(a, b), max(a, b)}
-	v, ok := m.linked.Load(key)
-	if !ok {
-		v, _ = m.linked.LoadOrStore(key, &linkOnce{})
-	}
-	v.(*linkOnce).once.Do(func() {
-		na, oka := m.nodes.Load(a)
-		nb, okb := m.nodes.Load(b)
-		if !oka || !okb {
-			m.linked.Delete(key) // not a node of this run (yet): the dial fails as it would without a route
-			return
-		}
-		l, err := m.mn.LinkPeers(a, b)
-		if err != nil {
-			m.linked.Delete(key)
-			return
-		}
-		m.links.Add(1)
-		ea, eb := na.(mockNode), nb.(mockNode)
-		l.SetOptions(mocknet.LinkOptions{Latency: latency(key, ea.region, eb.region), Bandwidth: min(ea.access, eb.access)})
-	})
+	r := m.ready[role][0]
+	m.ready[role] = m.ready[role][1:]
+	return r.key, r.host, nil
 }
 
 // latency draws a link's one-way latency from the pair itself (the same pair, the same
@@ -166,7 +171,7 @@ func latency(pair [2]peer.ID, ra, rb int) time.Duration {
 	return time.Duration(ms * float64(time.Millisecond))
 }
 
-func (m *mockLinks) linkCount() int { return int(m.links.Load()) }
+func (m *mockLinks) linkCount() int { return m.links }
 
 func (m *mockLinks) close() {
 	m.mn.Close()
@@ -182,27 +187,48 @@ func (m *mockLinks) describe() string {
 	return fmt.Sprintf("mocknet (in memory): %d regions round robin (%v), one-way latency 5-20 ms within a region, "+
 		"20-150 ms between (eu-us-east 40, us-east-us-west 35, us-west-asia 60, eu-asia 120, asia-sa 150) +-10%% per link; "+
 		"bandwidth per link the lesser of its ends' (coordinator 10 Gbit/s, providers 100-1000 Mbit/s, renters 50-500 Mbit/s); "+
-		"links made on first dial", len(linkRegions), linkRegions)
+		"every pair linked before the first node starts", len(linkRegions), linkRegions)
 }
 
 // mockHost is a mocknet host with what p2p.New's hosts have and mocknet's lack: a connection
 // manager (gossipsub and the DHT tag and protect peers in it; it trims past p2p.max_peers),
-// and a link made before each dial.
+// and streams with deadlines and a send window.
 type mockHost struct {
 	host.Host
 	links *mockLinks
 	cm    *connmgr.BasicConnMgr
+	// labels are the node's profiler labels. Mocknet runs a stream's handler on a goroutine
+	// started by the dialer, which would carry the dialer's role: the handler takes these.
+	labels context.Context
 }
 
 func (h *mockHost) ConnManager() coreconnmgr.ConnManager { return h.cm }
 
+func (h *mockHost) Network() network.Network { return mockNetwork{h.Host.Network()} }
+
+// mockNetwork is a mocknet network whose Connectedness takes its lock for reading, as the
+// swarm's does: mocknet's takes it for writing. Gossipsub asks at every dead-peer check on
+// its event loop, and at 1,000 providers on 2 cores 176 nodes' event loops were found
+// queued on their own network's lock behind its readers, their publishes stuck for
+// minutes (a goroutine dump).
+type mockNetwork struct{ network.Network }
+
+func (n mockNetwork) Connectedness(p peer.ID) network.Connectedness {
+	if len(n.ConnsToPeer(p)) > 0 {
+		return network.Connected
+	}
+	return network.NotConnected
+}
+
 func (h *mockHost) Connect(ctx context.Context, pi peer.AddrInfo) error {
-	h.links.link(h.ID(), pi.ID)
+	h.countDial(pi.ID, "")
 	return h.Host.Connect(ctx, pi)
 }
 
 func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...libp2pprotocol.ID) (network.Stream, error) {
-	h.links.link(h.ID(), p)
+	if len(pids) > 0 {
+		h.countDial(p, pids[0])
+	}
 	st, err := h.Host.NewStream(ctx, p, pids...)
 	if err != nil {
 		return nil, err
@@ -211,11 +237,69 @@ func (h *mockHost) NewStream(ctx context.Context, p peer.ID, pids ...libp2pproto
 }
 
 func (h *mockHost) SetStreamHandler(pid libp2pprotocol.ID, handler network.StreamHandler) {
-	h.Host.SetStreamHandler(pid, func(st network.Stream) { handler(newDeadlineStream(st)) })
+	h.Host.SetStreamHandler(pid, func(st network.Stream) {
+		pprof.SetGoroutineLabels(h.labels)
+		handler(newDeadlineStream(st))
+	})
 }
 
 func (h *mockHost) SetStreamHandlerMatch(pid libp2pprotocol.ID, match func(libp2pprotocol.ID) bool, handler network.StreamHandler) {
-	h.Host.SetStreamHandlerMatch(pid, match, func(st network.Stream) { handler(newDeadlineStream(st)) })
+	h.Host.SetStreamHandlerMatch(pid, match, func(st network.Stream) {
+		pprof.SetGoroutineLabels(h.labels)
+		handler(newDeadlineStream(st))
+	})
+}
+
+// countDial counts a dial to p that will open a connection, by the first function above
+// the host that asked for it and the stream's protocol.
+func (h *mockHost) countDial(p peer.ID, pid libp2pprotocol.ID) {
+	if !h.links.counting.Load() || len(h.Network().ConnsToPeer(p)) > 0 {
+		return
+	}
+	pcs := make([]uintptr, 24)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	caller := "?"
+	for {
+		f, more := frames.Next()
+		if !strings.Contains(f.Function, "go-libp2p/p2p/") && !strings.Contains(f.Function, "mockHost") {
+			caller = f.Function[strings.LastIndex(f.Function, "/")+1:]
+			break
+		}
+		if !more {
+			break
+		}
+	}
+	key := caller + " " + string(pid)
+	v, ok := h.links.dialers.Load(key)
+	if !ok {
+		v, _ = h.links.dialers.LoadOrStore(key, new(atomic.Int64))
+	}
+	v.(*atomic.Int64).Add(1)
+}
+
+// dialReport is the counted dials per node and minute, the most frequent first.
+func (m *mockLinks) dialReport(nodes int, perMin float64) string {
+	type count struct {
+		what string
+		n    int64
+	}
+	var all []count
+	var total int64
+	m.dialers.Range(func(k, v any) bool {
+		n := v.(*atomic.Int64).Load()
+		all = append(all, count{k.(string), n})
+		total += n
+		return true
+	})
+	slices.SortFunc(all, func(a, b count) int { return int(b.n - a.n) })
+	var parts []string
+	for i, c := range all {
+		if i == 8 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f", c.what, float64(c.n)/float64(nodes)*perMin))
+	}
+	return fmt.Sprintf("dials that opened a connection, per node and minute: %.1f (%s)", float64(total)/float64(nodes)*perMin, strings.Join(parts, "; "))
 }
 
 // deadlineStream gives a mocknet stream two things a kernel's socket has and mocknet's

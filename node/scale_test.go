@@ -20,6 +20,7 @@ import (
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -138,7 +139,14 @@ func (s *scaleNet) start(cfg config.Config) (*Node, error) {
 	s.started++
 	s.mu.Unlock()
 	cfg.P2P.Listen = []string{fmt.Sprintf("/ip4/127.%d.%d.%d/udp/0/quic-v1", 1+i/62500, i/250%250, 1+i%250)}
-	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	var sk crypto.PrivKey
+	var h host.Host // the simulated network's, prepared (mocknet); nil: p2p.New builds one
+	var err error
+	if s.links != nil {
+		sk, h, err = s.links.take(cfg.Role)
+	} else {
+		sk, _, err = crypto.GenerateEd25519Key(rand.Reader)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +180,13 @@ func (s *scaleNet) start(cfg config.Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	deps := Deps{Ledger: l, Logger: quietLogger()}
-	if s.links != nil {
-		if deps.Host, err = s.links.host(sk, cfg.Role, cfg.P2P.MaxPeers); err != nil {
-			return nil, err
-		}
-	}
+	deps := Deps{Ledger: l, Logger: quietLogger(), Host: h}
+	// The node's goroutines carry its role as a profiler label (the window's CPU profile, by
+	// role: go tool pprof -tags); the goroutine that starts it gets its own labels back.
+	prev := context.Background()
+	pprof.SetGoroutineLabels(pprof.WithLabels(prev, pprof.Labels("role", cfg.Role)))
 	n, err := New(context.Background(), cfg, sk, deps)
+	pprof.SetGoroutineLabels(prev)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +248,18 @@ func TestScaleHarness(t *testing.T) {
 	case "mocknet":
 		s.links = newMockLinks()
 		linkModel = s.links.describe()
+		roles := []string{config.RoleCoordinator}
+		for range nProv {
+			roles = append(roles, config.RoleProvider)
+		}
+		for range nRent {
+			roles = append(roles, config.RoleRenter)
+		}
+		t0 := time.Now()
+		if err := s.links.prepare(roles, func(role string) int { return scaleConfig(testConfig(role)).P2P.MaxPeers }); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d hosts made and %d links in %s", len(roles), s.links.linkCount(), time.Since(t0).Round(time.Second))
 	default:
 		t.Fatalf("-scale.links %q: quic or mocknet", *scaleLinks)
 	}
@@ -600,6 +620,9 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	witness := nodes[len(nodes)-1]
 	scores0 := counterSum(witness, "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)})
 	openings := s.countConnOpenings()
+	if s.links != nil {
+		s.links.counting.Store(true)
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	if *scaleCPU != "" {
 		if f, err := os.Create(*scaleCPU); err == nil {
@@ -611,6 +634,9 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	}
 	time.Sleep(w)
 	cpu := cpuTime() - cpu0
+	if s.links != nil {
+		s.links.counting.Store(false)
+	}
 	elapsed := time.Since(t0)
 	// Each node's count spans from its gather at the start to its gather at the end.
 	gossipPerMin := float64(time.Minute) / float64(time.Since(tg0))
@@ -673,7 +699,8 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
 	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour", probes*perMin*60, scores*perMin*60)
 	if s.links != nil {
-		report.add("  mocknet links made: %d (%.1f per node)", s.links.linkCount(), float64(s.links.linkCount())/n)
+		report.add("  mocknet links: %d, every pair", s.links.linkCount())
+		report.add("  %s", s.links.dialReport(len(nodes), perMin))
 	}
 	report.add("per role (Go heap in use after a GC; marginal: the growth while the role joined, divided by its nodes):")
 	report.add("  heap: %.1f MB before any node, %.1f MB with the coordinator, %.1f MB with the providers, %.1f MB with the renters, %.1f MB at the end of the window",
