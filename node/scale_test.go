@@ -582,6 +582,13 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 		}
 		s.t.Logf("price change %d (%s): arrivals %v; gossip peers on its topics when it published %v; nodes without it after 30 s (0: the coordinator): %v",
 			i, model, arrivals, gossipPeers, late)
+		for _, r := range nodes[1:min(len(nodes), 4)] { // how the first renters and the coordinator see each other
+			byCoord, _ := s.coord.peer.GossipScore(r.ID())
+			byRenter, _ := r.peer.GossipScore(s.coord.ID())
+			s.t.Logf("  renter %s: the coordinator gossips with it on the model's topic %v (score %.1f), it with the coordinator %v (score %.1f)",
+				r.ID().ShortString(), s.coord.peer.GossipsWith(r.ID())[protocol.ModelTopic(model)], byCoord,
+				r.peer.GossipsWith(s.coord.ID())[protocol.ModelTopic(model)], byRenter)
+		}
 		if n95 := (len(nodes)*95 + 99) / 100; len(arrivals) >= n95 {
 			at95 = append(at95, arrivals[n95-1])
 		}
