@@ -78,6 +78,9 @@ func heldBy(providers []*Node) string {
 					byTag[tag]++
 				}
 			}
+			if cm.IsProtected(id, "") {
+				protected++
+			}
 		}
 		for _, c := range p.Host().Network().Conns() {
 			conns++
@@ -89,11 +92,6 @@ func heldBy(providers []*Node) string {
 				young++
 			case age > 5*time.Minute:
 				old++
-			}
-		}
-		for _, id := range p.Host().Network().Peers() {
-			if cm.IsProtected(id, "") {
-				protected++
 			}
 		}
 	}

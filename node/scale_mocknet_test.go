@@ -120,7 +120,7 @@ func (m *mockLinks) prepare(roles []string, maxPeers func(role string) int) erro
 		if err != nil {
 			return err
 		}
-		cm, err := connmgr.NewConnManager(maxPeers(role)*3/4, maxPeers(role), connmgr.WithGracePeriod(p2p.ConnectionGrace)) // as p2p.New
+		cm, err := p2p.NewConnManager(maxPeers(role)) // as p2p.New
 		if err != nil {
 			return err
 		}

@@ -373,12 +373,7 @@ func adversaryScenarios() []scenario {
 				return n
 			},
 			check: func(t *testing.T, e *advEnv, ops int64) string {
-				g, err := e.clients["renter-1"].Gossip(context.Background(), gossipAttacker.h.ID().String())
-				// Past one score inspection (p2p.ScoreInspectEvery, 5 s) after the attack.
-				for wait := time.Now().Add(8 * time.Second); (err != nil || !g.Known || g.Score > -1000) && time.Now().Before(wait); {
-					time.Sleep(200 * time.Millisecond)
-					g, err = e.clients["renter-1"].Gossip(context.Background(), gossipAttacker.h.ID().String())
-				}
+				g, err := graylisting(e, gossipAttacker.h.ID(), true)
 				if err != nil || !g.Known || g.Score > -1000 {
 					t.Errorf("the junk gossiper is not graylisted: %+v %v", g, err)
 				}
@@ -417,11 +412,7 @@ func adversaryScenarios() []scenario {
 				// attacker) cost the attacker nothing, and the victim little: the score is
 				// checked when copies went past the budget there.
 				over := nodeMetric(t, e, "renter-1", "gpunex_gossip_over_budget_total") - replayOver0
-				g, _ := e.clients["renter-1"].Gossip(context.Background(), replayer.String())
-				for wait := time.Now().Add(8 * time.Second); over > 100 && g.Score > -1000 && time.Now().Before(wait); {
-					time.Sleep(200 * time.Millisecond)
-					g, _ = e.clients["renter-1"].Gossip(context.Background(), replayer.String())
-				}
+				g, _ := graylisting(e, replayer, over > 100)
 				if over > 100 && g.Score > -1000 {
 					t.Errorf("%d copies of one offer, %.0f past the budget at the victim, and the replayer's score is still %.0f", ops, over, g.Score)
 				}
@@ -462,11 +453,7 @@ func adversaryScenarios() []scenario {
 				if wrong == 0 {
 					t.Errorf("%d offers on the wrong topics, none counted as such", ops)
 				}
-				g, _ := e.clients["renter-1"].Gossip(context.Background(), sprayer.String())
-				for wait := time.Now().Add(8 * time.Second); g.Score > -1000 && time.Now().Before(wait); {
-					time.Sleep(200 * time.Millisecond)
-					g, _ = e.clients["renter-1"].Gossip(context.Background(), sprayer.String())
-				}
+				g, _ := graylisting(e, sprayer, true)
 				if g.Score > -1000 {
 					t.Errorf("%d offers sprayed on the wrong topics, and the sprayer's score is still %.0f", ops, g.Score)
 				}
@@ -883,6 +870,18 @@ func adversaryScenarios() []scenario {
 		},
 		benchTurnScenario(),
 	}
+}
+
+// graylisting is renter-1's view of a peer's gossip score. While wait says the score should
+// fall below the graylist threshold (-1000) and has not, it is asked again for up to 8 s:
+// past one score inspection (p2p.ScoreInspectEvery, 5 s) after the attack.
+func graylisting(e *advEnv, id peer.ID, wait bool) (api.GossipView, error) {
+	g, err := e.clients["renter-1"].Gossip(context.Background(), id.String())
+	for until := time.Now().Add(8 * time.Second); wait && (err != nil || !g.Known || g.Score > -1000) && time.Now().Before(until); {
+		time.Sleep(200 * time.Millisecond)
+		g, err = e.clients["renter-1"].Gossip(context.Background(), id.String())
+	}
+	return g, err
 }
 
 // Results the scenarios' checks read.

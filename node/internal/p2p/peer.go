@@ -109,7 +109,7 @@ func New(o Options) (_ *Peer, err error) {
 		opts := natOptions(o, acl)
 		var rm network.ResourceManager
 		if o.MaxPeers > 0 {
-			cm, err := connmgr.NewConnManager(o.MaxPeers*3/4, o.MaxPeers, connmgr.WithGracePeriod(ConnectionGrace))
+			cm, err := NewConnManager(o.MaxPeers)
 			if err != nil {
 				return nil, err
 			}
@@ -188,9 +188,15 @@ func defaultResourceManager() (network.ResourceManager, error) {
 // whatever their age (meshtags.go).
 const ConnectionGrace = 10 * time.Second
 
+// NewConnManager is a node's connection manager: past maxPeers connections it trims back to
+// three quarters of them, sparing those younger than ConnectionGrace.
+func NewConnManager(maxPeers int) (*connmgr.BasicConnMgr, error) {
+	return connmgr.NewConnManager(maxPeers*3/4, maxPeers, connmgr.WithGracePeriod(ConnectionGrace))
+}
+
 // resourceManager is libp2p's resource manager with its default limits, scaled to the
 // machine, except that the whole node may hold twice maxPeers connections (the connection
-// manager trims back to maxPeers; new ones have a minute's grace) with 32 streams each. By
+// manager trims back past maxPeers; new ones have ConnectionGrace) with 32 streams each. By
 // default a machine with 24 GiB allows 256 inbound connections in all: a coordinator
 // refused its 257th provider (the scale harness, docs/performance.md).
 func resourceManager(maxPeers int) (network.ResourceManager, error) {
