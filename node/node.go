@@ -231,6 +231,10 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 		func() float64 { return float64(n.peer.AutoNATRefused()) })
 	n.metrics.CountFrom("gpunex_gossip_over_budget_total", "Gossip messages rejected past their sender's budget of repeated and ignored records (p2p.IgnoredPerMinute a minute, bursts of p2p.IgnoredBurst): each costs the sender gossip score.",
 		func() float64 { return float64(n.peer.OverBudget()) })
+	n.metrics.CountFrom("gpunex_gossip_repairs_total", "Reconnections to a bootstrap peer (a coordinator) that stayed out of this node's gossip, or disconnected, for 20 s or more (then twice as long each time, up to 10 minutes).",
+		func() float64 { return float64(n.peer.GossipRepairs()) })
+	n.metrics.CountFrom("gpunex_gossip_stream_retries_total", "Gossip streams to a connected peer tried again after failing to open (a busy peer): without them, what this node publishes would not reach that peer until it reconnects.",
+		func() float64 { return float64(n.peer.GossipStreamRetries()) })
 	n.models.UsePeer(n.peer)
 	if n.alerts, err = alerts.New(alerts.Deps{Alerts: n.ledger.Alerts, Clock: n.clock, Log: n.log,
 		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + as.self.String()}); err != nil {

@@ -216,7 +216,8 @@ func (c *Catalogue) follows(model string) bool {
 	return model != "" && slices.ContainsFunc(c.cfg.Models, func(m string) bool { return protocol.NormalizeModel(m) == protocol.NormalizeModel(model) })
 }
 
-// sync syncs revocations, the offers req asks for (none when nil) and scores.
+// sync syncs revocations, then scores and the offers req asks for (none when nil) side by
+// side.
 func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
@@ -241,10 +242,22 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 		wg.Add(1)
 		go func(p peer.ID) {
 			defer wg.Done()
-			// Revocations first, so that revoked providers' offers are refused.
+			// Revocations first, so that revoked providers' offers are refused; then the
+			// scores beside the offers, so that offers rank by their providers' real scores
+			// as soon as they come, without the offers waiting for the scores
+			// (docs/performance.md: renters holding the coordinator's scores).
 			if err := c.syncRevocations(ctx, p); err != nil {
 				c.log.Debug("revocation sync failed", "peer", p, "err", err)
 			}
+			wg.Go(func() {
+				if n, err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
+					c.log.Debug("score sync failed", "peer", p, "err", err)
+				} else if req == nil {
+					ok.Store(true) // without offers, the sync is done once the scores came
+				} else if n > 0 || boot[p] || c.scores == nil {
+					scored.Store(true)
+				}
+			})
 			if req != nil {
 				if got, received, err := c.syncFrom(ctx, p, *req); err != nil {
 					c.log.Debug("offer sync failed", "peer", p, "err", err)
@@ -254,13 +267,6 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 					ok.Store(true)
 					c.log.Debug("offer sync", "peer", p, "new", got)
 				}
-			}
-			if n, err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
-				c.log.Debug("score sync failed", "peer", p, "err", err)
-			} else if req == nil {
-				ok.Store(true) // without offers, the sync is done once the scores came
-			} else if n > 0 || boot[p] || c.scores == nil {
-				scored.Store(true)
 			}
 		}(p)
 	}

@@ -114,6 +114,14 @@ func (p *Peer) Join(name string, v Validator) (*Topic, error) {
 // repeated and ignored records (IgnoredPerMinute).
 func (p *Peer) OverBudget() int64 { return p.overBudget.Load() }
 
+// GossipStreamRetries is how many times gossipsub's stream to a connected peer was tried
+// again after failing to open (gossipHost.NewStream).
+func (p *Peer) GossipStreamRetries() int64 { return p.gossipStreamRetries.Load() }
+
+// GossipRepairs is how many times this node connected again to a bootstrap peer that was
+// out of its gossip or disconnected (KeepJoined).
+func (p *Peer) GossipRepairs() int64 { return p.gossipRepairs.Load() }
+
 // JoinToPublish joins a topic without subscribing to it: the node publishes on it
 // (gossipsub's fanout: to the connected peers that subscribe) and receives nothing. A
 // provider announces its offer so, and holds no one else's. Joining a topic twice returns
@@ -147,6 +155,18 @@ func (p *Peer) GossipsWith(id peer.ID) map[string]bool {
 	out := map[string]bool{}
 	for _, t := range p.topics {
 		out[t.Name()] = slices.Contains(t.t.ListPeers(), id)
+	}
+	return out
+}
+
+// GossipPeerCounts says, for each topic this node joined, how many gossip peers it has
+// there.
+func (p *Peer) GossipPeerCounts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for _, t := range p.topics {
+		out[t.Name()] = len(t.t.ListPeers())
 	}
 	return out
 }
