@@ -488,7 +488,7 @@ func (n *Node) startCoordinator(runCtx context.Context, trust protocol.Trust, re
 		Minimum: n.cfg.Coordinator.HostMinimum.Protocol(), Links: n.ledger.Links, Models: n.models, Revocations: n.trust, Applications: n.ledger.Applications,
 	})
 	scorer := reliability.NewScorer(reliability.ScorerDeps{Base: n.base(n.log.With("subsystem", "reliability")), Reliability: n.ledger.Reliability, Applications: n.ledger.Applications, Serials: n.ledger.Serials,
-		Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores})
+		Coordinator: n.cfg.Coordinator, Offers: n.book, Topic: scores, CatchUp: n.catalogue.CatchUp})
 
 	n.peer.Handle(protocol.ApplyProtocol, n.coord.HandleApply)
 	n.peer.Handle(protocol.BenchNetProtocol, n.benchCoord.HandleBenchNet)

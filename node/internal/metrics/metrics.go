@@ -17,8 +17,11 @@ type Metrics struct {
 	// OfferSyncRecords counts valid offers received in catalogue syncs, whether or not the
 	// node already held them.
 	OfferSyncRecords prometheus.Counter
-	Searches         prometheus.Histogram
-	APIRequests      *prometheus.CounterVec
+	// OffersCaughtUp counts, on a coordinator, providers' offers fetched after an uptime
+	// probe because gossip had not brought them (offers.Catalogue.CatchUp).
+	OffersCaughtUp prometheus.Counter
+	Searches       prometheus.Histogram
+	APIRequests    *prometheus.CounterVec
 	// Jobs (provider side).
 	JobProposals *prometheus.CounterVec
 	// JobSessions counts a renter's sessions with its running jobs (port tunnels, shells,
@@ -59,6 +62,10 @@ func New(peers, penalised func() float64) *Metrics {
 		OfferSyncRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpunex_offer_sync_records_total",
 			Help: "Valid offer records received in catalogue syncs, new or already held.",
+		}),
+		OffersCaughtUp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpunex_offers_caught_up_total",
+			Help: "On a coordinator: providers' offers fetched after an uptime probe because gossip had not brought them in 1.5 republish intervals.",
 		}),
 		Searches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpunex_search_duration_seconds",
@@ -104,7 +111,7 @@ func New(peers, penalised func() float64) *Metrics {
 		m.JobsEnded.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(m.JobProposals, m.JobSessions, m.JobInputBytes, m.UptimeProbes, m.DHTAnnouncements, m.JobsStarted, m.JobsEnded,
-		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.Searches, m.APIRequests,
+		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.OffersCaughtUp, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),
 		collectors.NewGoCollector(),

@@ -111,6 +111,9 @@ type ScorerDeps struct {
 	Probe     func(ctx context.Context, p peer.ID) error
 	Providers func() ([]peer.ID, error)
 	Publish   func(ctx context.Context, raw []byte) error
+	// CatchUp, when set, is called after each probe a provider answered: the coordinator
+	// fetches its offer if gossip did not bring it (offers.Catalogue.CatchUp).
+	CatchUp func(ctx context.Context, p peer.ID) bool
 }
 
 // Scorer is the coordinator's side: probe schedule, state, score records.
@@ -130,13 +133,14 @@ type Scorer struct {
 	probeFn     func(ctx context.Context, p peer.ID) error
 	providersFn func() ([]peer.ID, error)
 	publishFn   func(ctx context.Context, raw []byte) error
+	catchUp     func(ctx context.Context, p peer.ID) bool
 }
 
 // NewScorer returns the coordinator's scorer; Run starts its schedule.
 func NewScorer(d ScorerDeps) *Scorer {
 	sc := &Scorer{peer: d.Peer, reliability: d.Reliability, applications: d.Applications, serials: d.Serials,
 		clock: d.Clock, log: d.Log, metrics: d.Metrics, cfg: d.Coordinator, offers: d.Offers,
-		probeFn: d.Probe, providersFn: d.Providers, publishFn: d.Publish}
+		probeFn: d.Probe, providersFn: d.Providers, publishFn: d.Publish, catchUp: d.CatchUp}
 	if d.Peer != nil {
 		sc.id, sc.key = d.Peer.ID, d.Peer.Key
 	}
@@ -207,6 +211,9 @@ func (sc *Scorer) probeOne(ctx context.Context, p peer.ID) {
 				outcome = "missed"
 			}
 			sc.metrics.UptimeProbes.WithLabelValues(outcome).Inc()
+		}
+		if err == nil && sc.catchUp != nil {
+			sc.catchUp(ctx, p) // before the attestation is read below
 		}
 	}
 	so, _ := sc.offers.Get(p)

@@ -346,3 +346,18 @@ type acceptAll struct{}
 
 func (acceptAll) Validate(string, []byte) error        { return nil }
 func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
+
+// TestAnsweredProbeCatchesUpTheOffer: after a provider answers a probe, the coordinator makes
+// sure it holds the provider's offer (offers.Catalogue.CatchUp); after a missed probe it
+// does not try (the provider is not there to ask).
+func TestAnsweredProbeCatchesUpTheOffer(t *testing.T) {
+	s := newSimulated(t, 2, 2, 5*time.Minute) // the first provider misses every probe
+	var caughtUp []peer.ID
+	s.sc.catchUp = func(_ context.Context, p peer.ID) bool { caughtUp = append(caughtUp, p); return true }
+	for _, p := range s.providers {
+		s.sc.probeOne(context.Background(), p)
+	}
+	if len(caughtUp) != 1 || caughtUp[0] != s.providers[1] {
+		t.Fatalf("offers caught up after probes of %v: %v, want the answering provider's only", s.providers, caughtUp)
+	}
+}

@@ -1,0 +1,78 @@
+package offers
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/protocol"
+)
+
+// CatchUp makes sure a coordinator holds the current offer of a provider that just answered
+// its uptime probe: when its book holds none received in the last 1.5 x offers.republish
+// (the provider republishes every offers.republish, so one was missed), it asks the provider
+// over the offer stream, and gossips what it got on the topics of the offer's models, for
+// the renters that follow them. A provider's offer reaches the market through the peers
+// that follow its models, and gossipsub can lose a peer for good while connected (the
+// scale harness over QUIC at 300 providers: a tenth of the providers connected to their
+// coordinator without gossip either way, repairs or not; docs/performance.md): the
+// coordinator's book, which renters sync from at join and at searches, would lack their
+// offers for as long. It reports whether an offer was fetched.
+func (c *Catalogue) CatchUp(ctx context.Context, p peer.ID) bool {
+	stale := c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
+	if so, at := c.book.Get(p); so != nil && c.clock.Now().Sub(at) < stale && so.Offer.ExpiresAt.After(c.clock.Now()) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	raw, err := c.fetchOfferDirect(ctx, peer.AddrInfo{ID: p})
+	if err != nil {
+		c.log.Debug("catching up a provider's offer failed", "provider", p, "err", err)
+		return false
+	}
+	so, fresh, err := c.book.acceptFrom(raw, "stream", p)
+	if err != nil {
+		c.log.Debug("a provider's offer, caught up, refused", "provider", p, "err", err)
+		return false
+	}
+	c.metrics.OffersCaughtUp.Inc()
+	if !fresh {
+		return true // (it had reached the book meanwhile, and the peers with it)
+	}
+	followed := c.Followed()
+	for _, m := range offerModels(so) {
+		name := protocol.ModelTopic(m)
+		if !slices.Contains(followed, name) {
+			continue
+		}
+		t, err := c.peer.JoinToPublish(name)
+		if err == nil {
+			err = t.Publish(ctx, raw)
+		}
+		if err != nil {
+			c.log.Debug("gossiping a caught-up offer failed", "provider", p, "model", m, "err", err)
+		}
+	}
+	return true
+}
+
+// offerModels are the models whose topics an offer travels on (belongsTo), each once.
+func offerModels(so *protocol.SignedOffer) []string {
+	var out []string
+	add := func(m string) {
+		if m = protocol.NormalizeModel(m); belongsTo(so, m) && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	for _, g := range so.Offer.GPUs {
+		add(g.Model)
+	}
+	if so.Cert != nil {
+		for _, g := range so.Cert.GPUs {
+			add(g.Model)
+		}
+	}
+	return out
+}
