@@ -27,6 +27,7 @@ import (
 	"github.com/gpunex/gpunex/node/api"
 	"github.com/gpunex/gpunex/node/config"
 	"github.com/gpunex/gpunex/node/internal/offers"
+	"github.com/gpunex/gpunex/node/internal/p2p"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -335,6 +336,11 @@ func TestScaleHarness(t *testing.T) {
 	report.add("  %d renters joined in %s", nRent, time.Since(joined).Round(100*time.Millisecond))
 	s.waitOffers(report, fmt.Sprintf("the %d renters held every offer", nRent), s.renters)
 	report.add("  %s", scoresHeld())
+	var synced []int
+	for _, r := range s.renters {
+		synced = append(synced, int(counterSum(r, "gpunex_offer_sync_records_total", nil)))
+	}
+	report.add("  offer records each renter received by catalogue sync: %v", synced)
 	s.heapRenters = s.markHeap("with the renters")
 
 	s.measureSearches(report)
@@ -454,6 +460,14 @@ func (s *scaleNet) watchScores(began *sync.Map, nRent int, scored []peer.ID) fun
 	return func() string { return <-done }
 }
 
+// scoreOf is the gossip score a peer gives id, or "none".
+func scoreOf(by *p2p.Peer, id peer.ID) string {
+	if v, ok := by.GossipScore(id); ok {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return "none"
+}
+
 // whyMissing reports, for the first node short of offers, up to five providers whose offer
 // it lacks: whether they are connected, the provider's gossip peers on each of its offer
 // topics, and its offer's sequence.
@@ -469,9 +483,11 @@ func (s *scaleNet) whyMissing(report *scaleReport, nodes []*Node) {
 			if cur := p.publisher.Current(); cur != nil {
 				seq = cur.Offer.Seq
 			}
-			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d; the provider gossips with the coordinator (connected %v) on %v",
+			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d; the provider gossips with the coordinator (connected %v, %d connections) on %v, the coordinator with it on %v; the provider's repairs %d, its gossip streams tried again %d, its gossip peers by topic %v, its connections %d; gossip scores: the coordinator's of it %s, its of the coordinator %s",
 				n.ID().ShortString(), p.ID().ShortString(), n.peer.Host.Network().Connectedness(p.ID()), p.publisher.GossipPeers(), seq,
-				p.peer.Host.Network().Connectedness(s.coord.ID()), p.peer.GossipsWith(s.coord.ID()))
+				p.peer.Host.Network().Connectedness(s.coord.ID()), len(p.peer.Host.Network().ConnsToPeer(s.coord.ID())), p.peer.GossipsWith(s.coord.ID()),
+				s.coord.peer.GossipsWith(p.ID()), p.peer.GossipRepairs(), p.peer.GossipStreamRetries(), p.peer.GossipPeerCounts(), p.peer.Connected(),
+				scoreOf(s.coord.peer, p.ID()), scoreOf(p.peer, s.coord.ID()))
 		}
 		if shown > 0 {
 			return
@@ -702,9 +718,24 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  %s", openings.report(len(s.providers), perMin))
 	report.add("  %s", heldBy(s.providers))
 	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*gossipPerMin)
+	retried, repaired := make([]int64, len(roles)), make([]int64, len(roles))
+	for i, x := range nodes {
+		r := 2
+		switch {
+		case i == 0:
+			r = 0
+		case i <= len(s.providers):
+			r = 1
+		}
+		retried[r] += x.peer.GossipStreamRetries()
+		repaired[r] += x.peer.GossipRepairs()
+	}
+	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator out of gossip or disconnected: providers %d, renters %d",
+		retried[0], retried[1], retried[2], repaired[1], repaired[2])
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
-	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour", probes*perMin*60, scores*perMin*60)
+	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour; %.0f offers caught up after probes since the start (gossip had not brought them)",
+		probes*perMin*60, scores*perMin*60, counterSum(s.coord, "gpunex_offers_caught_up_total", nil))
 	if s.links != nil {
 		report.add("  mocknet links: %d, every pair", s.links.linkCount())
 		report.add("  %s", s.links.dialReport(len(nodes), perMin))

@@ -455,116 +455,65 @@ func (p *Peer) FindProviders(ctx context.Context, key cid.Cid) <-chan peer.AddrI
 	return p.dht.FindProvidersAsync(ctx, key, 0)
 }
 
-// gossipRepairAfter is how long a bootstrap peer may stay out of this node's gossip (or
-// disconnected) before it is connected again; each repair of the same peer doubles the
-// wait before the next, up to gossipRepairAtMost, until it has been gossiping with this
-// node for gossipRepairAtMost. gossipRepairGap is how long a repair leaves the peer
-// disconnected before connecting again.
+// gossipRepairAfter is how long a bootstrap peer may stay connected but out of this node's
+// gossip before the connection is closed and made again; gossipRepairEvery, how long after
+// a repair the same peer may be repaired again.
 const (
-	gossipRepairAfter  = 20 * time.Second
-	gossipRepairAtMost = 10 * time.Minute
-	gossipRepairGap    = 5 * time.Second
+	gossipRepairAfter = 20 * time.Second
+	gossipRepairEvery = 10 * time.Minute
 )
 
-// bootRepair is what repairGossip remembers of one bootstrap peer.
-type bootRepair struct {
-	cutOff    time.Time     // since when it has been out of gossip (zero: it is gossiping)
-	wait      time.Duration // how long it must stay out before the next repair
-	fine      time.Time     // since when it has been gossiping (zero: it is not)
-	reconnect time.Time     // when to connect again, after a repair disconnected it (zero: none due)
-}
-
-// repairGossip connects again to a bootstrap peer (a coordinator) that has been out of this
-// node's gossip on every joined topic, or disconnected, for a while. Gossipsub gives up on a
-// peer whose stream it could not open, or that lost its stream too often (four times in 10
-// minutes), until the next connection; and a connection the coordinator closed is not
-// opened again while the node has other peers. Either way the node would hear nothing of
-// its coordinator's gossip, and a provider's offer, which reaches the market through the
-// peers that follow its model, would not reach it (the scale harness over QUIC at 300
-// providers: 36 offers missing at the coordinator after 4 minutes, docs/performance.md).
-//
-// A connected peer cut off is disconnected, and connected again gossipRepairGap later, so
-// that both sides' gossipsub see the old connection end before the new one starts: by its
-// code, gossipsub lets a new connection pass while it still holds the peer from the old
-// one, and when it then finds the old stream dead with the peer connected, tries again
-// four times in 10 minutes at most. The repair does not always work: in the harness over
-// QUIC, some providers repaired three times, with or without the gap, still gossiped with
-// their coordinator on no topic either way (the coordinator catches their offers up after
-// its probes: offers.Catalogue.CatchUp). The first repair comes after gossipRepairAfter,
-// each next one after twice the wait before, up to gossipRepairAtMost, so that a repair
-// that does not work costs little. A peer that shares some topic with this node is left
-// alone (a coordinator of another version, or one this node scores low).
-func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.Time, state map[peer.ID]*bootRepair, log *slog.Logger) {
+// repairGossip reconnects to a bootstrap peer that has been connected for gossipRepairAfter
+// without being a gossip peer on a joined topic. Gossipsub gives up on a peer whose stream it
+// could not open (a busy coordinator refusing streams in a burst of joins, a protocol
+// negotiation timing out on a loaded machine) until the next connection: the node would
+// hear nothing of its coordinator's gossip, and its offers would not reach it (the scale
+// harness, docs/performance.md). A peer that shares none of this node's topics is cut off;
+// one that shares some is not (a coordinator of another version, or one this node scores
+// low). cutOff remembers since when each peer is cut off, repaired when each was last
+// repaired: a repair closes every stream with the peer, so it is rare. Repairing more often
+// did not pay: backing off from 20 s instead of waiting 10 minutes, with or without 5 s
+// between closing and reconnecting, made 169 to 420 reconnections per scale-harness run at
+// 300 providers and did not mend the providers whose gossip with the coordinator was cut
+// (docs/performance.md, "300 providers over QUIC, converging"); the coordinator catches
+// their offers up after its probes instead (offers.Catalogue.CatchUp).
+func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.Time, cutOff, repaired map[peer.ID]time.Time, log *slog.Logger) {
 	p.mu.Lock()
 	topics := slices.Clone(p.topics)
 	p.mu.Unlock()
-	if len(topics) == 0 {
-		return
-	}
 	for _, ai := range boot {
-		if ai.ID == p.ID {
-			continue
-		}
-		st := state[ai.ID]
-		if st == nil {
-			st = &bootRepair{wait: gossipRepairAfter}
-			state[ai.ID] = st
-		}
-		connected := p.Host.Network().Connectedness(ai.ID) == network.Connected
-		if !st.reconnect.IsZero() {
-			if now.Before(st.reconnect) {
-				continue
-			}
-			st.reconnect = time.Time{}
-			if !connected {
-				p.connectBoot(ctx, ai, log)
-			}
+		if ai.ID == p.ID || p.Host.Network().Connectedness(ai.ID) != network.Connected || len(topics) == 0 {
+			delete(cutOff, ai.ID)
 			continue
 		}
 		gossiping := false
 		for _, t := range topics {
-			if connected && slices.Contains(t.t.ListPeers(), ai.ID) {
+			if slices.Contains(t.t.ListPeers(), ai.ID) {
 				gossiping = true
 			}
 		}
 		if gossiping {
-			st.cutOff = time.Time{}
-			if st.fine.IsZero() {
-				st.fine = now
-			}
-			if now.Sub(st.fine) >= gossipRepairAtMost {
-				st.wait = gossipRepairAfter
-			}
+			delete(cutOff, ai.ID)
 			continue
 		}
-		st.fine = time.Time{}
-		if st.cutOff.IsZero() {
-			st.cutOff = now
+		since, seen := cutOff[ai.ID]
+		if !seen {
+			cutOff[ai.ID] = now
 			continue
 		}
-		if now.Sub(st.cutOff) < st.wait {
+		if now.Sub(since) < gossipRepairAfter || now.Sub(repaired[ai.ID]) < gossipRepairEvery {
 			continue
 		}
-		st.cutOff = now
-		st.wait = min(2*st.wait, gossipRepairAtMost)
+		delete(cutOff, ai.ID)
+		repaired[ai.ID] = now
 		p.gossipRepairs.Add(1)
-		if connected {
-			log.Info("connected to a bootstrap peer but not gossiping with it: reconnecting", "peer", ai.ID)
-			p.Host.Network().ClosePeer(ai.ID)
-			st.reconnect = now.Add(gossipRepairGap)
-			continue
+		log.Info("connected to a bootstrap peer but not gossiping with it: reconnecting", "peer", ai.ID)
+		p.Host.Network().ClosePeer(ai.ID)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := p.Host.Connect(cctx, ai); err != nil {
+			log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
 		}
-		log.Info("a bootstrap peer is disconnected: reconnecting", "peer", ai.ID)
-		p.connectBoot(ctx, ai, log)
-	}
-}
-
-// connectBoot connects to a bootstrap peer, within 5 s.
-func (p *Peer) connectBoot(ctx context.Context, ai peer.AddrInfo, log *slog.Logger) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := p.Host.Connect(cctx, ai); err != nil {
-		log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+		cancel()
 	}
 }
 
@@ -587,20 +536,25 @@ func (p *Peer) KeepJoined(ctx context.Context, boot []peer.AddrInfo, clk clock.C
 	// alone is true at start and whenever every peer is gone. The DHT may connect to the
 	// bootstrap peers by itself, so joining is noticed by having peers, not by connecting.
 	alone := true
-	repairs := map[peer.ID]*bootRepair{}
+	cutOff, repaired := map[peer.ID]time.Time{}, map[peer.ID]time.Time{}
 	// The coordinators' connections are never closed to make room (p2p.max_peers).
 	for _, ai := range boot {
 		p.Host.ConnManager().Protect(ai.ID, "gpunex-bootstrap")
 	}
 	for {
-		p.repairGossip(ctx, boot, clk.Now(), repairs, log)
+		p.repairGossip(ctx, boot, clk.Now(), cutOff, repaired, log)
 		if p.Connected() == 0 {
 			alone = true
 			for _, ai := range boot {
-				if ai.ID == p.ID || repairs[ai.ID] != nil && !repairs[ai.ID].reconnect.IsZero() {
-					continue // (a repair connects it again after its gap)
+				if ai.ID == p.ID {
+					continue
 				}
-				p.connectBoot(ctx, ai, log)
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := p.Host.Connect(cctx, ai)
+				cancel()
+				if err != nil {
+					log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+				}
 			}
 		}
 		if peers := p.Connected(); alone && peers > 0 {
