@@ -231,9 +231,9 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 		func() float64 { return float64(n.peer.AutoNATRefused()) })
 	n.metrics.CountFrom("gpunex_gossip_over_budget_total", "Gossip messages rejected past their sender's budget of repeated and ignored records (p2p.IgnoredPerMinute a minute, bursts of p2p.IgnoredBurst): each costs the sender gossip score.",
 		func() float64 { return float64(n.peer.OverBudget()) })
-	n.metrics.CountFrom("gpunex_gossip_repairs_total", "Reconnections to a bootstrap peer (a coordinator) that stayed out of this node's gossip, or disconnected, for 20 s or more (then twice as long each time, up to 10 minutes).",
+	n.metrics.CountFrom("gpunex_gossip_repairs_total", "Reconnections to a bootstrap peer (a coordinator) that stayed connected but out of this node's gossip on every topic for 20 s (at most once per 10 minutes per peer).",
 		func() float64 { return float64(n.peer.GossipRepairs()) })
-	n.metrics.CountFrom("gpunex_gossip_stream_retries_total", "Gossip streams to a connected peer tried again after failing to open (a busy peer): without them, what this node publishes would not reach that peer until it reconnects.",
+	n.metrics.CountFrom("gpunex_gossip_stream_retries_total", "Gossip streams to a connected peer tried again after failing to open (resource limits, a peer out of stream credit): without them, gossip with that peer would stop until it reconnects.",
 		func() float64 { return float64(n.peer.GossipStreamRetries()) })
 	n.models.UsePeer(n.peer)
 	if n.alerts, err = alerts.New(alerts.Deps{Alerts: n.ledger.Alerts, Clock: n.clock, Log: n.log,

@@ -730,7 +730,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 		retried[r] += x.peer.GossipStreamRetries()
 		repaired[r] += x.peer.GossipRepairs()
 	}
-	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator out of gossip or disconnected: providers %d, renters %d",
+	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator connected but out of gossip: providers %d, renters %d",
 		retried[0], retried[1], retried[2], repaired[1], repaired[2])
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)

@@ -18,7 +18,7 @@ type Metrics struct {
 	// node already held them.
 	OfferSyncRecords prometheus.Counter
 	// OffersCaughtUp counts, on a coordinator, providers' offers fetched after an uptime
-	// probe because gossip had not brought them (offers.Catalogue.CatchUp).
+	// probe because gossip had not brought them, and new to it (offers.Catalogue.CatchUp).
 	OffersCaughtUp prometheus.Counter
 	Searches       prometheus.Histogram
 	APIRequests    *prometheus.CounterVec
@@ -65,7 +65,7 @@ func New(peers, penalised func() float64) *Metrics {
 		}),
 		OffersCaughtUp: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpunex_offers_caught_up_total",
-			Help: "On a coordinator: providers' offers fetched after an uptime probe because gossip had not brought them in 1.5 republish intervals.",
+			Help: "On a coordinator: providers' offers fetched after an uptime probe, new to it (gossip had not brought them in 1.5 republish intervals), and gossiped on.",
 		}),
 		Searches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpunex_search_duration_seconds",

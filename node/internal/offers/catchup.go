@@ -11,18 +11,21 @@ import (
 )
 
 // CatchUp makes sure a coordinator holds the current offer of a provider that just answered
-// its uptime probe: when its book holds none received in the last 1.5 x offers.republish
-// (the provider republishes every offers.republish, so one was missed), it asks the provider
-// over the offer stream, and gossips what it got on the topics of the offer's models, for
-// the renters that follow them. A provider's offer reaches the market through the peers
+// its uptime probe: when its book holds none, an expired one, or one signed more than 1.5 x
+// offers.republish ago (the provider republishes every offers.republish, so one was
+// missed), it asks the provider over the offer stream (2 s), and gossips what it got, if
+// new, on the topics of the offer's models and of the previous release that it follows,
+// for the renters that follow them. A provider's offer reaches the market through the peers
 // that follow its models, and gossipsub can lose a peer for good while connected (the
 // scale harness over QUIC at 300 providers: a tenth of the providers connected to their
 // coordinator without gossip either way, repairs or not; docs/performance.md): the
 // coordinator's book, which renters sync from at join and at searches, would lack their
-// offers for as long. It reports whether an offer was fetched.
+// offers for as long. It reports whether an offer was fetched (new or not).
 func (c *Catalogue) CatchUp(ctx context.Context, p peer.ID) bool {
+	// Judged by when the provider signed the record held, not when it last arrived: any
+	// peer may send an old record again, and a republish is a new record.
 	stale := c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
-	if so, at := c.book.Get(p); so != nil && c.clock.Now().Sub(at) < stale && so.Offer.ExpiresAt.After(c.clock.Now()) {
+	if so, _ := c.book.Get(p); so != nil && c.clock.Now().Sub(so.Offer.IssuedAt) < stale && so.Offer.ExpiresAt.After(c.clock.Now()) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -37,13 +40,16 @@ func (c *Catalogue) CatchUp(ctx context.Context, p peer.ID) bool {
 		c.log.Debug("a provider's offer, caught up, refused", "provider", p, "err", err)
 		return false
 	}
-	c.metrics.OffersCaughtUp.Inc()
 	if !fresh {
 		return true // (it had reached the book meanwhile, and the peers with it)
 	}
+	c.metrics.OffersCaughtUp.Inc()
 	followed := c.Followed()
+	topics := []string{protocol.OffersTopic} // the previous release's renters
 	for _, m := range offerModels(so) {
-		name := protocol.ModelTopic(m)
+		topics = append(topics, protocol.ModelTopic(m))
+	}
+	for _, name := range topics {
 		if !slices.Contains(followed, name) {
 			continue
 		}
@@ -52,7 +58,7 @@ func (c *Catalogue) CatchUp(ctx context.Context, p peer.ID) bool {
 			err = t.Publish(ctx, raw)
 		}
 		if err != nil {
-			c.log.Debug("gossiping a caught-up offer failed", "provider", p, "model", m, "err", err)
+			c.log.Debug("gossiping a caught-up offer failed", "provider", p, "topic", name, "err", err)
 		}
 	}
 	return true

@@ -69,7 +69,7 @@ func TestCoordinatorCatchesUpMissedOffer(t *testing.T) {
 	if coord.cat.CatchUp(context.Background(), prov.peer.ID) || asked.Load() != before {
 		t.Fatal("the coordinator asked again for an offer it received moments ago")
 	}
-	// Received longer ago than 1.5 republish intervals: a republish was missed, asked again.
+	// Signed longer ago than 1.5 republish intervals: a republish was missed, asked again.
 	coord.clock.Advance(coord.cat.cfg.Republish.Duration * 2)
 	coord.cat.CatchUp(context.Background(), prov.peer.ID)
 	if asked.Load() != before+1 {

@@ -46,13 +46,15 @@ func (h gossipHost) ConnManager() connmgr.ConnManager { return h.cm }
 var gossipStreamWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
 
 // NewStream opens gossipsub's stream to a peer, and tries again while the peer stays
-// connected. gossipsub opens its one outbound stream to a peer when the peer connects, and
-// if that fails it forgets the peer until the next connection: the peer never hears this
-// node's subscriptions, so nothing it publishes on those topics comes here. A loaded node
-// fails some of these openings (identify and the negotiation must end within 10 s,
-// libp2p's negotiation timeout): over QUIC at 300 providers on 2 cores, the providers
-// tried 1 to 12 openings again per run (docs/performance.md). A peer that speaks no
-// gossipsub protocol is not tried again.
+// connected. gossipsub opens its one outbound stream to a peer once identify has named a
+// gossipsub protocol, and if that fails it forgets the peer until the next connection: the
+// peer never hears this node's subscriptions, so nothing it publishes on those topics comes
+// here. The protocol being known, the negotiation is deferred to the first write (a failure
+// there goes through gossipsub's own dead-peer retries); what fails here is opening the
+// stream itself: a resource limit, a QUIC connection out of stream credit for 10 s
+// (libp2p's negotiation timeout). Over QUIC at 300 providers on 2 cores, the providers tried
+// 1 to 24 openings again per run, the coordinator none (docs/performance.md). A peer that
+// speaks no gossipsub protocol is not tried again.
 func (h gossipHost) NewStream(ctx context.Context, id peer.ID, protos ...protocol.ID) (network.Stream, error) {
 	for try := 0; ; try++ {
 		s, err := h.Host.NewStream(ctx, id, protos...)

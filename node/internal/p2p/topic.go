@@ -118,8 +118,8 @@ func (p *Peer) OverBudget() int64 { return p.overBudget.Load() }
 // again after failing to open (gossipHost.NewStream).
 func (p *Peer) GossipStreamRetries() int64 { return p.gossipStreamRetries.Load() }
 
-// GossipRepairs is how many times this node connected again to a bootstrap peer that was
-// out of its gossip or disconnected (KeepJoined).
+// GossipRepairs is how many times this node reconnected to a bootstrap peer that was
+// connected but out of its gossip (KeepJoined).
 func (p *Peer) GossipRepairs() int64 { return p.gossipRepairs.Load() }
 
 // JoinToPublish joins a topic without subscribing to it: the node publishes on it
