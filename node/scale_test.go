@@ -625,6 +625,18 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 	report.add("%s", line)
 }
 
+// roleOf is the role of the i-th of s.all()'s nodes: 0 the coordinator, 1 a provider, 2 a
+// renter.
+func (s *scaleNet) roleOf(i int) int {
+	switch {
+	case i == 0:
+		return 0
+	case i <= len(s.providers):
+		return 1
+	}
+	return 2
+}
+
 // measureWindow measures a steady-state window: CPU, memory, connections, gossip and DHT
 // records per node, and the coordinator's probes and score records.
 func (s *scaleNet) measureWindow(report *scaleReport) {
@@ -668,14 +680,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	roleGossip := make([]float64, len(roles))
 	for i := range nodes {
 		gossip += gossip1[i] - gossip0[i]
-		switch {
-		case i == 0:
-			roleGossip[0] += gossip1[i] - gossip0[i]
-		case i <= len(s.providers):
-			roleGossip[1] += gossip1[i] - gossip0[i]
-		default:
-			roleGossip[2] += gossip1[i] - gossip0[i]
-		}
+		roleGossip[s.roleOf(i)] += gossip1[i] - gossip0[i]
 	}
 	probes := counterSum(s.coord, "gpunex_uptime_probes_total", nil) - probes0
 	scores := counterSum(witness, "gpunex_records_accepted_total", map[string]string{"kind": string(protocol.KindScore)}) - scores0
@@ -720,15 +725,8 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*gossipPerMin)
 	retried, repaired := make([]int64, len(roles)), make([]int64, len(roles))
 	for i, x := range nodes {
-		r := 2
-		switch {
-		case i == 0:
-			r = 0
-		case i <= len(s.providers):
-			r = 1
-		}
-		retried[r] += x.peer.GossipStreamRetries()
-		repaired[r] += x.peer.GossipRepairs()
+		retried[s.roleOf(i)] += x.peer.GossipStreamRetries()
+		repaired[s.roleOf(i)] += x.peer.GossipRepairs()
 	}
 	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator connected but out of gossip: providers %d, renters %d",
 		retried[0], retried[1], retried[2], repaired[1], repaired[2])

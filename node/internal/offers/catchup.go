@@ -2,12 +2,9 @@ package offers
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/gpunex/gpunex/protocol"
 )
 
 // CatchUp makes sure a coordinator holds the current offer of a provider that just answered
@@ -24,8 +21,7 @@ import (
 func (c *Catalogue) CatchUp(ctx context.Context, p peer.ID) bool {
 	// Judged by when the provider signed the record held, not when it last arrived: any
 	// peer may send an old record again, and a republish is a new record.
-	stale := c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
-	if so, _ := c.book.Get(p); so != nil && c.clock.Now().Sub(so.Offer.IssuedAt) < stale && so.Offer.ExpiresAt.After(c.clock.Now()) {
+	if so, _ := c.book.Get(p); so != nil && c.clock.Now().Sub(so.Offer.IssuedAt) < c.staleAfter() && so.Offer.ExpiresAt.After(c.clock.Now()) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -44,13 +40,8 @@ func (c *Catalogue) CatchUp(ctx context.Context, p peer.ID) bool {
 		return true // (it had reached the book meanwhile, and the peers with it)
 	}
 	c.metrics.OffersCaughtUp.Inc()
-	followed := c.Followed()
-	topics := []string{protocol.OffersTopic} // the previous release's renters
-	for _, m := range offerModels(so) {
-		topics = append(topics, protocol.ModelTopic(m))
-	}
-	for _, name := range topics {
-		if !slices.Contains(followed, name) {
+	for _, name := range c.Followed() {
+		if !carries(so, name) {
 			continue
 		}
 		t, err := c.peer.JoinToPublish(name)
@@ -62,23 +53,4 @@ func (c *Catalogue) CatchUp(ctx context.Context, p peer.ID) bool {
 		}
 	}
 	return true
-}
-
-// offerModels are the models whose topics an offer travels on (belongsTo), each once.
-func offerModels(so *protocol.SignedOffer) []string {
-	var out []string
-	add := func(m string) {
-		if m = protocol.NormalizeModel(m); belongsTo(so, m) && !slices.Contains(out, m) {
-			out = append(out, m)
-		}
-	}
-	for _, g := range so.Offer.GPUs {
-		add(g.Model)
-	}
-	if so.Cert != nil {
-		for _, g := range so.Cert.GPUs {
-			add(g.Model)
-		}
-	}
-	return out
 }

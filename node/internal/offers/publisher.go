@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -352,7 +351,7 @@ func (p *Publisher) publishLocked(ctx context.Context, withdrawn string) error {
 	}
 	p.announce <- raw
 	for _, t := range p.topics {
-		if model, ok := strings.CutPrefix(t.Name(), protocol.ModelTopicPrefix); ok && !belongsTo(so, model) {
+		if !carries(so, t.Name()) {
 			continue // a declared model it neither offers nor is certified for: refused there
 		}
 		if err := t.Publish(ctx, raw); err != nil {

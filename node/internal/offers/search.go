@@ -242,7 +242,7 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 
 	keys := c.searchKeys(f)
 	if c.peer.RoutingTableSize() > 0 {
-		stale := c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
+		stale := c.staleAfter()
 		walk, fetch, fetched := ctx, ctx, func() {}
 		// A book that does not follow the model's gossip (a provider's; a renter's that
 		// follows other models) is cold at every search.

@@ -216,6 +216,12 @@ func (c *Catalogue) follows(model string) bool {
 	return model != "" && slices.ContainsFunc(c.cfg.Models, func(m string) bool { return protocol.NormalizeModel(m) == protocol.NormalizeModel(model) })
 }
 
+// staleAfter is how old a held offer, or the last catalogue sync, may be before a republish
+// must have been missed: 1.5 x offers.republish.
+func (c *Catalogue) staleAfter() time.Duration {
+	return c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
+}
+
 // sync syncs revocations, then scores and the offers req asks for (none when nil) side by
 // side.
 func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -102,6 +103,14 @@ func belongsTo(so *protocol.SignedOffer, model string) bool {
 		return len(so.Offer.GPUs) == 0 // a withdrawal without a certificate: nothing tells
 	}
 	return slices.ContainsFunc(so.Cert.GPUs, func(g protocol.CertifiedGPU) bool { return protocol.NormalizeModel(g.Model) == model })
+}
+
+// carries says whether an offer travels on a topic: the previous release's, or the topic of
+// a model it belongs to (belongsTo); a provider publishes it there, and a coordinator that
+// caught it up (CatchUp) gossips it there.
+func carries(so *protocol.SignedOffer, topic string) bool {
+	model, ok := strings.CutPrefix(topic, protocol.ModelTopicPrefix)
+	return !ok || belongsTo(so, model)
 }
 
 // topicsOf returns the topics a provider declaring models may publish on: each model's,

@@ -16,6 +16,18 @@ type anyValue struct{}
 func (anyValue) Validate(string, []byte) error        { return nil }
 func (anyValue) Select(string, [][]byte) (int, error) { return 0, nil }
 
+// newLoopbackPeer starts a peer on loopback TCP, closed when the test ends.
+func newLoopbackPeer(t *testing.T) *Peer {
+	t.Helper()
+	sk, _, _ := crypto.GenerateEd25519Key(rand.Reader)
+	p, err := New(Options{Key: sk, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, OfferValidator: anyValue{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 // TestBan: a peer refused more than MisbehaviourPerMinute times in a minute is disconnected
 // and cannot connect again; another peer can.
 func TestBan(t *testing.T) {

@@ -2,30 +2,20 @@ package p2p
 
 import (
 	"context"
-	"crypto/rand"
 	"testing"
 	"time"
 
-	"github.com/gpunex/gpunex/protocol"
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/gpunex/gpunex/protocol"
 )
 
 // TestJobTagLastsWithTheStream: a peer with a job stream open is kept by the connection
 // manager (tagged) on both sides, and loses the mark when the stream ends, so that a
 // stranger opening job streams cannot stay protected and push gossip peers out.
 func TestJobTagLastsWithTheStream(t *testing.T) {
-	newPeer := func() *Peer {
-		sk, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-		p, err := New(Options{Key: sk, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, OfferValidator: anyValue{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		return p
-	}
-	provider, renter := newPeer(), newPeer()
+	provider, renter := newLoopbackPeer(t), newLoopbackPeer(t)
 	release := make(chan struct{})
 	provider.Handle(protocol.JobProtocol, func(s network.Stream) {
 		<-release

@@ -2,13 +2,11 @@ package p2p
 
 import (
 	"context"
-	"crypto/rand"
 	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -17,16 +15,7 @@ import (
 // gossip for 20 s, and then not again for 10 minutes (a repair closes every stream with
 // it); each repair is counted (gpunex_gossip_repairs_total).
 func TestBootstrapPeerRepaired(t *testing.T) {
-	newPeer := func() *Peer {
-		sk, _, _ := crypto.GenerateEd25519Key(rand.Reader)
-		p, err := New(Options{Key: sk, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, OfferValidator: anyValue{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		return p
-	}
-	node, coord := newPeer(), newPeer()
+	node, coord := newLoopbackPeer(t), newLoopbackPeer(t)
 	const topic = "/gpunex/scores/1"
 	accept := func(context.Context, peer.ID, []byte) Verdict { return Accept }
 	if _, err := node.Join(topic, accept); err != nil {
