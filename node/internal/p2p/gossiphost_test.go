@@ -29,6 +29,24 @@ func (h *failingOpens) NewStream(ctx context.Context, id peer.ID, protos ...prot
 	return h.Host.NewStream(ctx, id, protos...)
 }
 
+// subscribedOn starts gossipsub on h and subscribes to topic.
+func subscribedOn(ctx context.Context, t *testing.T, h host.Host, topic string) *pubsub.Subscription {
+	t.Helper()
+	ps, err := pubsub.NewGossipSub(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined, err := ps.Join(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := joined.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
 func loopbackHost(t *testing.T) host.Host {
 	t.Helper()
 	h, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
@@ -62,18 +80,7 @@ func TestGossipStreamTriedAgain(t *testing.T) {
 			coordHost := &failingOpens{Host: loopbackHost(t)}
 			coordHost.left.Store(2)
 			var retries atomic.Int64
-			coordPS, err := pubsub.NewGossipSub(ctx, newGossipHost(coordHost, &retries))
-			if err != nil {
-				t.Fatal(err)
-			}
-			coordTopic, err := coordPS.Join(topic)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sub, err := coordTopic.Subscribe()
-			if err != nil {
-				t.Fatal(err)
-			}
+			sub := subscribedOn(ctx, t, newGossipHost(coordHost, &retries), topic)
 			provHost := loopbackHost(t)
 			var provRetries atomic.Int64
 			provPS, err := pubsub.NewGossipSub(ctx, newGossipHost(provHost, &provRetries))

@@ -86,6 +86,8 @@ type Peer struct {
 	gossipStreamRetries atomic.Int64
 	// gossipRepairs counts the reconnections to bootstrap peers out of gossip (repairGossip).
 	gossipRepairs atomic.Int64
+	// identify counts the connections whose identify failed (watchIdentify).
+	identify identifyFailures
 	// jobStreams counts each peer's open job streams (keepForJobs).
 	jobStreams map[peer.ID]int
 	// relayedUse is when each relayed connection peers opened to this node last had one of
@@ -155,6 +157,7 @@ func New(o Options) (_ *Peer, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	p.reach.watch(ctx, p)
+	p.watchIdentify(ctx)
 	if p.ownsHost && o.TakeRelaySlots {
 		go p.closeIdleRelayedLoop(ctx)
 		if o.Reachability != "public" && o.Reachability != "private" && len(o.Bootstrap) > 0 {
@@ -539,7 +542,7 @@ func (p *Peer) KeepJoined(ctx context.Context, boot []peer.AddrInfo, clk clock.C
 	cutOff, repaired := map[peer.ID]time.Time{}, map[peer.ID]time.Time{}
 	// The coordinators' connections are never closed to make room (p2p.max_peers).
 	for _, ai := range boot {
-		p.Host.ConnManager().Protect(ai.ID, "gpunex-bootstrap")
+		p.Host.ConnManager().Protect(ai.ID, bootstrapProtection)
 	}
 	for {
 		p.repairGossip(ctx, boot, clk.Now(), cutOff, repaired, log)

@@ -1,0 +1,140 @@
+package p2p
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
+	identifypb "github.com/libp2p/go-libp2p/p2p/protocol/identify/pb"
+	"github.com/libp2p/go-msgio/pbio"
+)
+
+// A connection whose identify exchange fails is counted, with its reason, so that an
+// operator (gpunex_identify_failures_total) and the scale harness can tell why a connected
+// peer stays out of gossip.
+func TestIdentifyFailureCounted(t *testing.T) {
+	node := newLoopbackPeer(t)
+	mute := loopbackHost(t)
+	mute.RemoveStreamHandler(identify.ID) // answers no identify request
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	connectUntilIdentifyFails(ctx, t, node, mute)
+	if got := node.IdentifyFailedWith(mute.ID()); got == "" {
+		t.Fatal("no reason kept for the peer whose identify failed")
+	}
+	if got := node.IdentifyFailureReasons(); len(got) != 1 {
+		t.Fatalf("reasons %v, want one", got)
+	}
+	if got := node.IdentifyFailedWith(node.ID); got != "" {
+		t.Fatalf("a reason kept for a peer never met: %q", got)
+	}
+}
+
+// connectUntilIdentifyFails connects node to h and waits until node counts a failed
+// identify.
+func connectUntilIdentifyFails(ctx context.Context, t *testing.T, node *Peer, h host.Host) {
+	t.Helper()
+	if err := node.Host.Connect(ctx, peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	for node.IdentifyFailures() == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the failed identify was not counted")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// overloadedIdentify makes h answer identify requests by resetting them while fail is set
+// (as an overloaded coordinator's ran out of time in the scale harness), and with its
+// protocols once fail is cleared. The handler is set once, before any peer connects, so
+// that clearing fail changes none of h's protocols (which would make h push its identify to
+// its peers, a path an overloaded coordinator does not take).
+func overloadedIdentify(t *testing.T, h host.Host, fail *atomic.Bool) {
+	t.Helper()
+	key, err := crypto.MarshalPublicKey(h.Peerstore().PubKey(h.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetStreamHandler(identify.ID, func(s network.Stream) {
+		if fail.Load() {
+			_ = s.Reset()
+			return
+		}
+		msg := &identifypb.Identify{PublicKey: key}
+		for _, p := range h.Mux().Protocols() {
+			msg.Protocols = append(msg.Protocols, string(p))
+		}
+		for _, a := range h.Addrs() {
+			msg.ListenAddrs = append(msg.ListenAddrs, a.Bytes())
+		}
+		_ = pbio.NewDelimitedWriter(s).WriteMsg(msg)
+		_ = s.Close()
+	})
+}
+
+// A node whose identify with its coordinator failed (the coordinator overloaded) is out of
+// the coordinator's gossip: what it publishes does not reach the coordinator, even once the
+// coordinator answers identify again, because identify is not tried again on a connection.
+// The node replaces the connection: identify runs on the new one and gossip flows. Only a
+// bootstrap peer's connections are replaced.
+func TestUnidentifiedConnectionReplaced(t *testing.T) {
+	saved := identifyRetryAfter
+	t.Cleanup(func() { identifyRetryAfter = saved })
+	for _, tc := range []struct {
+		name      string
+		wait      time.Duration
+		bootstrap bool
+		arrives   bool
+	}{
+		{"replaced", 100 * time.Millisecond, true, true},
+		{"left as it was", time.Hour, true, false},
+		{"not a bootstrap peer", 100 * time.Millisecond, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			identifyRetryAfter = tc.wait
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			const topic = "/gpunex/offers/model/1/H100-80GB"
+			coord := loopbackHost(t)
+			var fail atomic.Bool
+			fail.Store(true)
+			overloadedIdentify(t, coord, &fail)
+			sub := subscribedOn(ctx, t, coord, topic)
+			node := newLoopbackPeer(t)
+			nodeTopic, err := node.ps.Join(topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.bootstrap {
+				node.Host.ConnManager().Protect(coord.ID(), bootstrapProtection)
+			}
+			connectUntilIdentifyFails(ctx, t, node, coord)
+			fail.Store(false) // the coordinator has caught up
+			arrived := false
+			for i := 0; !arrived && i < 30; i++ {
+				if err := nodeTopic.Publish(ctx, fmt.Appendf(nil, "offer %d", i)); err != nil {
+					t.Fatal(err)
+				}
+				rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				_, err := sub.Next(rctx)
+				rcancel()
+				arrived = err == nil
+			}
+			if arrived != tc.arrives {
+				t.Fatalf("a publication reached the coordinator: %v, want %v (connections replaced: %d)", arrived, tc.arrives, node.IdentifyReplacements())
+			}
+			if want := map[bool]int64{true: 1, false: 0}[tc.arrives]; node.IdentifyReplacements() != want {
+				t.Fatalf("connections replaced %d times, want %d", node.IdentifyReplacements(), want)
+			}
+		})
+	}
+}
