@@ -45,6 +45,7 @@ var (
 	scaleRounds    = flag.Int("scale.rounds", 2, "rounds of searches, each renter searching four ways a round")
 	scaleOut       = flag.String("scale.out", "", "a file the report is also written to")
 	scaleHeap      = flag.String("scale.heapprofile", "", "a file the heap profile is written to after the steady-state window")
+	scaleWhySlow   = flag.Bool("scale.whyslow", false, "log where a SetPrice that has not returned after 1 s and 3 s waits (a goroutine profile: with QUIC links at 300 providers each takes minutes and stalls the run)")
 	scaleCPU       = flag.String("scale.cpuprofile", "", "a file the CPU profile of the steady-state window is written to")
 	scaleStacks    = flag.String("scale.goroutines", "", "a file prefix the goroutines, grouped by stack, are written to as each role finishes joining (PREFIX-providers.txt, ...)")
 	scaleLinks     = flag.String("scale.links", "quic", "how nodes are linked: quic (each on its own loopback address) or mocknet (simulated in memory, scale_mocknet_test.go)")
@@ -182,10 +183,11 @@ func (s *scaleNet) start(cfg config.Config) (*Node, error) {
 		}
 	}
 	deps := Deps{Ledger: l, Logger: quietLogger(), Host: h}
-	// The node's goroutines carry its role as a profiler label (the window's CPU profile, by
-	// role: go tool pprof -tags); the goroutine that starts it gets its own labels back.
+	// The node's goroutines carry its role and its ID as profiler labels (the window's CPU
+	// profile, by role: go tool pprof -tags; where a slow SetPrice waits:
+	// setPriceWatched); the goroutine that starts it gets its own labels back.
 	prev := context.Background()
-	pprof.SetGoroutineLabels(pprof.WithLabels(prev, pprof.Labels("role", cfg.Role)))
+	pprof.SetGoroutineLabels(pprof.WithLabels(prev, pprof.Labels("role", cfg.Role, "node", id.String())))
 	n, err := New(context.Background(), cfg, sk, deps)
 	pprof.SetGoroutineLabels(prev)
 	if err != nil {
@@ -304,6 +306,7 @@ func TestScaleHarness(t *testing.T) {
 	}
 	report.add("nodes started (1 coordinator, %d providers, %d renters)", nProv, nRent)
 	report.add("  %d providers joined in %s, %s of CPU", nProv, time.Since(started).Round(time.Second), (cpuTime() - cpu0).Round(time.Second))
+	s.measureEarlyPriceChanges(report)
 	s.waitOffers(report, "the coordinator held every provider's offer", []*Node{s.coord})
 	s.heapProviders = s.markHeap("with the providers")
 
@@ -483,11 +486,12 @@ func (s *scaleNet) whyMissing(report *scaleReport, nodes []*Node) {
 			if cur := p.publisher.Current(); cur != nil {
 				seq = cur.Offer.Seq
 			}
-			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d; the provider gossips with the coordinator (connected %v, %d connections) on %v, the coordinator with it on %v; the provider's repairs %d, its gossip streams tried again %d, its gossip peers by topic %v, its connections %d; gossip scores: the coordinator's of it %s, its of the coordinator %s",
+			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d; the provider gossips with the coordinator (connected %v, %d connections) on %v, the coordinator with it on %v; the provider's repairs %d, its gossip streams tried again %d, its gossip peers by topic %v, its connections %d; gossip scores: the coordinator's of it %s, its of the coordinator %s; identify failed (the provider's %d in all, %d replaced) with the coordinator %q, the coordinator's with it %q",
 				n.ID().ShortString(), p.ID().ShortString(), n.peer.Host.Network().Connectedness(p.ID()), p.publisher.GossipPeers(), seq,
 				p.peer.Host.Network().Connectedness(s.coord.ID()), len(p.peer.Host.Network().ConnsToPeer(s.coord.ID())), p.peer.GossipsWith(s.coord.ID()),
 				s.coord.peer.GossipsWith(p.ID()), p.peer.GossipRepairs(), p.peer.GossipStreamRetries(), p.peer.GossipPeerCounts(), p.peer.Connected(),
-				scoreOf(s.coord.peer, p.ID()), scoreOf(p.peer, s.coord.ID()))
+				scoreOf(s.coord.peer, p.ID()), scoreOf(p.peer, s.coord.ID()),
+				p.peer.IdentifyFailures(), p.peer.IdentifyReplacements(), p.peer.IdentifyFailedWith(s.coord.ID()), s.coord.peer.IdentifyFailedWith(p.ID()))
 		}
 		if shown > 0 {
 			return
@@ -577,16 +581,14 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 	s.mu.Lock()
 	nodes := append([]*Node{s.coord}, s.renters...)
 	s.mu.Unlock()
-	var at95, at100 []time.Duration
+	var at95, at100, setPrice []time.Duration
 	missed := 0
 	for i := range *scaleChanges {
 		prov := s.providers[(i*7919)%len(s.providers)]
 		model := declaredModel(prov)
 		start := time.Now()
-		so, err := prov.publisher.SetPrice(context.Background(), model, protocol.MicroUSDC(500_000+i))
-		if err != nil {
-			s.t.Fatal(err)
-		}
+		so := s.setPriceWatched(prov, model, protocol.MicroUSDC(500_000+i))
+		setPrice = append(setPrice, time.Since(start))
 		gossipPeers := prov.publisher.GossipPeers()
 		arrivals := offerArrivals(nodes, so, start, 30*time.Second, 5*time.Millisecond)
 		// Where it was slow: the coordinator's arrival, and who still lacked it at the end.
@@ -615,7 +617,8 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 		}
 		time.Sleep(time.Second)
 	}
-	line := fmt.Sprintf("price change, %d changes, to the renters and the coordinator: 95%% of them median %s, worst %s", *scaleChanges, pct(at95, 0.5), pct(at95, 1))
+	line := fmt.Sprintf("price change, %d changes, to the renters and the coordinator: 95%% of them median %s, worst %s (SetPrice itself returned in: median %s, worst %s)",
+		*scaleChanges, pct(at95, 0.5), pct(at95, 1), pct(setPrice, 0.5), pct(setPrice, 1))
 	if len(at100) > 0 {
 		line += fmt.Sprintf("; 100%% median %s, worst %s", pct(at100, 0.5), pct(at100, 1))
 	}
@@ -623,6 +626,67 @@ func (s *scaleNet) measurePriceChanges(report *scaleReport) {
 		line += fmt.Sprintf("; %d changes had not reached every one of them after 30 s", missed)
 	}
 	report.add("%s", line)
+}
+
+// measureEarlyPriceChanges times SetPrice itself at providers taken in turn, a second apart,
+// in the network's first minute (the changes measured later are in a network a few minutes
+// old).
+func (s *scaleNet) measureEarlyPriceChanges(report *scaleReport) {
+	var took []time.Duration
+	for i := range *scaleChanges {
+		prov := s.providers[(i*7907+1)%len(s.providers)]
+		start := time.Now()
+		s.setPriceWatched(prov, declaredModel(prov), protocol.MicroUSDC(400_000+i))
+		took = append(took, time.Since(start))
+		time.Sleep(time.Second)
+	}
+	report.add("  SetPrice at %d providers in the network's first minute returned in: median %s, worst %s", len(took), pct(took, 0.5), pct(took, 1))
+}
+
+// setPriceWatched changes a provider's price and, with -scale.whyslow, while SetPrice has
+// not returned after 1 s and again after 3 s, logs where it waits: its goroutine's stack and
+// the provider's gossipsub goroutines.
+func (s *scaleNet) setPriceWatched(prov *Node, model string, price protocol.MicroUSDC) *protocol.SignedOffer {
+	type result struct {
+		so  *protocol.SignedOffer
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go pprof.Do(context.Background(), pprof.Labels("scale", "setprice"), func(ctx context.Context) {
+		so, err := prov.publisher.SetPrice(ctx, model, price)
+		done <- result{so, err}
+	})
+	var r result
+	for _, wait := range []time.Duration{time.Second, 2 * time.Second, 0} {
+		if wait == 0 {
+			r = <-done
+			break
+		}
+		select {
+		case r = <-done:
+		case <-time.After(wait):
+			if !*scaleWhySlow {
+				continue
+			}
+			// Stacks grouped, with their labels (the full dump stops at 64 MB, a few
+			// hundred thousand goroutines short of the end at 300 providers).
+			var all strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&all, 1)
+			// And what the provider's gossipsub is doing: a publish waits for its event loop.
+			for _, g := range strings.Split(all.String(), "\n\n") {
+				if strings.Contains(g, `"scale":"setprice"`) || strings.Contains(g, prov.ID().String()) && strings.Contains(g, "go-libp2p-pubsub") {
+					s.t.Logf("SetPrice has not returned after %s:\n%s", time.Since(start).Round(time.Millisecond), g)
+				}
+			}
+			continue
+		}
+		break
+	}
+	if r.err != nil {
+		s.t.Fatal(r.err)
+	}
+	return r.so
 }
 
 // roleOf is the role of the i-th of s.all()'s nodes: 0 the coordinator, 1 a provider, 2 a
@@ -723,13 +787,22 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  %s", openings.report(len(s.providers), perMin))
 	report.add("  %s", heldBy(s.providers))
 	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*gossipPerMin)
-	retried, repaired := make([]int64, len(roles)), make([]int64, len(roles))
+	retried, repaired, unidentified, replaced := make([]int64, len(roles)), make([]int64, len(roles)), make([]int64, len(roles)), make([]int64, len(roles))
 	for i, x := range nodes {
 		retried[s.roleOf(i)] += x.peer.GossipStreamRetries()
 		repaired[s.roleOf(i)] += x.peer.GossipRepairs()
+		unidentified[s.roleOf(i)] += x.peer.IdentifyFailures()
+		replaced[s.roleOf(i)] += x.peer.IdentifyReplacements()
 	}
-	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator connected but out of gossip: providers %d, renters %d",
-		retried[0], retried[1], retried[2], repaired[1], repaired[2])
+	reasons := map[string]int{}
+	for _, x := range nodes {
+		for r, k := range x.peer.IdentifyFailureReasons() {
+			reasons[r] += k
+		}
+	}
+	report.add("  identify failures by reason (one per peer and node): %v", reasons)
+	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator connected but out of gossip: providers %d, renters %d; connections whose identify failed: coordinator %d, providers %d, renters %d; peers whose connections were replaced for it: coordinator %d, providers %d, renters %d",
+		retried[0], retried[1], retried[2], repaired[1], repaired[2], unidentified[0], unidentified[1], unidentified[2], replaced[0], replaced[1], replaced[2])
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
 	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour; %.0f offers caught up after probes since the start (gossip had not brought them)",
