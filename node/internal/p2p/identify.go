@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +15,15 @@ import (
 // identifyFailedKept bounds how many peers' last identify failure a node remembers.
 const identifyFailedKept = 1024
 
-// identifyRetryAfter is how long a bootstrap peer whose identify failed is left connected
-// without a completed identify before its connections are replaced (replaceUnidentified).
-var identifyRetryAfter = 5 * time.Second
+// identifyRetryAfter is how long after an identify failure with a bootstrap peer its
+// connections are checked (replaceUnidentified). A connection younger than this and a
+// second (identify's own time limit is 5 s) may still be identifying: it is checked again
+// once it is that old.
+const identifyRetryAfter = 5 * time.Second
 
 // identifyReplaceEvery is the least time between two replacements of one peer's
-// connections: an overloaded peer is not hammered with reconnections.
+// connections: an overloaded peer is not hammered with reconnections. A peer still
+// unidentified when it comes is checked again then.
 const identifyReplaceEvery = time.Minute
 
 // bootstrapProtection is the connection manager's protection of the bootstrap peers (the
@@ -41,13 +45,30 @@ const bootstrapProtection = "gpunex-bootstrap"
 type identifyFailures struct {
 	count    atomic.Int64
 	replaced atomic.Int64
-	mu       sync.Mutex
-	last     map[peer.ID]string    // the reason of each peer's last failure
-	checking map[peer.ID]bool      // peers whose connections are to be checked (replaceUnidentified)
-	lastDone map[peer.ID]time.Time // when each peer's connections were last replaced
-	// identified holds the connections whose identify completed (closed ones are swept out
-	// when it grows past identifyFailedKept).
+	// retryAfter and replaceEvery replace identifyRetryAfter and identifyReplaceEvery when
+	// set (tests).
+	retryAfter, replaceEvery atomic.Int64
+	mu                       sync.Mutex
+	last                     map[peer.ID]string    // the reason of each peer's last failure
+	checking                 map[peer.ID]bool      // bootstrap peers whose connections are to be checked
+	lastDone                 map[peer.ID]time.Time // when each peer's connections were last replaced
+	// identified holds the bootstrap peers' connections whose identify completed (closed
+	// ones are swept out when it grows past identifyFailedKept).
 	identified map[network.Conn]bool
+}
+
+func (f *identifyFailures) wait() time.Duration {
+	if d := time.Duration(f.retryAfter.Load()); d > 0 {
+		return d
+	}
+	return identifyRetryAfter
+}
+
+func (f *identifyFailures) every() time.Duration {
+	if d := time.Duration(f.replaceEvery.Load()); d > 0 {
+		return d
+	}
+	return identifyReplaceEvery
 }
 
 // watchIdentify counts identify failures and, identifyRetryAfter after one with a
@@ -57,6 +78,7 @@ func (p *Peer) watchIdentify(ctx context.Context) {
 	f := &p.identify
 	onEvent(ctx, p, func(e event.EvtPeerIdentificationFailed) {
 		f.count.Add(1)
+		bootstrap := p.Host.ConnManager().IsProtected(e.Peer, bootstrapProtection)
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.last == nil || len(f.last) >= identifyFailedKept {
@@ -70,13 +92,13 @@ func (p *Peer) watchIdentify(ctx context.Context) {
 		if f.checking == nil {
 			f.checking = map[peer.ID]bool{}
 		}
-		if !f.checking[e.Peer] && p.Host.ConnManager().IsProtected(e.Peer, bootstrapProtection) {
+		if bootstrap && !f.checking[e.Peer] {
 			f.checking[e.Peer] = true
-			time.AfterFunc(identifyRetryAfter, func() { p.replaceUnidentified(ctx, e.Peer) })
+			time.AfterFunc(f.wait(), func() { p.replaceUnidentified(ctx, e.Peer) })
 		}
 	})
 	onEvent(ctx, p, func(e event.EvtPeerIdentificationCompleted) {
-		if e.Conn == nil {
+		if e.Conn == nil || !p.Host.ConnManager().IsProtected(e.Peer, bootstrapProtection) {
 			return
 		}
 		f.mu.Lock()
@@ -96,18 +118,44 @@ func (p *Peer) watchIdentify(ctx context.Context) {
 }
 
 // replaceUnidentified closes the connections of the bootstrap peer id when none of them
-// completed identify, and connects to it again at once: both ends run identify on the new
-// connection.
+// completed identify and gossipsub has not taken the peer in, and connects to it again at
+// once: both ends run identify on the new connection. While a connection may still be
+// identifying, or the last replacement is under identifyReplaceEvery old, it checks again
+// later.
 func (p *Peer) replaceUnidentified(ctx context.Context, id peer.ID) {
 	f := &p.identify
-	conns := p.Host.Network().ConnsToPeer(id)
-	now := time.Now()
-	f.mu.Lock()
-	delete(f.checking, id)
-	replace := ctx.Err() == nil && len(conns) > 0 && now.Sub(f.lastDone[id]) >= identifyReplaceEvery
-	for _, c := range conns {
-		replace = replace && !f.identified[c]
+	if ctx.Err() != nil {
+		return
 	}
+	conns := p.Host.Network().ConnsToPeer(id)
+	inGossip := len(conns) > 0 && slices.Contains(p.ps.ListPeers(""), id)
+	now := time.Now()
+	youngest := time.Duration(1<<63 - 1)
+	for _, c := range conns {
+		if opened := c.Stat().Opened; !opened.IsZero() {
+			youngest = min(youngest, now.Sub(opened))
+		}
+	}
+	f.mu.Lock()
+	identified := inGossip
+	for _, c := range conns {
+		identified = identified || f.identified[c]
+	}
+	var again time.Duration
+	switch settle := f.wait() + time.Second; {
+	case len(conns) == 0 || identified:
+	case youngest < settle:
+		again = settle - youngest
+	case now.Sub(f.lastDone[id]) < f.every():
+		again = f.every() - now.Sub(f.lastDone[id])
+	}
+	if again > 0 {
+		time.AfterFunc(again, func() { p.replaceUnidentified(ctx, id) })
+		f.mu.Unlock()
+		return
+	}
+	delete(f.checking, id)
+	replace := len(conns) > 0 && !identified
 	if replace {
 		if f.lastDone == nil || len(f.lastDone) >= identifyFailedKept {
 			f.lastDone = map[peer.ID]time.Time{}
@@ -118,18 +166,26 @@ func (p *Peer) replaceUnidentified(ctx context.Context, id peer.ID) {
 	if !replace {
 		return
 	}
+	// Dial back where the peer was reached as well as where the peerstore says: addresses
+	// learnt from the bootstrap list may have expired since.
+	ai := peer.AddrInfo{ID: id, Addrs: p.Host.Peerstore().Addrs(id)}
+	for _, c := range conns {
+		if a := c.RemoteMultiaddr(); a != nil && !slices.ContainsFunc(ai.Addrs, a.Equal) {
+			ai.Addrs = append(ai.Addrs, a)
+		}
+	}
 	f.replaced.Add(1)
 	_ = p.Host.Network().ClosePeer(id)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_ = p.Host.Connect(cctx, peer.AddrInfo{ID: id})
+	_ = p.Host.Connect(cctx, ai)
 }
 
 // IdentifyFailures is how many connections' identify exchange failed.
 func (p *Peer) IdentifyFailures() int64 { return p.identify.count.Load() }
 
 // IdentifyReplacements is how many times a bootstrap peer's connections were closed and
-// opened again because identify had failed on every one of them.
+// opened again because none of them had completed identify after a failure.
 func (p *Peer) IdentifyReplacements() int64 { return p.identify.replaced.Load() }
 
 // IdentifyFailedWith is the reason the last identify exchange with id failed, or "" when

@@ -53,19 +53,21 @@ func connectUntilIdentifyFails(ctx context.Context, t *testing.T, node *Peer, h 
 	}
 }
 
-// overloadedIdentify makes h answer identify requests by resetting them while fail is set
-// (as an overloaded coordinator's ran out of time in the scale harness), and with its
-// protocols once fail is cleared. The handler is set once, before any peer connects, so
-// that clearing fail changes none of h's protocols (which would make h push its identify to
-// its peers, a path an overloaded coordinator does not take).
-func overloadedIdentify(t *testing.T, h host.Host, fail *atomic.Bool) {
+// overloadedIdentify makes h answer its first identify requests (left of them) by
+// resetting them, as an overloaded coordinator's ran out of time in the scale harness, and
+// the later ones with its protocols. The handler is set once, before any peer connects, so
+// that none of h's protocols changes (which would make h push its identify to its peers, a
+// path an overloaded coordinator does not take).
+func overloadedIdentify(t *testing.T, h host.Host, left int32) {
 	t.Helper()
 	key, err := crypto.MarshalPublicKey(h.Peerstore().PubKey(h.ID()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var failing atomic.Int32
+	failing.Store(left)
 	h.SetStreamHandler(identify.ID, func(s network.Stream) {
-		if fail.Load() {
+		if failing.Add(-1) >= 0 {
 			_ = s.Reset()
 			return
 		}
@@ -84,32 +86,33 @@ func overloadedIdentify(t *testing.T, h host.Host, fail *atomic.Bool) {
 // A node whose identify with its coordinator failed (the coordinator overloaded) is out of
 // the coordinator's gossip: what it publishes does not reach the coordinator, even once the
 // coordinator answers identify again, because identify is not tried again on a connection.
-// The node replaces the connection: identify runs on the new one and gossip flows. Only a
-// bootstrap peer's connections are replaced.
+// The node replaces the connection: identify runs on the new one and gossip flows, and
+// again (a while later) when the new connection's identify fails too. Only a bootstrap
+// peer's connections are replaced.
 func TestUnidentifiedConnectionReplaced(t *testing.T) {
-	saved := identifyRetryAfter
-	t.Cleanup(func() { identifyRetryAfter = saved })
 	for _, tc := range []struct {
 		name      string
+		failures  int32 // identify requests the coordinator fails
 		wait      time.Duration
 		bootstrap bool
 		arrives   bool
+		replaced  int64
 	}{
-		{"replaced", 100 * time.Millisecond, true, true},
-		{"left as it was", time.Hour, true, false},
-		{"not a bootstrap peer", 100 * time.Millisecond, false, false},
+		{"replaced", 1, 100 * time.Millisecond, true, true, 1},
+		{"failing again on the new connection", 2, 100 * time.Millisecond, true, true, 2},
+		{"left as it was", 1, time.Hour, true, false, 0},
+		{"not a bootstrap peer", 1, 100 * time.Millisecond, false, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			identifyRetryAfter = tc.wait
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			const topic = "/gpunex/offers/model/1/H100-80GB"
 			coord := loopbackHost(t)
-			var fail atomic.Bool
-			fail.Store(true)
-			overloadedIdentify(t, coord, &fail)
+			overloadedIdentify(t, coord, tc.failures)
 			sub := subscribedOn(ctx, t, coord, topic)
 			node := newLoopbackPeer(t)
+			node.identify.retryAfter.Store(int64(tc.wait))
+			node.identify.replaceEvery.Store(int64(time.Second))
 			nodeTopic, err := node.ps.Join(topic)
 			if err != nil {
 				t.Fatal(err)
@@ -118,9 +121,8 @@ func TestUnidentifiedConnectionReplaced(t *testing.T) {
 				node.Host.ConnManager().Protect(coord.ID(), bootstrapProtection)
 			}
 			connectUntilIdentifyFails(ctx, t, node, coord)
-			fail.Store(false) // the coordinator has caught up
 			arrived := false
-			for i := 0; !arrived && i < 30; i++ {
+			for i := 0; !arrived && i < 50; i++ {
 				if err := nodeTopic.Publish(ctx, fmt.Appendf(nil, "offer %d", i)); err != nil {
 					t.Fatal(err)
 				}
@@ -132,8 +134,8 @@ func TestUnidentifiedConnectionReplaced(t *testing.T) {
 			if arrived != tc.arrives {
 				t.Fatalf("a publication reached the coordinator: %v, want %v (connections replaced: %d)", arrived, tc.arrives, node.IdentifyReplacements())
 			}
-			if want := map[bool]int64{true: 1, false: 0}[tc.arrives]; node.IdentifyReplacements() != want {
-				t.Fatalf("connections replaced %d times, want %d", node.IdentifyReplacements(), want)
+			if got := node.IdentifyReplacements(); got != tc.replaced {
+				t.Fatalf("connections replaced %d times, want %d", got, tc.replaced)
 			}
 		})
 	}

@@ -157,7 +157,6 @@ func New(o Options) (_ *Peer, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	p.reach.watch(ctx, p)
-	p.watchIdentify(ctx)
 	if p.ownsHost && o.TakeRelaySlots {
 		go p.closeIdleRelayedLoop(ctx)
 		if o.Reachability != "public" && o.Reachability != "private" && len(o.Bootstrap) > 0 {
@@ -176,6 +175,7 @@ func New(o Options) (_ *Peer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gossipsub: %w", err)
 	}
+	p.watchIdentify(ctx) // after gossipsub, which it asks before replacing a connection
 	return p, nil
 }
 
