@@ -237,7 +237,7 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 		func() float64 { return float64(n.peer.GossipStreamRetries()) })
 	n.metrics.CountFrom("gpunex_identify_failures_total", "Connections whose identify exchange failed: gossipsub takes a peer in only once identify names its protocols, so such a connection carries no gossip until it is replaced.",
 		func() float64 { return float64(n.peer.IdentifyFailures()) })
-	n.metrics.CountFrom("gpunex_identify_reconnections_total", "Reconnections to a bootstrap peer (a coordinator) none of whose connections had completed identify 5 s after a failure (then at most once a minute per coordinator): both ends run identify again on the new connection.",
+	n.metrics.CountFrom("gpunex_identify_reconnections_total", "Reconnections to a bootstrap peer (a coordinator) that gossipsub had not taken in 5 s after an identify failure (then at most once a minute per coordinator): both ends run identify again on the new connection.",
 		func() float64 { return float64(n.peer.IdentifyReplacements()) })
 	n.models.UsePeer(n.peer)
 	if n.alerts, err = alerts.New(alerts.Deps{Alerts: n.ledger.Alerts, Clock: n.clock, Log: n.log,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/event"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -52,9 +51,15 @@ type identifyFailures struct {
 	last                     map[peer.ID]string    // the reason of each peer's last failure
 	checking                 map[peer.ID]bool      // bootstrap peers whose connections are to be checked
 	lastDone                 map[peer.ID]time.Time // when each peer's connections were last replaced
-	// identified holds the bootstrap peers' connections whose identify completed (closed
-	// ones are swept out when it grows past identifyFailedKept).
-	identified map[network.Conn]bool
+}
+
+// putBounded sets m[k] to v, emptying m first when it holds identifyFailedKept entries.
+func putBounded[V any](m map[peer.ID]V, k peer.ID, v V) map[peer.ID]V {
+	if m == nil || len(m) >= identifyFailedKept {
+		m = map[peer.ID]V{}
+	}
+	m[k] = v
+	return m
 }
 
 func (f *identifyFailures) wait() time.Duration {
@@ -72,8 +77,8 @@ func (f *identifyFailures) every() time.Duration {
 }
 
 // watchIdentify counts identify failures and, identifyRetryAfter after one with a
-// bootstrap peer, replaces its connections if none of them completed identify, until ctx
-// ends.
+// bootstrap peer, replaces its connections if gossipsub has not taken the peer in (it does
+// once identify completes on one of them), until ctx ends.
 func (p *Peer) watchIdentify(ctx context.Context) {
 	f := &p.identify
 	onEvent(ctx, p, func(e event.EvtPeerIdentificationFailed) {
@@ -81,45 +86,21 @@ func (p *Peer) watchIdentify(ctx context.Context) {
 		bootstrap := p.Host.ConnManager().IsProtected(e.Peer, bootstrapProtection)
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if f.last == nil || len(f.last) >= identifyFailedKept {
-			f.last = map[peer.ID]string{}
-		}
 		reason := "unknown"
 		if e.Reason != nil {
 			reason = e.Reason.Error()
 		}
-		f.last[e.Peer] = reason
-		if f.checking == nil {
-			f.checking = map[peer.ID]bool{}
-		}
+		f.last = putBounded(f.last, e.Peer, reason)
 		if bootstrap && !f.checking[e.Peer] {
-			f.checking[e.Peer] = true
+			f.checking = putBounded(f.checking, e.Peer, true)
 			time.AfterFunc(f.wait(), func() { p.replaceUnidentified(ctx, e.Peer) })
 		}
 	})
-	onEvent(ctx, p, func(e event.EvtPeerIdentificationCompleted) {
-		if e.Conn == nil || !p.Host.ConnManager().IsProtected(e.Peer, bootstrapProtection) {
-			return
-		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.identified == nil {
-			f.identified = map[network.Conn]bool{}
-		}
-		if len(f.identified) >= identifyFailedKept {
-			for c := range f.identified {
-				if c.IsClosed() {
-					delete(f.identified, c)
-				}
-			}
-		}
-		f.identified[e.Conn] = true
-	})
 }
 
-// replaceUnidentified closes the connections of the bootstrap peer id when none of them
-// completed identify and gossipsub has not taken the peer in, and connects to it again at
-// once: both ends run identify on the new connection. While a connection may still be
+// replaceUnidentified closes the connections of the bootstrap peer id when gossipsub has
+// not taken the peer in, and connects to it again at once: both ends run identify on the
+// new connection. While a connection may still be
 // identifying, or the last replacement is under identifyReplaceEvery old, it checks again
 // later.
 func (p *Peer) replaceUnidentified(ctx context.Context, id peer.ID) {
@@ -137,13 +118,9 @@ func (p *Peer) replaceUnidentified(ctx context.Context, id peer.ID) {
 		}
 	}
 	f.mu.Lock()
-	identified := inGossip
-	for _, c := range conns {
-		identified = identified || f.identified[c]
-	}
 	var again time.Duration
 	switch settle := f.wait() + time.Second; {
-	case len(conns) == 0 || identified:
+	case len(conns) == 0 || inGossip:
 	case youngest < settle:
 		again = settle - youngest
 	case now.Sub(f.lastDone[id]) < f.every():
@@ -155,12 +132,9 @@ func (p *Peer) replaceUnidentified(ctx context.Context, id peer.ID) {
 		return
 	}
 	delete(f.checking, id)
-	replace := len(conns) > 0 && !identified
+	replace := len(conns) > 0 && !inGossip
 	if replace {
-		if f.lastDone == nil || len(f.lastDone) >= identifyFailedKept {
-			f.lastDone = map[peer.ID]time.Time{}
-		}
-		f.lastDone[id] = now
+		f.lastDone = putBounded(f.lastDone, id, now)
 	}
 	f.mu.Unlock()
 	if !replace {
@@ -185,7 +159,7 @@ func (p *Peer) replaceUnidentified(ctx context.Context, id peer.ID) {
 func (p *Peer) IdentifyFailures() int64 { return p.identify.count.Load() }
 
 // IdentifyReplacements is how many times a bootstrap peer's connections were closed and
-// opened again because none of them had completed identify after a failure.
+// opened again because gossipsub had not taken the peer in after an identify failure.
 func (p *Peer) IdentifyReplacements() int64 { return p.identify.replaced.Load() }
 
 // IdentifyFailedWith is the reason the last identify exchange with id failed, or "" when
