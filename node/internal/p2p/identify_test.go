@@ -37,6 +37,41 @@ func TestIdentifyFailureCounted(t *testing.T) {
 	}
 }
 
+// gossipWatching returns once node's gossipsub takes new peers in only as identify names
+// their protocols. When it starts, gossipsub takes in every peer already connected, and
+// opens its stream to each without identify: a connection made before that start (a
+// loaded test machine runs the goroutine late) would be gossiping whatever its identify
+// did. So a helper peer is connected and published to until it receives, which shows the
+// start has passed.
+func gossipWatching(ctx context.Context, t *testing.T, node *Peer) {
+	t.Helper()
+	const topic = "/gpunex/test/warm-up"
+	helper := loopbackHost(t)
+	sub := subscribedOn(ctx, t, helper, topic)
+	joined, err := node.ps.Join(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joined.Close()
+	if err := node.Host.Connect(ctx, peer.AddrInfo{ID: helper.ID(), Addrs: helper.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if err := joined.Publish(ctx, []byte("warm-up")); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := sub.Next(rctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the node's gossip never reached a helper peer")
+		}
+	}
+}
+
 // connectUntilIdentifyFails connects node to h and waits until node counts a failed
 // identify.
 func connectUntilIdentifyFails(ctx context.Context, t *testing.T, node *Peer, h host.Host) {
@@ -118,6 +153,7 @@ func TestUnidentifiedConnectionReplaced(t *testing.T) {
 			// overloaded coordinator does not take (it made this test pass by chance).
 			node.Host.RemoveStreamHandler(identify.IDPush)
 			node.identify.replaceEvery.Store(int64(time.Second))
+			gossipWatching(ctx, t, node)
 			nodeTopic, err := node.ps.Join(topic)
 			if err != nil {
 				t.Fatal(err)
@@ -137,7 +173,9 @@ func TestUnidentifiedConnectionReplaced(t *testing.T) {
 				arrived = err == nil
 			}
 			if arrived != tc.arrives {
-				t.Fatalf("a publication reached the coordinator: %v, want %v (connections replaced: %d)", arrived, tc.arrives, node.IdentifyReplacements())
+				ps, _ := node.Host.Peerstore().GetProtocols(coord.ID())
+				t.Fatalf("a publication reached the coordinator: %v, want %v (connections replaced: %d; the node's connections to the coordinator %d, the coordinator's protocols it learnt %d, its identify failures %d)",
+					arrived, tc.arrives, node.IdentifyReplacements(), len(node.Host.Network().ConnsToPeer(coord.ID())), len(ps), node.IdentifyFailures())
 			}
 			if got := node.IdentifyReplacements(); got != tc.replaced {
 				t.Fatalf("connections replaced %d times, want %d", got, tc.replaced)
