@@ -227,18 +227,9 @@ func (n *Node) joinNetwork(key crypto.PrivKey, d Deps, as *assembly) (err error)
 			MayReserve: n.mayReserveRelay}}); err != nil {
 		return err
 	}
-	n.metrics.CountFrom("gpunex_autonat_refused_total", "AutoNAT requests refused past the budget of their network (p2p.AutoNATPerNetwork a minute).",
-		func() float64 { return float64(n.peer.AutoNATRefused()) })
-	n.metrics.CountFrom("gpunex_gossip_over_budget_total", "Gossip messages rejected past their sender's budget of repeated and ignored records (p2p.IgnoredPerMinute a minute, bursts of p2p.IgnoredBurst): each costs the sender gossip score.",
-		func() float64 { return float64(n.peer.OverBudget()) })
-	n.metrics.CountFrom("gpunex_gossip_repairs_total", "Reconnections to a bootstrap peer (a coordinator) that stayed connected but out of this node's gossip on every topic for 20 s (at most once per 10 minutes per peer).",
-		func() float64 { return float64(n.peer.GossipRepairs()) })
-	n.metrics.CountFrom("gpunex_gossip_stream_retries_total", "Gossip streams to a connected peer tried again after failing to open (resource limits, a peer out of stream credit): without them, gossip with that peer would stop until it reconnects.",
-		func() float64 { return float64(n.peer.GossipStreamRetries()) })
-	n.metrics.CountFrom("gpunex_identify_failures_total", "Connections whose identify exchange failed: gossipsub takes a peer in only once identify names its protocols, so such a connection carries no gossip until it is replaced.",
-		func() float64 { return float64(n.peer.IdentifyFailures()) })
-	n.metrics.CountFrom("gpunex_identify_reconnections_total", "Reconnections to a bootstrap peer (a coordinator) that gossipsub had not taken in 5 s after an identify failure (then at most once a minute per coordinator): both ends run identify again on the new connection.",
-		func() float64 { return float64(n.peer.IdentifyReplacements()) })
+	for _, c := range n.peer.Counters() {
+		n.metrics.CountFrom(c.Name, c.Help, func() float64 { return float64(c.Value()) })
+	}
 	n.models.UsePeer(n.peer)
 	if n.alerts, err = alerts.New(alerts.Deps{Alerts: n.ledger.Alerts, Clock: n.clock, Log: n.log,
 		Config: func() config.AlertsConfig { return n.cfg.Alerts }, Node: cfg.Role + " " + as.self.String()}); err != nil {
@@ -331,7 +322,11 @@ func (n *Node) startLoops(d Deps, as *assembly) {
 		n.goLoop(func() { n.wallet.ClaimLoop(as.run) })
 	}
 	n.goLoop(func() {
-		n.peer.KeepJoined(as.run, as.boot, n.clock, n.log, p2p.Joined{Sync: n.syncJoined, Announce: n.announce})
+		joined := p2p.Joined{Sync: n.syncJoined, Announce: n.announce}
+		if n.publisher != nil {
+			joined.Unheard = n.publisher.Unheard
+		}
+		n.peer.KeepJoined(as.run, as.boot, n.clock, n.log, joined)
 	})
 	n.goLoop(func() { n.flushLoop(as.run) })
 	n.home = d.Home

@@ -486,12 +486,13 @@ func (s *scaleNet) whyMissing(report *scaleReport, nodes []*Node) {
 			if cur := p.publisher.Current(); cur != nil {
 				seq = cur.Offer.Seq
 			}
-			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d; the provider gossips with the coordinator (connected %v, %d connections) on %v, the coordinator with it on %v; the provider's repairs %d, its gossip streams tried again %d, its gossip peers by topic %v, its connections %d; gossip scores: the coordinator's of it %s, its of the coordinator %s; identify failed (the provider's %d in all, %d replaced) with the coordinator %q, the coordinator's with it %q",
+			report.add("    %s lacks %s: connected %v, the provider's gossip peers %v, its offer seq %d; the provider gossips with the coordinator (connected %v, %d connections) on %v, the coordinator with it on %v; the provider's repairs %d, its gossip streams tried again %d, its gossip peers by topic %v, its connections %d; gossip scores: the coordinator's of it %s, its of the coordinator %s; identify failed (the provider's %d in all, %d replaced) with the coordinator %q, the coordinator's with it %q; the provider's dials of the coordinator while unheard %d; its connections to the coordinator (direction, age) %s; protocols known from identify: the provider's of the coordinator %d, the coordinator's of it %d",
 				n.ID().ShortString(), p.ID().ShortString(), n.peer.Host.Network().Connectedness(p.ID()), p.publisher.GossipPeers(), seq,
 				p.peer.Host.Network().Connectedness(s.coord.ID()), len(p.peer.Host.Network().ConnsToPeer(s.coord.ID())), p.peer.GossipsWith(s.coord.ID()),
 				s.coord.peer.GossipsWith(p.ID()), p.peer.GossipRepairs(), p.peer.GossipStreamRetries(), p.peer.GossipPeerCounts(), p.peer.Connected(),
 				scoreOf(s.coord.peer, p.ID()), scoreOf(p.peer, s.coord.ID()),
-				p.peer.IdentifyFailures(), p.peer.IdentifyReplacements(), p.peer.IdentifyFailedWith(s.coord.ID()), s.coord.peer.IdentifyFailedWith(p.ID()))
+				p.peer.IdentifyFailures(), p.peer.IdentifyReplacements(), p.peer.IdentifyFailedWith(s.coord.ID()), s.coord.peer.IdentifyFailedWith(p.ID()), p.peer.BootstrapRedials(),
+				connsAged(p.peer, s.coord.ID()), protocolsKnown(p.peer, s.coord.ID()), protocolsKnown(s.coord.peer, p.ID()))
 		}
 		if shown > 0 {
 			return
@@ -787,12 +788,13 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  %s", openings.report(len(s.providers), perMin))
 	report.add("  %s", heldBy(s.providers))
 	report.add("  gossip: %.1f records validated per node per minute", float64(gossip)/n*gossipPerMin)
-	retried, repaired, unidentified, replaced := make([]int64, len(roles)), make([]int64, len(roles)), make([]int64, len(roles)), make([]int64, len(roles))
+	retried, repaired, unidentified, replaced, redialled := make([]int64, len(roles)), make([]int64, len(roles)), make([]int64, len(roles)), make([]int64, len(roles)), make([]int64, len(roles))
 	for i, x := range nodes {
 		retried[s.roleOf(i)] += x.peer.GossipStreamRetries()
 		repaired[s.roleOf(i)] += x.peer.GossipRepairs()
 		unidentified[s.roleOf(i)] += x.peer.IdentifyFailures()
 		replaced[s.roleOf(i)] += x.peer.IdentifyReplacements()
+		redialled[s.roleOf(i)] += x.peer.BootstrapRedials()
 	}
 	reasons := map[string]int{}
 	for _, x := range nodes {
@@ -803,6 +805,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  identify failures by reason (one per peer and node): %v", reasons)
 	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator connected but out of gossip: providers %d, renters %d; connections whose identify failed: coordinator %d, providers %d, renters %d; peers whose connections were replaced for it: coordinator %d, providers %d, renters %d",
 		retried[0], retried[1], retried[2], repaired[1], repaired[2], unidentified[0], unidentified[1], unidentified[2], replaced[0], replaced[1], replaced[2])
+	report.add("  providers' dials of the coordinator while their offer had no gossip peer: %d", redialled[1])
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
 	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour; %.0f offers caught up after probes since the start (gossip had not brought them)",
@@ -929,4 +932,20 @@ func raiseFileLimit(t *testing.T) {
 		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 		t.Logf("open files limited to %d: %v", lim.Cur, err)
 	}
+}
+
+// connsAged lists a node's connections to id with their direction and age.
+func connsAged(p *p2p.Peer, id peer.ID) string {
+	var out []string
+	for _, c := range p.Host.Network().ConnsToPeer(id) {
+		out = append(out, fmt.Sprintf("%s %s", c.Stat().Direction, time.Since(c.Stat().Opened).Round(time.Second)))
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// protocolsKnown is how many of id's protocols a node learnt from identify (0: no identify
+// with id ever completed).
+func protocolsKnown(p *p2p.Peer, id peer.ID) int {
+	ps, _ := p.Host.Peerstore().GetProtocols(id)
+	return len(ps)
 }

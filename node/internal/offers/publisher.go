@@ -204,6 +204,22 @@ func (p *Publisher) gossipPeersLoop(ctx context.Context) {
 	watchers.Wait()
 }
 
+// Unheard says whether one of the topics the current offer travels on has no gossip peer:
+// none of the peers that subscribe to it (the model's renters, the coordinators) is
+// connected, so a publication there reaches nobody (p2p.Joined.Unheard).
+func (p *Publisher) Unheard() bool {
+	cur := p.Current()
+	if cur == nil {
+		return false
+	}
+	for _, t := range p.topics {
+		if carries(cur, t.Name()) && t.Peers() == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // build makes the offer as it stands at now: declared GPUs with current prices, or a
 // withdrawal outside the availability windows.
 func (p *Publisher) build(now time.Time, withdrawn string) (protocol.Offer, error) {

@@ -289,3 +289,51 @@ func TestTrustStore(t *testing.T) {
 		t.Fatal("a revocation by a coordinator no longer trusted still counts")
 	}
 }
+
+// TestPublisherUnheard: a provider's offer is unheard while one of the topics it travels on
+// (its certified model's, the previous release's) has no gossip peer, whatever the topics
+// of models it is not certified for have; the node then dials its coordinators
+// (p2p.Joined.Unheard).
+func TestPublisherUnheard(t *testing.T) {
+	w, coord := newWorld(t), newWorld(t)
+	p := newPublisher(t, w, []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 2}})
+	if p.Unheard() {
+		t.Fatal("unheard before anything was published")
+	}
+	if _, err := p.SetPrice(context.Background(), "L4-24GB", 1_200_000); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Unheard() {
+		t.Fatal("an offer published with no peer counts as heard")
+	}
+	waitHeard := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); p.Unheard() == want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("heard: %v, want %v (gossip peers %v)", !p.Unheard(), want, w.peer.GossipPeerCounts())
+			}
+		}
+	}
+	// The coordinator follows the L4 topic only: the previous release's has no peer yet.
+	if err := coord.cat.Follow([]string{"L4-24GB"}); err != nil {
+		t.Fatal(err)
+	}
+	w.connect(coord)
+	for deadline := time.Now().Add(5 * time.Second); w.peer.GossipPeerCounts()[protocol.ModelTopic("L4-24GB")] == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the coordinator's subscription never reached the provider")
+		}
+	}
+	if !p.Unheard() {
+		t.Fatal("heard with the previous release's topic still unpeered")
+	}
+	// Following the previous release's topic too, the coordinator hears every topic the
+	// offer travels on; the A100 topic (not certified) stays unpeered and does not count.
+	if err := coord.cat.FollowPrevious(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeard(true)
+	if n := w.peer.GossipPeerCounts()[protocol.ModelTopic("A100-80GB")]; n != 0 {
+		t.Fatalf("the A100 topic has %d gossip peers", n)
+	}
+}

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +27,6 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 
-	"github.com/gpunex/gpunex/node/internal/clock"
 	"github.com/gpunex/gpunex/protocol"
 )
 
@@ -86,6 +83,9 @@ type Peer struct {
 	gossipStreamRetries atomic.Int64
 	// gossipRepairs counts the reconnections to bootstrap peers out of gossip (repairGossip).
 	gossipRepairs atomic.Int64
+	// bootstrapRedials counts the dials of unconnected bootstrap peers by a node publishing
+	// to nobody (reachBootstrap).
+	bootstrapRedials atomic.Int64
 	// identify counts the connections whose identify failed (watchIdentify).
 	identify identifyFailures
 	// jobStreams counts each peer's open job streams (keepForJobs).
@@ -456,128 +456,4 @@ func (p *Peer) Provide(ctx context.Context, key cid.Cid) error {
 // FindProviders streams the peers announced under a content key, until ctx ends.
 func (p *Peer) FindProviders(ctx context.Context, key cid.Cid) <-chan peer.AddrInfo {
 	return p.dht.FindProvidersAsync(ctx, key, 0)
-}
-
-// gossipRepairAfter is how long a bootstrap peer may stay connected but out of this node's
-// gossip before the connection is closed and made again; gossipRepairEvery, how long after
-// a repair the same peer may be repaired again.
-const (
-	gossipRepairAfter = 20 * time.Second
-	gossipRepairEvery = 10 * time.Minute
-)
-
-// repairGossip reconnects to a bootstrap peer that has been connected for gossipRepairAfter
-// without being a gossip peer on a joined topic. Gossipsub gives up on a peer whose stream it
-// could not open (a busy coordinator refusing streams in a burst of joins, a protocol
-// negotiation timing out on a loaded machine) until the next connection: the node would
-// hear nothing of its coordinator's gossip, and its offers would not reach it (the scale
-// harness, docs/performance.md). A peer that shares none of this node's topics is cut off;
-// one that shares some is not (a coordinator of another version, or one this node scores
-// low). cutOff remembers since when each peer is cut off, repaired when each was last
-// repaired: a repair closes every stream with the peer, so it is rare. Repairing more often
-// did not pay: backing off from 20 s instead of waiting 10 minutes, with or without 5 s
-// between closing and reconnecting, made 169 (mocknet) to 420 (QUIC) reconnections per
-// scale-harness run at 300 providers and did not mend the providers whose gossip with the coordinator was cut
-// (docs/performance.md, "300 providers over QUIC, converging"); the coordinator catches
-// their offers up after its probes instead (offers.Catalogue.CatchUp).
-func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.Time, cutOff, repaired map[peer.ID]time.Time, log *slog.Logger) {
-	p.mu.Lock()
-	topics := slices.Clone(p.topics)
-	p.mu.Unlock()
-	for _, ai := range boot {
-		if ai.ID == p.ID || p.Host.Network().Connectedness(ai.ID) != network.Connected || len(topics) == 0 {
-			delete(cutOff, ai.ID)
-			continue
-		}
-		gossiping := false
-		for _, t := range topics {
-			if slices.Contains(t.t.ListPeers(), ai.ID) {
-				gossiping = true
-			}
-		}
-		if gossiping {
-			delete(cutOff, ai.ID)
-			continue
-		}
-		since, seen := cutOff[ai.ID]
-		if !seen {
-			cutOff[ai.ID] = now
-			continue
-		}
-		if now.Sub(since) < gossipRepairAfter || now.Sub(repaired[ai.ID]) < gossipRepairEvery {
-			continue
-		}
-		delete(cutOff, ai.ID)
-		repaired[ai.ID] = now
-		p.gossipRepairs.Add(1)
-		log.Info("connected to a bootstrap peer but not gossiping with it: reconnecting", "peer", ai.ID)
-		p.Host.Network().ClosePeer(ai.ID)
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := p.Host.Connect(cctx, ai); err != nil {
-			log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
-		}
-		cancel()
-	}
-}
-
-// Joined are what a node does each time it goes from no peer to some.
-type Joined struct {
-	// Sync runs first: catch up on what was missed (revocations, the offer catalogue).
-	Sync func(ctx context.Context)
-	// Announce runs once the DHT's routing table has been refreshed: a provider publishes
-	// its offer to the network just joined.
-	Announce func()
-}
-
-// KeepJoined connects to the bootstrap peers until connected, and again whenever the node
-// finds itself alone, until ctx ends. Whenever it goes from no peer to at least one, however
-// that happened, it runs j.Sync, refreshes the DHT routing table and runs j.Announce.
-func (p *Peer) KeepJoined(ctx context.Context, boot []peer.AddrInfo, clk clock.Clock, log *slog.Logger, j Joined) {
-	if len(boot) == 0 {
-		return
-	}
-	// alone is true at start and whenever every peer is gone. The DHT may connect to the
-	// bootstrap peers by itself, so joining is noticed by having peers, not by connecting.
-	alone := true
-	cutOff, repaired := map[peer.ID]time.Time{}, map[peer.ID]time.Time{}
-	// The coordinators' connections are never closed to make room (p2p.max_peers).
-	for _, ai := range boot {
-		p.Host.ConnManager().Protect(ai.ID, bootstrapProtection)
-	}
-	for {
-		p.repairGossip(ctx, boot, clk.Now(), cutOff, repaired, log)
-		if p.Connected() == 0 {
-			alone = true
-			for _, ai := range boot {
-				if ai.ID == p.ID {
-					continue
-				}
-				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				err := p.Host.Connect(cctx, ai)
-				cancel()
-				if err != nil {
-					log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
-				}
-			}
-		}
-		if peers := p.Connected(); alone && peers > 0 {
-			alone = false
-			log.Info("joined the network", "peers", peers)
-			if j.Sync != nil {
-				j.Sync(ctx)
-			}
-			p.RefreshRoutingTable(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if j.Announce != nil {
-				j.Announce()
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-clk.After(2 * time.Second):
-		}
-	}
 }

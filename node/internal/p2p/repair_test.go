@@ -58,3 +58,78 @@ func TestBootstrapPeerRepaired(t *testing.T) {
 	repairsAt(21*time.Minute, 2)
 	repairsAt(32*time.Minute, 2)
 }
+
+// A node that has peers but publishes to nobody (its offer topic has no gossip peer) dials
+// the bootstrap peers it is not connected to: after 30 s, then after 1 minute, 2 ... while
+// it stays so, and again after 30 s once it was heard in between. Connected bootstrap peers
+// are left alone; each dial is counted (gpunex_bootstrap_redials_total). Without it, a
+// provider whose connection to its coordinator closed while it kept other peers published
+// its offer to nobody (docs/performance.md).
+func TestUnheardNodeDialsItsCoordinator(t *testing.T) {
+	node, coord, other := newLoopbackPeer(t), newLoopbackPeer(t), newLoopbackPeer(t)
+	const topic = "/gpunex/offers/model/L4-24GB/1"
+	accept := func(context.Context, peer.ID, []byte) Verdict { return Accept }
+	if _, err := coord.Join(topic, accept); err != nil {
+		t.Fatal(err)
+	}
+	offers, err := node.JoinToPublish(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// other is a bootstrap peer too, connected: never dialled again.
+	boot := []peer.AddrInfo{{ID: coord.ID, Addrs: coord.Host.Addrs()}, {ID: other.ID, Addrs: other.Host.Addrs()}}
+	if err := node.Host.Connect(ctx, boot[1]); err != nil {
+		t.Fatal(err)
+	}
+	var reach bootstrapReach
+	t0 := time.Now()
+	at := func(after time.Duration, wantDials int64) {
+		t.Helper()
+		node.reachBootstrap(ctx, boot, t0.Add(after), offers.Peers() == 0, &reach, slog.New(slog.DiscardHandler))
+		if got := node.BootstrapRedials(); got != wantDials {
+			t.Fatalf("after %s: %d dials, want %d", after, got, wantDials)
+		}
+	}
+	heard := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); (offers.Peers() > 0) != want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the offer topic's gossip peers: %d, want heard %v", offers.Peers(), want)
+			}
+		}
+	}
+	cutOff := func() {
+		t.Helper()
+		coord.Host.Network().ClosePeer(node.ID) // the coordinator's end closes it
+		heard(false)
+		for deadline := time.Now().Add(5 * time.Second); node.Host.Network().Connectedness(coord.ID) == network.Connected; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the node still counts the coordinator connected after it closed the connection")
+			}
+		}
+	}
+
+	at(0, 0)
+	at(29*time.Second, 0)
+	at(30*time.Second, 1)
+	if node.Host.Network().Connectedness(coord.ID) != network.Connected {
+		t.Fatal("not connected to the coordinator after the dial")
+	}
+	heard(true)
+	at(31*time.Second, 1) // heard: the wait starts over
+
+	cutOff()
+	at(40*time.Second, 1)
+	at(69*time.Second, 1)
+	at(70*time.Second, 2)
+	cutOff()
+	at(129*time.Second, 2) // a minute after the last dial, not 30 s
+	at(130*time.Second, 3)
+	cutOff()
+	at(249*time.Second, 3) // then 2 minutes
+	at(250*time.Second, 4)
+	if node.Host.Network().Connectedness(other.ID) != network.Connected {
+		t.Fatal("the connected bootstrap peer was disturbed")
+	}
+}
