@@ -329,6 +329,9 @@ func (n *Node) startLoops(d Deps, as *assembly) {
 		n.peer.KeepJoined(as.run, as.boot, n.clock, n.log, joined)
 	})
 	n.goLoop(func() { n.flushLoop(as.run) })
+	if n.cfg.Role != config.RoleProvider { // providers follow no offer topic
+		n.goLoop(func() { n.catalogue.WatchGossip(as.run) })
+	}
 	n.home = d.Home
 	alertsDir := d.DataDir
 	if alertsDir == "" {

@@ -246,7 +246,7 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 		walk, fetch, fetched := ctx, ctx, func() {}
 		// A book that does not follow the model's gossip (a provider's; a renter's that
 		// follows other models) is cold at every search.
-		if !c.follows(f.Model) || c.clock.Now().Sub(c.book.lastSynced()) > stale {
+		if !c.warm(f.Model, c.clock.Now()) {
 			// Gossip may have missed offers (this node just joined, or was away): catch up
 			// from peers first, so that the DHT phase only fetches what they lacked. A book
 			// that follows the model syncs all it follows (and is warm again); another asks

@@ -340,3 +340,64 @@ func TestBusySyncWaitsForASlot(t *testing.T) {
 		t.Fatalf("sent away after %s, before the %s wait", waited, syncSlotWait)
 	}
 }
+
+// TestWarmWhileGossipFlows: a renter's book is warm (a search answers from it after a short
+// walk, without syncing) within 1.5 x republish of its last sync, and after it for as long as
+// its gossip flowed without a gap since before that sync; after a gap, from the next sync,
+// or once gossip has flowed for 1.5 x republish again. Before, a renter went cold 4.5
+// minutes after its last sync, and a person's searches, minutes apart, each synced and
+// walked the DHT to its end.
+func TestWarmWhileGossipFlows(t *testing.T) {
+	renter, coord := newWorld(t), newWorld(t)
+	renter.follows(t)
+	coord.follows(t)
+	stale := renter.cat.staleAfter()
+	t0 := renter.clock.Now()
+	warmAt := func(after time.Duration, want bool) {
+		t.Helper()
+		if got := renter.cat.warm("", t0.Add(after)); got != want {
+			t.Fatalf("after %s: warm %v, want %v", after, got, want)
+		}
+	}
+	gossiping := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); (renter.peer.GossipPeerCounts()[protocol.OffersTopic] > 0) != want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gossiping with the coordinator: want %v", want)
+			}
+		}
+	}
+	check := func(after time.Duration) { renter.cat.checkGossip(t0.Add(after)) }
+
+	// Alone: cold until it syncs, warm within stale of the sync, cold after it.
+	check(0)
+	warmAt(0, false)
+	renter.book.markSynced(t0)
+	warmAt(stale, true)
+	warmAt(stale+time.Second, false)
+
+	// Gossiping since before the sync: warm as long as it lasts.
+	renter.connect(coord)
+	gossiping(true)
+	check(time.Second)
+	renter.book.markSynced(t0.Add(2 * time.Second))
+	check(time.Minute)
+	warmAt(time.Hour, true)
+
+	// A gap: cold once the sync is older than stale, until gossip has flowed for stale again.
+	coord.peer.Host.Network().ClosePeer(renter.peer.ID)
+	gossiping(false)
+	check(time.Hour)
+	warmAt(time.Hour, false)
+	renter.connect(coord)
+	gossiping(true)
+	check(time.Hour + time.Minute)
+	warmAt(time.Hour+time.Minute+stale-time.Second, false)
+	warmAt(time.Hour+time.Minute+stale, true)
+
+	// A model followed since is cold until its topic has gossiped for stale too.
+	if err := renter.cat.Follow([]string{"L4-24GB"}); err != nil {
+		t.Fatal(err)
+	}
+	warmAt(2*time.Hour, false)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -37,6 +38,7 @@ func (c *Catalogue) Follow(models []string) error {
 			return fmt.Errorf("follow the offers of %s: %w", m, err)
 		}
 		c.followed = append(c.followed, name)
+		c.gossipSince = time.Time{} // the new topic's offers came by no gossip yet
 	}
 	return nil
 }
@@ -53,7 +55,68 @@ func (c *Catalogue) FollowPrevious() error {
 		return err
 	}
 	c.followed = append(c.followed, protocol.OffersTopic)
+	c.gossipSince = time.Time{}
 	return nil
+}
+
+// gossipCheckEvery is how often a node that follows offer gossip checks that each topic it
+// follows has a gossip peer (WatchGossip).
+const gossipCheckEvery = 5 * time.Second
+
+// WatchGossip notes, every gossipCheckEvery until ctx ends, since when every offer topic
+// this node follows has had a gossip peer at each check (warm).
+func (c *Catalogue) WatchGossip(ctx context.Context) {
+	for {
+		c.checkGossip(c.clock.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.clock.After(gossipCheckEvery):
+		}
+	}
+}
+
+// checkGossip is one of WatchGossip's checks, at now.
+func (c *Catalogue) checkGossip(now time.Time) {
+	counts := c.peer.GossipPeerCounts()
+	c.topicsMu.Lock()
+	defer c.topicsMu.Unlock()
+	heard := len(c.followed) > 0
+	for _, name := range c.followed {
+		if counts[name] == 0 {
+			heard = false
+		}
+	}
+	switch {
+	case !heard:
+		c.gossipSince = time.Time{}
+	case c.gossipSince.IsZero():
+		c.gossipSince = now
+	}
+}
+
+// warm says whether this node's book holds the market's offers of model (""; every model)
+// at now, so that a search need not sync or wait for the whole DHT walk: it follows the
+// model's gossip, and it synced within staleAfter, or its gossip has flowed without a gap
+// since before its last sync, or for staleAfter (every live offer is republished within
+// it). A renter that only follows gossip would otherwise go cold staleAfter after its last
+// sync (4.5 minutes), and most of a person's searches, minutes apart, would sync and walk
+// the DHT to its end (docs/performance.md, "1,000 providers by a smaller model").
+func (c *Catalogue) warm(model string, now time.Time) bool {
+	if !c.follows(model) {
+		return false
+	}
+	stale, synced := c.staleAfter(), c.book.lastSynced()
+	if !synced.IsZero() && now.Sub(synced) <= stale {
+		return true
+	}
+	c.topicsMu.Lock()
+	since := c.gossipSince
+	c.topicsMu.Unlock()
+	if since.IsZero() {
+		return false
+	}
+	return (!synced.IsZero() && !since.After(synced)) || now.Sub(since) >= stale
 }
 
 // Following says whether this node follows offer gossip (a renter or a coordinator), and
