@@ -244,6 +244,15 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	if c.peer.RoutingTableSize() > 0 {
 		stale := c.staleAfter()
 		walk, fetch, fetched := ctx, ctx, func() {}
+		// The walk only adds what gossip or a coordinator's sync missed: the search waits for
+		// it WarmSearch at most. The offers it found are fetched all the same, into the book
+		// for the next search, within SearchTimeout.
+		short := func() {
+			var cancelWalk context.CancelFunc
+			walk, cancelWalk = context.WithTimeout(ctx, c.cfg.WarmSearch.Duration)
+			fetch, fetched = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SearchTimeout.Duration)
+			context.AfterFunc(ctx, cancelWalk)
+		}
 		// A book that does not follow the model's gossip (a provider's; a renter's that
 		// follows other models) is cold at every search.
 		if !c.warm(f.Model, c.clock.Now()) {
@@ -260,17 +269,20 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 			}
 			t := time.Now()
 			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-			c.SyncOffers(sctx, req)
+			_, byCoordinator := c.syncBy(sctx, &req)
 			scancel()
 			st.Sync = time.Since(t)
+			// A coordinator follows every model and catches up the offers gossip missed
+			// after its probes: its answer is the market the whole walk would find, which
+			// waiting for made cold searches take their whole 3 s budget from 200 providers
+			// on (docs/performance.md, "1,000 providers by a smaller model"). Another peer's
+			// answer may be a part of the market (a node that joined moments ago, or a
+			// stranger): then the search waits for the whole walk.
+			if byCoordinator {
+				short()
+			}
 		} else {
-			// Warm: the book follows gossip and the walk only adds what gossip missed, so
-			// the search waits for it WarmSearch at most. The offers it found are fetched
-			// all the same, into the book for the next search, within SearchTimeout.
-			var cancelWalk context.CancelFunc
-			walk, cancelWalk = context.WithTimeout(ctx, c.cfg.WarmSearch.Duration)
-			defer cancelWalk()
-			fetch, fetched = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SearchTimeout.Duration)
+			short()
 		}
 		t := time.Now()
 		st.Found, st.Fetched, st.Failed = c.walkOffers(walk, fetch, fetched, keys, stale)

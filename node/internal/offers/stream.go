@@ -173,7 +173,8 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 // peer may have joined moments ago). The sync counts as done only if one of them answered;
 // a sync of everything this node follows makes its book warm again (searches answer from it).
 func (c *Catalogue) SyncOffers(ctx context.Context, req protocol.OfferSyncRequest) (answered bool) {
-	return c.sync(ctx, &req)
+	answered, _ = c.syncBy(ctx, &req)
+	return answered
 }
 
 // SyncJoined is the sync of a node that just joined: revocations and scores, and the
@@ -225,6 +226,13 @@ func (c *Catalogue) staleAfter() time.Duration {
 // sync syncs revocations, then scores and the offers req asks for (none when nil) side by
 // side.
 func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {
+	answered, _ = c.syncBy(ctx, req)
+	return answered
+}
+
+// syncBy is sync, and says whether a bootstrap peer (a coordinator, which follows every
+// model) answered req: its answer is then the market's offers of req.
+func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) (answered, byCoordinator bool) {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
 	for _, ai := range c.boot {
@@ -240,7 +248,7 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 		return 0
 	})
 	var wg sync.WaitGroup
-	var ok, scored atomic.Bool
+	var ok, scored, coordinator atomic.Bool
 	for i, p := range peers {
 		if i == 3 {
 			break
@@ -271,6 +279,9 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 					// An empty answer from a peer that is not a coordinator may be a node that
 					// joined moments ago: the sync is not done, and is asked again.
 					ok.Store(true)
+					if boot[p] {
+						coordinator.Store(true)
+					}
 					c.log.Debug("offer sync", "peer", p, "new", got)
 				}
 			}
@@ -284,7 +295,7 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 		// Offers without scores rank providers without their scores: the sync is asked
 		// again until both came (as for offers, an empty answer counts from a coordinator
 		// only).
-		return ok.Load() && scored.Load()
+		return ok.Load() && scored.Load(), coordinator.Load()
 	}
-	return ok.Load()
+	return ok.Load(), false
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,4 +401,57 @@ func TestWarmWhileGossipFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	warmAt(2*time.Hour, false)
+}
+
+// TestColdSearchAnsweredByCoordinator: a cold search whose sync a coordinator answered
+// gives the DHT walk the warm budget (the coordinator's answer is the market the walk
+// would find) and shows the offers the sync brought; when only another peer answered (it
+// may hold a part of the market), the walk keeps the whole search budget.
+func TestColdSearchAnsweredByCoordinator(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		coordinator bool
+		short       bool
+	}{
+		{"answered by a coordinator", true, true},
+		{"answered by another peer", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			market, renter := newWorld(t), newWorld(t)
+			market.follows(t)
+			renter.follows(t)
+			market.peer.Handle(protocol.OfferSyncProtocol, market.cat.HandleSyncStream)
+			prov := market.certified()
+			if _, _, err := market.book.Accept(market.offer(prov, 1, 1_000_000, nil), "gossip"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.coordinator {
+				renter.cat.boot = []peer.AddrInfo{{ID: market.peer.ID}}
+			}
+			renter.connect(market)
+			for deadline := time.Now().Add(10 * time.Second); renter.peer.RoutingTableSize() == 0; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the peer never entered the renter's routing table")
+				}
+			}
+			renter.cat.cfg.SearchTimeout.Duration = time.Hour
+			renter.cat.cfg.WarmSearch.Duration = 50 * time.Millisecond
+			var budget atomic.Int64 // what the walk was given
+			renter.cat.findProviders = func(ctx context.Context, _ cid.Cid) <-chan peer.AddrInfo {
+				if dl, ok := ctx.Deadline(); ok {
+					budget.Store(int64(time.Until(dl)))
+				}
+				ch := make(chan peer.AddrInfo)
+				close(ch)
+				return ch
+			}
+			rows, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: "L4-24GB", Unbenchmarked: true})
+			if err != nil || len(rows) != 1 || rows[0].Provider != prov.id.String() {
+				t.Fatalf("the search: %d offers, %v; want the one the sync brought", len(rows), err)
+			}
+			if short := time.Duration(budget.Load()) <= time.Second; short != tc.short {
+				t.Fatalf("the walk was given %s; want the warm budget: %v", time.Duration(budget.Load()), tc.short)
+			}
+		})
+	}
 }
