@@ -31,6 +31,9 @@ type Book struct {
 	dirty   map[peer.ID]bool
 	changed chan struct{} // closed and replaced on every change
 	synced  time.Time     // last catalogue sync from peers
+	// heardSince is since when every offer topic the node follows has had a gossip peer at
+	// each check (Catalogue.checkGossip); zero when one had none at the last.
+	heardSince time.Time
 }
 
 type bookEntry struct {
@@ -349,6 +352,7 @@ func (b *Book) Reset() {
 	clear(b.offers)
 	clear(b.dirty)
 	b.synced = time.Time{}
+	b.heardSince = time.Time{}
 }
 
 func (b *Book) markSynced(t time.Time) {
@@ -361,4 +365,24 @@ func (b *Book) lastSynced() time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.synced
+}
+
+// heard notes whether, at now, every followed offer topic has a gossip peer: heardSince
+// starts at the first such check and ends at the first that fails.
+func (b *Book) heard(now time.Time, heard bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !heard:
+		b.heardSince = time.Time{}
+	case b.heardSince.IsZero():
+		b.heardSince = now
+	}
+}
+
+// warmth returns when the book was last synced and since when its gossip has flowed.
+func (b *Book) warmth() (synced, heardSince time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.synced, b.heardSince
 }

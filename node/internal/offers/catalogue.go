@@ -74,9 +74,6 @@ type Catalogue struct {
 	// followed are the offer topics this node subscribes to (topics.go).
 	topicsMu sync.Mutex
 	followed []string
-	// gossipSince is since when every followed topic has had a gossip peer at each check
-	// (checkGossip); zero when one had none at the last.
-	gossipSince time.Time
 	// ownRevoked is called when this node's own certificate is revoked (a provider stops
 	// publishing); set with OnOwnRevocation.
 	ownRevoked func()

@@ -38,7 +38,7 @@ func (c *Catalogue) Follow(models []string) error {
 			return fmt.Errorf("follow the offers of %s: %w", m, err)
 		}
 		c.followed = append(c.followed, name)
-		c.gossipSince = time.Time{} // the new topic's offers came by no gossip yet
+		c.book.heard(time.Time{}, false) // the new topic's offers came by no gossip yet
 	}
 	return nil
 }
@@ -55,7 +55,7 @@ func (c *Catalogue) FollowPrevious() error {
 		return err
 	}
 	c.followed = append(c.followed, protocol.OffersTopic)
-	c.gossipSince = time.Time{}
+	c.book.heard(time.Time{}, false)
 	return nil
 }
 
@@ -87,12 +87,7 @@ func (c *Catalogue) checkGossip(now time.Time) {
 			heard = false
 		}
 	}
-	switch {
-	case !heard:
-		c.gossipSince = time.Time{}
-	case c.gossipSince.IsZero():
-		c.gossipSince = now
-	}
+	c.book.heard(now, heard)
 }
 
 // warm says whether this node's book holds the market's offers of model (""; every model)
@@ -106,13 +101,11 @@ func (c *Catalogue) warm(model string, now time.Time) bool {
 	if !c.follows(model) {
 		return false
 	}
-	stale, synced := c.staleAfter(), c.book.lastSynced()
+	stale := c.staleAfter()
+	synced, since := c.book.warmth()
 	if !synced.IsZero() && now.Sub(synced) <= stale {
 		return true
 	}
-	c.topicsMu.Lock()
-	since := c.gossipSince
-	c.topicsMu.Unlock()
 	if since.IsZero() {
 		return false
 	}
