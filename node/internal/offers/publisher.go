@@ -204,16 +204,19 @@ func (p *Publisher) gossipPeersLoop(ctx context.Context) {
 	watchers.Wait()
 }
 
-// Unheard says whether one of the topics the current offer travels on has no gossip peer:
-// none of the peers that subscribe to it (the model's renters, the coordinators) is
-// connected, so a publication there reaches nobody (p2p.Joined.Unheard).
+// Unheard says whether one of the topics the current offer travels on has no coordinator
+// (bootstrap peer) among its gossip peers: a publication there reaches at most renters, or
+// nobody, and the coordinator, which probes and scores by the offer, lacks it
+// (p2p.Joined.Unheard). Other subscribers do not count: a stranger subscribing to the topic
+// would otherwise keep the provider from dialling its coordinator while it swallowed the
+// offer.
 func (p *Publisher) Unheard() bool {
 	cur := p.Current()
 	if cur == nil {
 		return false
 	}
 	for _, t := range p.topics {
-		if carries(cur, t.Name()) && t.Peers() == 0 {
+		if carries(cur, t.Name()) && !t.HasPeerAmong(p.catalogue.boot) {
 			return true
 		}
 	}

@@ -295,7 +295,8 @@ func TestTrustStore(t *testing.T) {
 // of models it is not certified for have; the node then dials its coordinators
 // (p2p.Joined.Unheard).
 func TestPublisherUnheard(t *testing.T) {
-	w, coord := newWorld(t), newWorld(t)
+	w, coord, stranger := newWorld(t), newWorld(t), newWorld(t)
+	w.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
 	p := newPublisher(t, w, []protocol.CertifiedGPU{{Model: "L4-24GB", Count: 2}})
 	if p.Unheard() {
 		t.Fatal("unheard before anything was published")
@@ -314,18 +315,32 @@ func TestPublisherUnheard(t *testing.T) {
 			}
 		}
 	}
-	// The coordinator follows the L4 topic only: the previous release's has no peer yet.
+	// A stranger following every topic the offer travels on does not count.
+	stranger.follows(t)
+	if err := stranger.cat.Follow([]string{"L4-24GB"}); err != nil {
+		t.Fatal(err)
+	}
+	w.connect(stranger)
+	for deadline := time.Now().Add(5 * time.Second); w.peer.GossipPeerCounts()[protocol.ModelTopic("L4-24GB")] == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stranger's subscription never reached the provider")
+		}
+	}
+	if !p.Unheard() {
+		t.Fatal("heard by a stranger counts as heard by the coordinator")
+	}
+	// The coordinator follows the L4 topic only: the previous release's has no coordinator yet.
 	if err := coord.cat.Follow([]string{"L4-24GB"}); err != nil {
 		t.Fatal(err)
 	}
 	w.connect(coord)
-	for deadline := time.Now().Add(5 * time.Second); w.peer.GossipPeerCounts()[protocol.ModelTopic("L4-24GB")] == 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); !w.peer.GossipsWith(coord.peer.ID)[protocol.ModelTopic("L4-24GB")]; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the coordinator's subscription never reached the provider")
 		}
 	}
 	if !p.Unheard() {
-		t.Fatal("heard with the previous release's topic still unpeered")
+		t.Fatal("heard with the coordinator not on the previous release's topic")
 	}
 	// Following the previous release's topic too, the coordinator hears every topic the
 	// offer travels on; the A100 topic (not certified) stays unpeered and does not count.

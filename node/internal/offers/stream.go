@@ -231,7 +231,7 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 }
 
 // syncBy is sync, and says whether a bootstrap peer (a coordinator, which follows every
-// model) answered req: its answer is then the market's offers of req.
+// model) answered req whole and with offers: its answer is then the market's offers of req.
 func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) (answered, byCoordinator bool) {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
@@ -279,7 +279,9 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 					// An empty answer from a peer that is not a coordinator may be a node that
 					// joined moments ago: the sync is not done, and is asked again.
 					ok.Store(true)
-					if boot[p] {
+					// A coordinator's empty answer may be a book still filling after its
+					// restart: it does not stand for the market's.
+					if boot[p] && received > 0 {
 						coordinator.Store(true)
 					}
 					c.log.Debug("offer sync", "peer", p, "new", got)

@@ -349,9 +349,11 @@ func TestBusySyncWaitsForASlot(t *testing.T) {
 // minutes after its last sync, and a person's searches, minutes apart, each synced and
 // walked the DHT to its end.
 func TestWarmWhileGossipFlows(t *testing.T) {
-	renter, coord := newWorld(t), newWorld(t)
+	renter, coord, stranger := newWorld(t), newWorld(t), newWorld(t)
 	renter.follows(t)
 	coord.follows(t)
+	stranger.follows(t)
+	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
 	stale := renter.cat.staleAfter()
 	t0 := renter.clock.Now()
 	warmAt := func(after time.Duration, want bool) {
@@ -362,7 +364,7 @@ func TestWarmWhileGossipFlows(t *testing.T) {
 	}
 	gossiping := func(want bool) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); (renter.peer.GossipPeerCounts()[protocol.OffersTopic] > 0) != want; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(5 * time.Second); renter.peer.GossipsWith(coord.peer.ID)[protocol.OffersTopic] != want; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("gossiping with the coordinator: want %v", want)
 			}
@@ -370,14 +372,23 @@ func TestWarmWhileGossipFlows(t *testing.T) {
 	}
 	check := func(after time.Duration) { renter.cat.checkGossip(t0.Add(after)) }
 
-	// Alone: cold until it syncs, warm within stale of the sync, cold after it.
+	// Alone, or gossiping with a stranger only: cold until it syncs, warm within stale of
+	// the sync, cold after it.
+	renter.connect(stranger)
+	for deadline := time.Now().Add(5 * time.Second); renter.peer.GossipPeerCounts()[protocol.OffersTopic] == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stranger's subscription never reached the renter")
+		}
+	}
 	check(0)
+	check(stale)
+	warmAt(stale, false)
 	warmAt(0, false)
 	renter.book.markSynced(t0)
 	warmAt(stale, true)
 	warmAt(stale+time.Second, false)
 
-	// Gossiping since before the sync: warm as long as it lasts.
+	// Gossiping with the coordinator since before the sync: warm as long as it lasts.
 	renter.connect(coord)
 	gossiping(true)
 	check(time.Second)
@@ -412,15 +423,19 @@ func TestWarmWhileGossipFlows(t *testing.T) {
 // TestColdSearchAnsweredByCoordinator: a cold search whose sync a coordinator answered
 // gives the DHT walk the warm budget (the coordinator's answer is the market the walk
 // would find) and shows the offers the sync brought; when only another peer answered (it
-// may hold a part of the market), the walk keeps the whole search budget.
+// may hold a part of the market), or the coordinator answered nothing (a book filling
+// after a restart), the walk keeps the whole search budget.
 func TestColdSearchAnsweredByCoordinator(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		coordinator bool
+		offers      int // the answering book holds
 		short       bool
 	}{
-		{"answered by a coordinator", true, true},
-		{"answered by another peer", false, false},
+		{"answered by a coordinator", true, 1, true},
+		{"answered by another peer", false, 1, false},
+		// A coordinator whose book is still filling after a restart answers nothing.
+		{"answered empty by a coordinator", true, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			market, renter := newWorld(t), newWorld(t)
@@ -428,8 +443,10 @@ func TestColdSearchAnsweredByCoordinator(t *testing.T) {
 			renter.follows(t)
 			market.peer.Handle(protocol.OfferSyncProtocol, market.cat.HandleSyncStream)
 			prov := market.certified()
-			if _, _, err := market.book.Accept(market.offer(prov, 1, 1_000_000, nil), "gossip"); err != nil {
-				t.Fatal(err)
+			if tc.offers > 0 {
+				if _, _, err := market.book.Accept(market.offer(prov, 1, 1_000_000, nil), "gossip"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if tc.coordinator {
 				renter.cat.boot = []peer.AddrInfo{{ID: market.peer.ID}}
@@ -452,8 +469,8 @@ func TestColdSearchAnsweredByCoordinator(t *testing.T) {
 				return ch
 			}
 			rows, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: "L4-24GB", Unbenchmarked: true})
-			if err != nil || len(rows) != 1 || rows[0].Provider != prov.id.String() {
-				t.Fatalf("the search: %d offers, %v; want the one the sync brought", len(rows), err)
+			if err != nil || len(rows) != tc.offers || (tc.offers > 0 && rows[0].Provider != prov.id.String()) {
+				t.Fatalf("the search: %d offers, %v; want the %d the sync brought", len(rows), err, tc.offers)
 			}
 			if short := time.Duration(budget.Load()) <= time.Second; short != tc.short {
 				t.Fatalf("the walk was given %s; want the warm budget: %v", time.Duration(budget.Load()), tc.short)

@@ -76,14 +76,22 @@ func (c *Catalogue) WatchGossip(ctx context.Context) {
 	}
 }
 
-// checkGossip is one of WatchGossip's checks, at now.
+// checkGossip is one of WatchGossip's checks, at now: every followed topic must have a
+// coordinator (a bootstrap peer, which follows every model) among its gossip peers. Other
+// peers do not count: a stranger subscribing to every topic would otherwise keep the book
+// warm, so that it never synced again, while it passed on nothing.
 func (c *Catalogue) checkGossip(now time.Time) {
-	counts := c.peer.GossipPeerCounts()
+	gossips := map[string]bool{}
+	for _, ai := range c.boot {
+		for name, ok := range c.peer.GossipsWith(ai.ID) {
+			gossips[name] = gossips[name] || ok
+		}
+	}
 	c.topicsMu.Lock()
 	defer c.topicsMu.Unlock()
 	heard := len(c.followed) > 0
 	for _, name := range c.followed {
-		if counts[name] == 0 {
+		if !gossips[name] {
 			heard = false
 		}
 	}
@@ -92,24 +100,18 @@ func (c *Catalogue) checkGossip(now time.Time) {
 
 // warm says whether this node's book holds the market's offers of model (""; every model)
 // at now, so that a search need not sync or wait for the whole DHT walk: it follows the
-// model's gossip, and it synced within staleAfter, or its gossip has flowed without a gap
-// since before its last sync, or for staleAfter (every live offer is republished within
-// it). A renter that only follows gossip would otherwise go cold staleAfter after its last
-// sync (4.5 minutes), and most of a person's searches, minutes apart, would sync and walk
-// the DHT to its end (docs/performance.md, "1,000 providers by a smaller model").
+// model's gossip, and it synced within staleAfter, or its coordinator's gossip has flowed
+// on every followed topic without a gap for staleAfter (every live offer is republished
+// within it). A renter that only follows gossip would otherwise go cold staleAfter after
+// its last sync (4.5 minutes), and most of a person's searches, minutes apart, would sync
+// and walk the DHT to its end (docs/performance.md, "1,000 providers by a smaller model").
 func (c *Catalogue) warm(model string, now time.Time) bool {
 	if !c.follows(model) {
 		return false
 	}
 	stale := c.staleAfter()
 	synced, since := c.book.warmth()
-	if !synced.IsZero() && now.Sub(synced) <= stale {
-		return true
-	}
-	if since.IsZero() {
-		return false
-	}
-	return (!synced.IsZero() && !since.After(synced)) || now.Sub(since) >= stale
+	return (!synced.IsZero() && now.Sub(synced) <= stale) || (!since.IsZero() && now.Sub(since) >= stale)
 }
 
 // Following says whether this node follows offer gossip (a renter or a coordinator), and

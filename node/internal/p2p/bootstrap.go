@@ -82,9 +82,9 @@ type Joined struct {
 	// Announce runs once the DHT's routing table has been refreshed: a provider publishes
 	// its offer to the network just joined.
 	Announce func()
-	// Unheard, when set, says whether something the node publishes has no gossip peer to
-	// go to: a provider's offer topic with none of its subscribers connected. The node then
-	// dials the bootstrap peers it is not connected to (reachBootstrap).
+	// Unheard, when set, says whether something the node publishes does not reach its
+	// coordinators: a provider's offer topic with no bootstrap peer among its gossip peers.
+	// The node then dials the bootstrap peers it is not connected to (reachBootstrap).
 	Unheard func() bool
 }
 
@@ -104,7 +104,7 @@ type bootstrapReach struct {
 }
 
 // reachBootstrap dials the bootstrap peers this node is not connected to once it has been
-// unheard for reachFirstWait, then after 2, 4 ... up to 5 minutes while it stays unheard.
+// unheard for reachFirstWait, then after 1, 2, 4 and every 5 minutes while it stays unheard.
 // A provider publishes its offer by fanout, to the connected peers that subscribe to its
 // model's topic: one connected to other providers only (its connection to the coordinator
 // closed, by either end) publishes to nobody, and the coordinator, which probes and scores
@@ -177,6 +177,7 @@ func (p *Peer) KeepJoined(ctx context.Context, boot []peer.AddrInfo, clk clock.C
 		p.repairGossip(ctx, boot, clk.Now(), cutOff, repaired, log)
 		if p.Connected() == 0 {
 			alone = true
+			reach = bootstrapReach{} // joined again, the wait starts over
 			p.dialBootstrap(ctx, boot, log)
 		} else if !alone && j.Unheard != nil {
 			p.reachBootstrap(ctx, boot, clk.Now(), j.Unheard(), &reach, log)

@@ -21,7 +21,7 @@ func (p *Peer) Counters() []Counter {
 			p.IdentifyFailures},
 		{"gpunex_identify_reconnections_total", "Reconnections to a bootstrap peer (a coordinator) that gossipsub had not taken in 5 s after an identify failure (then at most once a minute per coordinator): both ends run identify again on the new connection.",
 			p.IdentifyReplacements},
-		{"gpunex_bootstrap_redials_total", "Dials of a bootstrap peer (a coordinator) this node was not connected to, made because what it publishes (a provider's offer) had no gossip peer to go to for 30 s (then after 1, 2, 4 and every 5 minutes while it lasts).",
+		{"gpunex_bootstrap_redials_total", "Dials of a bootstrap peer (a coordinator) this node was not connected to, made because what it publishes (a provider's offer) had no coordinator among its gossip peers for 30 s (then after 1, 2, 4 and every 5 minutes while it lasts).",
 			p.BootstrapRedials},
 	}
 }

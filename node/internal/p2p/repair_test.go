@@ -123,9 +123,11 @@ func TestUnheardNodeDialsItsCoordinator(t *testing.T) {
 	at(40*time.Second, 1)
 	at(69*time.Second, 1)
 	at(70*time.Second, 2)
+	heard(true) // the coordinator's end has the connection: its closing reaches the node
 	cutOff()
 	at(129*time.Second, 2) // a minute after the last dial, not 30 s
 	at(130*time.Second, 3)
+	heard(true)
 	cutOff()
 	at(249*time.Second, 3) // then 2 minutes
 	at(250*time.Second, 4)

@@ -174,6 +174,17 @@ func (p *Peer) GossipPeerCounts() map[string]int {
 // Name is the topic's name.
 func (t *Topic) Name() string { return t.t.String() }
 
+// HasPeerAmong says whether one of peers is a gossip peer on the topic (it told this node
+// it subscribes).
+func (t *Topic) HasPeerAmong(peers []peer.AddrInfo) bool {
+	for _, id := range t.t.ListPeers() {
+		if slices.ContainsFunc(peers, func(ai peer.AddrInfo) bool { return ai.ID == id }) {
+			return true
+		}
+	}
+	return false
+}
+
 // Publish sends data to the topic's peers.
 func (t *Topic) Publish(ctx context.Context, data []byte) error { return t.t.Publish(ctx, data) }
 
