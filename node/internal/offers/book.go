@@ -31,8 +31,9 @@ type Book struct {
 	dirty   map[peer.ID]bool
 	changed chan struct{} // closed and replaced on every change
 	synced  time.Time     // last catalogue sync from peers
-	// heardSince is since when every offer topic the node follows has had a gossip peer at
-	// each check (Catalogue.checkGossip); zero when one had none at the last.
+	// heardSince is since when every offer topic the node follows has had a coordinator
+	// among its gossip peers at each check (Catalogue.checkGossip); zero when one had none
+	// at the last.
 	heardSince time.Time
 }
 
@@ -367,8 +368,8 @@ func (b *Book) lastSynced() time.Time {
 	return b.synced
 }
 
-// heard notes whether, at now, every followed offer topic has a gossip peer: heardSince
-// starts at the first such check and ends at the first that fails.
+// heard notes whether, at now, every followed offer topic has a coordinator among its
+// gossip peers: heardSince starts at the first such check and ends at the first that fails.
 func (b *Book) heard(now time.Time, heard bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

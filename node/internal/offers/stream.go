@@ -173,8 +173,7 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 // peer may have joined moments ago). The sync counts as done only if one of them answered;
 // a sync of everything this node follows makes its book warm again (searches answer from it).
 func (c *Catalogue) SyncOffers(ctx context.Context, req protocol.OfferSyncRequest) (answered bool) {
-	answered, _ = c.syncBy(ctx, &req)
-	return answered
+	return c.sync(ctx, &req)
 }
 
 // SyncJoined is the sync of a node that just joined: revocations and scores, and the
