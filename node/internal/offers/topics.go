@@ -60,11 +60,11 @@ func (c *Catalogue) FollowPrevious() error {
 }
 
 // gossipCheckEvery is how often a node that follows offer gossip checks that each topic it
-// follows has a gossip peer (WatchGossip).
+// follows has a coordinator among its gossip peers (WatchGossip).
 const gossipCheckEvery = 5 * time.Second
 
 // WatchGossip notes, every gossipCheckEvery until ctx ends, since when every offer topic
-// this node follows has had a gossip peer at each check (warm).
+// this node follows has had a coordinator among its gossip peers at each check (warm).
 func (c *Catalogue) WatchGossip(ctx context.Context) {
 	for {
 		c.checkGossip(c.clock.Now())
