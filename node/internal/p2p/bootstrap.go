@@ -66,11 +66,23 @@ func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.
 		p.gossipRepairs.Add(1)
 		log.Info("connected to a bootstrap peer but not gossiping with it: reconnecting", "peer", ai.ID)
 		p.Host.Network().ClosePeer(ai.ID)
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := p.Host.Connect(cctx, ai); err != nil {
-			log.Debug("bootstrap peer unreachable", "peer", ai.ID, "err", err)
+		// The peer may dial this node back at the same moment (its DHT redials a peer it
+		// lost): over TCP the two dials can meet as one connection where both ends start
+		// TLS as its client, and both fail (1 repair in about 150 on loopback). Up to three
+		// times, then, a moment apart, past the dial backoff the failure set.
+		for try := range 3 {
+			if try > 0 {
+				time.Sleep(200 * time.Millisecond)
+				p.clearBackoff(ai.ID)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := p.Host.Connect(cctx, ai)
+			cancel()
+			if err == nil && p.Host.Network().Connectedness(ai.ID) == network.Connected {
+				break
+			}
+			log.Debug("bootstrap peer unreachable", "peer", ai.ID, "try", try+1, "err", err)
 		}
-		cancel()
 	}
 }
 

@@ -378,16 +378,23 @@ func (p *Peer) OpenStream(ctx context.Context, id peer.ID, proto string) (networ
 	}
 	ctx = network.WithAllowLimitedConn(ctx, proto)
 	s, err := p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
-	if err != nil && errors.Is(err, swarm.ErrDialBackoff) {
-		if sw, ok := p.Host.Network().(*swarm.Swarm); ok {
-			sw.Backoff().Clear(id)
-			s, err = p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
-		}
+	if err != nil && errors.Is(err, swarm.ErrDialBackoff) && p.clearBackoff(id) {
+		s, err = p.Host.NewStream(ctx, id, libp2pprotocol.ID(proto))
 	}
 	if err != nil || !BulkProtocols[proto] {
 		return s, err
 	}
 	return jobStream{Stream: s, done: p.keepForJobs(id)}, nil
+}
+
+// clearBackoff forgets the dial backoff a failed dial of id set, so that the next dial is
+// made at once; false where the network has none (mocknet).
+func (p *Peer) clearBackoff(id peer.ID) bool {
+	sw, ok := p.Host.Network().(*swarm.Swarm)
+	if ok {
+		sw.Backoff().Clear(id)
+	}
+	return ok
 }
 
 // Exchange sends one JSON frame to a peer on a protocol and reads one JSON frame back (at
