@@ -30,7 +30,9 @@ type Book struct {
 	offers  map[peer.ID]*bookEntry
 	dirty   map[peer.ID]bool
 	changed chan struct{} // closed and replaced on every change
-	synced  time.Time     // last catalogue sync from peers
+	// synced is when the last catalogue sync from peers brought a model's offers, by
+	// normalised model; "" for one of everything the node follows.
+	synced map[string]time.Time
 	// heardSince is since when every offer topic the node follows has had a coordinator
 	// among its gossip peers at each check (Catalogue.checkGossip); zero when one had none
 	// at the last.
@@ -47,6 +49,7 @@ func NewBook(l *ledger.OfferStore, trust *Trust, m *metrics.Metrics, log *slog.L
 		seen: l, trust: trust, metrics: m, log: log, clock: clk,
 		offers:  map[peer.ID]*bookEntry{},
 		dirty:   map[peer.ID]bool{},
+		synced:  map[string]time.Time{},
 		changed: make(chan struct{}),
 	}
 }
@@ -352,20 +355,28 @@ func (b *Book) Reset() {
 	defer b.mu.Unlock()
 	clear(b.offers)
 	clear(b.dirty)
-	b.synced = time.Time{}
+	clear(b.synced)
 	b.heardSince = time.Time{}
 }
 
-func (b *Book) markSynced(t time.Time) {
+// markSynced notes a sync at t of the offers of models; of everything the node follows
+// when models is empty.
+func (b *Book) markSynced(t time.Time, models ...string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.synced = t
+	if len(models) == 0 {
+		b.synced[""] = t
+	}
+	for _, m := range models {
+		b.synced[protocol.NormalizeModel(m)] = t
+	}
 }
 
+// lastSynced is when a sync last brought everything the node follows.
 func (b *Book) lastSynced() time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.synced
+	return b.synced[""]
 }
 
 // heard notes whether, at now, every followed offer topic has a coordinator among its
@@ -381,9 +392,14 @@ func (b *Book) heard(now time.Time, heard bool) {
 	}
 }
 
-// warmth returns when the book was last synced and since when its gossip has flowed.
-func (b *Book) warmth() (synced, heardSince time.Time) {
+// warmth returns when a sync last brought the offers of model ("": of everything the node
+// follows), and since when its gossip has flowed.
+func (b *Book) warmth(model string) (synced, heardSince time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.synced, b.heardSince
+	synced = b.synced[""]
+	if m := b.synced[protocol.NormalizeModel(model)]; model != "" && m.After(synced) {
+		synced = m
+	}
+	return synced, b.heardSince
 }

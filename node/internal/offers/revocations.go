@@ -147,9 +147,7 @@ func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req a
 		return err
 	}
 	defer s.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		s.SetDeadline(dl)
-	}
+	defer endWith(ctx, s)()
 	if req != nil {
 		if err := protocol.WriteJSONFrame(s, req); err != nil {
 			s.Reset()

@@ -257,15 +257,16 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 		// follows other models) is cold at every search.
 		if !c.warm(f.Model, c.clock.Now()) {
 			// Gossip may have missed offers (this node just joined, or was away): catch up
-			// from peers first, so that the DHT phase only fetches what they lacked. A book
-			// that follows the model syncs all it follows (and is warm again); another asks
-			// for the model searched only.
-			req := protocol.OfferSyncRequest{Models: c.cfg.Models}
-			if !c.follows(f.Model) {
-				req = protocol.OfferSyncRequest{}
-				if f.Model != "" {
-					req.Models = []string{f.Model}
-				}
+			// from peers first, so that the DHT phase only fetches what they lacked. The sync
+			// asks for what is searched: a model's offers (the book is then warm for that
+			// model), or every offer (warm for every model it follows). Asking for every
+			// model it follows at a one-model search costs as many times the records to
+			// fetch and check as there are models: at 10,000 providers, 50 MB instead of
+			// 5.5, past the sync's 2 s at a renter's 50 Mbit/s (docs/performance.md, "1,000
+			// providers by a smaller model").
+			req := protocol.OfferSyncRequest{}
+			if f.Model != "" {
+				req.Models = []string{f.Model}
 			}
 			t := time.Now()
 			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)

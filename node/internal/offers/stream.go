@@ -136,9 +136,7 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 		return 0, 0, err
 	}
 	defer s.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		s.SetDeadline(dl)
-	}
+	defer endWith(ctx, s)()
 	if err := protocol.WriteJSONFrame(s, req); err != nil {
 		s.Reset()
 		return 0, 0, err
@@ -166,6 +164,17 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 		c.book.reject("sync", err)
 	}
 	return fresh, received, err
+}
+
+// endWith ends a sync stream when ctx ends (its deadline, or the asker stopping it: a
+// coordinator answered whole), and returns the function that stops watching ctx. The
+// stream's deadline is set too, but a transport may not honour it (go-libp2p's mocknet
+// ignores deadlines: syncs overran their bound there, and cold searches their budget).
+func endWith(ctx context.Context, s network.Stream) (stop func() bool) {
+	if dl, ok := ctx.Deadline(); ok {
+		s.SetDeadline(dl)
+	}
+	return context.AfterFunc(ctx, func() { s.Reset() })
 }
 
 // SyncOffers asks up to three connected peers for the offers req asks for, in parallel,
@@ -230,7 +239,9 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 }
 
 // syncBy is sync, and says whether a bootstrap peer (a coordinator, which follows every
-// model) answered req whole and with offers: its answer is then the market's offers of req.
+// model) answered req whole and with offers: its answer is then the market's offers of req,
+// and the other peers' answers, copies of it, are stopped where they are (what they sent is
+// kept): each copy costs the asker as much to check as the first.
 func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) (answered, byCoordinator bool) {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
@@ -248,6 +259,8 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 	})
 	var wg sync.WaitGroup
 	var ok, scored, coordinator atomic.Bool
+	offersCtx, stopOffers := context.WithCancel(ctx)
+	defer stopOffers()
 	for i, p := range peers {
 		if i == 3 {
 			break
@@ -272,7 +285,7 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 				}
 			})
 			if req != nil {
-				if got, received, err := c.syncFrom(ctx, p, *req); err != nil {
+				if got, received, err := c.syncFrom(offersCtx, p, *req); err != nil {
 					c.log.Debug("offer sync failed", "peer", p, "err", err)
 				} else if received > 0 || boot[p] {
 					// An empty answer from a peer that is not a coordinator may be a node that
@@ -282,6 +295,7 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 					// restart: it does not stand for the market's.
 					if boot[p] && received > 0 {
 						coordinator.Store(true)
+						stopOffers()
 					}
 					c.log.Debug("offer sync", "peer", p, "new", got)
 				}
@@ -289,8 +303,15 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 		}(p)
 	}
 	wg.Wait()
-	if ok.Load() && req != nil && c.followsAll(*req) {
-		c.book.markSynced(c.clock.Now())
+	if ok.Load() && req != nil {
+		switch {
+		case c.followsAll(*req):
+			c.book.markSynced(c.clock.Now())
+		case len(req.Regions) == 0 && c.answers(*req):
+			// Some of the models it follows, whole: a search for one of them need not
+			// sync again.
+			c.book.markSynced(c.clock.Now(), req.Models...)
+		}
 	}
 	if req != nil {
 		// Offers without scores rank providers without their scores: the sync is asked

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -397,10 +398,19 @@ func TestWarmWhileGossipFlows(t *testing.T) {
 	warmAt(time.Hour, true)
 
 	// A gap: cold once the sync is older than stale, until gossip has flowed for stale again.
-	coord.peer.Host.Network().ClosePeer(renter.peer.ID)
-	gossiping(false)
-	check(time.Hour)
-	warmAt(time.Hour, false)
+	// The coordinator's end may dial the renter back within milliseconds (its DHT learns
+	// the renter's address from the stranger): close until a check falls in the gap.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		coord.peer.Host.Network().ClosePeer(renter.peer.ID)
+		if !renter.peer.GossipsWith(coord.peer.ID)[protocol.OffersTopic] {
+			if check(time.Hour); !renter.cat.warm("", t0.Add(time.Hour)) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no check saw the coordinator out of the renter's gossip")
+		}
+	}
 	renter.connect(coord)
 	gossiping(true)
 	check(time.Hour + time.Minute)
@@ -476,5 +486,122 @@ func TestColdSearchAnsweredByCoordinator(t *testing.T) {
 				t.Fatalf("the walk was given %s; want the warm budget: %v", time.Duration(budget.Load()), tc.short)
 			}
 		})
+	}
+}
+
+// TestSyncStopsCopiesOnceACoordinatorAnswered: a sync asks its coordinator and other peers
+// at once; once the coordinator has answered whole, a peer still trickling its copy (slow,
+// or stalling on purpose) has its stream reset, and the sync is done without waiting for it.
+func TestSyncStopsCopiesOnceACoordinatorAnswered(t *testing.T) {
+	coord, slow, renter := newWorld(t), newWorld(t), newWorld(t)
+	coord.follows(t)
+	// The coordinator answers once the slow peer has started its answer.
+	started := make(chan struct{})
+	coord.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+		}
+		coord.cat.HandleSyncStream(s)
+	})
+	prov := coord.certified()
+	if _, _, err := coord.book.Accept(coord.offer(prov, 1, 1_000_000, nil), "gossip"); err != nil {
+		t.Fatal(err)
+	}
+	// The slow peer announces a 100-byte record and sends one byte of it every 100 ms: the
+	// whole would take 10 s. It gives up after 8 s, and says whether its stream was reset.
+	reset := make(chan bool, 1)
+	slow.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
+		defer s.Close()
+		if _, err := readSyncRequest(s); err != nil {
+			reset <- false
+			return
+		}
+		_, err := s.Write([]byte{100})
+		close(started)
+		if err != nil {
+			reset <- true
+			return
+		}
+		for range 80 {
+			time.Sleep(100 * time.Millisecond)
+			if _, err := s.Write([]byte{'x'}); err != nil {
+				reset <- true
+				return
+			}
+		}
+		reset <- false
+	})
+	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
+	renter.connect(coord)
+	renter.connect(slow)
+	if !renter.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
+		t.Fatal("the coordinator's answer did not make the sync done")
+	}
+	if so, _ := renter.book.Get(prov.id); so == nil {
+		t.Fatal("the coordinator's offer did not come by the sync")
+	}
+	select {
+	case wasReset := <-reset:
+		if !wasReset {
+			t.Fatal("the sync waited for the slow peer's whole copy: its stream was never reset")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow peer was never asked")
+	}
+}
+
+// TestColdSearchSyncsWhatItSearches: a cold search for one model asks its peers for that
+// model's offers only, and leaves the book warm for that model alone (the next search for
+// it does not sync again); a cold search for every offer asks for them all, and leaves the
+// book warm.
+func TestColdSearchSyncsWhatItSearches(t *testing.T) {
+	coord, renter := newWorld(t), newWorld(t)
+	coord.follows(t)
+	renter.follows(t)
+	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
+	l4, a100 := coord.certified(), coord.certified()
+	a100.cert = testCertificate(t, testCoordinatorKey, a100.id, []protocol.CertifiedGPU{{Model: "A100-80GB", Count: 2}}, coord.clock.Now())
+	for _, raw := range [][]byte{
+		coord.offer(l4, 1, 1_000_000, nil),
+		coord.offer(a100, 1, 2_000_000, func(o *protocol.Offer) {
+			o.GPUs = []protocol.OfferGPUs{{Model: "A100-80GB", Count: 2, VRAMGB: 80, PricePerGPUHour: 2_000_000}}
+		}),
+	} {
+		if _, _, err := coord.book.Accept(raw, "gossip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
+	renter.connect(coord)
+	for deadline := time.Now().Add(10 * time.Second); renter.peer.RoutingTableSize() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the coordinator never entered the renter's routing table")
+		}
+	}
+	renter.cat.cfg.WarmSearch.Duration = 50 * time.Millisecond
+	rows, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: "L4-24GB", Unbenchmarked: true})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("the L4 search: %d offers, %v", len(rows), err)
+	}
+	if so, _ := renter.book.Get(a100.id); so != nil {
+		t.Fatal("a cold search for L4 synced the A100 offers too")
+	}
+	if renter.cat.warm("", renter.clock.Now()) || renter.cat.warm("A100-80GB", renter.clock.Now()) {
+		t.Fatal("a sync of one model made the book warm for other models")
+	}
+	synced := testutil.ToFloat64(renter.metrics.OfferSyncRecords)
+	if rows, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: "l4-24gb", Unbenchmarked: true}); err != nil || len(rows) != 1 {
+		t.Fatalf("the L4 search again: %d offers, %v", len(rows), err)
+	}
+	if n := testutil.ToFloat64(renter.metrics.OfferSyncRecords); n != synced {
+		t.Fatalf("a second search for the model just synced synced again (%v records)", n-synced)
+	}
+	rows, err = renter.cat.Search(context.Background(), api.SearchFilter{Unbenchmarked: true})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("the search of every offer: %d offers, %v; want both", len(rows), err)
+	}
+	if !renter.cat.warm("", renter.clock.Now()) {
+		t.Fatal("a sync of every offer left the book cold")
 	}
 }

@@ -100,7 +100,8 @@ func (c *Catalogue) checkGossip(now time.Time) {
 
 // warm says whether this node's book holds the market's offers of model (""; every model)
 // at now, so that a search need not sync or wait for the whole DHT walk: it follows the
-// model's gossip, and it synced within staleAfter, or its coordinator's gossip has flowed
+// model's gossip, and a sync brought that model's offers (or everything it follows) within
+// staleAfter, or its coordinator's gossip has flowed
 // on every followed topic without a gap for staleAfter (every live offer is republished
 // within it). A renter that only follows gossip would otherwise go cold staleAfter after
 // its last sync (4.5 minutes), and most of a person's searches, minutes apart, would sync
@@ -110,7 +111,7 @@ func (c *Catalogue) warm(model string, now time.Time) bool {
 		return false
 	}
 	stale := c.staleAfter()
-	synced, since := c.book.warmth()
+	synced, since := c.book.warmth(model)
 	return (!synced.IsZero() && now.Sub(synced) <= stale) || (!since.IsZero() && now.Sub(since) >= stale)
 }
 
