@@ -360,17 +360,27 @@ func (b *Book) Reset() {
 }
 
 // markSynced notes a sync at t of the offers of models; of everything the node follows
-// when models is empty.
+// when models is empty (a zero t forgets it: a model followed since is not in the book).
 func (b *Book) markSynced(t time.Time, models ...string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(models) == 0 {
 		b.synced[""] = t
 	}
+	if len(b.synced)+len(models) > maxSyncedModels {
+		// Searches for names of no model (a node following every model syncs any name
+		// searched): forget the models' times, not the book's.
+		all := b.synced[""]
+		clear(b.synced)
+		b.synced[""] = all
+	}
 	for _, m := range models {
 		b.synced[protocol.NormalizeModel(m)] = t
 	}
 }
+
+// maxSyncedModels bounds the models whose last sync a book remembers.
+const maxSyncedModels = 256
 
 // lastSynced is when a sync last brought everything the node follows.
 func (b *Book) lastSynced() time.Time {

@@ -489,24 +489,36 @@ func TestColdSearchAnsweredByCoordinator(t *testing.T) {
 	}
 }
 
-// TestSyncStopsCopiesOnceACoordinatorAnswered: a sync asks its coordinator and other peers
-// at once; once the coordinator has answered whole, a peer still trickling its copy (slow,
-// or stalling on purpose) has its stream reset, and the sync is done without waiting for it.
+// TestSyncStopsCopiesOnceACoordinatorAnswered: a sync asks its coordinators and other peers
+// at once; once a coordinator has answered whole, a peer still trickling its copy (slow, or
+// stalling on purpose) has its stream reset, and the sync is done without waiting for it;
+// the stop is not counted against the peer. Another coordinator still answering is not
+// stopped: the first may have answered from a book still filling after its restart.
 func TestSyncStopsCopiesOnceACoordinatorAnswered(t *testing.T) {
-	coord, slow, renter := newWorld(t), newWorld(t), newWorld(t)
-	coord.follows(t)
-	// The coordinator answers once the slow peer has started its answer.
-	started := make(chan struct{})
-	coord.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
-		select {
-		case <-started:
-		case <-time.After(10 * time.Second):
-		}
-		coord.cat.HandleSyncStream(s)
-	})
-	prov := coord.certified()
+	coord, later, slow, renter := newWorld(t), newWorld(t), newWorld(t), newWorld(t)
+	// The coordinator answers once the slow peer has started its answer; the other
+	// coordinator once the slow peer's stream was reset.
+	started, stopped := make(chan struct{}), make(chan struct{})
+	answerAfter := func(w *world, after chan struct{}) {
+		w.follows(t)
+		w.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
+			select {
+			case <-after:
+			case <-time.After(10 * time.Second):
+			}
+			w.cat.HandleSyncStream(s)
+		})
+	}
+	answerAfter(coord, started)
+	answerAfter(later, stopped)
+	prov, other := coord.certified(), later.certified()
 	if _, _, err := coord.book.Accept(coord.offer(prov, 1, 1_000_000, nil), "gossip"); err != nil {
 		t.Fatal(err)
+	}
+	for _, raw := range [][]byte{later.offer(prov, 1, 1_000_000, nil), later.offer(other, 1, 1_000_000, nil)} {
+		if _, _, err := later.book.Accept(raw, "gossip"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The slow peer announces a 100-byte record and sends one byte of it every 100 ms: the
 	// whole would take 10 s. It gives up after 8 s, and says whether its stream was reset.
@@ -519,27 +531,19 @@ func TestSyncStopsCopiesOnceACoordinatorAnswered(t *testing.T) {
 		}
 		_, err := s.Write([]byte{100})
 		close(started)
-		if err != nil {
-			reset <- true
-			return
-		}
-		for range 80 {
+		for i := 0; err == nil && i < 80; i++ {
 			time.Sleep(100 * time.Millisecond)
-			if _, err := s.Write([]byte{'x'}); err != nil {
-				reset <- true
-				return
-			}
+			_, err = s.Write([]byte{'x'})
 		}
-		reset <- false
+		close(stopped)
+		reset <- err != nil
 	})
-	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
+	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}, {ID: later.peer.ID}}
 	renter.connect(coord)
+	renter.connect(later)
 	renter.connect(slow)
 	if !renter.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
-		t.Fatal("the coordinator's answer did not make the sync done")
-	}
-	if so, _ := renter.book.Get(prov.id); so == nil {
-		t.Fatal("the coordinator's offer did not come by the sync")
+		t.Fatal("the coordinators' answers did not make the sync done")
 	}
 	select {
 	case wasReset := <-reset:
@@ -548,6 +552,35 @@ func TestSyncStopsCopiesOnceACoordinatorAnswered(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the slow peer was never asked")
+	}
+	for _, p := range []provider{prov, other} {
+		if so, _ := renter.book.Get(p.id); so == nil {
+			t.Fatal("an offer of the coordinators' answers did not come by the sync: the later one was stopped")
+		}
+	}
+	if n := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("offer", "sync", "malformed")); n != 0 {
+		t.Fatalf("the copy the renter stopped was counted malformed (%v)", n)
+	}
+}
+
+// TestSyncNotDoneByGarbage: records that fail their checks do not make a sync done, however
+// well framed: a stranger answering first with garbage would otherwise leave the book warm,
+// and searches without a sync, for 1.5 x republish.
+func TestSyncNotDoneByGarbage(t *testing.T) {
+	stranger, joiner := newWorld(t), newWorld(t)
+	stranger.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
+		defer s.Close()
+		if _, err := readSyncRequest(s); err == nil {
+			s.Write(append([]byte{5}, "hello"...))
+		}
+	})
+	joiner.follows(t)
+	joiner.connect(stranger)
+	if joiner.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
+		t.Fatal("a stranger's garbage made the sync done")
+	}
+	if n := testutil.ToFloat64(joiner.metrics.RecordsRejected.WithLabelValues("offer", "sync", "malformed")); n != 1 {
+		t.Fatalf("the garbage record counted as malformed %v times, want 1", n)
 	}
 }
 
@@ -603,5 +636,60 @@ func TestColdSearchSyncsWhatItSearches(t *testing.T) {
 	}
 	if !renter.cat.warm("", renter.clock.Now()) {
 		t.Fatal("a sync of every offer left the book cold")
+	}
+	// A model followed since came by neither gossip nor that sync.
+	if err := renter.cat.Follow([]string{"H100-80GB"}); err != nil {
+		t.Fatal(err)
+	}
+	if renter.cat.warm("", renter.clock.Now()) {
+		t.Fatal("following a new model left the book warm for every model")
+	}
+}
+
+// TestRevokedOfferFromASyncDropped: a node syncs revocations and offers side by side; an
+// offer of a revoked provider from a peer that missed the revocation is gone from its book
+// once the sync is over, whichever came first.
+func TestRevokedOfferFromASyncDropped(t *testing.T) {
+	coord, stale, joiner := newWorld(t), newWorld(t), newWorld(t)
+	// The offers come first: the coordinator hands its revocations over once the stale
+	// peer has answered the offer sync.
+	offered := make(chan struct{})
+	for _, w := range []*world{coord, stale} {
+		w.follows(t)
+		w.peer.Handle(protocol.RevocationSyncProtocol, w.cat.HandleRevocationSync)
+	}
+	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
+	coord.peer.Handle(protocol.RevocationSyncProtocol, func(s network.Stream) {
+		select {
+		case <-offered:
+		case <-time.After(5 * time.Second):
+		}
+		coord.cat.HandleRevocationSync(s)
+	})
+	stale.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
+		stale.cat.HandleSyncStream(s)
+		close(offered)
+	})
+	revoked, live := coord.certified(), coord.certified()
+	for _, raw := range [][]byte{coord.offer(revoked, 1, 1_000_000, nil), coord.offer(live, 1, 1_000_000, nil)} {
+		if _, _, err := stale.book.Accept(raw, "gossip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := coord.cat.TakeRevocation(coord.revocation(testCoordinatorKey, revoked, 0), "gossip"); err != nil {
+		t.Fatal(err)
+	}
+	joiner.follows(t)
+	joiner.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
+	joiner.connect(coord)
+	joiner.connect(stale)
+	if !joiner.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
+		t.Fatal("the sync found no peer answering")
+	}
+	if so, _ := joiner.book.Get(revoked.id); so != nil {
+		t.Fatal("the revoked provider's offer stayed in the book after the sync")
+	}
+	if so, _ := joiner.book.Get(live.id); so == nil {
+		t.Fatal("the live offer did not come by the sync")
 	}
 }

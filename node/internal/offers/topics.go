@@ -38,7 +38,10 @@ func (c *Catalogue) Follow(models []string) error {
 			return fmt.Errorf("follow the offers of %s: %w", m, err)
 		}
 		c.followed = append(c.followed, name)
-		c.book.heard(time.Time{}, false) // the new topic's offers came by no gossip yet
+		// The new topic's offers came by no gossip yet, nor by the last sync of everything
+		// followed.
+		c.book.heard(time.Time{}, false)
+		c.book.markSynced(time.Time{})
 	}
 	return nil
 }
@@ -56,6 +59,7 @@ func (c *Catalogue) FollowPrevious() error {
 	}
 	c.followed = append(c.followed, protocol.OffersTopic)
 	c.book.heard(time.Time{}, false)
+	c.book.markSynced(time.Time{})
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 
 	"github.com/gpunex/gpunex/ledger"
 	"github.com/gpunex/gpunex/node/config"
@@ -70,7 +71,7 @@ func newWorld(t testing.TB) *world {
 // A dial that meets the other host's own dial to it (the DHT and gossipsub dial peers they
 // learn of) can fail: both use their listening port on TCP, so the two dials become one
 // connection where both ends start TLS as its client. A node dials again; so does the test,
-// a few times, before it fails.
+// a few times, past the dial backoff the failure set, before it fails.
 func (w *world) connect(v *world) {
 	w.t.Helper()
 	var err error
@@ -79,6 +80,9 @@ func (w *world) connect(v *world) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
+		if sw, ok := w.peer.Host.Network().(*swarm.Swarm); ok {
+			sw.Backoff().Clear(v.peer.ID)
+		}
 	}
 	w.t.Fatal(err)
 }

@@ -70,18 +70,28 @@ func (p *Peer) repairGossip(ctx context.Context, boot []peer.AddrInfo, now time.
 		// lost): over TCP the two dials can meet as one connection where both ends start
 		// TLS as its client, and both fail (1 repair in about 150 on loopback). Up to three
 		// times, then, a moment apart, past the dial backoff the failure set.
+		// A peer that did not answer in time is not tried again: the loop's other checks
+		// wait for this one.
 		for try := range 3 {
 			if try > 0 {
-				time.Sleep(200 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
 				p.clearBackoff(ai.ID)
 			}
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err := p.Host.Connect(cctx, ai)
+			timedOut := cctx.Err() != nil
 			cancel()
 			if err == nil && p.Host.Network().Connectedness(ai.ID) == network.Connected {
 				break
 			}
 			log.Debug("bootstrap peer unreachable", "peer", ai.ID, "try", try+1, "err", err)
+			if timedOut {
+				break
+			}
 		}
 	}
 }
