@@ -45,7 +45,7 @@ var (
 	scaleRounds    = flag.Int("scale.rounds", 2, "rounds of searches, each renter searching four ways a round")
 	scaleOut       = flag.String("scale.out", "", "a file the report is also written to")
 	scaleHeap      = flag.String("scale.heapprofile", "", "a file the heap profile is written to after the steady-state window")
-	scaleWhySlow   = flag.Bool("scale.whyslow", false, "log where a SetPrice that has not returned after 1 s and 3 s waits (a goroutine profile: with QUIC links at 300 providers each takes minutes and stalls the run)")
+	scaleWhySlow   = flag.String("scale.whyslow", "", "log where a SetPrice (setprice) that has not returned after 1 s and 3 s, or a search (search) after 2.2 s and 3.2 s, waits: a comma-separated list of those watched, each logged 3 times a run at most (a goroutine profile: at 300 providers each takes a minute or more and stalls the run)")
 	scaleCPU       = flag.String("scale.cpuprofile", "", "a file the CPU profile of the steady-state window is written to")
 	scaleStacks    = flag.String("scale.goroutines", "", "a file prefix the goroutines, grouped by stack, are written to as each role finishes joining (PREFIX-providers.txt, ...)")
 	scaleLinks     = flag.String("scale.links", "quic", "how nodes are linked: quic (each on its own loopback address) or mocknet (simulated in memory, scale_mocknet_test.go)")
@@ -517,8 +517,16 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 		worst float64
 		// slow counts the searches over a second, by the phase that took most of it.
 		slowSync, slowDHT, slowOther int
+		// wakeOver2s is, for each search over 2 s, the longest a sleeping goroutine of
+		// this process was woken late while it ran.
+		wakeOver2s []time.Duration
 	}
 	results := map[string]*series{}
+	probe := startWakeProbe()
+	defer func() {
+		all := probe.stop()
+		report.add("a sleeping goroutine woken late during the searches (10 ms sleeps, %d): p50 %s, p99 %s, max %s", len(all), pct(all, 0.5), pct(all, 0.99), pct(all, 1))
+	}()
 	// Every offer, benchmarked or not: the harness's providers are not all benchmarked, and
 	// it measures how offers travel.
 	filters := []api.SearchFilter{{Model: model, Unbenchmarked: true}, {Unbenchmarked: true}}
@@ -530,7 +538,13 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 						r.book.Reset()
 					}
 					start := time.Now()
-					rows, st, err := r.catalogue.SearchMeasured(context.Background(), f)
+					var rows []api.OfferRow
+					var st offers.SearchStats
+					var err error
+					// A search past its sync's bound (2 s) and the walk's: where it waits.
+					s.whySlow("search", []time.Duration{2200 * time.Millisecond, time.Second}, nil, func(ctx context.Context) {
+						rows, st, err = r.catalogue.SearchMeasured(ctx, f)
+					})
 					took := time.Since(start)
 					if err != nil {
 						s.t.Fatalf("search: %v", err)
@@ -553,6 +567,9 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 							results[k].slowOther++
 						}
 					}
+					if took > 2*time.Second {
+						results[k].wakeOver2s = append(results[k].wakeOver2s, probe.worst(start, start.Add(took)))
+					}
 					results[k].worst = min(results[k].worst, float64(len(rows))/float64(max(want[f.Model], 1)))
 				}
 			}
@@ -570,8 +587,64 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 			}
 			report.add("search %s, %s: p50 %s, p95 %s, max %s over %d searches; the worst found %.1f%%; over 1 s: %d (%d in the sync, %d in the DHT, %d elsewhere)", mode, what,
 				pct(r.lat, 0.5), pct(r.lat, 0.95), pct(r.lat, 1), len(r.lat), 100*r.worst, r.slowSync+r.slowDHT+r.slowOther, r.slowSync, r.slowDHT, r.slowOther)
+			if len(r.wakeOver2s) > 0 {
+				report.add("  over 2 s: %d; the longest late wake-up while each ran: least %s, median %s", len(r.wakeOver2s), pct(r.wakeOver2s, 0), pct(r.wakeOver2s, 0.5))
+			}
 		}
 	}
+}
+
+// A wakeProbe measures how late this process wakes a sleeping goroutine: one goroutine
+// sleeps 10 ms again and again and records by how much each sleep overran. A search waits
+// on many wake-ups (timers, one goroutine handing work to another); when the process's run
+// queue is deep, they come late whatever the protocol does, and a search's own bounds (2 s
+// for its sync, 3 s in all) are overrun by as much.
+type wakeProbe struct {
+	mu   sync.Mutex
+	at   []time.Time // when each sleep ended
+	late []time.Duration
+	quit chan struct{}
+	done chan struct{}
+}
+
+func startWakeProbe() *wakeProbe {
+	w := &wakeProbe{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			t := time.Now()
+			select {
+			case <-w.quit:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			now := time.Now()
+			w.mu.Lock()
+			w.at, w.late = append(w.at, now), append(w.late, now.Sub(t)-10*time.Millisecond)
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// stop ends the probe and returns every delay it measured.
+func (w *wakeProbe) stop() []time.Duration {
+	close(w.quit)
+	<-w.done
+	return w.late
+}
+
+// worst is the longest delay of the sleeps that ended within [from, to].
+func (w *wakeProbe) worst(from, to time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var d time.Duration
+	for i, at := range w.at {
+		if !at.Before(from) && !at.After(to) {
+			d = max(d, w.late[i])
+		}
+	}
+	return d
 }
 
 // measurePriceChanges times price changes of providers taken in turn until every node holds
@@ -644,50 +717,69 @@ func (s *scaleNet) measureEarlyPriceChanges(report *scaleReport) {
 	report.add("  SetPrice at %d providers in the network's first minute returned in: median %s, worst %s", len(took), pct(took, 0.5), pct(took, 1))
 }
 
-// setPriceWatched changes a provider's price and, with -scale.whyslow, while SetPrice has
+// setPriceWatched changes a provider's price and, with -scale.whyslow=setprice, while SetPrice has
 // not returned after 1 s and again after 3 s, logs where it waits: its goroutine's stack and
 // the provider's gossipsub goroutines.
 func (s *scaleNet) setPriceWatched(prov *Node, model string, price protocol.MicroUSDC) *protocol.SignedOffer {
-	type result struct {
-		so  *protocol.SignedOffer
-		err error
-	}
-	done := make(chan result, 1)
-	start := time.Now()
-	go pprof.Do(context.Background(), pprof.Labels("scale", "setprice"), func(ctx context.Context) {
-		so, err := prov.publisher.SetPrice(ctx, model, price)
-		done <- result{so, err}
+	var so *protocol.SignedOffer
+	var err error
+	// And what the provider's gossipsub is doing: a publish waits for its event loop.
+	s.whySlow("setprice", []time.Duration{time.Second, 2 * time.Second}, func(g string) bool {
+		return strings.Contains(g, prov.ID().String()) && strings.Contains(g, "go-libp2p-pubsub")
+	}, func(ctx context.Context) {
+		so, err = prov.publisher.SetPrice(ctx, model, price)
 	})
-	var r result
-	for _, wait := range []time.Duration{time.Second, 2 * time.Second, 0} {
-		if wait == 0 {
-			r = <-done
-			break
-		}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return so
+}
+
+// whySlowDumps counts whySlow's goroutine profiles of what, this one included.
+func whySlowDumps(what string) int {
+	dumps.mu.Lock()
+	defer dumps.mu.Unlock()
+	if dumps.n == nil {
+		dumps.n = map[string]int{}
+	}
+	dumps.n[what]++
+	return dumps.n[what]
+}
+
+var dumps struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// whySlow runs f, labelled what; with -scale.whyslow naming what, each time f has not returned after
+// the next of waits, it logs the stacks of the goroutines f started (they carry its label)
+// and of those match picks, grouped (the full dump stops at 64 MB, a few hundred thousand
+// goroutines short of the end at 300 providers).
+func (s *scaleNet) whySlow(what string, waits []time.Duration, match func(stack string) bool, f func(ctx context.Context)) {
+	done := make(chan struct{})
+	start := time.Now()
+	go pprof.Do(context.Background(), pprof.Labels("scale", what), func(ctx context.Context) {
+		defer close(done)
+		f(ctx)
+	})
+	for _, wait := range waits {
 		select {
-		case r = <-done:
+		case <-done:
+			return
 		case <-time.After(wait):
-			if !*scaleWhySlow {
-				continue
-			}
-			// Stacks grouped, with their labels (the full dump stops at 64 MB, a few
-			// hundred thousand goroutines short of the end at 300 providers).
-			var all strings.Builder
-			_ = pprof.Lookup("goroutine").WriteTo(&all, 1)
-			// And what the provider's gossipsub is doing: a publish waits for its event loop.
-			for _, g := range strings.Split(all.String(), "\n\n") {
-				if strings.Contains(g, `"scale":"setprice"`) || strings.Contains(g, prov.ID().String()) && strings.Contains(g, "go-libp2p-pubsub") {
-					s.t.Logf("SetPrice has not returned after %s:\n%s", time.Since(start).Round(time.Millisecond), g)
-				}
-			}
+		}
+		if !slices.Contains(strings.Split(*scaleWhySlow, ","), what) || whySlowDumps(what) > 3 {
 			continue
 		}
-		break
+		var all strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&all, 1)
+		for _, g := range strings.Split(all.String(), "\n\n") {
+			if strings.Contains(g, `"scale":"`+what+`"`) || match != nil && match(g) {
+				s.t.Logf("%s has not returned after %s:\n%s", what, time.Since(start).Round(time.Millisecond), g)
+			}
+		}
 	}
-	if r.err != nil {
-		s.t.Fatal(r.err)
-	}
-	return r.so
+	<-done
 }
 
 // roleOf is the role of the i-th of s.all()'s nodes: 0 the coordinator, 1 a provider, 2 a
