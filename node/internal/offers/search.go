@@ -241,53 +241,58 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 	defer cancel()
 
 	keys := c.searchKeys(f)
-	if c.peer.RoutingTableSize() > 0 {
-		stale := c.staleAfter()
-		walk, fetch, fetched := ctx, ctx, func() {}
-		// The walk only adds what gossip or a coordinator's sync missed: the search waits for
-		// it WarmSearch at most. The offers it found are fetched all the same, into the book
-		// for the next search, within SearchTimeout.
-		short := func() {
-			var cancelWalk context.CancelFunc
-			walk, cancelWalk = context.WithTimeout(ctx, c.cfg.WarmSearch.Duration)
-			fetch, fetched = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SearchTimeout.Duration)
-			context.AfterFunc(ctx, cancelWalk)
+	stale := c.staleAfter()
+	walk, fetch, fetched := ctx, ctx, func() {}
+	// The walk only adds what gossip or a coordinator's sync missed: the search waits for
+	// it WarmSearch at most. The offers it found are fetched all the same, into the book
+	// for the next search, within SearchTimeout.
+	short := func() {
+		var cancelWalk context.CancelFunc
+		walk, cancelWalk = context.WithTimeout(ctx, c.cfg.WarmSearch.Duration)
+		fetch, fetched = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SearchTimeout.Duration)
+		context.AfterFunc(ctx, cancelWalk)
+	}
+	// A book that does not follow the model's gossip (a provider's; a renter's that
+	// follows other models) is cold at every search.
+	switch {
+	case c.warm(f.Model, c.clock.Now()):
+		short()
+	case c.peer.Connected() > 0:
+		// Gossip may have missed offers (this node just joined, or was away): catch up
+		// from peers first, so that the DHT phase only fetches what they lacked. The sync
+		// asks for what is searched: a model's offers (the book is then warm for that
+		// model), or every offer (warm for every model it follows). Asking for every
+		// model it follows at a one-model search costs as many times the records to
+		// fetch and check as there are models: at 10,000 providers, 50 MB instead of
+		// 5.5, past the sync's 2 s at a renter's 50 Mbit/s (docs/performance.md, "1,000
+		// providers by a smaller model"). The sync needs connected peers only: a node
+		// that joined moments ago, whose routing table is still empty, syncs from its
+		// coordinator (it found nothing before: the scale harness's first searches).
+		req := protocol.OfferSyncRequest{}
+		if f.Model != "" {
+			req.Models = []string{f.Model}
 		}
-		// A book that does not follow the model's gossip (a provider's; a renter's that
-		// follows other models) is cold at every search.
-		if !c.warm(f.Model, c.clock.Now()) {
-			// Gossip may have missed offers (this node just joined, or was away): catch up
-			// from peers first, so that the DHT phase only fetches what they lacked. The sync
-			// asks for what is searched: a model's offers (the book is then warm for that
-			// model), or every offer (warm for every model it follows). Asking for every
-			// model it follows at a one-model search costs as many times the records to
-			// fetch and check as there are models: at 10,000 providers, 50 MB instead of
-			// 5.5, past the sync's 2 s at a renter's 50 Mbit/s (docs/performance.md, "1,000
-			// providers by a smaller model").
-			req := protocol.OfferSyncRequest{}
-			if f.Model != "" {
-				req.Models = []string{f.Model}
-			}
-			t := time.Now()
-			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-			_, byCoordinator := c.syncBy(sctx, &req)
-			scancel()
-			st.Sync = time.Since(t)
-			// A coordinator follows every model and catches up the offers gossip missed
-			// after its probes: its answer is the market the whole walk would find, which
-			// waiting for made cold searches take their whole 3 s budget from 200 providers
-			// on (docs/performance.md, "1,000 providers by a smaller model"). Another peer's
-			// answer may be a part of the market (a node that joined moments ago, or a
-			// stranger): then the search waits for the whole walk.
-			if byCoordinator {
-				short()
-			}
-		} else {
+		t := time.Now()
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		_, byCoordinator := c.syncBy(sctx, &req)
+		scancel()
+		st.Sync = time.Since(t)
+		// A coordinator follows every model and catches up the offers gossip missed
+		// after its probes: its answer is the market the whole walk would find, which
+		// waiting for made cold searches take their whole 3 s budget from 200 providers
+		// on (docs/performance.md, "1,000 providers by a smaller model"). Another peer's
+		// answer may be a part of the market (a node that joined moments ago, or a
+		// stranger): then the search waits for the whole walk.
+		if byCoordinator {
 			short()
 		}
+	}
+	if c.peer.RoutingTableSize() > 0 {
 		t := time.Now()
 		st.Found, st.Fetched, st.Failed = c.walkOffers(walk, fetch, fetched, keys, stale)
 		st.DHT = time.Since(t)
+	} else {
+		fetched()
 	}
 
 	now := c.clock.Now()

@@ -12,6 +12,7 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	libp2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpunex/gpunex/node/api"
@@ -691,5 +692,30 @@ func TestRevokedOfferFromASyncDropped(t *testing.T) {
 	}
 	if so, _ := joiner.book.Get(live.id); so == nil {
 		t.Fatal("the live offer did not come by the sync")
+	}
+}
+
+// TestSearchSyncsBeforeTheRoutingTableFills: a node connected to its coordinator whose
+// routing table is still empty (it joined moments ago) syncs at a cold search, and finds
+// the coordinator's offers; before, it answered from its empty book.
+func TestSearchSyncsBeforeTheRoutingTableFills(t *testing.T) {
+	coord, renter := newWorld(t), newWorld(t)
+	coord.follows(t)
+	renter.follows(t)
+	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
+	// The coordinator does not answer the DHT: the renter's routing table stays empty.
+	coord.peer.Host.RemoveStreamHandler(libp2pprotocol.ID(protocol.DHTProtocolPrefix + "/kad/1.0.0"))
+	prov := coord.certified()
+	if _, _, err := coord.book.Accept(coord.offer(prov, 1, 1_000_000, nil), "gossip"); err != nil {
+		t.Fatal(err)
+	}
+	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
+	renter.connect(coord)
+	rows, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: "L4-24GB", Unbenchmarked: true})
+	if n := renter.peer.RoutingTableSize(); n != 0 {
+		t.Fatalf("the routing table holds %d peers: the test needs it empty", n)
+	}
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("the search found %d offers, %v; want the coordinator's", len(rows), err)
 	}
 }
