@@ -169,10 +169,10 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 	return fresh, received, err
 }
 
-// endWith ends a sync stream when ctx ends (its deadline, or the asker stopping it: a
-// coordinator answered whole), and returns the function that stops watching ctx. The
-// stream's deadline is set too, but a transport may not honour it (go-libp2p's mocknet
-// ignores deadlines: syncs overran their bound there, and cold searches their budget).
+// endWith ends a sync stream when ctx ends, and returns the function that stops watching
+// ctx: when the asker stops it (a coordinator answered whole), which no deadline says, and
+// at ctx's deadline, which the stream's own deadline, set too, says only on a transport
+// that honours deadlines (go-libp2p's mocknet does not; the scale harness adds them).
 func endWith(ctx context.Context, s network.Stream) (stop func() bool) {
 	if dl, ok := ctx.Deadline(); ok {
 		s.SetDeadline(dl)
