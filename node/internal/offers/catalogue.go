@@ -61,11 +61,15 @@ type Catalogue struct {
 	cfg     config.OffersConfig
 	boot    []peer.AddrInfo
 	scores  Scores
-	// syncSlots bounds the catalogue, revocation and score syncs served at once; syncs the
-	// syncs served to each peer and network.
-	syncSlots   chan struct{}
-	syncWaiting atomic.Int32 // syncs waiting for a slot
-	syncs       *p2p.Sources
+	// syncSlots bounds the catalogue, revocation and score syncs served at once;
+	// offerSyncs, revocationSyncs and scoreSyncs the syncs of each kind served to each peer
+	// and network.
+	syncSlots                               chan struct{}
+	syncWaiting                             atomic.Int32 // syncs waiting for a slot
+	offerSyncs, revocationSyncs, scoreSyncs *p2p.Sources
+	// sideSynced is when a sync last brought revocations and scores (unix nanoseconds by
+	// the node's clock): a sync within sideSyncFresh of it asks for offers only.
+	sideSynced atomic.Int64
 	// findProviders walks the DHT for the providers under a key (the peer's; a test's slow
 	// walk).
 	findProviders func(context.Context, cid.Cid) <-chan peer.AddrInfo
@@ -84,21 +88,29 @@ func New(d Deps) *Catalogue {
 	return &Catalogue{
 		peer: d.Peer, id: d.Peer.ID, book: d.Book, trust: d.Trust, metrics: d.Metrics, log: d.Log,
 		clock: d.Clock, cfg: d.Offers, boot: d.Bootstrap, scores: d.Scores, models: d.Models,
-		syncSlots:     make(chan struct{}, maxSyncServing),
-		syncs:         p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4),
-		findProviders: d.Peer.FindProviders,
+		syncSlots:       make(chan struct{}, maxSyncServing),
+		offerSyncs:      newSyncBudget(),
+		revocationSyncs: newSyncBudget(),
+		scoreSyncs:      newSyncBudget(),
+		findProviders:   d.Peer.FindProviders,
 	}
 }
 
-// SyncsPerMinute is how many catalogue and revocation syncs one peer may ask for a minute
-// (a node syncs when it joins and when it finds itself cut off); its network four times
-// that. Each answer may hold the whole catalogue.
+// SyncsPerMinute is how many syncs of each kind (offers, revocations, scores) one peer may
+// ask for a minute (a node syncs when it joins, when it finds itself cut off, and at a cold
+// search); its network four times that. Each answer may hold the whole catalogue. The kinds
+// have a budget each: one sync asks for all three at once, and a renter searching three
+// models after a gap in its gossip syncs three times (one budget for all three kinds
+// refused its third search, and counted the refusal towards a ban).
 const SyncsPerMinute = 6
 
+func newSyncBudget() *p2p.Sources { return p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4) }
+
 // admitSync says whether a sync may be served to the stream's peer now: a slot is free
-// (release it after) and the peer and its network are within SyncsPerMinute.
-func (c *Catalogue) admitSync(s network.Stream) (release func(), ok bool) {
-	if !c.syncs.Take(s.Conn(), time.Now(), 1) {
+// (release it after) and the peer and its network are within the budget of the sync's kind
+// (SyncsPerMinute).
+func (c *Catalogue) admitSync(s network.Stream, budget *p2p.Sources) (release func(), ok bool) {
+	if !budget.Take(s.Conn(), time.Now(), 1) {
 		c.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited").Inc()
 		c.peer.Misbehaved(s.Conn().RemotePeer())
 		return nil, false

@@ -53,7 +53,7 @@ func (c *Catalogue) ValidateRevocation(ctx context.Context, from peer.ID, data [
 
 // HandleRevocationSync writes every revocation this node holds.
 func (c *Catalogue) HandleRevocationSync(s network.Stream) {
-	c.serveSync(s, c.trust.Revocations, protocol.MaxSyncRevocations)
+	c.serveSync(s, c.revocationSyncs, c.trust.Revocations, protocol.MaxSyncRevocations)
 }
 
 // HandleScoreSync writes the valid score records this node holds that the request asks for
@@ -79,7 +79,7 @@ func (c *Catalogue) HandleScoreSync(s network.Stream) {
 		s.Reset()
 		return
 	}
-	c.serveSync(s, func() [][]byte { return c.scores.Records(req.Providers) }, protocol.MaxSyncScores)
+	c.serveSync(s, c.scoreSyncs, func() [][]byte { return c.scores.Records(req.Providers) }, protocol.MaxSyncScores)
 }
 
 // scoresWanted is what this node asks of a score sync: a node that follows offers ranks
@@ -93,10 +93,10 @@ func (c *Catalogue) scoresWanted() protocol.ScoreSyncRequest {
 }
 
 // serveSync answers a sync stream with records (at most max), each length-prefixed, within
-// the offer sync's bounds on answers served.
-func (c *Catalogue) serveSync(s network.Stream, records func() [][]byte, max int) {
+// the sync slots and the kind's budget.
+func (c *Catalogue) serveSync(s network.Stream, budget *p2p.Sources, records func() [][]byte, max int) {
 	defer s.Close()
-	release, ok := c.admitSync(s)
+	release, ok := c.admitSync(s, budget)
 	if !ok {
 		s.Reset()
 		return

@@ -274,7 +274,7 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 		}
 		t := time.Now()
 		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-		_, byCoordinator := c.syncBy(sctx, &req)
+		_, byCoordinator := c.syncBy(sctx, &req, true)
 		scancel()
 		st.Sync = time.Since(t)
 		// A coordinator follows every model and catches up the offers gossip missed

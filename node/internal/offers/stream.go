@@ -72,7 +72,7 @@ func (c *Catalogue) HandleSyncStream(s network.Stream) {
 		s.Reset()
 		return
 	}
-	release, ok := c.admitSync(s)
+	release, ok := c.admitSync(s, c.offerSyncs)
 	if !ok {
 		s.Reset() // busy or asked too often: the asker tries its other peers
 		return
@@ -234,10 +234,13 @@ func (c *Catalogue) staleAfter() time.Duration {
 	return c.cfg.Republish.Duration + c.cfg.Republish.Duration/2
 }
 
-// sync syncs revocations, then scores and the offers req asks for (none when nil) side by
-// side.
+// sideSyncFresh is how long after a sync that brought revocations and scores a search's
+// sync asks for offers only.
+const sideSyncFresh = 30 * time.Second
+
+// sync syncs revocations, scores and the offers req asks for (none when nil) side by side.
 func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {
-	answered, _ = c.syncBy(ctx, req)
+	answered, _ = c.syncBy(ctx, req, false)
 	return answered
 }
 
@@ -247,7 +250,7 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 // kept): each copy costs the asker as much to check as the first. Other coordinators' are
 // not: one that answered first may have done so from a book still filling after its
 // restart.
-func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) (answered, byCoordinator bool) {
+func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, search bool) (answered, byCoordinator bool) {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
 	for _, ai := range c.boot {
@@ -263,7 +266,14 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 		return 0
 	})
 	var wg sync.WaitGroup
-	var ok, scored, coordinator atomic.Bool
+	var ok, scored, revoked, coordinator atomic.Bool
+	// Revocations and scores also travel by gossip: a search's sync soon after a sync that
+	// brought them (a search right after the join's; a renter searching several models
+	// after a gap in its gossip, one sync a model) asks for offers only.
+	side := !search || req == nil || c.clock.Now().Sub(time.Unix(0, c.sideSynced.Load())) >= sideSyncFresh
+	if !side {
+		scored.Store(true)
+	}
 	copiesCtx, stopCopies := context.WithCancel(ctx)
 	defer stopCopies()
 	for i, p := range peers {
@@ -280,20 +290,25 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 			// round trip more (300 ms between regions 150 ms apart); scores waiting for the
 			// offers delayed a new renter's ranking (docs/performance.md: renters holding
 			// the coordinator's scores).
-			wg.Go(func() {
-				if err := c.syncRevocations(ctx, p); err != nil {
-					c.log.Debug("revocation sync failed", "peer", p, "err", err)
-				}
-			})
-			wg.Go(func() {
-				if n, err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
-					c.log.Debug("score sync failed", "peer", p, "err", err)
-				} else if req == nil {
-					ok.Store(true) // without offers, the sync is done once the scores came
-				} else if n > 0 || boot[p] || c.scores == nil {
-					scored.Store(true)
-				}
-			})
+			if side {
+				wg.Go(func() {
+					if err := c.syncRevocations(ctx, p); err != nil {
+						c.log.Debug("revocation sync failed", "peer", p, "err", err)
+					} else {
+						revoked.Store(true)
+					}
+				})
+				wg.Go(func() {
+					if n, err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
+						c.log.Debug("score sync failed", "peer", p, "err", err)
+					} else if req == nil {
+						ok.Store(true) // without offers, the sync is done once the scores came
+						scored.Store(true)
+					} else if n > 0 || boot[p] || c.scores == nil {
+						scored.Store(true)
+					}
+				})
+			}
 			if req != nil {
 				offersCtx := ctx
 				if !boot[p] {
@@ -317,6 +332,9 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest) 
 		}(p)
 	}
 	wg.Wait()
+	if side && revoked.Load() && scored.Load() {
+		c.sideSynced.Store(c.clock.Now().UnixNano())
+	}
 	if ok.Load() && req != nil {
 		switch {
 		case c.followsAll(*req):

@@ -53,18 +53,18 @@ func TestCatalogueSync(t *testing.T) {
 	if b.book.lastSynced().IsZero() {
 		t.Fatal("the sync is not marked done")
 	}
-	// One sync took two of the peer's budget (revocations, offers); the rest of the minute's
-	// budget is spent, and then the peer is refused.
+	// One sync took one of the peer's offer syncs; the rest of the minute's budget is
+	// spent, and then the peer is refused.
 	served := 0
 	for range SyncsPerMinute {
 		if _, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err == nil {
 			served++
 		}
 	}
-	if served != SyncsPerMinute-2 {
-		t.Fatalf("%d more syncs served within the minute; want %d", served, SyncsPerMinute-2)
+	if served != SyncsPerMinute-1 {
+		t.Fatalf("%d more syncs served within the minute; want %d", served, SyncsPerMinute-1)
 	}
-	if n := testutil.ToFloat64(a.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited")); n != 2 {
+	if n := testutil.ToFloat64(a.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited")); n != 1 {
 		t.Fatalf("syncs refused: %v", n)
 	}
 }
@@ -590,24 +590,7 @@ func TestSyncNotDoneByGarbage(t *testing.T) {
 // it does not sync again); a cold search for every offer asks for them all, and leaves the
 // book warm.
 func TestColdSearchSyncsWhatItSearches(t *testing.T) {
-	coord, renter := newWorld(t), newWorld(t)
-	coord.follows(t)
-	renter.follows(t)
-	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
-	l4, a100 := coord.certified(), coord.certified()
-	a100.cert = testCertificate(t, testCoordinatorKey, a100.id, []protocol.CertifiedGPU{{Model: "A100-80GB", Count: 2}}, coord.clock.Now())
-	for _, raw := range [][]byte{
-		coord.offer(l4, 1, 1_000_000, nil),
-		coord.offer(a100, 1, 2_000_000, func(o *protocol.Offer) {
-			o.GPUs = []protocol.OfferGPUs{{Model: "A100-80GB", Count: 2, VRAMGB: 80, PricePerGPUHour: 2_000_000}}
-		}),
-	} {
-		if _, _, err := coord.book.Accept(raw, "gossip"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
-	renter.connect(coord)
+	_, renter, _, a100 := twoModelMarket(t)
 	for deadline := time.Now().Add(10 * time.Second); renter.peer.RoutingTableSize() == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the coordinator never entered the renter's routing table")
@@ -718,4 +701,72 @@ func TestSearchSyncsBeforeTheRoutingTableFills(t *testing.T) {
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("the search found %d offers, %v; want the coordinator's", len(rows), err)
 	}
+}
+
+// TestSearchesOfSeveralModelsAfterAGap: a renter whose gossip had a gap searches four
+// models within a minute, each search cold and syncing its model: every search is
+// answered (none refused, none counted towards a ban), and revocations are asked for once,
+// not at every search.
+func TestSearchesOfSeveralModelsAfterAGap(t *testing.T) {
+	coord, renter, _, _ := twoModelMarket(t)
+	var revocationSyncs atomic.Int32
+	coord.peer.Handle(protocol.RevocationSyncProtocol, func(s network.Stream) {
+		revocationSyncs.Add(1)
+		coord.cat.HandleRevocationSync(s)
+	})
+	renter.cat.cfg.WarmSearch.Duration = 50 * time.Millisecond
+	for _, search := range []struct {
+		model string
+		want  int
+	}{{"L4-24GB", 1}, {"A100-80GB", 1}, {"H100-80GB", 0}, {"L40S-48GB", 0}} {
+		if renter.cat.warm(search.model, renter.clock.Now()) {
+			t.Fatalf("the book is warm for %s before its search", search.model)
+		}
+		rows, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: search.model, Unbenchmarked: true})
+		if err != nil || len(rows) != search.want {
+			t.Fatalf("the %s search: %d offers, %v; want %d", search.model, len(rows), err, search.want)
+		}
+		if !renter.cat.warm(search.model, renter.clock.Now()) {
+			t.Fatalf("the %s search's sync was not answered", search.model)
+		}
+	}
+	if n := testutil.ToFloat64(coord.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited")); n != 0 {
+		t.Fatalf("the coordinator refused %v of the renter's syncs", n)
+	}
+	if n := revocationSyncs.Load(); n != 1 {
+		t.Fatalf("revocations were asked for %d times in four searches; want once", n)
+	}
+	// Past sideSyncFresh, a search's sync asks for them again.
+	renter.clock.Advance(sideSyncFresh)
+	if _, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: "T4-16GB", Unbenchmarked: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := revocationSyncs.Load(); n != 2 {
+		t.Fatalf("revocations asked for %d times after %s; want twice", n, sideSyncFresh)
+	}
+}
+
+// twoModelMarket is a coordinator that follows every model and serves offer syncs, holding
+// an L4 offer and an A100 offer, and a renter following every model, connected to it and
+// taking it for its bootstrap peer, whose book is empty.
+func twoModelMarket(t *testing.T) (coord, renter *world, l4, a100 provider) {
+	coord, renter = newWorld(t), newWorld(t)
+	coord.follows(t)
+	renter.follows(t)
+	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
+	l4, a100 = coord.certified(), coord.certified()
+	a100.cert = testCertificate(t, testCoordinatorKey, a100.id, []protocol.CertifiedGPU{{Model: "A100-80GB", Count: 2}}, coord.clock.Now())
+	for _, raw := range [][]byte{
+		coord.offer(l4, 1, 1_000_000, nil),
+		coord.offer(a100, 1, 2_000_000, func(o *protocol.Offer) {
+			o.GPUs = []protocol.OfferGPUs{{Model: "A100-80GB", Count: 2, VRAMGB: 80, PricePerGPUHour: 2_000_000}}
+		}),
+	} {
+		if _, _, err := coord.book.Accept(raw, "gossip"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
+	renter.connect(coord)
+	return coord, renter, l4, a100
 }
