@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
@@ -549,7 +551,7 @@ func (s *scaleNet) measureSearches(report *scaleReport) {
 					if err != nil {
 						s.t.Fatalf("search: %v", err)
 					}
-					if len(rows) < want[f.Model] {
+					if len(rows) < want[f.Model] || took > 1500*time.Millisecond {
 						s.t.Logf("%s search %q found %d of %d in %s: %+v; %d peers", mode, f.Model, len(rows), want[f.Model], took.Round(time.Millisecond), st, r.peer.Connected())
 					}
 					k := mode + "/" + f.Model
@@ -902,6 +904,16 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)
 	report.add("  coordinator: %.0f uptime probes and %.0f score records per hour; %.0f offers caught up after probes since the start (gossip had not brought them)",
 		probes*perMin*60, scores*perMin*60, counterSum(s.coord, "gpunex_offers_caught_up_total", nil))
+	for _, kind := range []string{"offers", "revocations", "scores"} {
+		served := counterSum(s.coord, "gpunex_syncs_served_total", map[string]string{"kind": kind, "outcome": "served"})
+		busy := counterSum(s.coord, "gpunex_syncs_served_total", map[string]string{"kind": kind, "outcome": "busy"})
+		limited := counterSum(s.coord, "gpunex_syncs_served_total", map[string]string{"kind": kind, "outcome": "rate_limited"})
+		k, waited, waitedLong := histogramSum(s.coord, "gpunex_sync_answer_seconds", map[string]string{"kind": kind, "phase": "wait"}, 1)
+		_, wrote, wroteLong := histogramSum(s.coord, "gpunex_sync_answer_seconds", map[string]string{"kind": kind, "phase": "write"}, 1)
+		report.add("  coordinator's %s syncs since the start: %.0f served, %.0f sent away busy, %.0f rate-limited; waited for a slot mean %s (%d over 1 s), written in mean %s (%d over 1 s)",
+			kind, served, busy, limited, time.Duration(waited/float64(max(k, 1))*float64(time.Second)).Round(time.Millisecond), waitedLong,
+			time.Duration(wrote/float64(max(k, 1))*float64(time.Second)).Round(time.Millisecond), wroteLong)
+	}
 	if s.links != nil {
 		report.add("  mocknet links: %d, every pair", s.links.linkCount())
 		report.add("  %s", s.links.dialReport(len(nodes), perMin))
@@ -966,11 +978,37 @@ func gossipByNode(nodes []*Node) []float64 {
 
 // counterSum adds up a counter family's series whose labels match.
 func counterSum(n *Node, name string, labels map[string]string) float64 {
+	t := 0.0
+	for _, m := range seriesOf(n, name, labels) {
+		t += m.GetCounter().GetValue()
+	}
+	return t
+}
+
+// histogramSum adds up a histogram family's series whose labels match: how many were
+// observed, their sum, and how many were over the bucket bound over.
+func histogramSum(n *Node, name string, labels map[string]string, over float64) (count uint64, sum float64, above uint64) {
+	for _, m := range seriesOf(n, name, labels) {
+		h := m.GetHistogram()
+		count += h.GetSampleCount()
+		sum += h.GetSampleSum()
+		above += h.GetSampleCount()
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == over {
+				above -= b.GetCumulativeCount()
+			}
+		}
+	}
+	return count, sum, above
+}
+
+// seriesOf is a metric family's series whose labels match.
+func seriesOf(n *Node, name string, labels map[string]string) []*dto.Metric {
 	mfs, err := n.metrics.Registry.Gather()
 	if err != nil {
-		return 0
+		return nil
 	}
-	t := 0.0
+	var out []*dto.Metric
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -988,10 +1026,10 @@ func counterSum(n *Node, name string, labels map[string]string) float64 {
 					continue series
 				}
 			}
-			t += m.GetCounter().GetValue()
+			out = append(out, m)
 		}
 	}
-	return t
+	return out
 }
 
 func cpuTime() time.Duration {

@@ -20,8 +20,14 @@ type Metrics struct {
 	// OffersCaughtUp counts, on a coordinator, providers' offers fetched after an uptime
 	// probe because gossip had not brought them, and new to it (offers.Catalogue.CatchUp).
 	OffersCaughtUp prometheus.Counter
-	Searches       prometheus.Histogram
-	APIRequests    *prometheus.CounterVec
+	// SyncsServed counts the syncs peers asked of this node, by kind (offers, revocations,
+	// scores) and outcome: served, busy (no slot within the wait), rate_limited.
+	SyncsServed *prometheus.CounterVec
+	// SyncSeconds times a served sync's answer, by kind and phase: wait (for a slot),
+	// write (the records, until the asker took the last).
+	SyncSeconds *prometheus.HistogramVec
+	Searches    prometheus.Histogram
+	APIRequests *prometheus.CounterVec
 	// Jobs (provider side).
 	JobProposals *prometheus.CounterVec
 	// JobSessions counts a renter's sessions with its running jobs (port tunnels, shells,
@@ -67,6 +73,15 @@ func New(peers, penalised func() float64) *Metrics {
 			Name: "gpunex_offers_caught_up_total",
 			Help: "On a coordinator: providers' offers fetched after an uptime probe, new to it (gossip had not brought them in 1.5 republish intervals), and gossiped on.",
 		}),
+		SyncsServed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpunex_syncs_served_total",
+			Help: "Catalogue syncs peers asked of this node, by kind (offers, revocations, scores) and outcome: served, busy (no slot free within the wait: the asker relies on its other peers), rate_limited.",
+		}, []string{"kind", "outcome"}),
+		SyncSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpunex_sync_answer_seconds",
+			Help:    "Time a served sync took, by kind (offers, revocations, scores) and phase: wait (for a slot), write (the records, until the asker took the last).",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 3, 5, 10},
+		}, []string{"kind", "phase"}),
 		Searches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpunex_search_duration_seconds",
 			Help:    "Time to answer an offer search.",
@@ -111,7 +126,7 @@ func New(peers, penalised func() float64) *Metrics {
 		m.JobsEnded.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(m.JobProposals, m.JobSessions, m.JobInputBytes, m.UptimeProbes, m.DHTAnnouncements, m.JobsStarted, m.JobsEnded,
-		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.OffersCaughtUp, m.Searches, m.APIRequests,
+		m.RecordsAccepted, m.RecordsRejected, m.OffersKnown, m.OfferPublishes, m.OfferSyncRecords, m.OffersCaughtUp, m.SyncsServed, m.SyncSeconds, m.Searches, m.APIRequests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_peers_connected", Help: "libp2p peers connected."}, peers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpunex_gossip_peers_penalised", Help: "Peers whose gossipsub score is negative (they sent records the validators rejected)."}, penalised),
 		collectors.NewGoCollector(),

@@ -93,10 +93,10 @@ func (c *Catalogue) scoresWanted() protocol.ScoreSyncRequest {
 }
 
 // serveSync answers a sync stream with records (at most max), each length-prefixed, within
-// the sync slots and the kind's budget.
-func (c *Catalogue) serveSync(s network.Stream, budget *p2p.Sources, records func() [][]byte, max int) {
+// its kind's slots and budget (g).
+func (c *Catalogue) serveSync(s network.Stream, g *syncGate, records func() [][]byte, max int) {
 	defer s.Close()
-	release, ok := c.admitSync(s, budget)
+	release, ok := c.admitSync(s, g)
 	if !ok {
 		s.Reset()
 		return

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -230,6 +231,54 @@ func (c *Catalogue) Search(ctx context.Context, f api.SearchFilter) ([]api.Offer
 type SearchStats struct {
 	Found, Fetched, Failed int
 	Sync, DHT              time.Duration
+	// Coordinator traces the sync's offer stream from a coordinator (the first to open).
+	Coordinator *SyncTrace
+}
+
+// SyncTrace is when a sync's offer stream passed its steps, from the sync's start (0: not
+// reached), as net/http/httptrace traces a request: the stream opened and the request was
+// written (go-libp2p negotiates the protocol lazily: the peer's agreement comes with its
+// answer; a connection not yet identified waits for identify first), the first record
+// arrived, the answer ended.
+type SyncTrace struct {
+	claimed atomic.Bool
+	start   time.Time
+	steps   [3]atomic.Int64
+}
+
+const (
+	traceOpened = iota
+	traceFirst
+	traceEnded
+)
+
+// Opened, First and Ended are the steps' times from the sync's start.
+func (t *SyncTrace) Opened() time.Duration { return time.Duration(t.steps[traceOpened].Load()) }
+func (t *SyncTrace) First() time.Duration  { return time.Duration(t.steps[traceFirst].Load()) }
+func (t *SyncTrace) Ended() time.Duration  { return time.Duration(t.steps[traceEnded].Load()) }
+
+func (t *SyncTrace) String() string {
+	if t == nil {
+		return "no sync"
+	}
+	return fmt.Sprintf("opened %s, first record %s, ended %s", t.Opened().Round(time.Millisecond), t.First().Round(time.Millisecond), t.Ended().Round(time.Millisecond))
+}
+
+type syncTraceKey struct{}
+
+// traceOf is the trace in ctx that this stream may record (the first to ask), or nil.
+func traceOf(ctx context.Context) *SyncTrace {
+	if t, _ := ctx.Value(syncTraceKey{}).(*SyncTrace); t != nil && t.claimed.CompareAndSwap(false, true) {
+		return t
+	}
+	return nil
+}
+
+// mark records now as a step's time (once), when t traces.
+func (t *SyncTrace) mark(step int) {
+	if t != nil {
+		t.steps[step].CompareAndSwap(0, int64(max(time.Since(t.start), 1)))
+	}
 }
 
 // SearchMeasured is Search with the figures of where its offers came from (benchmarks).
@@ -273,7 +322,8 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 			req.Models = []string{f.Model}
 		}
 		t := time.Now()
-		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		st.Coordinator = &SyncTrace{start: t}
+		sctx, scancel := context.WithTimeout(context.WithValue(ctx, syncTraceKey{}, st.Coordinator), 2*time.Second)
 		_, byCoordinator := c.syncBy(sctx, &req, true)
 		scancel()
 		st.Sync = time.Since(t)

@@ -24,7 +24,7 @@ func BenchmarkCoordinatorSync10k(b *testing.B) {
 	coord, asker := newWorld(b), newWorld(b)
 	coord.follows(b)
 	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
-	coord.cat.offerSyncs = p2p.NewSources(1e12, 1e12, 1) // one asker, asking again and again
+	coord.cat.offerSyncs.budget = p2p.NewSources(1e12, 1e12, 1) // one asker, asking again and again
 	// first counts the offers of the catalogue's first model.
 	first := 0
 	for i := range providers {

@@ -324,23 +324,37 @@ func TestBusySyncWaitsForASlot(t *testing.T) {
 	}
 	b.connect(a)
 	for range maxSyncServing { // every slot busy with other askers' syncs
-		a.cat.syncSlots <- struct{}{}
+		a.cat.offerSyncs.slots <- struct{}{}
 	}
 	go func() {
 		time.Sleep(500 * time.Millisecond) // one of them ends
-		<-a.cat.syncSlots
+		<-a.cat.offerSyncs.slots
 	}()
 	if got, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err != nil || got != 1 {
 		t.Fatalf("a sync that came while the peer was busy: %d offers, %v", got, err)
 	}
 	// Still busy past the wait: sent away, and the asker goes to its other peers.
-	a.cat.syncSlots <- struct{}{} // the slot it freed, taken again
+	a.cat.offerSyncs.slots <- struct{}{} // the slot it freed, taken again
 	start := time.Now()
 	if got, _, err := b.cat.syncFrom(context.Background(), a.peer.ID, protocol.OfferSyncRequest{}); err == nil && got > 0 {
 		t.Fatalf("a sync was served with every slot taken: %d offers", got)
 	}
 	if waited := time.Since(start); waited < syncSlotWait {
 		t.Fatalf("sent away after %s, before the %s wait", waited, syncSlotWait)
+	}
+	served := testutil.ToFloat64(a.metrics.SyncsServed.WithLabelValues("offers", "served"))
+	if busy := testutil.ToFloat64(a.metrics.SyncsServed.WithLabelValues("offers", "busy")); served != 1 || busy != 1 {
+		t.Fatalf("the peer counted %v offer syncs served and %v sent away busy; want 1 and 1", served, busy)
+	}
+	// The other kinds have slots of their own: revocations (small, and asked for beside
+	// the offers) are answered at once while every offer slot is taken.
+	a.peer.Handle(protocol.RevocationSyncProtocol, a.cat.HandleRevocationSync)
+	start = time.Now()
+	if err := b.cat.syncRevocations(context.Background(), a.peer.ID); err != nil {
+		t.Fatalf("a revocation sync while every offer slot was taken: %v", err)
+	}
+	if waited := time.Since(start); waited >= syncSlotWait {
+		t.Fatalf("a revocation sync waited %s behind the offer syncs", waited)
 	}
 }
 
