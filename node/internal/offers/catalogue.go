@@ -102,9 +102,8 @@ const SyncsPerMinute = 6
 // syncGate bounds the syncs of one kind (offers, revocations, scores) a node serves: each
 // peer and its network within SyncsPerMinute, and maxSyncServing answers written at once.
 // The kinds have slots each, as budgets: a sync asks for the three at once, and with
-// shared slots a burst of joins had the small score answers wait behind the offer answers
-// (the scale harness's renters at 300 providers held their coordinator's scores 4.9 s
-// after joining at the median, 12.4 s at p95; the target is 10 s).
+// shared slots the small score and revocation answers of a burst of joins wait behind the
+// offer answers.
 type syncGate struct {
 	kind   string // offers, revocations, scores: the metrics' label
 	budget *p2p.Sources
