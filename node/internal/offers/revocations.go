@@ -163,7 +163,9 @@ func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req a
 		raw, err := protocol.ReadFrame(r, size)
 		if err != nil {
 			s.Reset()
-			c.metrics.RecordsRejected.WithLabelValues(string(kind), "sync", protocol.Reason(err)).Inc()
+			if ctx.Err() == nil { // a stream this node ended is not the peer's fault
+				c.metrics.RecordsRejected.WithLabelValues(string(kind), "sync", protocol.Reason(err)).Inc()
+			}
 			return err
 		}
 		take(raw)

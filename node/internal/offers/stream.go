@@ -294,31 +294,44 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 			// round trip more (300 ms between regions 150 ms apart); scores waiting for the
 			// offers delayed a new renter's ranking (docs/performance.md: renters holding
 			// the coordinator's scores).
+			pctx := ctx
+			if !boot[p] {
+				// Copies of a coordinator's answers, stopped once one answered whole
+				// (below). Only a coordinator's offer stream is traced.
+				pctx = context.WithValue(copiesCtx, syncTraceKey{}, nil)
+			}
+			var parts sync.WaitGroup
+			var gotRevocations, gotScores atomic.Bool
 			if side {
-				wg.Go(func() {
-					if err := c.syncRevocations(ctx, p); err != nil {
+				parts.Go(func() {
+					if err := c.syncRevocations(pctx, p); err != nil {
 						c.log.Debug("revocation sync failed", "peer", p, "err", err)
-					} else {
-						revoked.Store(true)
+						return
 					}
+					revoked.Store(true)
+					gotRevocations.Store(true)
 				})
-				wg.Go(func() {
-					if n, err := c.syncScores(ctx, p, c.scoresWanted()); err != nil {
+				parts.Go(func() {
+					n, err := c.syncScores(pctx, p, c.scoresWanted())
+					switch {
+					case err != nil:
 						c.log.Debug("score sync failed", "peer", p, "err", err)
-					} else if req == nil {
+						return
+					case req == nil:
 						ok.Store(true) // without offers, the sync is done once the scores came
 						scored.Store(true)
-					} else if n > 0 || boot[p] || c.scores == nil {
+					case n > 0 || boot[p] || c.scores == nil:
 						scored.Store(true)
 					}
+					gotScores.Store(true)
 				})
+			} else {
+				gotRevocations.Store(true)
+				gotScores.Store(true)
 			}
+			gotOffers := req == nil
 			if req != nil {
-				offersCtx := ctx
-				if !boot[p] {
-					offersCtx = context.WithValue(copiesCtx, syncTraceKey{}, nil) // traces a coordinator's only
-				}
-				if got, received, err := c.syncFrom(offersCtx, p, *req); err != nil {
+				if got, received, err := c.syncFrom(pctx, p, *req); err != nil {
 					c.log.Debug("offer sync failed", "peer", p, "err", err)
 				} else if received > 0 || boot[p] {
 					// An empty answer from a peer that is not a coordinator may be a node that
@@ -328,10 +341,19 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 					// restart: it does not stand for the market's.
 					if boot[p] && received > 0 {
 						coordinator.Store(true)
-						stopCopies()
+						gotOffers = true
 					}
 					c.log.Debug("offer sync", "peer", p, "new", got)
 				}
+			}
+			parts.Wait()
+			// A coordinator answered the whole sync: the other peers' answers (offers,
+			// revocations, scores) are copies of its own, stopped where they are. A search
+			// waited for them to its 2 s bound after the coordinator had answered in 60 to
+			// 200 ms (the scale harness at 300 providers: a peer's revocation or score stream
+			// still opening).
+			if boot[p] && gotOffers && gotRevocations.Load() && gotScores.Load() {
+				stopCopies()
 			}
 		}(p)
 	}

@@ -516,6 +516,7 @@ func TestSyncStopsCopiesOnceACoordinatorAnswered(t *testing.T) {
 	started, stopped := make(chan struct{}), make(chan struct{})
 	answerAfter := func(w *world, after chan struct{}) {
 		w.follows(t)
+		w.peer.Handle(protocol.RevocationSyncProtocol, w.cat.HandleRevocationSync)
 		w.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
 			select {
 			case <-after:
@@ -783,4 +784,46 @@ func twoModelMarket(t *testing.T) (coord, renter *world, l4, a100 provider) {
 	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
 	renter.connect(coord)
 	return coord, renter, l4, a100
+}
+
+// TestSyncStopsSlowSideCopies: once a coordinator answered the whole sync (offers,
+// revocations), another peer's revocation stream still running is stopped too: a search
+// waited for it to its 2 s bound after the coordinator had answered in 60 to 200 ms.
+func TestSyncStopsSlowSideCopies(t *testing.T) {
+	coord, slow, renter := newWorld(t), newWorld(t), newWorld(t)
+	coord.follows(t)
+	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
+	coord.peer.Handle(protocol.RevocationSyncProtocol, coord.cat.HandleRevocationSync)
+	if _, _, err := coord.book.Accept(coord.offer(coord.certified(), 1, 1_000_000, nil), "gossip"); err != nil {
+		t.Fatal(err)
+	}
+	// The slow peer announces a 100-byte revocation and sends one byte of it every 100 ms
+	// (8 s in all), and says whether its stream was reset.
+	reset := make(chan bool, 1)
+	slow.peer.Handle(protocol.RevocationSyncProtocol, func(s network.Stream) {
+		defer s.Close()
+		_, err := s.Write([]byte{100})
+		for i := 0; err == nil && i < 80; i++ {
+			time.Sleep(100 * time.Millisecond)
+			_, err = s.Write([]byte{'x'})
+		}
+		reset <- err != nil
+	})
+	renter.cat.boot = []peer.AddrInfo{{ID: coord.peer.ID}}
+	renter.connect(coord)
+	renter.connect(slow)
+	if !renter.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
+		t.Fatal("the coordinator's answer did not make the sync done")
+	}
+	select {
+	case wasReset := <-reset:
+		if !wasReset {
+			t.Fatal("the sync waited for the slow peer's whole revocations: its stream was never reset")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow peer was never asked for its revocations")
+	}
+	if n := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("revocation", "sync", "malformed")); n != 0 {
+		t.Fatalf("the stopped copy was counted malformed (%v)", n)
+	}
 }
