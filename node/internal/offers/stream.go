@@ -269,7 +269,8 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 		}
 		return 0
 	})
-	var wg sync.WaitGroup
+	// bootAsked are the bootstrap peers' syncs, othersAsked the other peers'.
+	var bootAsked, othersAsked sync.WaitGroup
 	var ok, scored, revoked, coordinator atomic.Bool
 	// Revocations and scores also travel by gossip: a search's sync soon after a sync that
 	// brought them (a search right after the join's; a renter searching several models
@@ -284,9 +285,13 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 		if i == 3 {
 			break
 		}
-		wg.Add(1)
+		asked := &othersAsked
+		if boot[p] {
+			asked = &bootAsked
+		}
+		asked.Add(1)
 		go func(p peer.ID) {
-			defer wg.Done()
+			defer asked.Done()
 			// Revocations, scores and offers side by side, each on its own stream: a revoked
 			// provider's offer that comes before its revocation is evicted when the
 			// revocation comes (TakeRevocation), one that comes after is refused, and the
@@ -357,12 +362,20 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 			}
 		}(p)
 	}
-	// The sync ends at its context's end (a search's bound), whatever a peer's streams are
-	// still doing: a stream opening that ignores its context (mocknet's, in the scale
-	// harness) held searches past their 2 s sync bound, to 3.9 s. What those streams still
-	// bring is taken in after; only what came in time counts for this sync.
+	// The sync ends when a coordinator answered whole and the coordinators are done, or at
+	// its context's end (a search's bound), whatever the other peers' streams are still
+	// doing: a stream opening that ignores its context (mocknet's, in the scale harness)
+	// held searches past their 2 s sync bound, to 3.9 s, and to it after the coordinator
+	// had answered in 60 to 200 ms. What those streams still bring is taken in after; only
+	// what came in time counts for this sync.
 	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
+	go func() {
+		bootAsked.Wait()
+		if copiesCtx.Err() == nil {
+			othersAsked.Wait() // no coordinator answered whole: the others' answers count
+		}
+		close(waited)
+	}()
 	select {
 	case <-waited:
 	case <-ctx.Done():
