@@ -252,14 +252,25 @@ const (
 	traceEnded
 )
 
-// Opened, First and Ended are the steps' times from the sync's start.
-func (t *SyncTrace) Opened() time.Duration { return time.Duration(t.steps[traceOpened].Load()) }
-func (t *SyncTrace) First() time.Duration  { return time.Duration(t.steps[traceFirst].Load()) }
-func (t *SyncTrace) Ended() time.Duration  { return time.Duration(t.steps[traceEnded].Load()) }
+// Opened, First and Ended are the steps' times from the sync's start (0 on a search
+// without a sync, whose trace is nil).
+func (t *SyncTrace) Opened() time.Duration { return t.step(traceOpened) }
+func (t *SyncTrace) First() time.Duration  { return t.step(traceFirst) }
+func (t *SyncTrace) Ended() time.Duration  { return t.step(traceEnded) }
+
+func (t *SyncTrace) step(i int) time.Duration {
+	if t == nil {
+		return 0
+	}
+	return time.Duration(t.steps[i].Load())
+}
 
 func (t *SyncTrace) String() string {
-	if t == nil {
+	switch {
+	case t == nil:
 		return "no sync"
+	case !t.claimed.Load():
+		return "no coordinator's stream opened"
 	}
 	return fmt.Sprintf("opened %s, first record %s, ended %s", t.Opened().Round(time.Millisecond), t.First().Round(time.Millisecond), t.Ended().Round(time.Millisecond))
 }

@@ -132,11 +132,11 @@ func readRequest(s network.Stream, max int, v any) error {
 func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferSyncRequest) (fresh, received int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	trace := traceOf(ctx)
 	s, err := c.peer.OpenStream(ctx, p, protocol.OfferSyncProtocol)
 	if err != nil {
 		return 0, 0, err
 	}
+	trace := traceOf(ctx)
 	defer trace.mark(traceEnded)
 	defer s.Close()
 	defer endWith(ctx, s)()
@@ -253,7 +253,8 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 // and the other peers' answers, copies of it, are stopped where they are (what they sent is
 // kept): each copy costs the asker as much to check as the first. Other coordinators' are
 // not: one that answered first may have done so from a book still filling after its
-// restart.
+// restart. A search's sync (search) skips revocations and scores within sideSyncFresh of a
+// sync in which a coordinator brought them.
 func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, search bool) (answered, byCoordinator bool) {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
@@ -269,18 +270,24 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 		}
 		return 0
 	})
+	// Revocations and scores also travel by gossip: a search's sync soon after a sync in
+	// which a coordinator brought them (a search right after the join's; a renter
+	// searching several models after a gap in its gossip, one sync a model) asks for
+	// offers only. A clock stepped back counts as stale.
+	since := c.clock.Now().Sub(time.Unix(0, c.sideSynced.Load()))
+	r := &syncRound{req: req, side: !search || req == nil || since < 0 || since >= sideSyncFresh}
+	if !r.side {
+		r.scored.Store(true)
+	}
+	// The other peers' answers are copies of a coordinator's: their offer streams are
+	// stopped once a coordinator answered its offers (with at least one), their revocation
+	// and score streams once it answered both.
+	r.offerCopies, r.stopOfferCopies = context.WithCancel(ctx)
+	defer r.stopOfferCopies()
+	r.sideCopies, r.stopSideCopies = context.WithCancel(ctx)
+	defer r.stopSideCopies()
 	// bootAsked are the bootstrap peers' syncs, othersAsked the other peers'.
 	var bootAsked, othersAsked sync.WaitGroup
-	var ok, scored, revoked, coordinator atomic.Bool
-	// Revocations and scores also travel by gossip: a search's sync soon after a sync that
-	// brought them (a search right after the join's; a renter searching several models
-	// after a gap in its gossip, one sync a model) asks for offers only.
-	side := !search || req == nil || c.clock.Now().Sub(time.Unix(0, c.sideSynced.Load())) >= sideSyncFresh
-	if !side {
-		scored.Store(true)
-	}
-	copiesCtx, stopCopies := context.WithCancel(ctx)
-	defer stopCopies()
 	for i, p := range peers {
 		if i == 3 {
 			break
@@ -289,90 +296,19 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 		if boot[p] {
 			asked = &bootAsked
 		}
-		asked.Add(1)
-		go func(p peer.ID) {
-			defer asked.Done()
-			// Revocations, scores and offers side by side, each on its own stream: a revoked
-			// provider's offer that comes before its revocation is evicted when the
-			// revocation comes (TakeRevocation), one that comes after is refused, and the
-			// sync is over only once all three are. Revocations first cost every sync a
-			// round trip more (300 ms between regions 150 ms apart); scores waiting for the
-			// offers delayed a new renter's ranking (docs/performance.md: renters holding
-			// the coordinator's scores).
-			pctx := ctx
-			if !boot[p] {
-				// Copies of a coordinator's answers, stopped once one answered whole
-				// (below). Only a coordinator's offer stream is traced.
-				pctx = context.WithValue(copiesCtx, syncTraceKey{}, nil)
-			}
-			var parts sync.WaitGroup
-			var gotRevocations, gotScores atomic.Bool
-			if side {
-				parts.Go(func() {
-					if err := c.syncRevocations(pctx, p); err != nil {
-						c.log.Debug("revocation sync failed", "peer", p, "err", err)
-						return
-					}
-					revoked.Store(true)
-					gotRevocations.Store(true)
-				})
-				parts.Go(func() {
-					n, err := c.syncScores(pctx, p, c.scoresWanted())
-					switch {
-					case err != nil:
-						c.log.Debug("score sync failed", "peer", p, "err", err)
-						return
-					case req == nil:
-						ok.Store(true) // without offers, the sync is done once the scores came
-						scored.Store(true)
-					case n > 0 || boot[p] || c.scores == nil:
-						scored.Store(true)
-					}
-					gotScores.Store(true)
-				})
-			} else {
-				gotRevocations.Store(true)
-				gotScores.Store(true)
-			}
-			gotOffers := req == nil
-			if req != nil {
-				if got, received, err := c.syncFrom(pctx, p, *req); err != nil {
-					c.log.Debug("offer sync failed", "peer", p, "err", err)
-				} else if received > 0 || boot[p] {
-					// An empty answer from a peer that is not a coordinator may be a node that
-					// joined moments ago: the sync is not done, and is asked again.
-					ok.Store(true)
-					// A coordinator's empty answer may be a book still filling after its
-					// restart: it does not stand for the market's.
-					if boot[p] && received > 0 {
-						coordinator.Store(true)
-						gotOffers = true
-					}
-					c.log.Debug("offer sync", "peer", p, "new", got)
-				}
-			}
-			parts.Wait()
-			// A coordinator answered the whole sync: the other peers' answers (offers,
-			// revocations, scores) are copies of its own, stopped where they are. A search
-			// waited for them to its 2 s bound after the coordinator had answered in 60 to
-			// 200 ms (the scale harness at 300 providers: a peer's revocation or score stream
-			// still opening).
-			if boot[p] && gotOffers && gotRevocations.Load() && gotScores.Load() {
-				stopCopies()
-			}
-		}(p)
+		asked.Go(func() { c.syncPeer(ctx, r, p, boot[p]) })
 	}
-	// The sync ends when a coordinator answered whole and the coordinators are done, or at
-	// its context's end (a search's bound), whatever the other peers' streams are still
-	// doing: a stream opening that ignores its context (mocknet's, in the scale harness)
-	// held searches past their 2 s sync bound, to 3.9 s, and to it after the coordinator
-	// had answered in 60 to 200 ms. What those streams still bring is taken in after; only
-	// what came in time counts for this sync.
+	// The sync ends once the coordinators are done and have answered every kind asked
+	// (the other peers' streams are then stopped), or at its context's end (a search's
+	// bound), whatever the other peers' streams are still doing: a stream opening that
+	// ignores its context (mocknet's, in the scale harness) held searches past their 2 s
+	// bound, to 3.9 s, and to it after the coordinator had answered in 60 to 200 ms. The
+	// streams still running are reset when the caller's context ends (endWith).
 	waited := make(chan struct{})
 	go func() {
 		bootAsked.Wait()
-		if copiesCtx.Err() == nil {
-			othersAsked.Wait() // no coordinator answered whole: the others' answers count
+		if (req != nil && r.offerCopies.Err() == nil) || (r.side && r.sideCopies.Err() == nil) {
+			othersAsked.Wait() // a coordinator did not answer every kind: the others' answers count
 		}
 		close(waited)
 	}()
@@ -380,10 +316,13 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 	case <-waited:
 	case <-ctx.Done():
 	}
-	if side && revoked.Load() && scored.Load() {
+	if r.side && r.bootSide.Load() {
+		// Only a coordinator's answers make a search skip them: an empty answer from a
+		// stranger would otherwise hide a revocation lost in a gap of the gossip.
 		c.sideSynced.Store(c.clock.Now().UnixNano())
 	}
-	if ok.Load() && req != nil {
+	ok := r.ok.Load()
+	if ok && req != nil {
 		switch {
 		case c.followsAll(*req):
 			c.book.markSynced(c.clock.Now())
@@ -397,7 +336,82 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 		// Offers without scores rank providers without their scores: the sync is asked
 		// again until both came (as for offers, an empty answer counts from a coordinator
 		// only).
-		return ok.Load() && scored.Load(), coordinator.Load()
+		return ok && r.scored.Load(), r.coordinator.Load()
 	}
-	return ok.Load(), false
+	return ok, false
+}
+
+// syncRound is one sync's state, shared by its peers' streams: what it asks for, what
+// their answers brought, and the stops of the copies of the peers that are not
+// coordinators.
+type syncRound struct {
+	req  *protocol.OfferSyncRequest // the offers asked for; nil: none
+	side bool                       // revocations and scores asked for
+	// ok: a peer answered the offers (a coordinator, or another with at least one), or the
+	// scores when no offer is asked for; scored: the scores came; coordinator: a
+	// coordinator answered the offers with at least one; bootSide: a coordinator answered
+	// the revocations and the scores.
+	ok, scored, coordinator, bootSide atomic.Bool
+	offerCopies, sideCopies           context.Context
+	stopOfferCopies, stopSideCopies   context.CancelFunc
+}
+
+// syncPeer asks p for what r asks, revocations, scores and offers side by side, each on
+// its own stream: a revoked provider's offer that comes before its revocation is evicted
+// when the revocation comes (TakeRevocation), one that comes after is refused. Revocations
+// first cost every sync a round trip more (300 ms between regions 150 ms apart); scores
+// waiting for the offers delayed a new renter's ranking (docs/performance.md: renters
+// holding the coordinator's scores).
+func (c *Catalogue) syncPeer(ctx context.Context, r *syncRound, p peer.ID, boot bool) {
+	offersCtx, sideCtx := ctx, ctx
+	if !boot {
+		// Only a coordinator's offer stream is traced.
+		offersCtx, sideCtx = context.WithValue(r.offerCopies, syncTraceKey{}, nil), r.sideCopies
+	}
+	var parts sync.WaitGroup
+	var gotRevocations, gotScores atomic.Bool
+	if r.side {
+		parts.Go(func() {
+			if err := c.syncRevocations(sideCtx, p); err != nil {
+				c.log.Debug("revocation sync failed", "peer", p, "err", err)
+				return
+			}
+			gotRevocations.Store(true)
+		})
+		parts.Go(func() {
+			n, err := c.syncScores(sideCtx, p, c.scoresWanted())
+			switch {
+			case err != nil:
+				c.log.Debug("score sync failed", "peer", p, "err", err)
+				return
+			case r.req == nil:
+				r.ok.Store(true) // without offers, the sync is done once the scores came
+				r.scored.Store(true)
+			case n > 0 || boot || c.scores == nil:
+				r.scored.Store(true)
+			}
+			gotScores.Store(true)
+		})
+	}
+	if r.req != nil {
+		if got, received, err := c.syncFrom(offersCtx, p, *r.req); err != nil {
+			c.log.Debug("offer sync failed", "peer", p, "err", err)
+		} else if received > 0 || boot {
+			// An empty answer from a peer that is not a coordinator may be a node that
+			// joined moments ago: the sync is not done, and is asked again.
+			r.ok.Store(true)
+			// A coordinator's empty answer may be a book still filling after its restart:
+			// it does not stand for the market's.
+			if boot && received > 0 {
+				r.coordinator.Store(true)
+				r.stopOfferCopies()
+			}
+			c.log.Debug("offer sync", "peer", p, "new", got)
+		}
+	}
+	parts.Wait()
+	if boot && gotRevocations.Load() && gotScores.Load() {
+		r.bootSide.Store(true)
+		r.stopSideCopies()
+	}
 }

@@ -515,8 +515,7 @@ func TestSyncStopsCopiesOnceACoordinatorAnswered(t *testing.T) {
 	// coordinator once the slow peer's stream was reset.
 	started, stopped := make(chan struct{}), make(chan struct{})
 	answerAfter := func(w *world, after chan struct{}) {
-		w.follows(t)
-		w.peer.Handle(protocol.RevocationSyncProtocol, w.cat.HandleRevocationSync)
+		w.follows(t) // and serves no revocation sync: its offers alone stop the copies
 		w.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
 			select {
 			case <-after:
@@ -825,5 +824,30 @@ func TestSyncStopsSlowSideCopies(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("revocation", "sync", "malformed")); n != 0 {
 		t.Fatalf("the stopped copy was counted malformed (%v)", n)
+	}
+}
+
+// TestStrangerDoesNotStartTheSideSkip: a search skips revocations within 30 s of a sync in
+// which a coordinator brought them, and only then: a stranger's empty revocation answer,
+// when the coordinator's failed, must not hide a revocation lost in a gap of the gossip
+// from the next searches.
+func TestStrangerDoesNotStartTheSideSkip(t *testing.T) {
+	coord, renter, _, _ := twoModelMarket(t)
+	stranger := newWorld(t)
+	stranger.peer.Handle(protocol.RevocationSyncProtocol, stranger.cat.HandleRevocationSync) // none held: an empty answer
+	var refused atomic.Int32
+	coord.peer.Handle(protocol.RevocationSyncProtocol, func(s network.Stream) {
+		refused.Add(1) // busy, say
+		s.Reset()
+	})
+	renter.connect(stranger)
+	renter.cat.cfg.WarmSearch.Duration = 50 * time.Millisecond
+	for _, model := range []string{"L4-24GB", "A100-80GB"} {
+		if rows, err := renter.cat.Search(context.Background(), api.SearchFilter{Model: model, Unbenchmarked: true}); err != nil || len(rows) != 1 {
+			t.Fatalf("the %s search: %d offers, %v", model, len(rows), err)
+		}
+	}
+	if n := refused.Load(); n != 2 {
+		t.Fatalf("the coordinator was asked for its revocations %d times in two searches; want at each (its first answer failed)", n)
 	}
 }
