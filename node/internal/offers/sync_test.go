@@ -560,14 +560,7 @@ func TestSyncStopsCopiesOnceACoordinatorAnswered(t *testing.T) {
 	if !renter.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
 		t.Fatal("the coordinators' answers did not make the sync done")
 	}
-	select {
-	case wasReset := <-reset:
-		if !wasReset {
-			t.Fatal("the sync waited for the slow peer's whole copy: its stream was never reset")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the slow peer was never asked")
-	}
+	waitStopped(t, reset, "offers")
 	for _, p := range []provider{prov, other} {
 		if so, _ := renter.book.Get(p.id); so == nil {
 			t.Fatal("an offer of the coordinators' answers did not come by the sync: the later one was stopped")
@@ -814,14 +807,7 @@ func TestSyncStopsSlowSideCopies(t *testing.T) {
 	if !renter.cat.SyncOffers(context.Background(), protocol.OfferSyncRequest{}) {
 		t.Fatal("the coordinator's answer did not make the sync done")
 	}
-	select {
-	case wasReset := <-reset:
-		if !wasReset {
-			t.Fatal("the sync waited for the slow peer's whole revocations: its stream was never reset")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the slow peer was never asked for its revocations")
-	}
+	waitStopped(t, reset, "revocations")
 	if n := testutil.ToFloat64(renter.metrics.RecordsRejected.WithLabelValues("revocation", "sync", "malformed")); n != 0 {
 		t.Fatalf("the stopped copy was counted malformed (%v)", n)
 	}
@@ -849,5 +835,19 @@ func TestStrangerDoesNotStartTheSideSkip(t *testing.T) {
 	}
 	if n := refused.Load(); n != 2 {
 		t.Fatalf("the coordinator was asked for its revocations %d times in two searches; want at each (its first answer failed)", n)
+	}
+}
+
+// waitStopped fails the test unless a slow peer, asked for what (offers, revocations),
+// reports on reset that the asker reset its stream before the whole answer.
+func waitStopped(t *testing.T, reset chan bool, what string) {
+	t.Helper()
+	select {
+	case wasReset := <-reset:
+		if !wasReset {
+			t.Fatalf("the sync waited for the slow peer's whole %s: its stream was never reset", what)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the slow peer was never asked for its %s", what)
 	}
 }
