@@ -65,8 +65,9 @@ type Catalogue struct {
 	// each peer and network, and at once; syncWaiting counts those waiting for a slot.
 	offerSyncs, revocationSyncs, scoreSyncs *syncGate
 	syncWaiting                             atomic.Int32
-	// sideSynced is when a sync last brought revocations and scores (unix nanoseconds by
-	// the node's clock): a sync within sideSyncFresh of it asks for offers only.
+	// sideSynced is when a coordinator last brought revocations and scores in a sync (unix
+	// nanoseconds by the node's clock): a search's sync within sideSyncFresh of it asks for
+	// offers only.
 	sideSynced atomic.Int64
 	// findProviders walks the DHT for the providers under a key (the peer's; a test's slow
 	// walk).

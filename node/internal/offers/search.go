@@ -287,7 +287,7 @@ func traceOf(ctx context.Context) *SyncTrace {
 
 // mark records now as a step's time (once), when t traces.
 func (t *SyncTrace) mark(step int) {
-	if t != nil {
+	if t != nil && t.steps[step].Load() == 0 { // the first record's mark is asked at every record
 		t.steps[step].CompareAndSwap(0, int64(max(time.Since(t.start), 1)))
 	}
 }
