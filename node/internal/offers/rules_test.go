@@ -84,12 +84,28 @@ func TestOfferExpiry(t *testing.T) {
 	if so, _ := w.book.Get(c.id); so == nil || so.Offer.Withdrawn == "" {
 		t.Fatal("the withdrawal is not held (a renter asking sees why there is nothing to rent)")
 	}
+	// The gauge follows an offer replaced: withdrawn, then offered again, then withdrawn.
+	withdraw := func(o *protocol.Offer) { o.Withdrawn, o.GPUs = "outside availability window", nil }
+	for _, step := range []struct {
+		raw  []byte
+		want float64
+	}{{w.offer(c, 2, 1_000_000, nil), 3}, {w.offer(c, 3, 1_000_000, withdraw), 2}} {
+		if _, _, err := w.book.Accept(step.raw, "gossip"); err != nil {
+			t.Fatal(err)
+		}
+		if got := testutil.ToFloat64(w.metrics.OffersKnown); got != step.want {
+			t.Fatalf("the gauge of live offers says %v; want %v", got, step.want)
+		}
+	}
 	w.clock.Advance(31 * time.Second)
 	if n := live(); n != 1 {
 		t.Fatalf("%d live offers once a certificate expired; want 1", n)
 	}
 	if err := w.book.Flush(); err != nil {
 		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(w.metrics.OffersKnown); got != 1 {
+		t.Fatalf("the gauge of live offers says %v after the flush; want 1", got)
 	}
 	w.clock.Advance(2 * time.Minute)
 	if err := w.book.Flush(); err != nil {

@@ -3,6 +3,7 @@ package offers
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -79,36 +80,40 @@ func syncOnce(b *testing.B, asker *world, p peer.ID, req protocol.OfferSyncReque
 	return bytes
 }
 
-// BenchmarkAcceptSynced: what an asker spends on the offers of one sync answer (300
-// providers', a batch of 64 at a time, as syncFrom reads them) into a book that holds none
-// of them (the first answer of a cold search) and into one that already holds them all (the
-// answers of the other peers asked, and every answer of a warm node's sync).
+// BenchmarkAcceptSynced: what an asker spends on the offers of one sync answer (300 and
+// 3,000 providers', a batch of 64 at a time, as syncFrom reads them) into a book that holds
+// none of them (the first answer of a cold search) and into one that already holds them all
+// (the answers of the other peers asked, and every answer of a warm node's sync). The cost
+// of an offer should not grow with the answer.
 func BenchmarkAcceptSynced(b *testing.B) {
-	const providers = 300
-	w := newWorld(b)
-	var raws [][]byte
-	for range providers {
-		raws = append(raws, w.offer(w.certified(), 1, 1_000_000, nil))
+	for _, providers := range []int{300, 3000} {
+		b.Run(fmt.Sprint(providers), func(b *testing.B) {
+			w := newWorld(b)
+			var raws [][]byte
+			for range providers {
+				raws = append(raws, w.offer(w.certified(), 1, 1_000_000, nil))
+			}
+			accept := func() {
+				for i := 0; i < len(raws); i += 64 {
+					w.book.acceptBatch(raws[i:min(i+64, len(raws))], "sync")
+				}
+			}
+			b.Run("fresh", func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					w.book.Reset()
+					b.StartTimer()
+					accept()
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*providers), "µs/offer")
+			})
+			b.Run("held", func(b *testing.B) {
+				accept()
+				for b.Loop() {
+					accept()
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*providers), "µs/offer")
+			})
+		})
 	}
-	accept := func() {
-		for i := 0; i < len(raws); i += 64 {
-			w.book.acceptBatch(raws[i:min(i+64, len(raws))], "sync")
-		}
-	}
-	b.Run("fresh", func(b *testing.B) {
-		for b.Loop() {
-			b.StopTimer()
-			w.book.Reset()
-			b.StartTimer()
-			accept()
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*providers), "µs/offer")
-	})
-	b.Run("held", func(b *testing.B) {
-		accept()
-		for b.Loop() {
-			accept()
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*providers), "µs/offer")
-	})
 }
