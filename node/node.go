@@ -75,6 +75,10 @@ type Node struct {
 	metrics *metrics.Metrics
 	// syncRetrying is set while a join's catalogue sync is retried in the background.
 	syncRetrying atomic.Bool
+	// joinedAt and modelsSyncedAt are when the node last joined the network and when its
+	// model catalogues' sync then ended (unix nanoseconds; the scale harness's account of a
+	// join).
+	joinedAt, modelsSyncedAt atomic.Int64
 
 	// Every node.
 	trust     *offers.Trust
@@ -534,7 +538,9 @@ type revocationDesk struct {
 // in all), until a peer answers; by then it has found other peers through the DHT (the
 // scale harness's renters, joining together, held no offer for minutes).
 func (n *Node) syncJoined(ctx context.Context) {
+	n.joinedAt.Store(time.Now().UnixNano())
 	n.models.SyncTrusted(ctx)
+	n.modelsSyncedAt.Store(time.Now().UnixNano())
 	if n.catalogue.SyncJoined(ctx) || !n.syncRetrying.CompareAndSwap(false, true) {
 		return
 	}

@@ -3,6 +3,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"flag"
@@ -23,6 +24,7 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/gpunex/gpunex/ledger"
@@ -312,11 +314,14 @@ func TestScaleHarness(t *testing.T) {
 	s.waitOffers(report, "the coordinator held every provider's offer", []*Node{s.coord})
 	s.heapProviders = s.markHeap("with the providers")
 
-	// Renters join a network that is up: their first catalogue sync brings every offer.
+	// Renters join a network that is up: their first catalogue sync brings every offer, and
+	// the scores of the providers the coordinator has scored by then, half of them at least
+	// (its first probe of each falls within a probe interval).
+	scored := s.waitScored(report, nProv/2)
 	joined := time.Now()
-	scored := s.scoredProviders()
-	var began sync.Map // *Node: when it began starting
-	scoresHeld := s.watchScores(&began, nRent, scored)
+	var began sync.Map // *Node: renterStart
+	joinProbe, scoreSyncs := startWakeProbe(), s.timeScoreSyncs()
+	scoresHeld := s.watchScores(&began, nRent, scored, joinProbe, scoreSyncs)
 	for range nRent {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -328,7 +333,7 @@ func TestScaleHarness(t *testing.T) {
 				t.Errorf("renter: %v", err)
 				return
 			}
-			began.Store(n, at)
+			began.Store(n, renterStart{at: at, up: time.Now()})
 			s.mu.Lock()
 			s.renters = append(s.renters, n)
 			s.mu.Unlock()
@@ -341,6 +346,7 @@ func TestScaleHarness(t *testing.T) {
 	report.add("  %d renters joined in %s", nRent, time.Since(joined).Round(100*time.Millisecond))
 	s.waitOffers(report, fmt.Sprintf("the %d renters held every offer", nRent), s.renters)
 	report.add("  %s", scoresHeld())
+	joinProbe.stop()
 	var synced []int
 	for _, r := range s.renters {
 		synced = append(synced, int(counterSum(r, "gpunex_offer_sync_records_total", nil)))
@@ -416,9 +422,30 @@ func (s *scaleNet) scoredProviders() []peer.ID {
 // providers by their real score (the join's score sync, then gossip). began gives each
 // renter's start, nRent how many renters are coming. It returns the function that waits
 // for the report's line.
-func (s *scaleNet) watchScores(began *sync.Map, nRent int, scored []peer.ID) func() string {
+func (s *scaleNet) watchScores(began *sync.Map, nRent int, scored []peer.ID, probe *wakeProbe, handled *handlerTimes) func() string {
 	done := make(chan string, 1)
 	coord := s.coord.ID()
+	// held counts the scored providers whose score r holds; holds says whether it holds
+	// them all, stopping at the first it lacks: each look takes the renter's score book's
+	// lock, which its score sync takes record after record, and the whole count of 150
+	// providers for 50 renters every 100 ms held those syncs up.
+	held := func(r *Node) int {
+		k := 0
+		for _, p := range scored {
+			if r.scores.Score(p, coord) != nil {
+				k++
+			}
+		}
+		return k
+	}
+	holds := func(r *Node) bool {
+		for _, p := range scored {
+			if r.scores.Score(p, coord) == nil {
+				return false
+			}
+		}
+		return true
+	}
 	go func() {
 		first := time.Now()
 		took := map[*Node]time.Duration{}
@@ -426,23 +453,13 @@ func (s *scaleNet) watchScores(began *sync.Map, nRent int, scored []peer.ID) fun
 			s.mu.Lock()
 			renters := slices.Clone(s.renters)
 			s.mu.Unlock()
-			least := len(scored)
 			for _, r := range renters {
-				if _, ok := took[r]; ok {
+				if _, ok := took[r]; ok || !holds(r) {
 					continue
 				}
-				k := 0
-				for _, p := range scored {
-					if r.scores.Score(p, coord) != nil {
-						k++
-					}
+				if t, ok := began.Load(r); ok {
+					took[r] = time.Since(t.(renterStart).at)
 				}
-				if k == len(scored) {
-					if t, ok := began.Load(r); ok {
-						took[r] = time.Since(t.(time.Time))
-					}
-				}
-				least = min(least, k)
 			}
 			switch {
 			case len(took) == nRent:
@@ -451,10 +468,15 @@ func (s *scaleNet) watchScores(began *sync.Map, nRent int, scored []peer.ID) fun
 					d = append(d, v)
 				}
 				slices.Sort(d)
-				done <- fmt.Sprintf("renters holding the coordinator's scores of the %d providers it had scored, from each renter's start: p50 %s, p95 %s, max %s",
+				line := fmt.Sprintf("renters holding the coordinator's scores of the %d providers it had scored, from each renter's start: p50 %s, p95 %s, max %s",
 					len(scored), pct(d, 0.5), pct(d, 0.95), ms(d[len(d)-1]))
+				done <- line + slowJoins(took, began, probe, handled)
 				return
 			case time.Since(first) > 4*time.Minute:
+				least := len(scored)
+				for _, r := range renters {
+					least = min(least, held(r))
+				}
 				done <- fmt.Sprintf("NOT DONE: after %s, %d of %d renters held the coordinator's %d scores; the least held %d",
 					time.Since(first).Round(time.Second), len(took), nRent, len(scored), least)
 				return
@@ -463,6 +485,92 @@ func (s *scaleNet) watchScores(began *sync.Map, nRent int, scored []peer.ID) fun
 		}
 	}()
 	return func() string { return <-done }
+}
+
+// waitScored waits, a probe interval at most, until the coordinator has scored want
+// providers, and returns those it has scored.
+func (s *scaleNet) waitScored(report *scaleReport, want int) []peer.ID {
+	start := time.Now()
+	scored := s.scoredProviders()
+	for len(scored) < want && time.Since(start) < s.coord.cfg.Coordinator.ProbeInterval.Duration {
+		time.Sleep(time.Second)
+		scored = s.scoredProviders()
+	}
+	report.add("  the coordinator had scored %d providers %s later", len(scored), time.Since(start).Round(time.Second))
+	return scored
+}
+
+// renterStart is when a renter began starting, and when its start returned.
+type renterStart struct{ at, up time.Time }
+
+// slowJoins are the lines of the renters that took over 3 s to hold the coordinator's
+// scores, the slowest first, at most five: how long their start took, then each join sync,
+// from the renter's start, with the coordinator's streams' traces, when the coordinator's
+// handler of its score sync ran, and the longest late wake-up of the process meanwhile.
+func slowJoins(took map[*Node]time.Duration, began *sync.Map, probe *wakeProbe, handled *handlerTimes) string {
+	var slow []*Node
+	for r, d := range took {
+		if d > 3*time.Second {
+			slow = append(slow, r)
+		}
+	}
+	slices.SortFunc(slow, func(a, b *Node) int { return cmp.Compare(took[b], took[a]) })
+	var out strings.Builder
+	for _, r := range slow[:min(len(slow), 5)] {
+		v, _ := began.Load(r)
+		st := v.(renterStart)
+		fmt.Fprintf(&out, "\n    a renter's scores after %s: its start took %s, it joined at %s, its models synced at %s; the coordinator's score sync handler ran %s",
+			ms(took[r]), ms(st.up.Sub(st.at)), ms(time.Unix(0, r.joinedAt.Load()).Sub(st.at)), ms(time.Unix(0, r.modelsSyncedAt.Load()).Sub(st.at)),
+			handled.of(r.ID(), st.at))
+		for i, j := range r.catalogue.JoinSyncs() {
+			end := time.Now()
+			if j.Took > 0 {
+				end = j.At.Add(j.Took)
+			}
+			took := "still running"
+			if j.Took > 0 {
+				took = fmt.Sprintf("took %s, answered %v", ms(j.Took), j.Answered)
+			}
+			fmt.Fprintf(&out, "\n      join sync %d at %s, %s, late wake-up at most %s; the coordinator's scores: %s; revocations: %s; offers: %s",
+				i+1, ms(j.At.Sub(st.at)), took, ms(probe.worst(j.At, end)),
+				j.Coordinator[protocol.KindScore], j.Coordinator[protocol.KindRevocation], j.Coordinator[protocol.KindOffer])
+		}
+	}
+	return out.String()
+}
+
+// handlerTimes are when the coordinator's handler of score syncs began and returned, by
+// asker.
+type handlerTimes struct {
+	mu sync.Mutex
+	by map[peer.ID][][2]time.Time
+}
+
+// timeScoreSyncs has the coordinator's handler of score syncs timed.
+func (s *scaleNet) timeScoreSyncs() *handlerTimes {
+	h := &handlerTimes{by: map[peer.ID][][2]time.Time{}}
+	s.coord.peer.Handle(protocol.ScoreSyncProtocol, func(st network.Stream) {
+		began := time.Now()
+		s.coord.catalogue.HandleScoreSync(st)
+		h.mu.Lock()
+		h.by[st.Conn().RemotePeer()] = append(h.by[st.Conn().RemotePeer()], [2]time.Time{began, time.Now()})
+		h.mu.Unlock()
+	})
+	return h
+}
+
+// of says when the handler ran for p, from t.
+func (h *handlerTimes) of(p peer.ID, t time.Time) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var runs []string
+	for _, r := range h.by[p] {
+		runs = append(runs, fmt.Sprintf("%s to %s", ms(r[0].Sub(t)), ms(r[1].Sub(t))))
+	}
+	if len(runs) == 0 {
+		return "never"
+	}
+	return strings.Join(runs, ", ")
 }
 
 // scoreOf is the gossip score a peer gives id, or "none".

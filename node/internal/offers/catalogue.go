@@ -69,6 +69,9 @@ type Catalogue struct {
 	// nanoseconds by the node's clock): a search's sync within sideSyncFresh of it asks for
 	// offers only.
 	sideSynced atomic.Int64
+	// joins are the first join syncs (SyncJoined), traced.
+	joinsMu sync.Mutex
+	joins   []*JoinSync
 	// findProviders walks the DHT for the providers under a key (the peer's; a test's slow
 	// walk).
 	findProviders func(context.Context, cid.Cid) <-chan peer.AddrInfo

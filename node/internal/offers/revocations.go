@@ -138,14 +138,17 @@ func (c *Catalogue) syncRevocations(ctx context.Context, p peer.ID) error {
 
 // readSync sends req (as a JSON frame; nothing when nil) on a stream to a peer on proto and
 // reads its answer: at most max records of kind, each at most size bytes, each handed to
-// take; a frame over the bounds ends it, counted.
+// take; a frame over the bounds ends it, counted, and so does a peer that stalls
+// (idleBound).
 func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req any, kind protocol.Kind, max, size int, take func([]byte)) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, syncStreamMost)
 	defer cancel()
-	s, err := c.peer.OpenStream(ctx, p, proto)
+	s, err := c.openSync(ctx, p, proto)
 	if err != nil {
 		return err
 	}
+	trace := traceOf(ctx, kind)
+	defer trace.mark(traceEnded)
 	defer s.Close()
 	defer endWith(ctx, s)()
 	if req != nil {
@@ -154,7 +157,9 @@ func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req a
 			return err
 		}
 	}
+	trace.mark(traceOpened)
 	s.CloseWrite()
+	idle := newIdleBound(ctx, s)
 	r := bufio.NewReader(s)
 	for i := 0; i < max; i++ {
 		if _, err := r.Peek(1); err == io.EOF {
@@ -163,11 +168,13 @@ func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req a
 		raw, err := protocol.ReadFrame(r, size)
 		if err != nil {
 			s.Reset()
-			if ctx.Err() == nil { // a stream this node ended is not the peer's fault
-				c.metrics.RecordsRejected.WithLabelValues(string(kind), "sync", protocol.Reason(err)).Inc()
+			if reason, ok := idle.reason(err); ok { // a stream this node ended is not the peer's fault
+				c.metrics.RecordsRejected.WithLabelValues(string(kind), "sync", reason).Inc()
 			}
 			return err
 		}
+		idle.renew()
+		trace.record()
 		take(raw)
 	}
 	return nil

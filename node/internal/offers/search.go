@@ -235,7 +235,8 @@ type SearchStats struct {
 	Coordinator *SyncTrace
 }
 
-// SyncTrace is when a sync's offer stream passed its steps, from the sync's start (0: not
+// SyncTrace is when a coordinator's stream of a sync (offers, revocations or scores) passed
+// its steps, from the sync's start (0: not
 // reached), as net/http/httptrace traces a request: the stream opened and the request was
 // written (go-libp2p negotiates the protocol lazily: the peer's agreement comes with its
 // answer; a connection not yet identified waits for identify first), the first record
@@ -244,6 +245,7 @@ type SyncTrace struct {
 	claimed atomic.Bool
 	start   time.Time
 	steps   [3]atomic.Int64
+	records atomic.Int64
 }
 
 const (
@@ -272,14 +274,53 @@ func (t *SyncTrace) String() string {
 	case !t.claimed.Load():
 		return "no coordinator's stream opened"
 	}
-	return fmt.Sprintf("opened %s, first record %s, ended %s", t.Opened().Round(time.Millisecond), t.First().Round(time.Millisecond), t.Ended().Round(time.Millisecond))
+	return fmt.Sprintf("opened %s, first record %s, ended %s, %d records", t.Opened().Round(time.Millisecond), t.First().Round(time.Millisecond),
+		t.Ended().Round(time.Millisecond), t.Records())
 }
 
-type syncTraceKey struct{}
+// Records is how many records the stream brought.
+func (t *SyncTrace) Records() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.records.Load()
+}
 
-// traceOf is the trace in ctx that this stream may record (the first to ask), or nil.
-func traceOf(ctx context.Context) *SyncTrace {
-	if t, _ := ctx.Value(syncTraceKey{}).(*SyncTrace); t != nil && t.claimed.CompareAndSwap(false, true) {
+// record counts a record the stream brought, the first one's time marked.
+func (t *SyncTrace) record() {
+	if t != nil {
+		t.mark(traceFirst)
+		t.records.Add(1)
+	}
+}
+
+// syncTraceKey is the context key of a sync's trace of a coordinator's stream of kind.
+type syncTraceKey struct{ kind protocol.Kind }
+
+// traced is ctx carrying a new trace of a coordinator's stream of each kind, started now.
+func traced(ctx context.Context, kinds ...protocol.Kind) (context.Context, map[protocol.Kind]*SyncTrace) {
+	traces := map[protocol.Kind]*SyncTrace{}
+	now := time.Now()
+	for _, k := range kinds {
+		traces[k] = &SyncTrace{start: now}
+		ctx = context.WithValue(ctx, syncTraceKey{k}, traces[k])
+	}
+	return ctx, traces
+}
+
+// untraced is ctx without the traces of a sync's streams: another peer's streams are not
+// traced.
+func untraced(ctx context.Context) context.Context {
+	for _, k := range []protocol.Kind{protocol.KindOffer, protocol.KindRevocation, protocol.KindScore} {
+		ctx = context.WithValue(ctx, syncTraceKey{k}, (*SyncTrace)(nil))
+	}
+	return ctx
+}
+
+// traceOf is the trace in ctx of kind's stream that this stream may record (the first to
+// ask), or nil.
+func traceOf(ctx context.Context, kind protocol.Kind) *SyncTrace {
+	if t, _ := ctx.Value(syncTraceKey{kind}).(*SyncTrace); t != nil && t.claimed.CompareAndSwap(false, true) {
 		return t
 	}
 	return nil
@@ -333,8 +374,9 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 			req.Models = []string{f.Model}
 		}
 		t := time.Now()
-		st.Coordinator = &SyncTrace{start: t}
-		sctx, scancel := context.WithTimeout(context.WithValue(ctx, syncTraceKey{}, st.Coordinator), 2*time.Second)
+		sctx, traces := traced(ctx, protocol.KindOffer)
+		st.Coordinator = traces[protocol.KindOffer]
+		sctx, scancel := context.WithTimeout(sctx, 2*time.Second)
 		_, byCoordinator := c.syncBy(sctx, &req, true)
 		scancel()
 		st.Sync = time.Since(t)

@@ -851,3 +851,79 @@ func waitStopped(t *testing.T, reset chan bool, what string) {
 		t.Fatalf("the slow peer was never asked for its %s", what)
 	}
 }
+
+// TestJoinSyncTraced: a node keeps its join syncs with the traces of its coordinator's
+// streams (the scale harness's account of where a new renter's time to its scores went):
+// each stream opened, brought its records and ended, in that order, and its records are
+// counted.
+func TestJoinSyncTraced(t *testing.T) {
+	coord, renter, _, _ := twoModelMarket(t)
+	coord.cat.scores, renter.cat.scores = heldScores{[]byte("a score record")}, heldScores{}
+	coord.peer.Handle(protocol.ScoreSyncProtocol, coord.cat.HandleScoreSync)
+	coord.peer.Handle(protocol.RevocationSyncProtocol, coord.cat.HandleRevocationSync)
+	if !renter.cat.SyncJoined(context.Background()) {
+		t.Fatal("the join sync was not answered")
+	}
+	joins := renter.cat.JoinSyncs()
+	if len(joins) != 1 || !joins[0].Answered || joins[0].Took <= 0 {
+		t.Fatalf("join syncs kept: %+v; want one, answered, timed", joins)
+	}
+	for kind, want := range map[protocol.Kind]int64{protocol.KindOffer: 2, protocol.KindScore: 1, protocol.KindRevocation: 0} {
+		tr := joins[0].Coordinator[kind]
+		if tr.Records() != want || tr.Opened() <= 0 || tr.Ended() < tr.Opened() || tr.Ended() > joins[0].Took {
+			t.Fatalf("the coordinator's %s stream: %s; want %d records, opened, then ended within the sync's %s", kind, tr, want, joins[0].Took)
+		}
+		if want > 0 && (tr.First() < tr.Opened() || tr.First() > tr.Ended()) {
+			t.Fatalf("the coordinator's %s stream: %s; its first record outside the stream's life", kind, tr)
+		}
+	}
+}
+
+// TestSyncStreamGivenUpOnlyWhenStalled: a sync's answer that keeps bringing records is read
+// to its end however long it takes in all (a score answer of 10,000 providers over a slow
+// link; the scale harness's join score syncs were cut at 10 s while still reading), and
+// one that stops bringing records is given up after syncStreamIdle, counted as stalled,
+// keeping what came.
+func TestSyncStreamGivenUpOnlyWhenStalled(t *testing.T) {
+	idle := syncStreamIdle
+	syncStreamIdle = 300 * time.Millisecond
+	t.Cleanup(func() { syncStreamIdle = idle })
+	peer, asker := newWorld(t), newWorld(t)
+	// The peer sends records, one every 100 ms, then stalls for 2 s before the rest.
+	serve := func(proto string, records int, stallAfter int) {
+		peer.peer.Handle(proto, func(s network.Stream) {
+			defer s.Close()
+			for i := range records {
+				if i == stallAfter {
+					time.Sleep(2 * time.Second)
+				}
+				time.Sleep(100 * time.Millisecond)
+				if err := protocol.WriteFrame(s, []byte(fmt.Sprintf("record %d", i))); err != nil {
+					return
+				}
+			}
+		})
+	}
+	asker.connect(peer)
+	read := func(proto string) (int, error) {
+		got := 0
+		err := asker.cat.readSync(context.Background(), peer.peer.ID, proto, nil, protocol.KindScore, 100, 100, func([]byte) { got++ })
+		return got, err
+	}
+	serve("/test/steady", 10, -1)
+	if got, err := read("/test/steady"); got != 10 || err != nil {
+		t.Fatalf("an answer bringing a record every 100 ms for 1 s, past the 300 ms idle bound: %d records of 10, %v", got, err)
+	}
+	serve("/test/stalls", 10, 3)
+	start := time.Now()
+	got, err := read("/test/stalls")
+	if got != 3 || err == nil {
+		t.Fatalf("an answer that stalled after 3 records: %d records, %v; want the 3, then given up", got, err)
+	}
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Fatalf("a stalled answer was given up after %s; want about %s of silence", took, syncStreamIdle)
+	}
+	if n := testutil.ToFloat64(asker.metrics.RecordsRejected.WithLabelValues(string(protocol.KindScore), "sync", "stalled")); n != 1 {
+		t.Fatalf("stalled answers counted: %v; want 1", n)
+	}
+}
