@@ -250,8 +250,9 @@ func (c *Catalogue) SyncOffers(ctx context.Context, req protocol.OfferSyncReques
 
 // SyncJoined is the sync of a node that just joined: revocations and scores, and the
 // offers of the models it follows if it follows any (a provider's book holds its own offer
-// only: it syncs the market's at a search).
-func (c *Catalogue) SyncJoined(ctx context.Context) (answered bool) {
+// only: it syncs the market's at a search). The offers are asked for once ready is closed
+// (the model catalogues their attestations are checked with came; nil: at once).
+func (c *Catalogue) SyncJoined(ctx context.Context, ready <-chan struct{}) (answered bool) {
 	ctx, traces := traced(ctx, protocol.KindOffer, protocol.KindRevocation, protocol.KindScore)
 	j := &JoinSync{At: time.Now(), Coordinator: traces}
 	c.joinsMu.Lock()
@@ -260,9 +261,9 @@ func (c *Catalogue) SyncJoined(ctx context.Context) (answered bool) {
 	}
 	c.joinsMu.Unlock()
 	if !c.Following() {
-		answered = c.sync(ctx, nil)
+		answered, _ = c.syncBy(ctx, nil, false, nil)
 	} else {
-		answered = c.sync(ctx, &protocol.OfferSyncRequest{Models: c.cfg.Models})
+		answered, _ = c.syncBy(ctx, &protocol.OfferSyncRequest{Models: c.cfg.Models}, false, ready)
 	}
 	c.joinsMu.Lock()
 	j.Took, j.Answered = time.Since(j.At), answered
@@ -337,7 +338,7 @@ const sideSyncFresh = 30 * time.Second
 
 // sync syncs revocations, scores and the offers req asks for (none when nil) side by side.
 func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {
-	answered, _ = c.syncBy(ctx, req, false)
+	answered, _ = c.syncBy(ctx, req, false, nil)
 	return answered
 }
 
@@ -347,8 +348,9 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 // kept): each copy costs the asker as much to check as the first. Other coordinators' are
 // not: one that answered first may have done so from a book still filling after its
 // restart. A search's sync (search) skips revocations and scores within sideSyncFresh of a
-// sync in which a coordinator brought them.
-func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, search bool) (answered, byCoordinator bool) {
+// sync in which a coordinator brought them. The offers are asked for once ready is closed
+// (nil: at once).
+func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, search bool, ready <-chan struct{}) (answered, byCoordinator bool) {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
 	for _, ai := range c.boot {
@@ -368,7 +370,7 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 	// searching several models after a gap in its gossip, one sync a model) asks for
 	// offers only. A clock stepped back counts as stale.
 	since := c.clock.Now().Sub(time.Unix(0, c.sideSynced.Load()))
-	r := &syncRound{req: req, side: !search || req == nil || since < 0 || since >= sideSyncFresh}
+	r := &syncRound{req: req, side: !search || req == nil || since < 0 || since >= sideSyncFresh, ready: ready}
 	if !r.side {
 		r.scored.Store(true)
 	}
@@ -438,8 +440,9 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 // their answers brought, and the stops of the copies of the peers that are not
 // coordinators.
 type syncRound struct {
-	req  *protocol.OfferSyncRequest // the offers asked for; nil: none
-	side bool                       // revocations and scores asked for
+	req   *protocol.OfferSyncRequest // the offers asked for; nil: none
+	side  bool                       // revocations and scores asked for
+	ready <-chan struct{}            // closed once the offers may be asked for; nil: at once
 	// ok: a peer answered the offers (a coordinator, or another with at least one), or the
 	// scores when no offer is asked for; scored: the scores came; coordinator: a
 	// coordinator answered the offers with at least one; bootSide: a coordinator answered
@@ -447,6 +450,20 @@ type syncRound struct {
 	ok, scored, coordinator, bootSide atomic.Bool
 	offerCopies, sideCopies           context.Context
 	stopOfferCopies, stopSideCopies   context.CancelFunc
+}
+
+// readyFor waits until the offers may be asked for, and says whether they may (ctx did not
+// end first).
+func (r *syncRound) readyFor(ctx context.Context) bool {
+	if r.ready == nil {
+		return true
+	}
+	select {
+	case <-r.ready:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // syncPeer asks p for what r asks, revocations, scores and offers side by side, each on
@@ -486,7 +503,7 @@ func (c *Catalogue) syncPeer(ctx context.Context, r *syncRound, p peer.ID, boot 
 			gotScores.Store(true)
 		})
 	}
-	if r.req != nil {
+	if r.req != nil && r.readyFor(offersCtx) {
 		if got, received, err := c.syncFrom(offersCtx, p, *r.req); err != nil {
 			c.log.Debug("offer sync failed", "peer", p, "err", err)
 		} else if received > 0 || boot {

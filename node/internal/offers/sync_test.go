@@ -852,16 +852,32 @@ func waitStopped(t *testing.T, reset chan bool, what string) {
 	}
 }
 
-// TestJoinSyncTraced: a node keeps its join syncs with the traces of its coordinator's
-// streams (the scale harness's account of where a new renter's time to its scores went):
-// each stream opened, brought its records and ended, in that order, and its records are
-// counted.
+// TestJoinSyncTraced: a join sync asks for revocations and scores at once and for the
+// offers only once the model catalogues came (ready), and the node keeps it with the
+// traces of its coordinator's streams (the scale harness's account of where a new renter's
+// time to its scores went): each stream opened, brought its records and ended, in that
+// order, and its records are counted.
 func TestJoinSyncTraced(t *testing.T) {
 	coord, renter, _, _ := twoModelMarket(t)
 	coord.cat.scores, renter.cat.scores = heldScores{[]byte("a score record")}, heldScores{}
 	coord.peer.Handle(protocol.ScoreSyncProtocol, coord.cat.HandleScoreSync)
 	coord.peer.Handle(protocol.RevocationSyncProtocol, coord.cat.HandleRevocationSync)
-	if !renter.cat.SyncJoined(context.Background()) {
+	ready, answered := make(chan struct{}), make(chan bool)
+	go func() { answered <- renter.cat.SyncJoined(context.Background(), ready) }()
+	// The scores come while the catalogues are still awaited; the offers wait for them.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if j := renter.cat.JoinSyncs(); len(j) == 1 && j[0].Coordinator[protocol.KindScore].Ended() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the join's scores did not come before the model catalogues")
+		}
+	}
+	if j := renter.cat.JoinSyncs()[0]; j.Coordinator[protocol.KindOffer].Opened() != 0 || len(renter.book.Live(renter.clock.Now())) != 0 {
+		t.Fatalf("the offers were asked for before the model catalogues came: %s", j.Coordinator[protocol.KindOffer])
+	}
+	close(ready)
+	if !<-answered {
 		t.Fatal("the join sync was not answered")
 	}
 	joins := renter.cat.JoinSyncs()
