@@ -112,15 +112,53 @@ type syncGate struct {
 	kind   string // offers, revocations, scores: the metrics' label
 	budget *p2p.Sources
 	slots  chan struct{}
+	// held counts, by network (p2p.NetworkOfConn), the syncs being answered or waiting for
+	// a slot: a network has maxSyncHeld at most. A host that asks and does not read holds
+	// each slot until its answer's 30 s deadline: within its budget (24 a minute), it
+	// would hold every slot, and every other asker would be sent away busy.
+	mu   sync.Mutex
+	held map[string]int
 }
 
+// maxSyncHeld is the share of a kind's slots one network may hold, answered or waiting.
+const maxSyncHeld = maxSyncServing / 2
+
 func newSyncGate(kind string) *syncGate {
-	return &syncGate{kind: kind, budget: p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4), slots: make(chan struct{}, maxSyncServing)}
+	return &syncGate{kind: kind, budget: p2p.NewSources(SyncsPerMinute, SyncsPerMinute, 4), slots: make(chan struct{}, maxSyncServing),
+		held: map[string]int{}}
+}
+
+// hold takes one of net's share of the slots, if it has one left (this host's own
+// processes, "loopback", are not counted: a devnet's nodes share it).
+func (g *syncGate) hold(net string) bool {
+	if net == "loopback" {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held[net] >= maxSyncHeld {
+		return false
+	}
+	g.held[net]++
+	return true
+}
+
+// unhold gives back what hold took.
+func (g *syncGate) unhold(net string) {
+	if net == "loopback" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held[net]--; g.held[net] <= 0 {
+		delete(g.held, net)
+	}
 }
 
 // admitSync says whether a sync of g's kind may be served to the stream's peer now: a slot
-// is free (release it after: it counts the sync served, and times its answer) and the peer
-// and its network are within the kind's budget.
+// is free (release it after: it counts the sync served, and times its answer), the peer
+// and its network are within the kind's budget, and its network holds less than its share
+// of the slots (maxSyncHeld, answered or waiting).
 func (c *Catalogue) admitSync(s network.Stream, g *syncGate) (release func(), ok bool) {
 	if !g.budget.Take(s.Conn(), time.Now(), 1) {
 		c.metrics.RecordsRejected.WithLabelValues("sync", "stream", "rate_limited").Inc()
@@ -128,12 +166,23 @@ func (c *Catalogue) admitSync(s network.Stream, g *syncGate) (release func(), ok
 		c.peer.Misbehaved(s.Conn().RemotePeer())
 		return nil, false
 	}
+	net := p2p.NetworkOfConn(s.Conn())
+	if !g.hold(net) {
+		c.metrics.SyncsServed.WithLabelValues(g.kind, "busy").Inc()
+		return nil, false // its network has its share of the slots: the asker tries its other peers
+	}
+	defer func() {
+		if !ok {
+			g.unhold(net)
+		}
+	}()
 	arrived := time.Now()
 	admitted := func() func() {
 		start := time.Now()
 		c.metrics.SyncSeconds.WithLabelValues(g.kind, "wait").Observe(start.Sub(arrived).Seconds())
 		return func() {
 			<-g.slots
+			g.unhold(net)
 			c.metrics.SyncsServed.WithLabelValues(g.kind, "served").Inc()
 			c.metrics.SyncSeconds.WithLabelValues(g.kind, "write").Observe(time.Since(start).Seconds())
 		}

@@ -943,3 +943,39 @@ func TestSyncStreamGivenUpOnlyWhenStalled(t *testing.T) {
 		t.Fatalf("stalled answers counted: %v; want 1", n)
 	}
 }
+
+// TestOneNetworkHoldsHalfTheSlots: the syncs of one network (answered, or waiting for a
+// slot) hold half a kind's slots at most: a host that asks and does not read, whose answers
+// wait on it until their deadline, would otherwise hold them all within its budget, and
+// every other asker would be sent away busy. Another network is still served.
+func TestOneNetworkHoldsHalfTheSlots(t *testing.T) {
+	coord := newWorld(t)
+	coord.follows(t)
+	coord.peer.Handle(protocol.OfferSyncProtocol, coord.cat.HandleSyncStream)
+	if _, _, err := coord.book.Accept(coord.offer(coord.certified(), 1, 1_000_000, nil), "gossip"); err != nil {
+		t.Fatal(err)
+	}
+	greedy, other := newWorldAt(t, "127.0.0.2"), newWorldAt(t, "127.0.0.3")
+	greedy.connect(coord)
+	other.connect(coord)
+	// The greedy host's network already has answers being written to it, as many as its
+	// share.
+	for range maxSyncHeld {
+		if !coord.cat.offerSyncs.hold("127.0.0.2") {
+			t.Fatal("a network was refused a slot before its share")
+		}
+	}
+	if got, _, err := greedy.cat.syncFrom(context.Background(), coord.peer.ID, protocol.OfferSyncRequest{}); err == nil && got > 0 {
+		t.Fatalf("a network past its share of the slots was served: %d offers", got)
+	}
+	if busy := testutil.ToFloat64(coord.metrics.SyncsServed.WithLabelValues("offers", "busy")); busy != 1 {
+		t.Fatalf("syncs sent away busy: %v; want 1", busy)
+	}
+	if got, _, err := other.cat.syncFrom(context.Background(), coord.peer.ID, protocol.OfferSyncRequest{}); err != nil || got != 1 {
+		t.Fatalf("another network, with slots free, was not served: %d offers, %v", got, err)
+	}
+	coord.cat.offerSyncs.unhold("127.0.0.2") // one of its answers ends
+	if got, _, err := greedy.cat.syncFrom(context.Background(), coord.peer.ID, protocol.OfferSyncRequest{}); err != nil || got != 1 {
+		t.Fatalf("the network, back within its share, was not served: %d offers, %v", got, err)
+	}
+}

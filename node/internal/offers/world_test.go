@@ -44,6 +44,13 @@ func (acceptAll) Select(string, [][]byte) (int, error) { return 0, nil }
 
 func newWorld(t testing.TB) *world {
 	t.Helper()
+	return newWorldAt(t, "127.0.0.1")
+}
+
+// newWorldAt is newWorld listening on ip (another loopback address than 127.0.0.1 is a
+// network of its own to the per-network limits).
+func newWorldAt(t testing.TB, ip string) *world {
+	t.Helper()
 	w := &world{t: t, clock: clock.NewFake(monday), metrics: metrics.New(nil, nil)}
 	var err error
 	if w.ledger, err = ledger.Open(ledger.Options{InMemory: true, Logger: quietLogger()}); err != nil {
@@ -55,7 +62,7 @@ func newWorld(t testing.TB) *world {
 	}
 	w.book = NewBook(w.ledger.Offers, w.trust, w.metrics, quietLogger(), w.clock)
 	w.key, _ = recordtest.NewKey()
-	if w.peer, err = p2p.New(p2p.Options{Key: w.key, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, OfferValidator: w.book.DHTValidator()}); err != nil {
+	if w.peer, err = p2p.New(p2p.Options{Key: w.key, Listen: []string{"/ip4/" + ip + "/tcp/0"}, OfferValidator: w.book.DHTValidator()}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.peer.Close() })

@@ -73,7 +73,7 @@ func (g *autonatGate) admit(p peer.ID) bool {
 	if len(conns) == 0 {
 		return true // gone already: its stream goes with it
 	}
-	net := networkOfConn(conns[0])
+	net := NetworkOfConn(conns[0])
 	if net == "loopback" || g.budget.Spend(net, time.Now()) {
 		return true
 	}

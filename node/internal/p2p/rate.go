@@ -136,7 +136,7 @@ func (nb *NetworkBudget) Take(c network.Conn, now time.Time, n float64) bool {
 	if nb.trusted[c.RemotePeer()] {
 		return true
 	}
-	net := networkOfConn(c)
+	net := NetworkOfConn(c)
 	return net == "loopback" || nb.b.Take(net, now, n)
 }
 
@@ -199,9 +199,9 @@ func NetworkOf(a ma.Multiaddr) string {
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
-// networkOfConn names the network of a connection's remote peer (NetworkOf): a relayed
+// NetworkOfConn names the network of a connection's remote peer (NetworkOf): a relayed
 // connection's remote address names the relay only, so the peer is added to it.
-func networkOfConn(c network.Conn) string {
+func NetworkOfConn(c network.Conn) string {
 	a := c.RemoteMultiaddr()
 	if a != nil && IsRelayed(a) {
 		if p2p, err := ma.NewComponent("p2p", c.RemotePeer().String()); err == nil {

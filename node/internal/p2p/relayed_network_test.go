@@ -41,8 +41,8 @@ func TestRelayedNetwork(t *testing.T) {
 	if NetworkOf(relayed) == NetworkOf(direct) {
 		t.Fatalf("a relayed address is counted in the relay's network %s", NetworkOf(direct))
 	}
-	na := networkOfConn(conn{from: a, at: relayed})
-	if na == networkOfConn(conn{from: relay, at: direct}) || na == networkOfConn(conn{from: b, at: relayed}) {
+	na := NetworkOfConn(conn{from: a, at: relayed})
+	if na == NetworkOfConn(conn{from: relay, at: direct}) || na == NetworkOfConn(conn{from: b, at: relayed}) {
 		t.Fatalf("two peers through one relay, or a peer and its relay, share the network %s", na)
 	}
 }
