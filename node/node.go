@@ -537,8 +537,9 @@ type revocationDesk struct {
 //
 // A node that just joined may have one peer, its coordinator, busy serving other syncs:
 // then it asks again in the background, 1 s later, then 2, 4, ... up to 64 s (two minutes
-// in all), until a peer answers; by then it has found other peers through the DHT (the
-// scale harness's renters, joining together, held no offer for minutes).
+// in all), until a peer answers, for what has not come yet; by then it has found other
+// peers through the DHT (the scale harness's renters, joining together, held no offer for
+// minutes).
 func (n *Node) syncJoined(ctx context.Context) {
 	n.joinedAt.Store(time.Now().UnixNano())
 	models := make(chan struct{})
@@ -547,7 +548,7 @@ func (n *Node) syncJoined(ctx context.Context) {
 		n.models.SyncTrusted(ctx)
 		n.modelsSyncedAt.Store(time.Now().UnixNano())
 	}()
-	answered := n.catalogue.SyncJoined(ctx, models)
+	answered, offersCame := n.catalogue.SyncJoined(ctx, models, true)
 	<-models
 	if answered || !n.syncRetrying.CompareAndSwap(false, true) {
 		return
@@ -560,9 +561,12 @@ func (n *Node) syncJoined(ctx context.Context) {
 				return
 			case <-n.clock.After(wait):
 			}
-			if n.catalogue.SyncJoined(ctx, nil) {
+			// Offers that came are not asked for again (the largest answer by far).
+			answered, got := n.catalogue.SyncJoined(ctx, nil, !offersCame)
+			if answered {
 				return
 			}
+			offersCame = offersCame || got
 		}
 	})
 }

@@ -377,7 +377,7 @@ func (c *Catalogue) SearchMeasured(ctx context.Context, f api.SearchFilter) ([]a
 		sctx, traces := traced(ctx, protocol.KindOffer)
 		st.Coordinator = traces[protocol.KindOffer]
 		sctx, scancel := context.WithTimeout(sctx, 2*time.Second)
-		_, byCoordinator := c.syncBy(sctx, &req, true, nil)
+		byCoordinator := c.syncBy(sctx, &req, true, nil).byCoordinator
 		scancel()
 		st.Sync = time.Since(t)
 		// A coordinator follows every model and catches up the offers gossip missed

@@ -250,9 +250,11 @@ func (c *Catalogue) SyncOffers(ctx context.Context, req protocol.OfferSyncReques
 
 // SyncJoined is the sync of a node that just joined: revocations and scores, and the
 // offers of the models it follows if it follows any (a provider's book holds its own offer
-// only: it syncs the market's at a search). The offers are asked for once ready is closed
-// (the model catalogues their attestations are checked with came; nil: at once).
-func (c *Catalogue) SyncJoined(ctx context.Context, ready <-chan struct{}) (answered bool) {
+// only: it syncs the market's at a search) and offers is set (a join asked again, whose
+// offers came the time before, asks for the rest only). The offers are asked for once
+// ready is closed (the model catalogues their attestations are checked with came; nil: at
+// once). It says whether the sync was answered whole, and whether the offers came.
+func (c *Catalogue) SyncJoined(ctx context.Context, ready <-chan struct{}, offers bool) (answered, offersCame bool) {
 	ctx, traces := traced(ctx, protocol.KindOffer, protocol.KindRevocation, protocol.KindScore)
 	j := &JoinSync{At: time.Now(), Coordinator: traces}
 	c.joinsMu.Lock()
@@ -260,15 +262,15 @@ func (c *Catalogue) SyncJoined(ctx context.Context, ready <-chan struct{}) (answ
 		c.joins = append(c.joins, j)
 	}
 	c.joinsMu.Unlock()
-	if !c.Following() {
-		answered, _ = c.syncBy(ctx, nil, false, nil)
-	} else {
-		answered, _ = c.syncBy(ctx, &protocol.OfferSyncRequest{Models: c.cfg.Models}, false, ready)
+	var req *protocol.OfferSyncRequest
+	if offers && c.Following() {
+		req = &protocol.OfferSyncRequest{Models: c.cfg.Models}
 	}
+	out := c.syncBy(ctx, req, false, ready)
 	c.joinsMu.Lock()
-	j.Took, j.Answered = time.Since(j.At), answered
+	j.Took, j.Answered = time.Since(j.At), out.answered
 	c.joinsMu.Unlock()
-	return answered
+	return out.answered, out.offers
 }
 
 // JoinSync is one join sync (SyncJoined): when it began, how long it took (0: still
@@ -338,8 +340,7 @@ const sideSyncFresh = 30 * time.Second
 
 // sync syncs revocations, scores and the offers req asks for (none when nil) side by side.
 func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (answered bool) {
-	answered, _ = c.syncBy(ctx, req, false, nil)
-	return answered
+	return c.syncBy(ctx, req, false, nil).answered
 }
 
 // syncBy is sync, and says whether a bootstrap peer (a coordinator, which follows every
@@ -350,7 +351,7 @@ func (c *Catalogue) sync(ctx context.Context, req *protocol.OfferSyncRequest) (a
 // restart. A search's sync (search) skips revocations and scores within sideSyncFresh of a
 // sync in which a coordinator brought them. The offers are asked for once ready is closed
 // (nil: at once).
-func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, search bool, ready <-chan struct{}) (answered, byCoordinator bool) {
+func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, search bool, ready <-chan struct{}) syncOutcome {
 	peers := c.peer.Host.Network().Peers()
 	boot := map[peer.ID]bool{}
 	for _, ai := range c.boot {
@@ -431,10 +432,15 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 		// Offers without scores rank providers without their scores: the sync is asked
 		// again until both came (as for offers, an empty answer counts from a coordinator
 		// only).
-		return ok && r.scored.Load(), r.coordinator.Load()
+		return syncOutcome{answered: ok && r.scored.Load(), byCoordinator: r.coordinator.Load(), offers: ok}
 	}
-	return ok, false
+	return syncOutcome{answered: ok}
 }
+
+// syncOutcome is what a sync brought: answered, it is done (the offers asked for, if any,
+// and the scores came); byCoordinator, a coordinator answered the offers with at least one;
+// offers, the offers asked for came.
+type syncOutcome struct{ answered, byCoordinator, offers bool }
 
 // syncRound is one sync's state, shared by its peers' streams: what it asks for, what
 // their answers brought, and the stops of the copies of the peers that are not

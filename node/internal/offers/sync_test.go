@@ -863,7 +863,10 @@ func TestJoinSyncTraced(t *testing.T) {
 	coord.peer.Handle(protocol.ScoreSyncProtocol, coord.cat.HandleScoreSync)
 	coord.peer.Handle(protocol.RevocationSyncProtocol, coord.cat.HandleRevocationSync)
 	ready, answered := make(chan struct{}), make(chan bool)
-	go func() { answered <- renter.cat.SyncJoined(context.Background(), ready) }()
+	go func() {
+		ok, _ := renter.cat.SyncJoined(context.Background(), ready, true)
+		answered <- ok
+	}()
 	// The scores come while the catalogues are still awaited; the offers wait for them.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if j := renter.cat.JoinSyncs(); len(j) == 1 && j[0].Coordinator[protocol.KindScore].Ended() > 0 {
@@ -977,5 +980,28 @@ func TestOneNetworkHoldsHalfTheSlots(t *testing.T) {
 	coord.cat.offerSyncs.unhold("127.0.0.2") // one of its answers ends
 	if got, _, err := greedy.cat.syncFrom(context.Background(), coord.peer.ID, protocol.OfferSyncRequest{}); err != nil || got != 1 {
 		t.Fatalf("the network, back within its share, was not served: %d offers, %v", got, err)
+	}
+}
+
+// TestJoinAskedAgainForWhatLacked: a join whose scores did not come is asked again for them
+// alone: the offers that came (the largest answer by far) are not asked for again.
+func TestJoinAskedAgainForWhatLacked(t *testing.T) {
+	coord, renter, _, _ := twoModelMarket(t)
+	coord.cat.scores, renter.cat.scores = heldScores{[]byte("a score record")}, heldScores{}
+	coord.peer.Handle(protocol.RevocationSyncProtocol, coord.cat.HandleRevocationSync)
+	// The coordinator serves no score sync yet: the join's scores fail.
+	answered, offersCame := renter.cat.SyncJoined(context.Background(), nil, true)
+	if answered || !offersCame || len(renter.book.Live(renter.clock.Now())) != 2 {
+		t.Fatalf("a join without its scores: answered %v, offers came %v (%d held); want not answered, the 2 offers in",
+			answered, offersCame, len(renter.book.Live(renter.clock.Now())))
+	}
+	coord.peer.Handle(protocol.ScoreSyncProtocol, coord.cat.HandleScoreSync)
+	if answered, _ := renter.cat.SyncJoined(context.Background(), nil, false); !answered {
+		t.Fatal("the join asked again for its scores was not answered")
+	}
+	offerSyncs := testutil.ToFloat64(coord.metrics.SyncsServed.WithLabelValues("offers", "served"))
+	scoreSyncs := testutil.ToFloat64(coord.metrics.SyncsServed.WithLabelValues("scores", "served"))
+	if offerSyncs != 1 || scoreSyncs != 1 {
+		t.Fatalf("the coordinator served %v offer syncs and %v score syncs; want the offers once, then the scores", offerSyncs, scoreSyncs)
 	}
 }
