@@ -73,8 +73,9 @@ type Node struct {
 	peer    *p2p.Peer
 	ledger  *ledger.Ledger
 	metrics *metrics.Metrics
-	// syncRetrying is set while a join's catalogue sync is retried in the background.
-	syncRetrying atomic.Bool
+	// syncRetrying is set while a join's catalogue sync is retried in the background;
+	// joinOffersCame once the offers of the latest join came (a retry asks for the rest).
+	syncRetrying, joinOffersCame atomic.Bool
 	// joinedAt and modelsSyncedAt are when the node last joined the network and when its
 	// model catalogues' sync then ended (unix nanoseconds; the scale harness's account of a
 	// join).
@@ -549,6 +550,7 @@ func (n *Node) syncJoined(ctx context.Context) {
 		n.modelsSyncedAt.Store(time.Now().UnixNano())
 	}()
 	answered, offersCame := n.catalogue.SyncJoined(ctx, models, true)
+	n.joinOffersCame.Store(offersCame) // a join while the retries run starts them over
 	<-models
 	if answered || !n.syncRetrying.CompareAndSwap(false, true) {
 		return
@@ -562,11 +564,13 @@ func (n *Node) syncJoined(ctx context.Context) {
 			case <-n.clock.After(wait):
 			}
 			// Offers that came are not asked for again (the largest answer by far).
-			answered, got := n.catalogue.SyncJoined(ctx, nil, !offersCame)
+			answered, got := n.catalogue.SyncJoined(ctx, nil, !n.joinOffersCame.Load())
 			if answered {
 				return
 			}
-			offersCame = offersCame || got
+			if got {
+				n.joinOffersCame.Store(true)
+			}
 		}
 	})
 }

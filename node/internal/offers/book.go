@@ -42,6 +42,7 @@ type Book struct {
 type bookEntry struct {
 	offer      *protocol.SignedOffer
 	receivedAt time.Time
+	counted    bool // counted live in the gauge of live offers
 }
 
 func NewBook(l *ledger.OfferStore, trust *Trust, m *metrics.Metrics, log *slog.Logger, clk clock.Clock) *Book {
@@ -198,7 +199,8 @@ func (b *Book) store(so *protocol.SignedOffer, source string) (*protocol.SignedO
 		cur.receivedAt = now // the same record again: it is still current
 		return cur.offer, false
 	}
-	b.offers[so.Signer] = &bookEntry{offer: so, receivedAt: now}
+	e := &bookEntry{offer: so, receivedAt: now, counted: isLive(so, now)}
+	b.offers[so.Signer] = e
 	b.dirty[so.Signer] = true
 	b.metrics.RecordsAccepted.WithLabelValues(string(protocol.KindOffer), source).Inc()
 	close(b.changed)
@@ -206,14 +208,12 @@ func (b *Book) store(so *protocol.SignedOffer, source string) (*protocol.SignedO
 	// The gauge moves by this offer alone: counting the book at every offer made a sync of
 	// n offers cost n² (a renter joining 10,000 providers). Offers that expire meanwhile
 	// leave it at the next Flush's count.
-	live := 0
-	if isLive(so, now) {
-		live++
+	if cur != nil && cur.counted {
+		b.metrics.OffersKnown.Dec()
 	}
-	if cur != nil && isLive(cur.offer, now) {
-		live--
+	if e.counted {
+		b.metrics.OffersKnown.Inc()
 	}
-	b.metrics.OffersKnown.Add(float64(live))
 	return so, true
 }
 
@@ -256,7 +256,7 @@ func (b *Book) evict(r *protocol.SignedRevocation) bool {
 	delete(b.offers, r.Provider)
 	close(b.changed)
 	b.changed = make(chan struct{})
-	if isLive(e.offer, b.clock.Now()) {
+	if e.counted {
 		b.metrics.OffersKnown.Dec()
 	}
 	return true
@@ -304,7 +304,7 @@ func (b *Book) updateGauge(now time.Time) {
 func (b *Book) updateGaugeLocked(now time.Time) {
 	n := 0
 	for _, e := range b.offers {
-		if isLive(e.offer, now) {
+		if e.counted = isLive(e.offer, now); e.counted {
 			n++
 		}
 	}

@@ -69,6 +69,8 @@ type Catalogue struct {
 	// nanoseconds by the node's clock): a search's sync within sideSyncFresh of it asks for
 	// offers only.
 	sideSynced atomic.Int64
+	// streamIdle is how long a sync's stream may go without a record (syncStreamIdle).
+	streamIdle time.Duration
 	// joins are the first join syncs (SyncJoined), traced.
 	joinsMu sync.Mutex
 	joins   []*JoinSync
@@ -91,7 +93,7 @@ func New(d Deps) *Catalogue {
 		peer: d.Peer, id: d.Peer.ID, book: d.Book, trust: d.Trust, metrics: d.Metrics, log: d.Log,
 		clock: d.Clock, cfg: d.Offers, boot: d.Bootstrap, scores: d.Scores, models: d.Models,
 		offerSyncs: newSyncGate("offers"), revocationSyncs: newSyncGate("revocations"), scoreSyncs: newSyncGate("scores"),
-		findProviders: d.Peer.FindProviders,
+		findProviders: d.Peer.FindProviders, streamIdle: syncStreamIdle,
 	}
 }
 

@@ -159,7 +159,7 @@ func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req a
 	}
 	trace.mark(traceOpened)
 	s.CloseWrite()
-	idle := newIdleBound(ctx, s)
+	idle := c.newIdleBound(ctx, s)
 	r := bufio.NewReader(s)
 	for i := 0; i < max; i++ {
 		if _, err := r.Peek(1); err == io.EOF {

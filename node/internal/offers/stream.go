@@ -155,7 +155,7 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 		c.metrics.OfferSyncRecords.Add(float64(v))
 		batch = batch[:0:0]
 	}
-	idle := newIdleBound(ctx, s)
+	idle := c.newIdleBound(ctx, s)
 	err = protocol.ReadSyncFrames(bufio.NewReader(s), func(raw []byte) {
 		idle.renew()
 		trace.record()
@@ -176,54 +176,59 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 }
 
 // A sync's stream is given up when no record came for syncStreamIdle (a peer that stalls),
-// and in all after syncStreamMost: a whole answer may take longer than the first
-// (10,000 providers' scores, 6 MB, take 10 s at 5 Mbit/s; at 300 providers in the scale
-// harness, a renter's score sync still bringing records was cut at the old bound of 10 s
-// in all, and its join asked for everything again). Opening the stream is bounded by
-// syncStreamIdle too.
-var (
+// and in all after syncStreamMost, past the 30 s a server gives an answer: a whole answer
+// may take longer than the first (10,000 providers' scores, 6 MB, take 10 s at 5 Mbit/s;
+// at 300 providers in the scale harness, a renter's score sync still bringing records was
+// cut at the old bound of 10 s in all, and its join asked for everything again). Opening
+// the stream is bounded by syncStreamIdle too. A test shortens a catalogue's idle bound
+// (Catalogue.streamIdle).
+const (
 	syncStreamIdle = 10 * time.Second
-	syncStreamMost = time.Minute
+	syncStreamMost = 35 * time.Second
 )
 
-// openSync opens a sync's stream to p, within syncStreamIdle.
+// openSync opens a sync's stream to p, within the idle bound.
 func (c *Catalogue) openSync(ctx context.Context, p peer.ID, proto string) (network.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, syncStreamIdle)
+	ctx, cancel := context.WithTimeout(ctx, c.streamIdle)
 	defer cancel()
 	return c.peer.OpenStream(ctx, p, proto)
 }
 
-// idleBound is a sync stream's read deadline, syncStreamIdle from its last record (or its
+// idleBound is a sync stream's read deadline, the idle bound from its last record (or its
 // request), never past its context's deadline.
 type idleBound struct {
-	ctx   context.Context
-	s     network.Stream
-	until time.Time
+	ctx    context.Context
+	s      network.Stream
+	idle   time.Duration
+	until  time.Time
+	capped bool // until is the context's deadline: this node's own end, not a stall
 }
 
-func newIdleBound(ctx context.Context, s network.Stream) *idleBound {
-	b := &idleBound{ctx: ctx, s: s}
+func (c *Catalogue) newIdleBound(ctx context.Context, s network.Stream) *idleBound {
+	b := &idleBound{ctx: ctx, s: s, idle: c.streamIdle}
 	b.renew()
 	return b
 }
 
-// renew moves the deadline to syncStreamIdle from now: a record came.
+// renew moves the deadline to the idle bound from now: a record came.
 func (b *idleBound) renew() {
-	b.until = time.Now().Add(syncStreamIdle)
+	b.until, b.capped = time.Now().Add(b.idle), false
 	if dl, ok := b.ctx.Deadline(); ok && dl.Before(b.until) {
-		b.until = dl
+		b.until, b.capped = dl, true
 	}
 	b.s.SetReadDeadline(b.until)
 }
 
 // reason is the reason a failed read of the answer is counted under, and whether it is
-// the peer's fault: "stalled" past the deadline, or err's reason; a stream this node ended
-// (its context's end: its time was up, or a coordinator answered first) is not counted.
+// the peer's fault: "stalled" past the idle bound, or err's reason; a stream this node
+// ended (its context's end or deadline: its time was up, or a coordinator answered first)
+// is not counted.
 func (b *idleBound) reason(err error) (string, bool) {
+	expired := !time.Now().Before(b.until)
 	switch {
-	case err == nil || b.ctx.Err() != nil:
+	case err == nil || b.ctx.Err() != nil || (expired && b.capped):
 		return "", false
-	case !time.Now().Before(b.until):
+	case expired:
 		return "stalled", true
 	}
 	return protocol.Reason(err), true
@@ -256,7 +261,7 @@ func (c *Catalogue) SyncOffers(ctx context.Context, req protocol.OfferSyncReques
 // once). It says whether the sync was answered whole, and whether the offers came.
 func (c *Catalogue) SyncJoined(ctx context.Context, ready <-chan struct{}, offers bool) (answered, offersCame bool) {
 	ctx, traces := traced(ctx, protocol.KindOffer, protocol.KindRevocation, protocol.KindScore)
-	j := &JoinSync{At: time.Now(), Coordinator: traces}
+	j := &JoinSync{At: traces[protocol.KindOffer].start, Coordinator: traces}
 	c.joinsMu.Lock()
 	if len(c.joins) < maxJoinSyncs {
 		c.joins = append(c.joins, j)
@@ -432,14 +437,15 @@ func (c *Catalogue) syncBy(ctx context.Context, req *protocol.OfferSyncRequest, 
 		// Offers without scores rank providers without their scores: the sync is asked
 		// again until both came (as for offers, an empty answer counts from a coordinator
 		// only).
-		return syncOutcome{answered: ok && r.scored.Load(), byCoordinator: r.coordinator.Load(), offers: ok}
+		return syncOutcome{answered: ok && r.scored.Load(), byCoordinator: r.coordinator.Load(), offers: ok && r.received.Load()}
 	}
 	return syncOutcome{answered: ok}
 }
 
 // syncOutcome is what a sync brought: answered, it is done (the offers asked for, if any,
 // and the scores came); byCoordinator, a coordinator answered the offers with at least one;
-// offers, the offers asked for came.
+// offers, the offers asked for came, at least one (a coordinator's empty answer may be a
+// book still filling after its restart: a join asked again asks for them again).
 type syncOutcome struct{ answered, byCoordinator, offers bool }
 
 // syncRound is one sync's state, shared by its peers' streams: what it asks for, what
@@ -450,12 +456,12 @@ type syncRound struct {
 	side  bool                       // revocations and scores asked for
 	ready <-chan struct{}            // closed once the offers may be asked for; nil: at once
 	// ok: a peer answered the offers (a coordinator, or another with at least one), or the
-	// scores when no offer is asked for; scored: the scores came; coordinator: a
-	// coordinator answered the offers with at least one; bootSide: a coordinator answered
-	// the revocations and the scores.
-	ok, scored, coordinator, bootSide atomic.Bool
-	offerCopies, sideCopies           context.Context
-	stopOfferCopies, stopSideCopies   context.CancelFunc
+	// scores when no offer is asked for; received: an answer brought offers; scored: the
+	// scores came; coordinator: a coordinator answered the offers with at least one;
+	// bootSide: a coordinator answered the revocations and the scores.
+	ok, received, scored, coordinator, bootSide atomic.Bool
+	offerCopies, sideCopies                     context.Context
+	stopOfferCopies, stopSideCopies             context.CancelFunc
 }
 
 // readyFor waits until the offers may be asked for, and says whether they may (ctx did not
@@ -500,11 +506,18 @@ func (c *Catalogue) syncPeer(ctx context.Context, r *syncRound, p peer.ID, boot 
 			case err != nil:
 				c.log.Debug("score sync failed", "peer", p, "err", err)
 				return
-			case r.req == nil:
-				r.ok.Store(true) // without offers, the sync is done once the scores came
+			case r.req == nil && !c.Following():
+				// A provider asks for its own score, which it may not have yet: any answer
+				// does, and without offers the sync is done once it came.
+				r.ok.Store(true)
 				r.scored.Store(true)
 			case n > 0 || boot || c.scores == nil:
+				// The market's scores: an empty answer counts from a coordinator only (a
+				// renter that joined moments ago holds none), with or without offers.
 				r.scored.Store(true)
+				if r.req == nil {
+					r.ok.Store(true)
+				}
 			}
 			gotScores.Store(true)
 		})
@@ -516,6 +529,9 @@ func (c *Catalogue) syncPeer(ctx context.Context, r *syncRound, p peer.ID, boot 
 			// An empty answer from a peer that is not a coordinator may be a node that
 			// joined moments ago: the sync is not done, and is asked again.
 			r.ok.Store(true)
+			if received > 0 {
+				r.received.Store(true)
+			}
 			// A coordinator's empty answer may be a book still filling after its restart:
 			// it does not stand for the market's.
 			if boot && received > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -904,10 +905,8 @@ func TestJoinSyncTraced(t *testing.T) {
 // one that stops bringing records is given up after syncStreamIdle, counted as stalled,
 // keeping what came.
 func TestSyncStreamGivenUpOnlyWhenStalled(t *testing.T) {
-	idle := syncStreamIdle
-	syncStreamIdle = 300 * time.Millisecond
-	t.Cleanup(func() { syncStreamIdle = idle })
 	peer, asker := newWorld(t), newWorld(t)
+	asker.cat.streamIdle = 300 * time.Millisecond
 	// The peer sends records, one every 100 ms, then stalls for 2 s before the rest.
 	serve := func(proto string, records int, stallAfter int) {
 		peer.peer.Handle(proto, func(s network.Stream) {
@@ -940,10 +939,32 @@ func TestSyncStreamGivenUpOnlyWhenStalled(t *testing.T) {
 		t.Fatalf("an answer that stalled after 3 records: %d records, %v; want the 3, then given up", got, err)
 	}
 	if took := time.Since(start); took > 1500*time.Millisecond {
-		t.Fatalf("a stalled answer was given up after %s; want about %s of silence", took, syncStreamIdle)
+		t.Fatalf("a stalled answer was given up after %s; want about %s of silence", took, asker.cat.streamIdle)
 	}
 	if n := testutil.ToFloat64(asker.metrics.RecordsRejected.WithLabelValues(string(protocol.KindScore), "sync", "stalled")); n != 1 {
 		t.Fatalf("stalled answers counted: %v; want 1", n)
+	}
+	// An offer sync's answer that stalls, the same.
+	peer.peer.Handle(protocol.OfferSyncProtocol, func(s network.Stream) {
+		defer s.Close()
+		protocol.WriteFrame(s, []byte("an offer"))
+		time.Sleep(2 * time.Second)
+	})
+	start = time.Now()
+	if _, _, err := asker.cat.syncFrom(context.Background(), peer.peer.ID, protocol.OfferSyncRequest{}); err == nil || time.Since(start) > 1500*time.Millisecond {
+		t.Fatalf("a stalled offer sync answer ended after %s with %v; want given up after %s of silence", time.Since(start), err, asker.cat.streamIdle)
+	}
+	if n := testutil.ToFloat64(asker.metrics.RecordsRejected.WithLabelValues(string(protocol.KindOffer), "sync", "stalled")); n != 1 {
+		t.Fatalf("stalled offer sync answers counted: %v; want 1", n)
+	}
+	// A bound of this node's own (a search's) that ends the answer is not the peer's stall.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := asker.cat.syncFrom(ctx, peer.peer.ID, protocol.OfferSyncRequest{}); err == nil {
+		t.Fatal("an offer sync answer outlived its context")
+	}
+	if n := testutil.ToFloat64(asker.metrics.RecordsRejected.WithLabelValues(string(protocol.KindOffer), "sync", "stalled")); n != 1 {
+		t.Fatalf("stalled offer sync answers counted after this node's own bound: %v; want still 1", n)
 	}
 }
 
@@ -981,6 +1002,13 @@ func TestOneNetworkHoldsHalfTheSlots(t *testing.T) {
 	if got, _, err := greedy.cat.syncFrom(context.Background(), coord.peer.ID, protocol.OfferSyncRequest{}); err != nil || got != 1 {
 		t.Fatalf("the network, back within its share, was not served: %d offers, %v", got, err)
 	}
+	// Every sync served or refused gave its hold back: only the one held by hand is left.
+	coord.cat.offerSyncs.mu.Lock()
+	held := maps.Clone(coord.cat.offerSyncs.held)
+	coord.cat.offerSyncs.mu.Unlock()
+	if !maps.Equal(held, map[string]int{"127.0.0.2": 1}) {
+		t.Fatalf("slots held by network after the syncs ended: %v; want only the one held by hand", held)
+	}
 }
 
 // TestJoinAskedAgainForWhatLacked: a join whose scores did not come is asked again for them
@@ -994,6 +1022,16 @@ func TestJoinAskedAgainForWhatLacked(t *testing.T) {
 	if answered || !offersCame || len(renter.book.Live(renter.clock.Now())) != 2 {
 		t.Fatalf("a join without its scores: answered %v, offers came %v (%d held); want not answered, the 2 offers in",
 			answered, offersCame, len(renter.book.Live(renter.clock.Now())))
+	}
+	// Asked again without offers, an empty score answer from a peer that is not a
+	// coordinator (a renter that joined moments ago) does not make the join done.
+	newcomer := newWorld(t)
+	newcomer.follows(t)
+	newcomer.cat.scores = heldScores{}
+	newcomer.peer.Handle(protocol.ScoreSyncProtocol, newcomer.cat.HandleScoreSync)
+	renter.connect(newcomer)
+	if answered, _ := renter.cat.SyncJoined(context.Background(), nil, false); answered {
+		t.Fatal("a join asked again was done by a newcomer's empty score answer")
 	}
 	coord.peer.Handle(protocol.ScoreSyncProtocol, coord.cat.HandleScoreSync)
 	if answered, _ := renter.cat.SyncJoined(context.Background(), nil, false); !answered {
