@@ -141,25 +141,11 @@ func (c *Catalogue) syncRevocations(ctx context.Context, p peer.ID) error {
 // take; a frame over the bounds ends it, counted, and so does a peer that stalls
 // (idleBound).
 func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req any, kind protocol.Kind, max, size int, take func([]byte)) error {
-	ctx, cancel := context.WithTimeout(ctx, syncStreamMost)
-	defer cancel()
-	s, err := c.openSync(ctx, p, proto)
+	s, err := c.startSync(ctx, p, proto, kind, req)
 	if err != nil {
 		return err
 	}
-	trace := traceOf(ctx, kind)
-	defer trace.mark(traceEnded)
-	defer s.Close()
-	defer endWith(ctx, s)()
-	if req != nil {
-		if err := protocol.WriteJSONFrame(s, req); err != nil {
-			s.Reset()
-			return err
-		}
-	}
-	trace.mark(traceOpened)
-	s.CloseWrite()
-	idle := c.newIdleBound(ctx, s)
+	defer s.done()
 	r := bufio.NewReader(s)
 	for i := 0; i < max; i++ {
 		if _, err := r.Peek(1); err == io.EOF {
@@ -168,13 +154,13 @@ func (c *Catalogue) readSync(ctx context.Context, p peer.ID, proto string, req a
 		raw, err := protocol.ReadFrame(r, size)
 		if err != nil {
 			s.Reset()
-			if reason, ok := idle.reason(err); ok { // a stream this node ended is not the peer's fault
+			if reason, ok := s.idle.reason(err); ok { // a stream this node ended is not the peer's fault
 				c.metrics.RecordsRejected.WithLabelValues(string(kind), "sync", reason).Inc()
 			}
 			return err
 		}
-		idle.renew()
-		trace.record()
+		s.idle.renew()
+		s.trace.record()
 		take(raw)
 	}
 	return nil

@@ -130,22 +130,11 @@ func readRequest(s network.Stream, max int, v any) error {
 // how many were new and how many of those it received passed their checks (a record that
 // fails them counts for nothing: a stranger's garbage must not make a sync done).
 func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferSyncRequest) (fresh, received int, err error) {
-	ctx, cancel := context.WithTimeout(ctx, syncStreamMost)
-	defer cancel()
-	s, err := c.openSync(ctx, p, protocol.OfferSyncProtocol)
+	s, err := c.startSync(ctx, p, protocol.OfferSyncProtocol, protocol.KindOffer, req)
 	if err != nil {
 		return 0, 0, err
 	}
-	trace := traceOf(ctx, protocol.KindOffer)
-	defer trace.mark(traceEnded)
-	defer s.Close()
-	defer endWith(ctx, s)()
-	if err := protocol.WriteJSONFrame(s, req); err != nil {
-		s.Reset()
-		return 0, 0, err
-	}
-	trace.mark(traceOpened)
-	s.CloseWrite()
+	defer s.done()
 	// Records are checked in batches of 64: one batch signature verification costs less
 	// than 64 single ones.
 	var batch [][]byte
@@ -155,10 +144,9 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 		c.metrics.OfferSyncRecords.Add(float64(v))
 		batch = batch[:0:0]
 	}
-	idle := c.newIdleBound(ctx, s)
 	err = protocol.ReadSyncFrames(bufio.NewReader(s), func(raw []byte) {
-		idle.renew()
-		trace.record()
+		s.idle.renew()
+		s.trace.record()
 		if batch = append(batch, raw); len(batch) == 64 {
 			flush()
 		}
@@ -168,7 +156,7 @@ func (c *Catalogue) syncFrom(ctx context.Context, p peer.ID, req protocol.OfferS
 	}
 	// A stream this node ended (its time was up, or a coordinator answered first) reads as
 	// a truncated frame: not the peer's fault, not counted.
-	if reason, ok := idle.reason(err); ok && (errors.Is(err, protocol.ErrTooLarge) || errors.Is(err, protocol.ErrMalformed)) {
+	if reason, ok := s.idle.reason(err); ok && (errors.Is(err, protocol.ErrTooLarge) || errors.Is(err, protocol.ErrMalformed)) {
 		s.Reset()
 		c.book.rejectAs("sync", reason, err)
 	}
@@ -187,11 +175,46 @@ const (
 	syncStreamMost = 35 * time.Second
 )
 
-// openSync opens a sync's stream to p, within the idle bound.
-func (c *Catalogue) openSync(ctx context.Context, p peer.ID, proto string) (network.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.streamIdle)
-	defer cancel()
-	return c.peer.OpenStream(ctx, p, proto)
+// syncStream is a sync's stream to a peer, its request sent: its answer is read, then done
+// ends it.
+type syncStream struct {
+	network.Stream
+	trace *SyncTrace // of a coordinator's stream, or nil
+	idle  *idleBound
+	done  func()
+}
+
+// startSync opens a sync's stream of kind to p on proto (within the idle bound), bounded
+// to syncStreamMost in all and reset when ctx ends (endWith), sends req as a JSON frame
+// (nothing when nil) and closes its side.
+func (c *Catalogue) startSync(ctx context.Context, p peer.ID, proto string, kind protocol.Kind, req any) (*syncStream, error) {
+	ctx, cancel := context.WithTimeout(ctx, syncStreamMost)
+	octx, ocancel := context.WithTimeout(ctx, c.streamIdle)
+	s, err := c.peer.OpenStream(octx, p, proto)
+	ocancel()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	trace := traceOf(ctx, kind)
+	stop := endWith(ctx, s)
+	ss := &syncStream{Stream: s, trace: trace, done: func() {
+		stop()
+		s.Close()
+		trace.mark(traceEnded)
+		cancel()
+	}}
+	if req != nil {
+		if err := protocol.WriteJSONFrame(s, req); err != nil {
+			s.Reset()
+			ss.done()
+			return nil, err
+		}
+	}
+	trace.mark(traceOpened)
+	s.CloseWrite()
+	ss.idle = c.newIdleBound(ctx, s)
+	return ss, nil
 }
 
 // idleBound is a sync stream's read deadline, the idle bound from its last record (or its
