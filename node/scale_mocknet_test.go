@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
+
 	coreconnmgr "github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
@@ -203,6 +205,12 @@ type mockHost struct {
 }
 
 func (h *mockHost) ConnManager() coreconnmgr.ConnManager { return h.cm }
+
+// IDService is the host's identify service: gossipsub's host waits on it before taking a
+// peer in by its stream (p2p.gossipHost.takeIn), as it does on a production host.
+func (h *mockHost) IDService() identify.IDService {
+	return h.Host.(interface{ IDService() identify.IDService }).IDService()
+}
 
 func (h *mockHost) Network() network.Network { return mockNetwork{h.Host.Network()} }
 

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/connmgr"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/protocol/identify"
 	msmux "github.com/multiformats/go-multistream"
 )
 
@@ -26,17 +28,34 @@ import (
 // "Connections held to max_peers"). Valued instead, mesh peers are still the last
 // trimmed, but trimmed to the limit.
 //
-// And it tries again to open a stream that failed while the peer stays connected
+// It tries again to open a stream that failed while the peer stays connected
 // (NewStream).
+//
+// And it takes in a peer whose gossip stream comes in when identify did not name its
+// gossipsub protocol (takeIn).
 type gossipHost struct {
 	host.Host
-	cm connmgr.ConnManager
-	// retries counts the stream openings tried again (Peer.GossipStreamRetries).
-	retries *atomic.Int64
+	cm     connmgr.ConnManager
+	counts *gossipCounts
+	// protocolsUpdated tells gossipsub of a peer taken in by its stream (nil when the event
+	// bus refused an emitter: such peers are then left to identify).
+	protocolsUpdated event.Emitter
 }
 
-func newGossipHost(h host.Host, retries *atomic.Int64) host.Host {
-	return gossipHost{Host: h, cm: meshTagged(h.ConnManager()), retries: retries}
+// gossipCounts are what gossipHost counts, for the peer's counters.
+type gossipCounts struct {
+	// retries counts the stream openings tried again (Peer.GossipStreamRetries).
+	retries atomic.Int64
+	// takenIn counts the peers taken in by their gossip stream (Peer.GossipPeersTakenIn).
+	takenIn atomic.Int64
+}
+
+func newGossipHost(h host.Host, counts *gossipCounts) host.Host {
+	em, err := h.EventBus().Emitter(new(event.EvtPeerProtocolsUpdated))
+	if err != nil {
+		em = nil
+	}
+	return gossipHost{Host: h, cm: meshTagged(h.ConnManager()), counts: counts, protocolsUpdated: em}
 }
 
 func (h gossipHost) ConnManager() connmgr.ConnManager { return h.cm }
@@ -71,6 +90,57 @@ func (h gossipHost) NewStream(ctx context.Context, id peer.ID, protos ...protoco
 		if h.Network().Connectedness(id) != network.Connected {
 			return nil, err
 		}
-		h.retries.Add(1)
+		h.counts.retries.Add(1)
 	}
+}
+
+// SetStreamHandler sets gossipsub's handler of its inbound streams, which first takes the
+// peer in (takeIn).
+func (h gossipHost) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
+	h.Host.SetStreamHandler(pid, h.takingIn(handler))
+}
+
+// SetStreamHandlerMatch is SetStreamHandler for a matched protocol.
+func (h gossipHost) SetStreamHandlerMatch(pid protocol.ID, match func(protocol.ID) bool, handler network.StreamHandler) {
+	h.Host.SetStreamHandlerMatch(pid, match, h.takingIn(handler))
+}
+
+func (h gossipHost) takingIn(handler network.StreamHandler) network.StreamHandler {
+	return func(s network.Stream) {
+		h.takeIn(s)
+		handler(s)
+	}
+}
+
+// takeIn tells gossipsub that the peer of an inbound gossip stream speaks its protocol,
+// when identify has not said so once it is done on the stream's connection. Gossipsub
+// opens its own stream to a peer, which carries this node's subscriptions, only once
+// identify names a gossipsub protocol for the peer; and identify is not tried again on a
+// connection. So when this end's identify of the peer failed and the peer's of this end
+// did not, the peer's gossip came in and this node's never went out: the peer never
+// learnt what this node follows, and published nothing to it. Over QUIC at 300 providers,
+// 4 providers' offers never reached the coordinator that way in 4 minutes, each
+// connected to it, having identified it, while the coordinator's identify of each had
+// run out of time (docs/performance.md). The stream itself shows the protocol: the peer
+// negotiated it. Peers identify named are left alone.
+func (h gossipHost) takeIn(s network.Stream) {
+	id, proto := s.Conn().RemotePeer(), s.Protocol()
+	if h.protocolsUpdated == nil || proto == "" || h.supports(id, proto) {
+		return
+	}
+	go func() {
+		if ids, ok := h.Host.(interface{ IDService() identify.IDService }); ok {
+			<-ids.IDService().IdentifyWait(s.Conn()) // closed once identify ends, done or failed
+		}
+		if s.Conn().IsClosed() || h.supports(id, proto) || h.Peerstore().AddProtocols(id, proto) != nil {
+			return
+		}
+		h.counts.takenIn.Add(1)
+		_ = h.protocolsUpdated.Emit(event.EvtPeerProtocolsUpdated{Peer: id, Added: []protocol.ID{proto}})
+	}()
+}
+
+func (h gossipHost) supports(id peer.ID, proto protocol.ID) bool {
+	known, err := h.Peerstore().SupportsProtocols(id, proto)
+	return err == nil && len(known) > 0
 }

@@ -79,11 +79,10 @@ func TestGossipStreamTriedAgain(t *testing.T) {
 			const topic = "/gpunex/offers/model/1/H100-80GB"
 			coordHost := &failingOpens{Host: loopbackHost(t)}
 			coordHost.left.Store(2)
-			var retries atomic.Int64
-			sub := subscribedOn(ctx, t, newGossipHost(coordHost, &retries), topic)
+			var counts gossipCounts
+			sub := subscribedOn(ctx, t, newGossipHost(coordHost, &counts), topic)
 			provHost := loopbackHost(t)
-			var provRetries atomic.Int64
-			provPS, err := pubsub.NewGossipSub(ctx, newGossipHost(provHost, &provRetries))
+			provPS, err := pubsub.NewGossipSub(ctx, newGossipHost(provHost, &gossipCounts{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,8 +119,8 @@ func TestGossipStreamTriedAgain(t *testing.T) {
 			if arrived != tc.arrives {
 				t.Fatalf("the provider's offer reached the coordinator: %v, want %v (provider's gossip peers on the topic: %v)", arrived, tc.arrives, provTopic.ListPeers())
 			}
-			if tc.arrives && retries.Load() != 2 {
-				t.Fatalf("%d openings tried again, want 2", retries.Load())
+			if tc.arrives && counts.retries.Load() != 2 {
+				t.Fatalf("%d openings tried again, want 2", counts.retries.Load())
 			}
 		})
 	}
@@ -133,11 +132,11 @@ func TestGossipStreamUnsupportedNotTriedAgain(t *testing.T) {
 	if err := a.Connect(context.Background(), peer.AddrInfo{ID: b.ID(), Addrs: b.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	var retries atomic.Int64
-	if _, err := newGossipHost(a, &retries).NewStream(context.Background(), b.ID(), "/nobody/1.0.0"); err == nil {
+	var counts gossipCounts
+	if _, err := newGossipHost(a, &counts).NewStream(context.Background(), b.ID(), "/nobody/1.0.0"); err == nil {
 		t.Fatal("a stream opened on a protocol the peer does not speak")
 	}
-	if retries.Load() != 0 {
-		t.Fatalf("%d openings tried again for a protocol the peer does not speak", retries.Load())
+	if counts.retries.Load() != 0 {
+		t.Fatalf("%d openings tried again for a protocol the peer does not speak", counts.retries.Load())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -98,10 +99,11 @@ func connectUntilIdentifyFails(ctx context.Context, t *testing.T, node *Peer, h 
 
 // overloadedIdentify makes h answer its first identify requests (left of them) by
 // resetting them, as an overloaded coordinator's ran out of time in the scale harness, and
-// the later ones with its protocols. The handler is set once, before any peer connects, so
-// that none of h's protocols changes (which would make h push its identify to its peers, a
+// the later ones with its protocols; only from peer "from" when it is set (other peers'
+// requests are answered). The handler is set once, before any peer connects, so that
+// none of h's protocols changes (which would make h push its identify to its peers, a
 // path an overloaded coordinator does not take).
-func overloadedIdentify(t *testing.T, h host.Host, left int32) {
+func overloadedIdentify(t *testing.T, h host.Host, from peer.ID, left int32) {
 	t.Helper()
 	key, err := crypto.MarshalPublicKey(h.Peerstore().PubKey(h.ID()))
 	if err != nil {
@@ -110,7 +112,7 @@ func overloadedIdentify(t *testing.T, h host.Host, left int32) {
 	var failing atomic.Int32
 	failing.Store(left)
 	h.SetStreamHandler(identify.ID, func(s network.Stream) {
-		if failing.Add(-1) >= 0 {
+		if (from == "" || s.Conn().RemotePeer() == from) && failing.Add(-1) >= 0 {
 			_ = s.Reset()
 			return
 		}
@@ -126,12 +128,12 @@ func overloadedIdentify(t *testing.T, h host.Host, left int32) {
 	})
 }
 
-// A node whose identify with its coordinator failed (the coordinator overloaded) is out of
-// the coordinator's gossip: what it publishes does not reach the coordinator, even once the
-// coordinator answers identify again, because identify is not tried again on a connection.
-// The node replaces the connection: identify runs on the new one and gossip flows, and
-// again (a while later) when the new connection's identify fails too. Only a bootstrap
-// peer's connections are replaced.
+// A node whose identify with its coordinator failed on both ends (both overloaded) is out
+// of the coordinator's gossip: what it publishes does not reach the coordinator, even once
+// both answer identify again, because identify is not tried again on a connection. The
+// node replaces the connection: identify runs on the new one and gossip flows, and again (a
+// while later) when the new connection's identify fails too. Only a bootstrap peer's
+// connections are replaced.
 func TestUnidentifiedConnectionReplaced(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -151,9 +153,12 @@ func TestUnidentifiedConnectionReplaced(t *testing.T) {
 			defer cancel()
 			const topic = "/gpunex/offers/model/1/H100-80GB"
 			coord := loopbackHost(t)
-			overloadedIdentify(t, coord, tc.failures)
+			overloadedIdentify(t, coord, "", tc.failures)
 			sub := subscribedOn(ctx, t, coord, topic)
 			node := newLoopbackPeer(t)
+			// The coordinator's identify of the node fails too: had it not, the coordinator's
+			// gossip stream would have taken it into the node's gossip (the next test).
+			overloadedIdentify(t, node.Host, coord.ID(), tc.failures)
 			node.identify.retryAfter.Store(int64(tc.wait))
 			// The coordinator's setup changed its protocols just now, and libp2p pushes such a
 			// change to the connected peers a moment later: a push reaching the node after it
@@ -170,16 +175,7 @@ func TestUnidentifiedConnectionReplaced(t *testing.T) {
 				node.Host.ConnManager().Protect(coord.ID(), bootstrapProtection)
 			}
 			connectUntilIdentifyFails(ctx, t, node, coord)
-			arrived := false
-			for i := 0; !arrived && i < 50; i++ {
-				if err := nodeTopic.Publish(ctx, fmt.Appendf(nil, "offer %d", i)); err != nil {
-					t.Fatal(err)
-				}
-				rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-				_, err := sub.Next(rctx)
-				rcancel()
-				arrived = err == nil
-			}
+			arrived := publishedUntilReceived(ctx, t, nodeTopic, sub)
 			if arrived != tc.arrives {
 				ps, _ := node.Host.Peerstore().GetProtocols(coord.ID())
 				t.Fatalf("a publication reached the coordinator: %v, want %v (connections replaced: %d; the node's connections to the coordinator %d, the coordinator's protocols it learnt %d, its identify failures %d)",
@@ -190,4 +186,66 @@ func TestUnidentifiedConnectionReplaced(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A peer whose identify failed on one end only is taken into that end's gossip by the
+// gossip stream it opens. Over QUIC at 300 providers, providers stayed out of their
+// coordinator's gossip for minutes this way: each had identified the coordinator and
+// opened its gossip stream, the coordinator's identify of each had run out of time, so the
+// coordinator never opened its own stream and the provider never learnt that it follows
+// the offers' topics: the provider's offer, published to the topic's subscribers it knew,
+// reached nobody. Here the coordinator's identify of the provider always fails: the
+// provider's publications reach it anyway, with no connection replaced.
+func TestGossipPeerTakenInByItsStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const topic = "/gpunex/offers/model/1/H100-80GB"
+	coord := newLoopbackPeer(t)
+	prov := loopbackHost(t)
+	overloadedIdentify(t, prov, coord.ID, 1_000)
+	provPS, err := pubsub.NewGossipSub(ctx, prov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provTopic, err := provPS.Join(topic) // publishes without subscribing, as a provider does
+	if err != nil {
+		t.Fatal(err)
+	}
+	gossipWatching(ctx, t, coord)
+	coordTopic, err := coord.ps.Join(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := coordTopic.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	connectUntilIdentifyFails(ctx, t, coord, prov)
+	if !publishedUntilReceived(ctx, t, provTopic, sub) {
+		t.Fatalf("the provider's publications never reached the coordinator (peers taken in by their stream: %d)", coord.GossipPeersTakenIn())
+	}
+	if got := coord.GossipPeersTakenIn(); got != 1 {
+		t.Fatalf("peers taken in by their stream: %d, want 1", got)
+	}
+	if got := coord.IdentifyReplacements(); got != 0 {
+		t.Fatalf("connections replaced %d times, want none", got)
+	}
+}
+
+// publishedUntilReceived publishes on topic every 100 ms, 50 times at most, until sub
+// receives, and reports whether it did.
+func publishedUntilReceived(ctx context.Context, t *testing.T, topic *pubsub.Topic, sub *pubsub.Subscription) bool {
+	t.Helper()
+	for i := range 50 {
+		if err := topic.Publish(ctx, fmt.Appendf(nil, "offer %d", i)); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := sub.Next(rctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+	}
+	return false
 }

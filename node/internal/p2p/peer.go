@@ -79,8 +79,9 @@ type Peer struct {
 	// overBudget counts gossip messages rejected past their sender's budget of repeats and
 	// ignored records (Join).
 	overBudget atomic.Int64
-	// gossipStreamRetries counts gossipsub's stream openings tried again (gossipHost).
-	gossipStreamRetries atomic.Int64
+	// gossip counts gossipsub's stream openings tried again and the peers taken in by
+	// their stream (gossipHost).
+	gossip gossipCounts
 	// gossipRepairs counts the reconnections to bootstrap peers out of gossip (repairGossip).
 	gossipRepairs atomic.Int64
 	// bootstrapRedials counts the dials of unconnected bootstrap peers by a node publishing
@@ -163,7 +164,7 @@ func New(o Options) (_ *Peer, err error) {
 			go p.reach.relayIfUnknown(ctx, p, cmp.Or(o.RelayIfUnknownAfter, UnknownReachabilityWait))
 		}
 	}
-	p.ps, err = pubsub.NewGossipSub(ctx, newGossipHost(p.Host, &p.gossipStreamRetries), append([]pubsub.Option{
+	p.ps, err = pubsub.NewGossipSub(ctx, newGossipHost(p.Host, &p.gossip), append([]pubsub.Option{
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMaxMessageSize(256 << 10), // an offer (protocol.MaxOfferSize) with room to spare
 		// Offers come in bursts (providers starting together, a network rejoining): with the

@@ -116,7 +116,11 @@ func (p *Peer) OverBudget() int64 { return p.overBudget.Load() }
 
 // GossipStreamRetries is how many times gossipsub's stream to a connected peer was tried
 // again after failing to open (gossipHost.NewStream).
-func (p *Peer) GossipStreamRetries() int64 { return p.gossipStreamRetries.Load() }
+func (p *Peer) GossipStreamRetries() int64 { return p.gossip.retries.Load() }
+
+// GossipPeersTakenIn is how many peers gossipsub took in by the gossip stream they opened,
+// identify having failed to name their protocol (gossipHost.takeIn).
+func (p *Peer) GossipPeersTakenIn() int64 { return p.gossip.takenIn.Load() }
 
 // GossipRepairs is how many times this node reconnected to a bootstrap peer that was
 // connected but out of its gossip (KeepJoined).
