@@ -46,6 +46,7 @@ var (
 	scaleRenters   = flag.Int("scale.renters", 20, "renters the scale harness starts")
 	scaleWindow    = flag.Duration("scale.window", 5*time.Minute, "the steady-state window whose costs are measured (one probe cycle)")
 	scaleChanges   = flag.Int("scale.changes", 10, "price changes timed")
+	scaleChangesAt = flag.Duration("scale.changesat", 0, "the least age of the network (from the run's start) at which the price changes are timed: runs whose network converges sooner time them in a younger, busier network, and this makes such runs comparable")
 	scaleRounds    = flag.Int("scale.rounds", 2, "rounds of searches, each renter searching four ways a round")
 	scaleOut       = flag.String("scale.out", "", "a file the report is also written to")
 	scaleHeap      = flag.String("scale.heapprofile", "", "a file the heap profile is written to after the steady-state window")
@@ -355,6 +356,10 @@ func TestScaleHarness(t *testing.T) {
 	s.heapRenters = s.markHeap("with the renters")
 
 	s.measureSearches(report)
+	if wait := *scaleChangesAt - time.Since(started); wait > 0 {
+		report.add("  price changes waited %s, until the network was %s old", wait.Round(time.Second), *scaleChangesAt)
+		time.Sleep(wait)
+	}
 	s.measurePriceChanges(report)
 	s.measureWindow(report)
 	report.add("run: %s in all; peak resident memory of the process %.0f MB", time.Since(started).Round(time.Second), float64(procStatusBytes("VmHWM"))/1e6)
