@@ -3,9 +3,12 @@ package p2p
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
@@ -35,27 +38,36 @@ import (
 // gossipsub protocol (takeIn).
 type gossipHost struct {
 	host.Host
-	cm     connmgr.ConnManager
-	counts *gossipCounts
+	cm    connmgr.ConnManager
+	state *gossipState
 	// protocolsUpdated tells gossipsub of a peer taken in by its stream (nil when the event
 	// bus refused an emitter: such peers are then left to identify).
 	protocolsUpdated event.Emitter
 }
 
-// gossipCounts are what gossipHost counts, for the peer's counters.
-type gossipCounts struct {
+// gossipState is what gossipHost keeps beside the host: its counts, for the peer's
+// counters, and what takeIn needs.
+type gossipState struct {
 	// retries counts the stream openings tried again (Peer.GossipStreamRetries).
 	retries atomic.Int64
 	// takenIn counts the peers taken in by their gossip stream (Peer.GossipPeersTakenIn).
 	takenIn atomic.Int64
+	// ps is the gossipsub this host was given to, once it started: takeIn asks it which
+	// peers it has taken in.
+	ps atomic.Pointer[pubsub.PubSub]
+	// checking holds the connections takeIn is checking: one check a connection, however
+	// many gossip streams the peer opens on it.
+	checking sync.Map
+	// grace replaces takeInGrace when set (tests).
+	grace atomic.Int64
 }
 
-func newGossipHost(h host.Host, counts *gossipCounts) host.Host {
+func newGossipHost(h host.Host, state *gossipState) host.Host {
 	em, err := h.EventBus().Emitter(new(event.EvtPeerProtocolsUpdated))
 	if err != nil {
 		em = nil
 	}
-	return gossipHost{Host: h, cm: meshTagged(h.ConnManager()), counts: counts, protocolsUpdated: em}
+	return gossipHost{Host: h, cm: meshTagged(h.ConnManager()), state: state, protocolsUpdated: em}
 }
 
 func (h gossipHost) ConnManager() connmgr.ConnManager { return h.cm }
@@ -90,7 +102,7 @@ func (h gossipHost) NewStream(ctx context.Context, id peer.ID, protos ...protoco
 		if h.Network().Connectedness(id) != network.Connected {
 			return nil, err
 		}
-		h.counts.retries.Add(1)
+		h.state.retries.Add(1)
 	}
 }
 
@@ -112,35 +124,73 @@ func (h gossipHost) takingIn(handler network.StreamHandler) network.StreamHandle
 	}
 }
 
+// takeInGrace is how long takeIn leaves gossipsub to take in a peer whose protocol the
+// peerstore names once identify has ended on the connection: gossipsub reads identify's
+// own event first.
+const takeInGrace = 5 * time.Second
+
 // takeIn tells gossipsub that the peer of an inbound gossip stream speaks its protocol,
-// when identify has not said so once it is done on the stream's connection. Gossipsub
-// opens its own stream to a peer, which carries this node's subscriptions, only once
-// identify names a gossipsub protocol for the peer; and identify is not tried again on a
-// connection. So when this end's identify of the peer failed and the peer's of this end
-// did not, the peer's gossip came in and this node's never went out: the peer never
-// learnt what this node follows, and published nothing to it. Over QUIC at 300 providers,
-// 4 providers' offers never reached the coordinator that way in 4 minutes, each
-// connected to it, having identified it, while the coordinator's identify of each had
-// run out of time (docs/performance.md). The stream itself shows the protocol: the peer
-// negotiated it. Peers identify named are left alone.
+// when identify has ended on the stream's connection and gossipsub has not taken the peer
+// in. Gossipsub opens its own stream to a peer, which carries this node's subscriptions,
+// only once identify names a gossipsub protocol for the peer; and identify is not tried
+// again on a connection. So when this end's identify of the peer failed and the peer's of
+// this end did not, the peer's gossip came in and this node's never went out: the peer
+// never learnt what this node follows, and published nothing to it. Over QUIC at 300
+// providers, 4 providers' offers never reached the coordinator that way in 4 minutes, each
+// connected to it, having identified it, while the coordinator's identify of each had run
+// out of time (docs/performance.md). The stream itself shows the protocol: the peer
+// negotiated it.
+//
+// The peerstore alone cannot tell: libp2p keeps a peer's protocols for a minute past its
+// last connection, so a peer back on a new connection whose identify failed is still
+// named there. When the peerstore names the peer, gossipsub is given takeInGrace to take
+// it in (it does at once when identify named it on this connection).
 func (h gossipHost) takeIn(s network.Stream) {
-	id, proto := s.Conn().RemotePeer(), s.Protocol()
-	if h.protocolsUpdated == nil || proto == "" || h.supports(id, proto) {
+	c, id, proto := s.Conn(), s.Conn().RemotePeer(), s.Protocol()
+	if h.protocolsUpdated == nil || proto == "" {
+		return
+	}
+	if _, already := h.state.checking.LoadOrStore(c, true); already {
 		return
 	}
 	go func() {
 		if ids, ok := h.Host.(interface{ IDService() identify.IDService }); ok {
-			<-ids.IDService().IdentifyWait(s.Conn()) // closed once identify ends, done or failed
+			<-ids.IDService().IdentifyWait(c) // closed once identify ends, done or failed
 		}
-		if s.Conn().IsClosed() || h.supports(id, proto) || h.Peerstore().AddProtocols(id, proto) != nil {
+		if !h.supports(id, proto) {
+			h.tell(c, id, proto)
 			return
 		}
-		h.counts.takenIn.Add(1)
-		_ = h.protocolsUpdated.Emit(event.EvtPeerProtocolsUpdated{Peer: id, Added: []protocol.ID{proto}})
+		if h.inGossip(id) {
+			h.state.checking.Delete(c)
+			return
+		}
+		grace := time.Duration(h.state.grace.Load())
+		if grace <= 0 {
+			grace = takeInGrace
+		}
+		time.AfterFunc(grace, func() { h.tell(c, id, proto) })
 	}()
+}
+
+// tell adds proto to the peer's protocols and tells gossipsub, unless the connection
+// closed or gossipsub has taken the peer in meanwhile.
+func (h gossipHost) tell(c network.Conn, id peer.ID, proto protocol.ID) {
+	defer h.state.checking.Delete(c)
+	if c.IsClosed() || h.inGossip(id) || h.Peerstore().AddProtocols(id, proto) != nil {
+		return
+	}
+	h.state.takenIn.Add(1)
+	_ = h.protocolsUpdated.Emit(event.EvtPeerProtocolsUpdated{Peer: id, Added: []protocol.ID{proto}})
 }
 
 func (h gossipHost) supports(id peer.ID, proto protocol.ID) bool {
 	known, err := h.Peerstore().SupportsProtocols(id, proto)
 	return err == nil && len(known) > 0
+}
+
+// inGossip reports whether gossipsub has taken the peer in (true before it started).
+func (h gossipHost) inGossip(id peer.ID) bool {
+	ps := h.state.ps.Load()
+	return ps == nil || slices.Contains(ps.ListPeers(""), id)
 }

@@ -79,10 +79,10 @@ func TestGossipStreamTriedAgain(t *testing.T) {
 			const topic = "/gpunex/offers/model/1/H100-80GB"
 			coordHost := &failingOpens{Host: loopbackHost(t)}
 			coordHost.left.Store(2)
-			var counts gossipCounts
+			var counts gossipState
 			sub := subscribedOn(ctx, t, newGossipHost(coordHost, &counts), topic)
 			provHost := loopbackHost(t)
-			provPS, err := pubsub.NewGossipSub(ctx, newGossipHost(provHost, &gossipCounts{}))
+			provPS, err := pubsub.NewGossipSub(ctx, newGossipHost(provHost, &gossipState{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +132,7 @@ func TestGossipStreamUnsupportedNotTriedAgain(t *testing.T) {
 	if err := a.Connect(context.Background(), peer.AddrInfo{ID: b.ID(), Addrs: b.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	var counts gossipCounts
+	var counts gossipState
 	if _, err := newGossipHost(a, &counts).NewStream(context.Background(), b.ID(), "/nobody/1.0.0"); err == nil {
 		t.Fatal("a stream opened on a protocol the peer does not speak")
 	}

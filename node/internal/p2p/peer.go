@@ -81,7 +81,7 @@ type Peer struct {
 	overBudget atomic.Int64
 	// gossip counts gossipsub's stream openings tried again and the peers taken in by
 	// their stream (gossipHost).
-	gossip gossipCounts
+	gossip gossipState
 	// gossipRepairs counts the reconnections to bootstrap peers out of gossip (repairGossip).
 	gossipRepairs atomic.Int64
 	// bootstrapRedials counts the dials of unconnected bootstrap peers by a node publishing
@@ -176,6 +176,7 @@ func New(o Options) (_ *Peer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gossipsub: %w", err)
 	}
+	p.gossip.ps.Store(p.ps)
 	p.watchIdentify(ctx) // after gossipsub, which it asks before replacing a connection
 	return p, nil
 }
