@@ -1013,7 +1013,7 @@ func (s *scaleNet) measureWindow(report *scaleReport) {
 	report.add("  identify failures by reason (one per peer and node): %v", reasons)
 	report.add("  since the start, gossip streams tried again after failing to open: coordinator %d, providers %d, renters %d; reconnections to the coordinator connected but out of gossip: providers %d, renters %d; connections whose identify failed: coordinator %d, providers %d, renters %d; peers whose connections were replaced for it: coordinator %d, providers %d, renters %d",
 		retried[0], retried[1], retried[2], repaired[1], repaired[2], unidentified[0], unidentified[1], unidentified[2], replaced[0], replaced[1], replaced[2])
-	report.add("  peers taken into gossip by their stream, identify having failed to name their protocol: coordinator %d, providers %d, renters %d", takenIn[0], takenIn[1], takenIn[2])
+	report.add("  peers taken into gossip by their stream, identify having ended without gossipsub taking them in: coordinator %d, providers %d, renters %d", takenIn[0], takenIn[1], takenIn[2])
 	report.add("  providers' dials of the coordinator while their offer had no gossip peer: %d", redialled[1])
 	report.add("  DHT provider records stored per node: mean %.1f, median %d, max %d (%d announced per provider)",
 		float64(sumInts(provRecs))/n, provRecs[len(provRecs)/2], provRecs[len(provRecs)-1], 3)

@@ -17,7 +17,7 @@ func (p *Peer) Counters() []Counter {
 			p.GossipRepairs},
 		{"gpunex_gossip_stream_retries_total", "Gossip streams to a connected peer tried again after failing to open (resource limits, a peer out of stream credit): without them, gossip with that peer would stop until it reconnects.",
 			p.GossipStreamRetries},
-		{"gpunex_gossip_peers_taken_in_total", "Peers gossipsub took in by the gossip stream they opened, identify having failed to name their protocol: without it, this node's subscriptions never reached them and they published nothing to it.",
+		{"gpunex_gossip_peers_taken_in_total", "Peers gossipsub took in by the gossip stream they opened, identify having ended on the connection without gossipsub taking them in (it failed on this end): without it, this node's subscriptions never reached them and they published nothing to it.",
 			p.GossipPeersTakenIn},
 		{"gpunex_identify_failures_total", "Connections whose identify exchange failed: gossipsub takes a peer in only once identify names its protocols (or the peer opens its gossip stream), so a connection whose identify failed on both ends carries no gossip until it is replaced.",
 			p.IdentifyFailures},

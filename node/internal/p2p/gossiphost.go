@@ -192,5 +192,9 @@ func (h gossipHost) supports(id peer.ID, proto protocol.ID) bool {
 // inGossip reports whether gossipsub has taken the peer in (true before it started).
 func (h gossipHost) inGossip(id peer.ID) bool {
 	ps := h.state.ps.Load()
-	return ps == nil || slices.Contains(ps.ListPeers(""), id)
+	return ps == nil || takenIn(ps, id)
 }
+
+// takenIn reports whether gossipsub has taken the peer in: it holds a stream to it,
+// whatever the topics.
+func takenIn(ps *pubsub.PubSub, id peer.ID) bool { return slices.Contains(ps.ListPeers(""), id) }

@@ -109,7 +109,7 @@ func (p *Peer) replaceUnidentified(ctx context.Context, id peer.ID) {
 		return
 	}
 	conns := p.Host.Network().ConnsToPeer(id)
-	inGossip := len(conns) > 0 && slices.Contains(p.ps.ListPeers(""), id)
+	inGossip := len(conns) > 0 && takenIn(p.ps, id)
 	now := time.Now()
 	youngest := time.Duration(1<<63 - 1)
 	for _, c := range conns {

@@ -119,7 +119,8 @@ func (p *Peer) OverBudget() int64 { return p.overBudget.Load() }
 func (p *Peer) GossipStreamRetries() int64 { return p.gossip.retries.Load() }
 
 // GossipPeersTakenIn is how many peers gossipsub took in by the gossip stream they opened,
-// identify having failed to name their protocol (gossipHost.takeIn).
+// identify having ended on the connection without gossipsub taking them in
+// (gossipHost.takeIn).
 func (p *Peer) GossipPeersTakenIn() int64 { return p.gossip.takenIn.Load() }
 
 // GossipRepairs is how many times this node reconnected to a bootstrap peer that was
